@@ -1,0 +1,89 @@
+// `attnlab apply`: run one method on the user's Q, K, V (.npy, (n, d) or (h, n, d)), write the output and,
+// with --matrix, the attention matrix the method implies. Heads are processed one at a time and written as
+// they finish, so memory holds one head's work.
+#include "attnlab/error.hpp"
+#include "attnlab/memory.hpp"
+#include "attnlab/registry.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <memory>
+#include <optional>
+
+namespace attnlab::cli {
+namespace {
+
+struct ApplyOptions {
+  std::string method = "exact";
+  std::string q, k, v, out, matrix;
+  bool causal = false;
+  double scale = std::numeric_limits<double>::quiet_NaN();
+  std::optional<std::uint64_t> seed;
+  std::string dtype = "auto";
+};
+
+template <typename T>
+void run(const ApplyOptions& o, const QkvFiles& f) {
+  auto method = make_method<T>(o.method, o.seed);
+  AttentionOptions opts;
+  opts.scale = o.scale;
+  opts.causal = o.causal;
+  const Index h = f.heads(), n_q = f.q.rows(), n_k = f.k.rows(), d_v = f.v.cols();
+  const auto shape = [&](Index rows, Index cols) {
+    return f.batched() ? std::vector<Index>{h, rows, cols} : std::vector<Index>{rows, cols};
+  };
+  std::optional<NpyWriter<T>> matrix_out;
+  if (!o.matrix.empty()) {
+    check_memory(matrix_bytes(n_q, n_k, sizeof(T)),
+                 fmt::format("--matrix: the {}×{} {} attention matrix", n_q, n_k, dtype_name(dtype_of<T>())));
+    matrix_out.emplace(o.matrix, shape(n_q, n_k));
+  }
+  NpyWriter<T> out(o.out, shape(n_q, d_v));
+  MatrixR<T> qs, ks, vs;
+  for (Index i = 0; i < h; ++i) {
+    method->compute(head_view<T>(f.q, i, qs), head_view<T>(f.k, i, ks), opts);
+    if (method->info() != Status::Success)
+      throw Error(fmt::format("{} (head {}): {}", method->spec(), i, status_name(method->info())));
+    const MatrixR<T> o_h = method->output(head_view<T>(f.v, i, vs));
+    require_finite_output(o_h, fmt::format("the output of {} (head {})", method->spec(), i));
+    out.write(o_h.data(), std::size_t(o_h.size()));
+    if (matrix_out) {
+      const MatrixR<T> p = method->matrix();
+      require_finite_output(p, fmt::format("the attention matrix of {} (head {})", method->spec(), i));
+      matrix_out->write(p.data(), std::size_t(p.size()));
+    }
+  }
+  out.close();
+  if (matrix_out) matrix_out->close();
+}
+
+}  // namespace
+
+void add_apply(CLI::App& app) {
+  auto o = std::make_shared<ApplyOptions>();
+  auto* sub = app.add_subcommand("apply", "run a method on Q, K, V .npy files and write its output");
+  sub->add_option("--method", o->method, "method spec, name[:key=value,...] (see `attnlab methods`)")
+      ->capture_default_str();
+  sub->add_option("--q", o->q, "queries, (n_q, d) or (h, n_q, d) .npy")->required();
+  sub->add_option("--k", o->k, "keys, (n_k, d) or (h, n_k, d) .npy")->required();
+  sub->add_option("--v", o->v, "values, (n_k, d_v) or (h, n_k, d_v) .npy")->required();
+  sub->add_option("--out", o->out, "output .npy, (n_q, d_v) or (h, n_q, d_v)")->required();
+  sub->add_option("--matrix", o->matrix, "also write the implied attention matrix, (n_q, n_k) or (h, n_q, n_k)");
+  sub->add_flag("--causal", o->causal, "causal mask (queries aligned with the last keys when n_q < n_k)");
+  sub->add_option("--scale", o->scale, "logit scale (default 1/sqrt(d))");
+  sub->add_option("--seed", o->seed, "seed for methods with randomness (when the spec gives none)");
+  sub->add_option("--dtype", o->dtype, "compute type: auto (that of Q's file), f32, f64")
+      ->check(CLI::IsMember({"auto", "f32", "f64"}))
+      ->capture_default_str();
+  sub->callback([o] {
+    make_method<double>(o->method, o->seed);  // a bad spec fails before any file is read
+    const QkvFiles f = load_qkv(o->q, o->k, o->v);
+    if (resolve_dtype(o->dtype, f.q) == DType::f32) run<float>(*o, f);
+    else run<double>(*o, f);
+  });
+}
+
+}  // namespace attnlab::cli

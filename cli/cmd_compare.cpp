@@ -1,0 +1,183 @@
+// `attnlab compare`: run methods against exact attention on the user's arrays or a generated problem, print
+// the error metrics, and write them as tidy CSV.
+#include "attnlab/error.hpp"
+#include "attnlab/exact.hpp"
+#include "attnlab/metrics.hpp"
+#include "attnlab/random.hpp"
+#include "attnlab/registry.hpp"
+#include "attnlab/tidy_csv.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+
+namespace attnlab::cli {
+namespace {
+
+struct CompareOptions {
+  std::vector<std::string> methods;
+  bool all = false;
+  std::string q, k, v;
+  Index n = 1024, n_k = 0, d = 64, d_v = 0;
+  std::uint64_t seed = 0;
+  bool causal = false;
+  double scale = std::numeric_limits<double>::quiet_NaN();
+  std::string dtype = "auto";
+  std::string csv;
+  std::string matrix_metrics = "auto";
+  Index matrix_limit = 4096;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string opt(const std::optional<double>& x) { return x ? fmt::format("{:.3e}", *x) : "-"; }
+
+template <typename T>
+void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
+  // The methods, built (and their specs validated) before any work.
+  std::vector<std::unique_ptr<Method<T>>> methods;
+  std::vector<std::string> specs = o.methods;
+  if (o.all)
+    for (const auto& d : registered_methods()) specs.push_back(d.name);
+  require(!specs.empty(), "compare: give --method SPEC (repeatable) or --all");
+  for (const auto& s : specs) {
+    auto m = make_method<T>(s, o.seed);
+    if (o.causal && !m->supports_causal()) {
+      if (o.all) {
+        fmt::print(stderr, "attnlab: note: skipping {}: it cannot honour a causal mask\n", m->name());
+        continue;
+      }
+      throw Error(fmt::format("method '{}' cannot honour a causal mask; drop it or --causal", m->name()));
+    }
+    methods.push_back(std::move(m));
+  }
+
+  const Index heads = files ? files->heads() : 1;
+  const std::string source = files ? "files" : "gaussian";
+  std::optional<TidyCsvWriter> csv;
+  if (!o.csv.empty()) {
+    csv.emplace(o.csv, std::vector<std::string>{"experiment", "source", "method", "spec", "dtype", "n_q", "n_k",
+                                                 "d", "d_v", "causal", "seed", "head"});
+    std::ofstream side(o.csv + ".config.txt");
+    side << "command: " << command_line() << "\ncode_version: " << code_version() << "\n";
+  }
+  AttentionOptions aopts;
+  aopts.scale = o.scale;
+  aopts.causal = o.causal;
+
+  fmt::print("{:<32} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "method", "out_relF", "out_cos",
+             "P_relF", "P_rel2", "P_KL", "P_TV", "time_s", "vs_exact");
+  for (Index h = 0; h < heads; ++h) {
+    MatrixR<T> qs, ks, vs;
+    if (!files) {
+      Rng rng(o.seed);
+      qs = gaussian_matrix<T>(o.n, o.d, rng);
+      ks = gaussian_matrix<T>(o.n_k > 0 ? o.n_k : o.n, o.d, rng);
+      vs = gaussian_matrix<T>(ks.rows(), o.d_v > 0 ? o.d_v : o.d, rng);
+    }
+    MatrixR<T> qc, kc, vc;
+    const ConstRef<T> q = files ? head_view<T>(files->q, h, qc) : ConstRef<T>(qs);
+    const ConstRef<T> k = files ? head_view<T>(files->k, h, kc) : ConstRef<T>(ks);
+    const ConstRef<T> v = files ? head_view<T>(files->v, h, vc) : ConstRef<T>(vs);
+
+    auto t0 = std::chrono::steady_clock::now();
+    const MatrixR<T> exact_out = exact_output<T>(q, k, v, aopts);
+    const double exact_time = seconds_since(t0);
+    const bool matrix_metrics = o.matrix_metrics == "on" ||
+                                (o.matrix_metrics == "auto" && q.rows() <= o.matrix_limit && k.rows() <= o.matrix_limit);
+    std::optional<ExactOperator<T>> exact_op;
+    if (matrix_metrics) exact_op.emplace(q, k, aopts);
+
+    for (auto& m : methods) {
+      t0 = std::chrono::steady_clock::now();
+      m->compute(q, k, aopts);
+      const MatrixR<T> out = m->output(v);
+      const double t = seconds_since(t0);
+      require_finite_output(out, fmt::format("the output of {}", m->spec()));
+      const OutputErrors oe = output_errors<T>(exact_out, out);
+      std::optional<MatrixErrors> me;
+      if (matrix_metrics) me = matrix_errors<T>(*exact_op, m->op());
+
+      fmt::print("{:<32} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.4f} {:>8.2f}\n", m->spec(),
+                 oe.rel_fro, oe.mean_cosine, me ? opt(me->rel_fro) : "-", me ? opt(me->rel_spectral) : "-",
+                 me ? opt(me->mean_kl) : "-", me ? opt(me->mean_tv) : "-", t, t / exact_time);
+      if (!csv) continue;
+      const std::vector<std::string> keys = {
+          "compare", source, m->name(), m->spec(), dtype_name(dtype_of<T>()), std::to_string(q.rows()),
+          std::to_string(k.rows()), std::to_string(q.cols()), std::to_string(v.cols()), o.causal ? "true" : "false",
+          std::to_string(o.seed), std::to_string(h)};
+      csv->write(keys, "out_rel_fro", oe.rel_fro);
+      csv->write(keys, "out_max_abs", oe.max_abs);
+      csv->write(keys, "out_mean_cosine", oe.mean_cosine);
+      csv->write(keys, "out_min_cosine", oe.min_cosine);
+      csv->write(keys, "time_s", t);
+      csv->write(keys, "exact_time_s", exact_time);
+      if (me) {
+        csv->write(keys, "P_rel_fro", me->rel_fro);
+        csv->write(keys, "P_max_abs", me->max_abs);
+        if (me->rel_spectral) csv->write(keys, "P_rel_spectral", *me->rel_spectral);
+        if (me->mean_kl) csv->write(keys, "P_mean_kl", *me->mean_kl);
+        if (me->mean_tv) csv->write(keys, "P_mean_tv", *me->mean_tv);
+      }
+    }
+  }
+  if (csv) fmt::print("wrote {}\n", csv->path());
+}
+
+}  // namespace
+
+void add_compare(CLI::App& app) {
+  auto o = std::make_shared<CompareOptions>();
+  auto* sub = app.add_subcommand("compare", "run methods against exact attention and report the error metrics");
+  sub->add_option("--method", o->methods, "method spec (repeatable), name[:key=value,...]");
+  sub->add_flag("--all", o->all, "every registered method at its defaults");
+  auto* qo = sub->add_option("--q", o->q, "queries .npy (with --k and --v)");
+  auto* ko = sub->add_option("--k", o->k, "keys .npy");
+  auto* vo = sub->add_option("--v", o->v, "values .npy");
+  qo->needs(ko, vo);
+  ko->needs(qo, vo);
+  vo->needs(qo, ko);
+  auto* no = sub->add_option("--n", o->n, "generated problem: number of queries")->check(CLI::Range(1, 1 << 20))
+                 ->capture_default_str();
+  auto* nko = sub->add_option("--nk", o->n_k, "generated problem: number of keys (default n)")
+                  ->check(CLI::Range(1, 1 << 20));
+  auto* dO = sub->add_option("--d", o->d, "generated problem: head dimension")->check(CLI::Range(1, 4096))
+                 ->capture_default_str();
+  auto* dvo = sub->add_option("--dv", o->d_v, "generated problem: value dimension (default d)")
+                  ->check(CLI::Range(1, 4096));
+  for (auto* gen : {no, nko, dO, dvo}) gen->excludes(qo);
+  sub->add_option("--seed", o->seed, "seed of the generated problem and of the methods' randomness")
+      ->capture_default_str();
+  sub->add_flag("--causal", o->causal, "causal mask");
+  sub->add_option("--scale", o->scale, "logit scale (default 1/sqrt(d))");
+  sub->add_option("--dtype", o->dtype, "compute type: auto (Q's file, or f64 when generated), f32, f64")
+      ->check(CLI::IsMember({"auto", "f32", "f64"}))
+      ->capture_default_str();
+  sub->add_option("--csv", o->csv, "write the metrics as tidy CSV here");
+  sub->add_option("--matrix-metrics", o->matrix_metrics,
+                  "metrics of the attention matrices (Frobenius, spectral, KL, TV): auto (n ≤ --matrix-limit), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  sub->add_option("--matrix-limit", o->matrix_limit, "largest n for which auto computes matrix metrics")
+      ->capture_default_str();
+  sub->callback([o] {
+    for (const auto& s : o->methods) make_method<double>(s, o->seed);  // bad specs fail before any work
+    std::optional<QkvFiles> files;
+    if (!o->q.empty()) files = load_qkv(o->q, o->k, o->v);
+    DType dt = DType::f64;
+    if (o->dtype == "f32") dt = DType::f32;
+    else if (o->dtype == "auto" && files) dt = files->q.dtype();
+    if (dt == DType::f32) run<float>(*o, files);
+    else run<double>(*o, files);
+  });
+}
+
+}  // namespace attnlab::cli

@@ -1,0 +1,18 @@
+// Subcommands of the attnlab command; each registers itself on the app and runs from its callback.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace attnlab::cli {
+
+/// The command line as typed, for result sidecars (set once by main).
+void set_command_line(int argc, char** argv);
+const std::string& command_line();
+
+void add_apply(CLI::App& app);
+void add_compare(CLI::App& app);
+void add_methods(CLI::App& app);
+
+}  // namespace attnlab::cli

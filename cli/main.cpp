@@ -1,0 +1,42 @@
+// attnlab: exact softmax attention and its sub-quadratic approximations, computed and measured.
+// Every failure ends in one line on stderr and a non-zero exit status.
+#include "attnlab/error.hpp"
+#include "attnlab/memory.hpp"
+#include "commands.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+#include <new>
+
+int main(int argc, char** argv) {
+  attnlab::cli::set_command_line(argc, argv);
+  CLI::App app{"attnlab: exact softmax attention and its approximations, and how far apart they are"};
+  app.set_version_flag("--version", std::string(attnlab::code_version()));
+  app.require_subcommand(1);
+  app.fallthrough();
+  // Set while parsing, so that it is in force before any subcommand runs.
+  app.add_option_function<std::string>(
+      "--max-memory", [](const std::string& s) { attnlab::set_memory_limit(attnlab::parse_bytes(s)); },
+      "refuse any single quadratic allocation above this size (e.g. 512M, 4G); default: available memory");
+  app.failure_message([](const CLI::App*, const CLI::Error& e) { return fmt::format("attnlab: {}\n", e.what()); });
+  attnlab::cli::add_apply(app);
+  attnlab::cli::add_compare(app);
+  attnlab::cli::add_methods(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const attnlab::Error& e) {
+    std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "attnlab: error: out of memory\n");
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 4;
+  }
+  return 0;
+}

@@ -1,0 +1,63 @@
+// Exact softmax attention, three ways, all with a stable log-sum-exp:
+//   1. materialized: P = softmax(scale·QKᵀ [+ causal mask]) (n_q×n_k), O = P·V;
+//   2. streaming: O tiled over keys with an online softmax (Milakov & Gimelshein 2018; the FlashAttention
+//      recurrence), memory O((n_q + n_k)·d + tile²), never forming P;
+//   3. an operator form of P: apply P and Pᵀ to a block of vectors using the row log-sum-exp
+//      ℓ_i = log Σ_j exp(s·q_iᵀk_j) computed once, P_ij = exp(s·q_iᵀk_j − ℓ_i).
+#pragma once
+
+#include "attnlab/operator.hpp"
+#include "attnlab/options.hpp"
+#include "attnlab/types.hpp"
+
+#include <mutex>
+
+namespace attnlab {
+
+/// Default tile edge of the streaming kernels: a tile² logit block of float64 is 512 KiB.
+constexpr Index kDefaultTile = 256;
+
+/// P = softmax(scale·QKᵀ [+ mask]), materialized (memory-guarded).
+template <typename T>
+MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts);
+
+/// O = softmax(scale·QKᵀ [+ mask])·V, streaming over key tiles with an online softmax.
+template <typename T>
+MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                        const AttentionOptions& opts, Index tile = kDefaultTile);
+
+/// Row log-sum-exp ℓ_i of the (masked) logits, streaming.
+template <typename T>
+VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                         Index tile = kDefaultTile);
+
+/// The exact attention matrix as an operator; keeps copies of Q and K (O((n_q + n_k)·d)) and the row
+/// log-sum-exp, never P.
+template <typename T>
+class ExactOperator final : public AttentionOperator<T> {
+ public:
+  ExactOperator(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                Index tile = kDefaultTile);
+  Index rows() const override { return q_.rows(); }
+  Index cols() const override { return k_.rows(); }
+  MatrixR<T> apply(const ConstRef<T>& x) const override;
+  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
+  MatrixR<T> row_block(Index first, Index count) const override;
+  /// The row log-sum-exp ℓ, computed on first use (one streaming pass) and kept.
+  const VectorX<T>& row_lse() const;
+  const MatrixR<T>& queries() const { return q_; }
+  const MatrixR<T>& keys() const { return k_; }
+  const AttentionOptions& options() const { return opts_; }
+
+ private:
+  MatrixR<T> q_, k_;
+  AttentionOptions opts_;
+  Index tile_;
+  mutable std::once_flag lse_once_;
+  mutable VectorX<T> lse_;
+};
+
+extern template class ExactOperator<float>;
+extern template class ExactOperator<double>;
+
+}  // namespace attnlab

@@ -1,0 +1,24 @@
+// The memory guard: before forming anything quadratic, estimate its size and refuse with a clear message
+// when it will not fit — in the machine's available memory, or in a limit the user set.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// Sets a limit on any single quadratic allocation (0: none but the machine's available memory).
+void set_memory_limit(std::uint64_t bytes);
+std::uint64_t memory_limit();
+/// MemAvailable from /proc/meminfo (bytes); 0 if unknown.
+std::uint64_t available_memory();
+/// Throws Error("<what> needs X but only Y ...") when `bytes` exceeds the limit.
+void check_memory(std::uint64_t bytes, const std::string& what);
+/// Bytes of a rows×cols matrix of `elem` bytes, saturating instead of overflowing.
+std::uint64_t matrix_bytes(std::uint64_t rows, std::uint64_t cols, std::uint64_t elem);
+/// "1.5 GiB", "512 MiB", ...
+std::string format_bytes(std::uint64_t bytes);
+/// Parses "512M", "4G", "1.5GiB", "1000000" (bytes); throws Error on anything else.
+std::uint64_t parse_bytes(const std::string& text);
+
+}  // namespace attnlab

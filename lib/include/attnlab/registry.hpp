@@ -1,0 +1,52 @@
+// The method registry and factory: every method is built from a short spec string,
+// `name[:key=value,...]`. Unknown names and keys, bad values and unsupported options are refused with a
+// message listing what is valid.
+#pragma once
+
+#include "attnlab/method.hpp"
+#include "attnlab/spec.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnlab {
+
+struct MethodDescriptor {
+  std::string name;
+  std::string summary;    // one line
+  std::string reference;  // the equation / paper it implements
+  bool causal = false;    // supports a causal mask
+  std::vector<ParamSpec> params;
+  std::function<std::unique_ptr<Method<float>>(const MethodDescriptor&, Params)> make_f32;
+  std::function<std::unique_ptr<Method<double>>(const MethodDescriptor&, Params)> make_f64;
+};
+
+/// Every registered method, in a fixed order.
+const std::vector<MethodDescriptor>& registered_methods();
+/// The names, joined by ", " (for messages).
+std::string registered_method_names();
+/// Looks a method up by name; throws Error listing the valid names.
+const MethodDescriptor& find_method(const std::string& name);
+
+/// Builds a method from its spec. When the method has a `seed` parameter that the spec leaves out,
+/// default_seed (if given) is used in its place.
+template <typename T>
+std::unique_ptr<Method<T>> make_method(const std::string& spec,
+                                       std::optional<std::uint64_t> default_seed = std::nullopt);
+
+/// A descriptor's two factories for a method template M<T> constructed as M<T>(descriptor, params).
+template <template <typename> class M>
+void set_factories(MethodDescriptor& d) {
+  d.make_f32 = [](const MethodDescriptor& desc, Params p) -> std::unique_ptr<Method<float>> {
+    return std::make_unique<M<float>>(desc, std::move(p));
+  };
+  d.make_f64 = [](const MethodDescriptor& desc, Params p) -> std::unique_ptr<Method<double>> {
+    return std::make_unique<M<double>>(desc, std::move(p));
+  };
+}
+
+}  // namespace attnlab

@@ -1,0 +1,64 @@
+// Method specifications as short strings, `name[:key=value[,key=value]...]` (the faiss factory idea):
+// `exact`, `nystrom:landmarks=64,iters=6`. Parsing checks the syntax; resolving against a method's
+// parameter list checks names, types, ranges and choices and fills in defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnlab {
+
+/// One parameter a method accepts.
+struct ParamSpec {
+  enum class Type { Integer, Real, Boolean, Choice };
+  std::string name;
+  Type type = Type::Integer;
+  std::string default_value;
+  std::string help;
+  std::vector<std::string> choices;  // Choice only
+  double min = 0;                    // Integer and Real: inclusive range
+  double max = 0;
+
+  static ParamSpec integer(std::string name, long long def, long long lo, long long hi, std::string help);
+  static ParamSpec real(std::string name, double def, double lo, double hi, std::string help);
+  static ParamSpec boolean(std::string name, bool def, std::string help);
+  static ParamSpec choice(std::string name, std::vector<std::string> choices, std::string help);
+  /// "integer in [1, 4096]", "one of elu|relu", ...
+  std::string describe_type() const;
+};
+
+/// A parsed, not yet validated specification.
+struct Spec {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> values;
+};
+
+/// Parses `name[:key=value[,key=value]...]`; throws Error on bad syntax or a repeated key.
+Spec parse_spec(const std::string& text);
+
+/// Every parameter of a method with its (validated) value, in the method's declared order.
+class Params {
+ public:
+  Params() = default;
+  long long integer(const std::string& name) const;
+  double real(const std::string& name) const;
+  bool boolean(const std::string& name) const;
+  const std::string& choice(const std::string& name) const;
+  bool has(const std::string& name) const;
+  /// "key=value,key=value" with every parameter, defaults included.
+  std::string to_string() const;
+  const std::vector<std::pair<std::string, std::string>>& values() const { return values_; }
+
+ private:
+  friend Params resolve_params(const std::string&, const std::vector<ParamSpec>&, const Spec&);
+  const std::string& raw(const std::string& name) const;
+  std::vector<std::pair<std::string, std::string>> values_;
+};
+
+/// Validates spec's values against the declared parameters of method `method` and fills in defaults.
+/// Errors list what is valid: the parameter names, or the expected type and range.
+Params resolve_params(const std::string& method, const std::vector<ParamSpec>& params, const Spec& spec);
+
+}  // namespace attnlab

@@ -1,0 +1,39 @@
+// Scalar and matrix types shared by every part of attnlab.
+// Tokens are rows: Q (n_q×d), K (n_k×d), V (n_k×d_v) are row-major, as numpy's C order stores them,
+// so an (n, d) .npy file maps onto a matrix without a copy.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+using Index = Eigen::Index;
+
+template <typename T>
+using MatrixR = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using VectorX = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+template <typename T>
+using ConstRef = Eigen::Ref<const MatrixR<T>>;
+template <typename T>
+using MutRef = Eigen::Ref<MatrixR<T>>;
+
+/// The two floating-point types attnlab computes in.
+enum class DType { f32, f64 };
+
+inline const char* dtype_name(DType t) { return t == DType::f32 ? "float32" : "float64"; }
+inline std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 8; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<double>() { return DType::f64; }
+
+/// Outcome of a compute() call, as Eigen's ComputationInfo.
+enum class Status { Success, NotComputed, NoConvergence, NumericalIssue };
+const char* status_name(Status s);
+
+}  // namespace attnlab

@@ -1,0 +1,248 @@
+// Exact softmax attention kernels. One tiler forms scale·Q_I K_Jᵀ for a query tile I and a key tile J with
+// the causal mask applied; the materialized, streaming, log-sum-exp and operator forms all use it, so they
+// mask and scale identically. Parallel over tiles of the output (OpenMP).
+#include "attnlab/exact.hpp"
+
+#include "attnlab/error.hpp"
+#include "attnlab/memory.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attnlab {
+namespace {
+
+template <typename T>
+struct Tiler {
+  const ConstRef<T>& q;
+  const ConstRef<T>& k;
+  T scale;
+  bool causal;
+  Index offset;  // query i sees keys j <= i + offset when causal
+
+  Tiler(const ConstRef<T>& q_, const ConstRef<T>& k_, const AttentionOptions& o)
+      : q(q_), k(k_), scale(T(o.resolved_scale(q_.cols()))), causal(o.causal),
+        offset(causal_offset(q_.rows(), k_.rows())) {}
+
+  /// One past the last key any query of [i0, i0 + bi) may see.
+  Index key_end(Index i0, Index bi) const {
+    return causal ? std::min<Index>(k.rows(), i0 + bi + offset) : k.rows();
+  }
+  /// First query that may see key j0.
+  Index query_begin(Index j0) const { return causal ? std::max<Index>(0, j0 - offset) : 0; }
+
+  /// s = scale·Q[i0:i0+bi] K[j0:j0+bj]ᵀ with future keys set to −∞.
+  void logits(Index i0, Index bi, Index j0, Index bj, MatrixR<T>& s) const {
+    s.resize(bi, bj);
+    s.noalias() = q.middleRows(i0, bi) * k.middleRows(j0, bj).transpose();
+    s *= scale;
+    if (!causal) return;
+    for (Index r = 0; r < bi; ++r) {
+      const Index first_masked = std::max<Index>(0, i0 + r + offset + 1 - j0);
+      if (first_masked < bj) s.row(r).tail(bj - first_masked).setConstant(-std::numeric_limits<T>::infinity());
+    }
+  }
+};
+
+Index checked_tile(Index tile) {
+  require(tile >= 1, fmt::format("tile must be positive, got {}", tile));
+  return tile;
+}
+
+void validate(Index nq, Index dq, Index nk, Index dk, const AttentionOptions& opts) {
+  validate_qk(nq, dq, nk, dk, opts);
+}
+
+}  // namespace
+
+template <typename T>
+MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  check_memory(matrix_bytes(q.rows(), k.rows(), sizeof(T)),
+               fmt::format("the {}×{} {} attention matrix", q.rows(), k.rows(), dtype_name(dtype_of<T>())));
+  Tiler<T> t(q, k, opts);
+  MatrixR<T> p;
+  t.logits(0, q.rows(), 0, k.rows(), p);
+  // Row softmax with the max subtracted first: exp never overflows, and the row's max becomes exp(0) = 1,
+  // so the sum is ≥ 1 and never underflows (stable log-sum-exp).
+#pragma omp parallel for schedule(static)
+  for (Index i = 0; i < p.rows(); ++i) {
+    const T mx = p.row(i).maxCoeff();
+    p.row(i) = (p.row(i).array() - mx).exp();
+    p.row(i) /= p.row(i).sum();
+  }
+  return p;
+}
+
+template <typename T>
+MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                        const AttentionOptions& opts, Index tile) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  validate_v(k.rows(), v.rows());
+  checked_tile(tile);
+  const Tiler<T> t(q, k, opts);
+  const Index nq = q.rows(), dv = v.cols();
+  const Index ntiles = (nq + tile - 1) / tile;
+  MatrixR<T> out(nq, dv);
+#pragma omp parallel
+  {
+    MatrixR<T> s;
+    MatrixR<T> acc(tile, dv);
+    VectorX<T> m(tile), l(tile);
+#pragma omp for schedule(dynamic)
+    for (Index it = 0; it < ntiles; ++it) {
+      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
+      m.head(bi).setConstant(-std::numeric_limits<T>::infinity());
+      l.head(bi).setZero();
+      acc.topRows(bi).setZero();
+      const Index kend = t.key_end(i0, bi);
+      for (Index j0 = 0; j0 < kend; j0 += tile) {
+        const Index bj = std::min(tile, kend - j0);
+        t.logits(i0, bi, j0, bj, s);
+        // Online softmax: keep the running max m_i and the running sum l_i = Σ exp(s_ij − m_i); when the max
+        // grows, rescale l and the accumulator by exp(m_old − m_new). Key 0 is in the first tile of every
+        // row, so m_i is finite from the first tile on.
+        for (Index r = 0; r < bi; ++r) {
+          const T mnew = std::max(m(r), s.row(r).maxCoeff());
+          const T alpha = std::exp(m(r) - mnew);
+          s.row(r) = (s.row(r).array() - mnew).exp();
+          l(r) = alpha * l(r) + s.row(r).sum();
+          acc.row(r) *= alpha;
+          m(r) = mnew;
+        }
+        acc.topRows(bi).noalias() += s * v.middleRows(j0, bj);
+      }
+      out.middleRows(i0, bi) = acc.topRows(bi).array().colwise() / l.head(bi).array();
+    }
+  }
+  return out;
+}
+
+template <typename T>
+VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts, Index tile) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  checked_tile(tile);
+  const Tiler<T> t(q, k, opts);
+  const Index nq = q.rows();
+  const Index ntiles = (nq + tile - 1) / tile;
+  VectorX<T> lse(nq);
+#pragma omp parallel
+  {
+    MatrixR<T> s;
+#pragma omp for schedule(dynamic)
+    for (Index it = 0; it < ntiles; ++it) {
+      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
+      VectorX<T> m = VectorX<T>::Constant(bi, -std::numeric_limits<T>::infinity());
+      VectorX<T> l = VectorX<T>::Zero(bi);
+      const Index kend = t.key_end(i0, bi);
+      for (Index j0 = 0; j0 < kend; j0 += tile) {
+        const Index bj = std::min(tile, kend - j0);
+        t.logits(i0, bi, j0, bj, s);
+        for (Index r = 0; r < bi; ++r) {
+          const T mnew = std::max(m(r), s.row(r).maxCoeff());
+          l(r) = std::exp(m(r) - mnew) * l(r) + (s.row(r).array() - mnew).exp().sum();
+          m(r) = mnew;
+        }
+      }
+      lse.segment(i0, bi) = m.array() + l.array().log();
+    }
+  }
+  return lse;
+}
+
+template <typename T>
+ExactOperator<T>::ExactOperator(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                                Index tile)
+    : q_(q), k_(k), opts_(opts), tile_(checked_tile(tile)) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  opts_.scale = opts.resolved_scale(q.cols());
+}
+
+template <typename T>
+const VectorX<T>& ExactOperator<T>::row_lse() const {
+  std::call_once(lse_once_, [this] { lse_ = exact_row_lse<T>(q_, k_, opts_, tile_); });
+  return lse_;
+}
+
+template <typename T>
+MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
+  require(x.rows() == cols(), fmt::format("apply: X has {} rows, the operator has {} columns", x.rows(), cols()));
+  const VectorX<T>& lse = row_lse();
+  const ConstRef<T> q(q_), k(k_);
+  const Tiler<T> t(q, k, opts_);
+  const Index nq = rows(), b = x.cols(), tile = tile_;
+  const Index ntiles = (nq + tile - 1) / tile;
+  MatrixR<T> y = MatrixR<T>::Zero(nq, b);
+#pragma omp parallel
+  {
+    MatrixR<T> s;
+#pragma omp for schedule(dynamic)
+    for (Index it = 0; it < ntiles; ++it) {
+      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
+      const Index kend = t.key_end(i0, bi);
+      for (Index j0 = 0; j0 < kend; j0 += tile) {
+        const Index bj = std::min(tile, kend - j0);
+        t.logits(i0, bi, j0, bj, s);
+        // P_ij = exp(s_ij − ℓ_i)
+        for (Index r = 0; r < bi; ++r) s.row(r) = (s.row(r).array() - lse(i0 + r)).exp();
+        y.middleRows(i0, bi).noalias() += s * x.middleRows(j0, bj);
+      }
+    }
+  }
+  return y;
+}
+
+template <typename T>
+MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
+  require(x.rows() == rows(),
+          fmt::format("apply_transpose: X has {} rows, the operator has {} rows", x.rows(), rows()));
+  const VectorX<T>& lse = row_lse();
+  const ConstRef<T> q(q_), k(k_);
+  const Tiler<T> t(q, k, opts_);
+  const Index nq = rows(), nk = cols(), b = x.cols(), tile = tile_;
+  const Index ntiles = (nk + tile - 1) / tile;
+  MatrixR<T> y = MatrixR<T>::Zero(nk, b);
+  // Parallel over key tiles, so that each thread owns the rows of Y it writes.
+#pragma omp parallel
+  {
+    MatrixR<T> s;
+#pragma omp for schedule(dynamic)
+    for (Index jt = 0; jt < ntiles; ++jt) {
+      const Index j0 = jt * tile, bj = std::min(tile, nk - j0);
+      for (Index i0 = (t.query_begin(j0) / tile) * tile; i0 < nq; i0 += tile) {
+        const Index bi = std::min(tile, nq - i0);
+        t.logits(i0, bi, j0, bj, s);
+        for (Index r = 0; r < bi; ++r) s.row(r) = (s.row(r).array() - lse(i0 + r)).exp();
+        y.middleRows(j0, bj).noalias() += s.transpose() * x.middleRows(i0, bi);
+      }
+    }
+  }
+  return y;
+}
+
+template <typename T>
+MatrixR<T> ExactOperator<T>::row_block(Index first, Index count) const {
+  require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
+  const VectorX<T>& lse = row_lse();
+  const ConstRef<T> q(q_), k(k_);
+  const Tiler<T> t(q, k, opts_);
+  MatrixR<T> s;
+  t.logits(first, count, 0, cols(), s);
+  for (Index r = 0; r < count; ++r) s.row(r) = (s.row(r).array() - lse(first + r)).exp();
+  return s;
+}
+
+#define ATTNLAB_INSTANTIATE_EXACT(T)                                                                     \
+  template MatrixR<T> exact_matrix<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&); \
+  template MatrixR<T> exact_output<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&,       \
+                                      const AttentionOptions&, Index);                                  \
+  template VectorX<T> exact_row_lse<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&, \
+                                       Index);                                                          \
+  template class ExactOperator<T>;
+ATTNLAB_INSTANTIATE_EXACT(float)
+ATTNLAB_INSTANTIATE_EXACT(double)
+
+}  // namespace attnlab

@@ -1,0 +1,209 @@
+// Spec strings `name[:key=value,...]`: syntax, then validation against a method's parameters.
+#include "attnlab/spec.hpp"
+
+#include "attnlab/error.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace attnlab {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+bool is_identifier(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+std::string fmt_number(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", (long long)v);
+  return fmt::format("{}", v);
+}
+
+bool parse_ll(const std::string& s, long long& out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  out = std::strtoll(s.c_str(), &end, 10);
+  return errno == 0 && end == s.c_str() + s.size();
+}
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return errno == 0 && end == s.c_str() + s.size() && std::isfinite(out);
+}
+
+bool parse_bool(const std::string& s, bool& out) {
+  if (s == "true" || s == "1" || s == "yes" || s == "on") return out = true, true;
+  if (s == "false" || s == "0" || s == "no" || s == "off") return out = false, true;
+  return false;
+}
+
+}  // namespace
+
+ParamSpec ParamSpec::integer(std::string name, long long def, long long lo, long long hi, std::string help) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.type = Type::Integer;
+  p.default_value = std::to_string(def);
+  p.min = double(lo);
+  p.max = double(hi);
+  p.help = std::move(help);
+  return p;
+}
+
+ParamSpec ParamSpec::real(std::string name, double def, double lo, double hi, std::string help) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.type = Type::Real;
+  p.default_value = fmt::format("{}", def);
+  p.min = lo;
+  p.max = hi;
+  p.help = std::move(help);
+  return p;
+}
+
+ParamSpec ParamSpec::boolean(std::string name, bool def, std::string help) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.type = Type::Boolean;
+  p.default_value = def ? "true" : "false";
+  p.help = std::move(help);
+  return p;
+}
+
+ParamSpec ParamSpec::choice(std::string name, std::vector<std::string> choices, std::string help) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.type = Type::Choice;
+  p.default_value = choices.at(0);
+  p.choices = std::move(choices);
+  p.help = std::move(help);
+  return p;
+}
+
+std::string ParamSpec::describe_type() const {
+  switch (type) {
+    case Type::Integer: return fmt::format("integer in [{}, {}]", fmt_number(min), fmt_number(max));
+    case Type::Real: return fmt::format("number in [{}, {}]", fmt_number(min), fmt_number(max));
+    case Type::Boolean: return "true|false";
+    case Type::Choice: return fmt::format("one of {}", fmt::join(choices, "|"));
+  }
+  return "";
+}
+
+Spec parse_spec(const std::string& text) {
+  const std::string t = trim(text);
+  Spec spec;
+  const auto colon = t.find(':');
+  spec.name = trim(t.substr(0, colon));
+  if (!is_identifier(spec.name))
+    throw Error(fmt::format("bad method spec '{}': expected name[:key=value[,key=value]...]", text));
+  if (colon == std::string::npos) return spec;
+  const std::string rest = t.substr(colon + 1);
+  if (trim(rest).empty()) throw Error(fmt::format("bad method spec '{}': nothing after ':'", text));
+  std::size_t start = 0;
+  while (start <= rest.size()) {
+    auto comma = rest.find(',', start);
+    if (comma == std::string::npos) comma = rest.size();
+    const std::string item = rest.substr(start, comma - start);
+    const auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw Error(fmt::format("bad method spec '{}': '{}' is not key=value", text, trim(item)));
+    std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
+    if (!is_identifier(key)) throw Error(fmt::format("bad method spec '{}': bad key '{}'", text, key));
+    if (value.empty()) throw Error(fmt::format("bad method spec '{}': no value for '{}'", text, key));
+    for (const auto& kv : spec.values)
+      if (kv.first == key) throw Error(fmt::format("bad method spec '{}': '{}' given twice", text, key));
+    spec.values.emplace_back(std::move(key), std::move(value));
+    start = comma + 1;
+  }
+  return spec;
+}
+
+Params resolve_params(const std::string& method, const std::vector<ParamSpec>& params, const Spec& spec) {
+  std::vector<std::string> names;
+  for (const auto& p : params) names.push_back(p.name);
+  for (const auto& kv : spec.values) {
+    if (std::find(names.begin(), names.end(), kv.first) == names.end()) {
+      if (names.empty())
+        throw Error(fmt::format("method '{}' takes no parameters, got '{}'", method, kv.first));
+      throw Error(fmt::format("method '{}' has no parameter '{}'; valid: {}", method, kv.first,
+                              fmt::join(names, ", ")));
+    }
+  }
+  Params out;
+  for (const auto& p : params) {
+    std::string value = p.default_value;
+    for (const auto& kv : spec.values)
+      if (kv.first == p.name) value = kv.second;
+    const auto bad = [&]() {
+      return Error(fmt::format("{}: bad value '{}' for '{}', expected {}", method, value, p.name,
+                               p.describe_type()));
+    };
+    switch (p.type) {
+      case ParamSpec::Type::Integer: {
+        long long v;
+        if (!parse_ll(value, v) || double(v) < p.min || double(v) > p.max) throw bad();
+        value = std::to_string(v);
+        break;
+      }
+      case ParamSpec::Type::Real: {
+        double v;
+        if (!parse_double(value, v) || v < p.min || v > p.max) throw bad();
+        break;
+      }
+      case ParamSpec::Type::Boolean: {
+        bool v;
+        if (!parse_bool(value, v)) throw bad();
+        value = v ? "true" : "false";
+        break;
+      }
+      case ParamSpec::Type::Choice:
+        if (std::find(p.choices.begin(), p.choices.end(), value) == p.choices.end()) throw bad();
+        break;
+    }
+    out.values_.emplace_back(p.name, value);
+  }
+  return out;
+}
+
+const std::string& Params::raw(const std::string& name) const {
+  for (const auto& kv : values_)
+    if (kv.first == name) return kv.second;
+  throw Error(fmt::format("internal: no parameter '{}'", name));
+}
+
+bool Params::has(const std::string& name) const {
+  return std::any_of(values_.begin(), values_.end(), [&](const auto& kv) { return kv.first == name; });
+}
+long long Params::integer(const std::string& name) const { return std::stoll(raw(name)); }
+double Params::real(const std::string& name) const { return std::stod(raw(name)); }
+bool Params::boolean(const std::string& name) const { return raw(name) == "true"; }
+const std::string& Params::choice(const std::string& name) const { return raw(name); }
+
+std::string Params::to_string() const {
+  std::string s;
+  for (const auto& kv : values_) {
+    if (!s.empty()) s += ',';
+    s += kv.first + '=' + kv.second;
+  }
+  return s;
+}
+
+}  // namespace attnlab
