@@ -73,7 +73,7 @@ void add_apply(CLI::App& app) {
   sub->add_option("--out", o->out, "output .npy, (n_q, d_v) or (h, n_q, d_v)")->required();
   sub->add_option("--matrix", o->matrix, "also write the implied attention matrix, (n_q, n_k) or (h, n_q, n_k)");
   sub->add_flag("--causal", o->causal, "causal mask (queries aligned with the last keys when n_q < n_k)");
-  sub->add_option("--scale", o->scale, "logit scale (default 1/sqrt(d))");
+  sub->add_option("--scale", o->scale, "logit scale (default 1/sqrt(d))")->check(positive_finite());
   sub->add_option("--seed", o->seed, "seed for methods with randomness (when the spec gives none)");
   sub->add_option("--dtype", o->dtype, "compute type: auto (that of Q's file), f32, f64")
       ->check(CLI::IsMember({"auto", "f32", "f64"}))

@@ -157,7 +157,7 @@ void add_compare(CLI::App& app) {
   sub->add_option("--seed", o->seed, "seed of the generated problem and of the methods' randomness")
       ->capture_default_str();
   sub->add_flag("--causal", o->causal, "causal mask");
-  sub->add_option("--scale", o->scale, "logit scale (default 1/sqrt(d))");
+  sub->add_option("--scale", o->scale, "logit scale (default 1/sqrt(d))")->check(positive_finite());
   sub->add_option("--dtype", o->dtype, "compute type: auto (Q's file, or f64 when generated), f32, f64")
       ->check(CLI::IsMember({"auto", "f32", "f64"}))
       ->capture_default_str();

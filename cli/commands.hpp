@@ -11,6 +11,9 @@ namespace attnlab::cli {
 void set_command_line(int argc, char** argv);
 const std::string& command_line();
 
+/// Validator: a finite number > 0 (CLI11 would let "nan" and "inf" through).
+CLI::Validator positive_finite();
+
 void add_apply(CLI::App& app);
 void add_compare(CLI::App& app);
 void add_methods(CLI::App& app);

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace attnlab::cli {
 namespace {
 std::string g_command_line;
@@ -21,6 +23,22 @@ void set_command_line(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + csv_field(argv[i]);
 }
 const std::string& command_line() { return g_command_line; }
+
+CLI::Validator positive_finite() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double x = 0;
+        std::size_t pos = 0;
+        try {
+          x = std::stod(s, &pos);
+        } catch (...) {
+          return "'" + s + "' is not a number";
+        }
+        if (pos != s.size() || !std::isfinite(x) || x <= 0) return "'" + s + "' must be a finite number > 0";
+        return "";
+      },
+      "POSITIVE");
+}
 
 QkvFiles load_qkv(const std::string& q, const std::string& k, const std::string& v) {
   QkvFiles f{NpyArray::read(q), NpyArray::read(k), NpyArray::read(v)};

@@ -34,16 +34,27 @@ struct Tiler {
   /// First query that may see key j0.
   Index query_begin(Index j0) const { return causal ? std::max<Index>(0, j0 - offset) : 0; }
 
-  /// s = scale·Q[i0:i0+bi] K[j0:j0+bj]ᵀ with future keys set to −∞.
+  /// s = scale·Q[i0:i0+bi] K[j0:j0+bj]ᵀ (unmasked; the kernels read only each row's visible prefix).
   void logits(Index i0, Index bi, Index j0, Index bj, MatrixR<T>& s) const {
     s.resize(bi, bj);
     s.noalias() = q.middleRows(i0, bi) * k.middleRows(j0, bj).transpose();
     s *= scale;
-    if (!causal) return;
-    for (Index r = 0; r < bi; ++r) {
-      const Index first_masked = std::max<Index>(0, i0 + r + offset + 1 - j0);
-      if (first_masked < bj) s.row(r).tail(bj - first_masked).setConstant(-std::numeric_limits<T>::infinity());
-    }
+  }
+  /// How many of the keys [j0, j0 + bj) query i sees: the mask keeps a prefix of every row.
+  Index visible(Index i, Index j0, Index bj) const {
+    return causal ? std::clamp<Index>(i + offset + 1 - j0, 0, bj) : bj;
+  }
+  /// Row r of a logit tile for query i → exp(s − shift) on the visible keys, exactly 0 on masked ones.
+  /// (Eigen's vectorized exp(−∞) is ~1e-39, not 0: masked entries are never exponentiated.)
+  void exp_row(MatrixR<T>& s, Index r, Index i, Index j0, T shift) const {
+    const Index vis = visible(i, j0, s.cols());
+    s.row(r).head(vis) = (s.row(r).head(vis).array() - shift).exp();
+    s.row(r).tail(s.cols() - vis).setZero();
+  }
+  /// Max of the visible logits of row r (−∞ when none is visible).
+  T row_max(const MatrixR<T>& s, Index r, Index i, Index j0) const {
+    const Index vis = visible(i, j0, s.cols());
+    return vis ? s.row(r).head(vis).maxCoeff() : -std::numeric_limits<T>::infinity();
   }
 };
 
@@ -70,8 +81,7 @@ MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const Attent
   // so the sum is ≥ 1 and never underflows (stable log-sum-exp).
 #pragma omp parallel for schedule(static)
   for (Index i = 0; i < p.rows(); ++i) {
-    const T mx = p.row(i).maxCoeff();
-    p.row(i) = (p.row(i).array() - mx).exp();
+    t.exp_row(p, i, i, 0, t.row_max(p, i, i, 0));
     p.row(i) /= p.row(i).sum();
   }
   return p;
@@ -106,9 +116,9 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
         // grows, rescale l and the accumulator by exp(m_old − m_new). Key 0 is in the first tile of every
         // row, so m_i is finite from the first tile on.
         for (Index r = 0; r < bi; ++r) {
-          const T mnew = std::max(m(r), s.row(r).maxCoeff());
+          const T mnew = std::max(m(r), t.row_max(s, r, i0 + r, j0));
           const T alpha = std::exp(m(r) - mnew);
-          s.row(r) = (s.row(r).array() - mnew).exp();
+          t.exp_row(s, r, i0 + r, j0, mnew);
           l(r) = alpha * l(r) + s.row(r).sum();
           acc.row(r) *= alpha;
           m(r) = mnew;
@@ -142,8 +152,9 @@ VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const Atten
         const Index bj = std::min(tile, kend - j0);
         t.logits(i0, bi, j0, bj, s);
         for (Index r = 0; r < bi; ++r) {
-          const T mnew = std::max(m(r), s.row(r).maxCoeff());
-          l(r) = std::exp(m(r) - mnew) * l(r) + (s.row(r).array() - mnew).exp().sum();
+          const T mnew = std::max(m(r), t.row_max(s, r, i0 + r, j0));
+          const Index vis = t.visible(i0 + r, j0, bj);
+          l(r) = std::exp(m(r) - mnew) * l(r) + (s.row(r).head(vis).array() - mnew).exp().sum();
           m(r) = mnew;
         }
       }
@@ -187,7 +198,7 @@ MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
         const Index bj = std::min(tile, kend - j0);
         t.logits(i0, bi, j0, bj, s);
         // P_ij = exp(s_ij − ℓ_i)
-        for (Index r = 0; r < bi; ++r) s.row(r) = (s.row(r).array() - lse(i0 + r)).exp();
+        for (Index r = 0; r < bi; ++r) t.exp_row(s, r, i0 + r, j0, lse(i0 + r));
         y.middleRows(i0, bi).noalias() += s * x.middleRows(j0, bj);
       }
     }
@@ -215,7 +226,7 @@ MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
       for (Index i0 = (t.query_begin(j0) / tile) * tile; i0 < nq; i0 += tile) {
         const Index bi = std::min(tile, nq - i0);
         t.logits(i0, bi, j0, bj, s);
-        for (Index r = 0; r < bi; ++r) s.row(r) = (s.row(r).array() - lse(i0 + r)).exp();
+        for (Index r = 0; r < bi; ++r) t.exp_row(s, r, i0 + r, j0, lse(i0 + r));
         y.middleRows(j0, bj).noalias() += s.transpose() * x.middleRows(i0, bi);
       }
     }
@@ -231,7 +242,7 @@ MatrixR<T> ExactOperator<T>::row_block(Index first, Index count) const {
   const Tiler<T> t(q, k, opts_);
   MatrixR<T> s;
   t.logits(first, count, 0, cols(), s);
-  for (Index r = 0; r < count; ++r) s.row(r) = (s.row(r).array() - lse(first + r)).exp();
+  for (Index r = 0; r < count; ++r) t.exp_row(s, r, first + r, 0, lse(first + r));
   return s;
 }
 

@@ -1,0 +1,146 @@
+"""Bad input to the attnlab command: every case exits non-zero with one line on stderr naming the problem,
+never a crash (signal), a hang, a NaN output, or a half-written output file."""
+import os
+
+import numpy as np
+
+from harness import Checks, path, run
+
+c = Checks()
+rng = np.random.default_rng(1)
+
+
+def save(name, a):
+    np.save(path(name), a)
+    return path(name)
+
+
+def write(name, data):
+    with open(path(name), "wb") as f:
+        f.write(data)
+    return path(name)
+
+
+good_q = save("q.npy", rng.standard_normal((64, 16)).astype(np.float32))
+good_k = save("k.npy", rng.standard_normal((80, 16)).astype(np.float32))
+good_v = save("v.npy", rng.standard_normal((80, 8)).astype(np.float32))
+valid = open(good_k, "rb").read()
+
+bad = {
+    "malformed": write("text.npy", b"this is not an npy file at all, just text\n"),
+    "truncated": write("trunc.npy", valid[: len(valid) // 2]),
+    "header_only": write("hdr.npy", valid[:128]),
+    "int32": save("i4.npy", rng.integers(0, 9, (80, 16)).astype(np.int32)),
+    "float16": save("f2.npy", rng.standard_normal((80, 16)).astype(np.float16)),
+    "complex": save("c8.npy", rng.standard_normal((80, 16)).astype(np.complex64)),
+    "bigendian": save("be.npy", rng.standard_normal((80, 16)).astype(">f4")),
+    "onedim": save("1d.npy", rng.standard_normal(80).astype(np.float32)),
+    "fourdim": save("4d.npy", rng.standard_normal((1, 2, 80, 16)).astype(np.float32)),
+}
+lie = bytearray(valid)
+i = lie.index(b"(80, 16)")
+lie[i:i + 8] = b"(90, 16)"
+bad["lying_header"] = write("lie.npy", bytes(lie))
+
+nan_k = rng.standard_normal((80, 16)).astype(np.float32); nan_k[3, 5] = np.nan
+inf_v = rng.standard_normal((80, 8)).astype(np.float32); inf_v[70, 1] = np.inf
+nan_q = rng.standard_normal((2, 64, 16)); nan_q[1, 2, 3] = np.nan
+
+cases = [
+    # (what, args, words the message must contain)
+    ("malformed file", ["--q", bad["malformed"], "--k", good_k, "--v", good_v], ["bad magic", "text.npy"]),
+    ("truncated file", ["--q", good_q, "--k", bad["truncated"], "--v", good_v], ["truncated", "trunc.npy"]),
+    ("header without data", ["--q", good_q, "--k", bad["header_only"], "--v", good_v], ["hdr.npy"]),
+    ("lying header", ["--q", good_q, "--k", bad["lying_header"], "--v", good_v], ["lie.npy", "bytes"]),
+    ("int32 dtype", ["--q", good_q, "--k", bad["int32"], "--v", good_v], ["'<i4' is not supported"]),
+    ("float16 dtype", ["--q", bad["float16"], "--k", good_k, "--v", good_v], ["'<f2' is not supported"]),
+    ("complex dtype", ["--q", good_q, "--k", good_k, "--v", bad["complex"]], ["'<c8' is not supported"]),
+    ("big-endian", ["--q", good_q, "--k", bad["bigendian"], "--v", good_v], ["big-endian"]),
+    ("1-D array", ["--q", bad["onedim"], "--k", good_k, "--v", good_v], ["1 dimensions"]),
+    ("4-D array", ["--q", good_q, "--k", bad["fourdim"], "--v", good_v], ["4 dimensions"]),
+    ("n_k of K != n_k of V", ["--q", good_q, "--k", good_k, "--v", save("v90.npy", rng.standard_normal((90, 8)))],
+     ["n_k = 80", "90"]),
+    ("d of Q != d of K", ["--q", save("q8.npy", rng.standard_normal((64, 8))), "--k", good_k, "--v", good_v],
+     ["d = 8", "d = 16"]),
+    ("NaN in K", ["--q", good_q, "--k", save("nank.npy", nan_k), "--v", good_v], ["NaN", "row 3, column 5"]),
+    ("Inf in V", ["--q", good_q, "--k", good_k, "--v", save("infv.npy", inf_v)], ["Inf", "row 70"]),
+    ("NaN in a head", ["--q", save("nanq.npy", nan_q), "--k", save("k3.npy", rng.standard_normal((2, 80, 16))),
+                       "--v", save("v3.npy", rng.standard_normal((2, 80, 8)))], ["NaN", "head 1"]),
+    ("2-D mixed with 3-D", ["--q", good_q, "--k", save("k3b.npy", rng.standard_normal((1, 80, 16))), "--v", good_v],
+     ["(n, d)", "(h, n, d)"]),
+    ("head counts", ["--q", save("q2h.npy", rng.standard_normal((2, 64, 16))),
+                     "--k", save("k3h.npy", rng.standard_normal((3, 80, 16))),
+                     "--v", save("v3h.npy", rng.standard_normal((3, 80, 8)))], ["head counts"]),
+    ("missing file", ["--q", path("nope.npy"), "--k", good_k, "--v", good_v], ["nope.npy", "cannot open"]),
+    ("unknown method", ["--method", "nystromformer", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["unknown method", "exact"]),
+    ("unknown key", ["--method", "exact:landmarks=4", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["no parameter 'landmarks'", "valid: impl, tile"]),
+    ("bad value", ["--method", "exact:tile=-3", "--q", good_q, "--k", good_k, "--v", good_v], ["integer in"]),
+    ("bad spec syntax", ["--method", "exact:tile", "--q", good_q, "--k", good_k, "--v", good_v], ["key=value"]),
+    ("causal with n_q > n_k", ["--causal", "--q", good_k, "--k", good_q,
+                                "--v", save("v64.npy", rng.standard_normal((64, 8)))], ["causal", "n_k >= n_q"]),
+    ("NaN scale", ["--scale", "nan", "--q", good_q, "--k", good_k, "--v", good_v], ["scale"]),
+    ("negative scale", ["--scale", "-1", "--q", good_q, "--k", good_k, "--v", good_v], ["scale"]),
+    ("bad dtype flag", ["--dtype", "f16", "--q", good_q, "--k", good_k, "--v", good_v], ["dtype"]),
+    ("matrix over --max-memory", ["--max-memory", "16K", "--matrix", path("p.npy"),
+                                   "--q", good_q, "--k", good_k, "--v", good_v], ["needs", "--max-memory"]),
+    ("bad --max-memory", ["--max-memory", "lots", "--q", good_q, "--k", good_k, "--v", good_v], ["memory size"]),
+    ("unwritable output", ["--q", good_q, "--k", good_k, "--v", good_v, "--out", "/nonexistent/dir/o.npy"],
+     ["cannot write"]),
+]
+
+for what, args, words in cases:
+    out = path("out.npy")
+    if os.path.exists(out):
+        os.remove(out)
+    full = ["apply", *args] if "--out" in args else ["apply", *args, "--out", out]
+    r = run(*full, timeout=120)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    c.check(r.returncode > 0, f"{what}: exit status {r.returncode} (want > 0; < 0 is a signal)")
+    c.check(len(lines) == 1, f"{what}: stderr has {len(lines)} lines: {r.stderr!r}")
+    msg = lines[0] if lines else ""
+    for w in words:
+        c.check(w in msg, f"{what}: message lacks {w!r}: {msg!r}")
+    c.check(not os.path.exists(out), f"{what}: left an output file behind")
+    c.check(not os.path.exists(out + ".partial"), f"{what}: left a partial file behind")
+
+# compare: the same refusals.
+r = run("compare", "--method", "exact", "--q", good_q, "--k", good_k, "--v", path("v90.npy"))
+c.check(r.returncode > 0 and "n_k = 80" in r.stderr, f"compare with mismatched V: {r.returncode} {r.stderr!r}")
+r = run("compare", "--method", "nope", "--n", 64)
+c.check(r.returncode > 0 and "unknown method" in r.stderr, f"compare with unknown method: {r.stderr!r}")
+r = run("compare", "--n", 64)
+c.check(r.returncode > 0 and "--method" in r.stderr, f"compare without methods: {r.stderr!r}")
+
+# The streaming path forms nothing quadratic: n = 4096 (a 64 MiB float32 matrix) runs under --max-memory 16M,
+# and agrees with the materialized path where that is allowed.
+n = 4096
+q = save("bq.npy", rng.standard_normal((n, 32)).astype(np.float32))
+k = save("bk.npy", rng.standard_normal((n, 32)).astype(np.float32))
+v = save("bv.npy", rng.standard_normal((n, 16)).astype(np.float32))
+r = run("--max-memory", "16M", "apply", "--q", q, "--k", k, "--v", v, "--out", path("bo.npy"), "--causal")
+c.check(r.returncode == 0, f"streaming under --max-memory 16M: {r.returncode} {r.stderr!r}")
+r2 = run("apply", "--method", "exact:impl=materialized", "--max-memory", "16M", "--q", q, "--k", k, "--v", v,
+         "--out", path("bo2.npy"), "--causal")
+c.check(r2.returncode > 0 and "needs 64.0 MiB" in r2.stderr, f"materialized under 16M refused: {r2.stderr!r}")
+
+# `attnlab methods` lists every method with its parameters; `--names` one per line.
+r = run("methods")
+c.check(r.returncode == 0 and "exact" in r.stdout and "tile=256" in r.stdout, f"methods: {r.stdout!r}")
+r = run("methods", "--names")
+c.check(r.returncode == 0 and "exact" in r.stdout.split(), f"methods --names: {r.stdout!r}")
+
+# compare writes a tidy CSV with the documented columns and finite values.
+r = run("compare", "--all", "--n", 128, "--d", 16, "--seed", 3, "--csv", path("c.csv"))
+c.check(r.returncode == 0, f"compare --all: {r.returncode} {r.stderr!r}")
+if r.returncode == 0:
+    import csv
+    rows = list(csv.DictReader(open(path("c.csv"))))
+    c.check(rows and list(rows[0])[:2] == ["schema_version", "code_version"] and list(rows[0])[-2:] == ["metric", "value"],
+            "compare CSV columns")
+    c.check(all(np.isfinite(float(x["value"])) for x in rows), "compare CSV values finite")
+    c.check({"out_rel_fro", "P_rel_fro", "P_rel_spectral", "P_mean_kl", "P_mean_tv"} <= {x["metric"] for x in rows},
+            "compare CSV metrics")
+
+c.finish()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# attnlab installs and is usable from another CMake project with find_package(attnlab).
+set -euo pipefail
+src=$1
+build=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+mkdir -p "$work/consumer"
+cat > "$work/consumer/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(consumer CXX)
+set(CMAKE_CXX_STANDARD 17)
+find_package(attnlab REQUIRED)
+add_executable(consumer main.cpp)
+target_link_libraries(consumer PRIVATE attnlab::attnlab)
+CM
+cat > "$work/consumer/main.cpp" <<'CPP'
+#include <attnlab/exact.hpp>
+#include <attnlab/registry.hpp>
+#include <attnlab/random.hpp>
+#include <cstdio>
+int main() {
+  attnlab::Rng rng(1);
+  auto q = attnlab::gaussian_matrix<double>(40, 8, rng), k = attnlab::gaussian_matrix<double>(40, 8, rng),
+       v = attnlab::gaussian_matrix<double>(40, 4, rng);
+  auto m = attnlab::make_method<double>("exact");
+  m->compute(q, k);
+  const double err = (m->output(v) - attnlab::exact_matrix<double>(q, k, {}) * v).norm();
+  std::printf("consumer: %s err=%g\n", m->spec().c_str(), err);
+  return err < 1e-12 ? 0 : 1;
+}
+CPP
+cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/consumer/build" -j2 >/dev/null
+"$work/consumer/build/consumer"

@@ -1,0 +1,109 @@
+// The one conformance test every registered method runs (the RandLAPACK pattern): in float32 and float64,
+// causal where supported, the materialized P̃ times V equals the fast output; the operator agrees with the
+// matrix both ways; outputs stay finite for logits scaled by 100; a causal method never reads the future;
+// a non-causal method refuses the mask.
+#include "attnlab/error.hpp"
+#include "attnlab/registry.hpp"
+#include "test_util.hpp"
+
+#include <string>
+#include <tuple>
+
+namespace attnlab {
+namespace {
+
+using test::randn;
+using test::rel_err;
+
+struct Shape {
+  Index nq, nk, d, dv;
+};
+
+template <typename T>
+void check_method(const std::string& name) {
+  SCOPED_TRACE(name + (sizeof(T) == 4 ? " float32" : " float64"));
+  const double tol = sizeof(T) == 4 ? 1e-5 : 1e-10;
+  auto m = make_method<T>(name, 11);
+  for (const Shape s : {Shape{70, 70, 16, 5}, Shape{50, 83, 16, 7}}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "nq=" << s.nq << " nk=" << s.nk << " causal=" << causal);
+      const MatrixR<T> q = randn<T>(s.nq, s.d, 1), k = randn<T>(s.nk, s.d, 2), v = randn<T>(s.nk, s.dv, 3);
+      AttentionOptions o;
+      o.causal = causal;
+      if (causal && !m->supports_causal()) {
+        EXPECT_THROW(m->compute(q, k, o), Error) << "a causal mask must be refused, not leaked";
+        continue;
+      }
+      m->compute(q, k, o);
+      ASSERT_EQ(m->info(), Status::Success);
+      const MatrixR<T> out = m->output(v);
+      const MatrixR<T> p = m->matrix();
+      ASSERT_EQ(p.rows(), s.nq);
+      ASSERT_EQ(p.cols(), s.nk);
+      EXPECT_LT(rel_err(out, (p * v).eval()), tol) << "P̃·V differs from the fast output";
+      // The operator, both ways, and its rows.
+      const MatrixR<T> x = randn<T>(s.nk, 3, 4), y = randn<T>(s.nq, 3, 5);
+      EXPECT_LT(rel_err(m->op().apply(x), (p * x).eval()), tol);
+      EXPECT_LT(rel_err(m->op().apply_transpose(y), (p.transpose() * y).eval()), tol);
+      EXPECT_LT(rel_err(m->op().row_block(7, 9), p.middleRows(7, 9).eval()), tol);
+      if (m->op().rows_are_distributions()) {
+        EXPECT_GE(double(p.minCoeff()), -tol);
+        for (Index i = 0; i < s.nq; ++i) EXPECT_NEAR(double(p.row(i).sum()), 1.0, 10 * tol);
+      }
+      if (causal) {
+        // Changing any key or value at positions ≥ t leaves the outputs of queries that cannot see t alone.
+        const Index off = s.nk - s.nq, t = s.nk / 2;
+        MatrixR<T> k2 = k, v2 = v;
+        k2.bottomRows(s.nk - t) = randn<T>(s.nk - t, s.d, 9) * T(3);
+        v2.bottomRows(s.nk - t) = randn<T>(s.nk - t, s.dv, 10) * T(3);
+        auto m2 = make_method<T>(name, 11);
+        m2->compute(q, k2, o);
+        const MatrixR<T> out2 = m2->output(v2);
+        const Index blind = std::max<Index>(0, t - off);  // queries i with i + off < t
+        if (blind > 0) {
+          EXPECT_LE(double((out2.topRows(blind) - out.topRows(blind)).cwiseAbs().maxCoeff()), 1e-6)
+              << "an earlier output moved when the future changed";
+        }
+        // P̃ puts exactly zero weight on the future.
+        for (Index i = 0; i < s.nq; ++i)
+          for (Index j = i + off + 1; j < s.nk; ++j) ASSERT_EQ(p(i, j), T(0)) << "P̃(" << i << "," << j << ")";
+      }
+    }
+  }
+  // Logits scaled by 100: outputs stay finite (no overflow in exp, no 0/0 in normalizers).
+  const MatrixR<T> q = randn<T>(64, 16, 6), k = randn<T>(64, 16, 7), v = randn<T>(64, 4, 8);
+  for (bool causal : {false, true}) {
+    if (causal && !m->supports_causal()) continue;
+    AttentionOptions o;
+    o.causal = causal;
+    o.scale = 100.0 / 4.0;
+    m->compute(q, k, o);
+    EXPECT_TRUE(m->output(v).allFinite()) << "non-finite output for logits ×100, causal=" << causal;
+    EXPECT_TRUE(m->matrix().allFinite());
+  }
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Conformance, Float32) { check_method<float>(GetParam()); }
+TEST_P(Conformance, Float64) { check_method<double>(GetParam()); }
+
+std::vector<std::string> method_names() {
+  std::vector<std::string> v;
+  for (const auto& d : registered_methods()) v.push_back(d.name);
+  // Both output paths of the exact method.
+  v.push_back("exact:impl=materialized");
+  v.push_back("exact:tile=8");
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllMethods, Conformance, ::testing::ValuesIn(method_names()),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& c : s)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace attnlab

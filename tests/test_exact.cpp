@@ -1,0 +1,139 @@
+// Exact attention: materialized against an independent long-double formula, streaming against
+// materialized, and the operator form against the matrix, with and without the causal mask.
+#include "attnlab/error.hpp"
+#include "attnlab/exact.hpp"
+#include "test_util.hpp"
+
+#include <vector>
+
+namespace attnlab {
+namespace {
+
+using test::randn;
+using test::rel_err;
+
+/// softmax(s·QKᵀ + M) by the definition, in long double, one entry at a time.
+template <typename T>
+MatrixR<double> naive_attention(const MatrixR<T>& q, const MatrixR<T>& k, double s, bool causal) {
+  const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
+  MatrixR<double> p = MatrixR<double>::Zero(nq, nk);
+  for (Index i = 0; i < nq; ++i) {
+    std::vector<long double> logits;
+    long double mx = -1e300L;
+    const Index last = causal ? i + off : nk - 1;
+    for (Index j = 0; j <= last; ++j) {
+      long double dot = 0;
+      for (Index c = 0; c < q.cols(); ++c) dot += (long double)q(i, c) * (long double)k(j, c);
+      logits.push_back(dot * s);
+      mx = std::max(mx, logits.back());
+    }
+    long double sum = 0;
+    for (auto& x : logits) sum += std::exp(x - mx);
+    for (Index j = 0; j <= last; ++j) p(i, j) = double(std::exp(logits[j] - mx) / sum);
+  }
+  return p;
+}
+
+template <typename T>
+class ExactTest : public ::testing::Test {};
+TYPED_TEST_SUITE(ExactTest, test::Scalars);
+
+struct Case {
+  Index nq, nk, d, dv;
+  bool causal;
+  double logit_mult;
+};
+
+const std::vector<Case> kCases = {
+    {37, 37, 8, 5, false, 1},   {37, 37, 8, 5, true, 1},    {50, 83, 16, 7, false, 1}, {50, 83, 16, 7, true, 1},
+    {300, 300, 32, 16, true, 1}, {300, 270, 32, 16, false, 1}, {64, 64, 16, 16, false, 100},
+    {64, 64, 16, 16, true, 100}, {1, 1, 3, 2, true, 1},      {1, 9, 3, 2, true, 1},
+};
+
+TYPED_TEST(ExactTest, MaterializedMatchesDefinition) {
+  using T = TypeParam;
+  for (const auto& c : kCases) {
+    const MatrixR<T> q = randn<T>(c.nq, c.d, 1), k = randn<T>(c.nk, c.d, 2);
+    AttentionOptions o;
+    o.causal = c.causal;
+    o.scale = c.logit_mult / std::sqrt(double(c.d));
+    const MatrixR<T> p = exact_matrix<T>(q, k, o);
+    const MatrixR<double> ref = naive_attention(q, k, o.scale, c.causal);
+    // With logits ×100 the rounding of each logit, ~eps·|s|·Σ|q_c k_c| ≈ eps·100·√d, moves P by as much
+    // (about 2e-5 in float32 at d = 16): the tolerance grows by 10 for those cases.
+    const double t = test::tol<T>() * (c.logit_mult > 1 ? 10 : 1);
+    EXPECT_LT(rel_err(p, ref), t) << "nq=" << c.nq << " nk=" << c.nk << " causal=" << c.causal;
+    EXPECT_TRUE(p.allFinite());
+    for (Index i = 0; i < p.rows(); ++i) EXPECT_NEAR(double(p.row(i).sum()), 1.0, 10 * test::tol<T>());
+    if (c.causal) {  // nothing from the future: P_ij = 0 for j > i + (n_k − n_q)
+      for (Index i = 0; i < c.nq; ++i)
+        for (Index j = i + (c.nk - c.nq) + 1; j < c.nk; ++j) EXPECT_EQ(p(i, j), T(0));
+    }
+  }
+}
+
+TYPED_TEST(ExactTest, StreamingMatchesMaterialized) {
+  using T = TypeParam;
+  for (const auto& c : kCases)
+    for (Index tile : {Index(8), Index(13), Index(64), Index(256)}) {
+      const MatrixR<T> q = randn<T>(c.nq, c.d, 3), k = randn<T>(c.nk, c.d, 4), v = randn<T>(c.nk, c.dv, 5);
+      AttentionOptions o;
+      o.causal = c.causal;
+      o.scale = c.logit_mult / std::sqrt(double(c.d));
+      const MatrixR<T> streamed = exact_output<T>(q, k, v, o, tile);
+      ASSERT_TRUE(streamed.allFinite()) << "tile=" << tile;
+      const MatrixR<T> materialized = exact_matrix<T>(q, k, o) * v;
+      EXPECT_LT(rel_err(streamed, materialized), test::tol<T>())
+          << "nq=" << c.nq << " nk=" << c.nk << " causal=" << c.causal << " tile=" << tile << " x" << c.logit_mult;
+    }
+}
+
+TYPED_TEST(ExactTest, OperatorReproducesMatrix) {
+  using T = TypeParam;
+  for (const auto& c : kCases) {
+    const MatrixR<T> q = randn<T>(c.nq, c.d, 6), k = randn<T>(c.nk, c.d, 7);
+    AttentionOptions o;
+    o.causal = c.causal;
+    o.scale = c.logit_mult / std::sqrt(double(c.d));
+    const MatrixR<T> p = exact_matrix<T>(q, k, o);
+    const ExactOperator<T> op(q, k, o, 16);
+    // P·I = P and Pᵀ·I = Pᵀ
+    const MatrixR<T> p_from_apply = op.apply(MatrixR<T>::Identity(c.nk, c.nk));
+    EXPECT_LT(rel_err(p_from_apply, p), test::tol<T>());
+    const MatrixR<T> pt_from_apply = op.apply_transpose(MatrixR<T>::Identity(c.nq, c.nq));
+    EXPECT_LT(rel_err(pt_from_apply.transpose(), p), test::tol<T>());
+    EXPECT_LT(rel_err(materialize(op), p), test::tol<T>());
+    // A block of vectors: Pᵀ X against the product with the matrix.
+    const MatrixR<T> x = randn<T>(c.nq, 3, 8);
+    EXPECT_LT(rel_err(op.apply_transpose(x), (p.transpose() * x).eval()), test::tol<T>());
+    // ℓ_i = log Σ_j exp(s·q_iᵀk_j) over the visible keys.
+    const VectorX<T>& lse = op.row_lse();
+    for (Index i = 0; i < c.nq; ++i) {
+      const Index last = c.causal ? i + c.nk - c.nq : c.nk - 1;
+      const VectorX<double> logits =
+          (q.row(i).template cast<double>() * k.topRows(last + 1).template cast<double>().transpose()).transpose() *
+          o.scale;
+      const double mx = logits.maxCoeff();
+      const double ref = mx + std::log((logits.array() - mx).exp().sum());
+      EXPECT_NEAR(double(lse(i)), ref, 10 * test::tol<T>() * std::max(1.0, std::fabs(ref)));
+    }
+  }
+}
+
+TEST(Exact, RejectsBadShapesAndOptions) {
+  const MatrixR<double> q = randn<double>(4, 3, 1), k = randn<double>(5, 3, 2), k2 = randn<double>(5, 4, 3),
+                        v = randn<double>(6, 2, 4);
+  AttentionOptions o;
+  EXPECT_THROW(exact_matrix<double>(q, k2, o), Error);           // d of Q ≠ d of K
+  EXPECT_THROW(exact_output<double>(q, k, v, o), Error);         // n_k of K ≠ n_k of V
+  EXPECT_THROW(exact_output<double>(q, k, k, o, 0), Error);      // tile 0
+  AttentionOptions causal;
+  causal.causal = true;
+  EXPECT_THROW(exact_matrix<double>(k, q, causal), Error);  // n_q > n_k: queries without keys
+  AttentionOptions bad;
+  bad.scale = -1;
+  EXPECT_THROW(exact_matrix<double>(q, k, bad), Error);
+}
+
+}  // namespace
+}  // namespace attnlab

@@ -1,0 +1,85 @@
+// Spec strings and the factory: valid specs resolve with defaults; every kind of bad spec is refused with
+// a message that lists what is valid.
+#include "attnlab/error.hpp"
+#include "attnlab/registry.hpp"
+#include "attnlab/spec.hpp"
+
+#include <gtest/gtest.h>
+
+namespace attnlab {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Spec, ParsesNameAndValues) {
+  const Spec s = parse_spec(" nystrom:landmarks=64, iters=6 ");
+  EXPECT_EQ(s.name, "nystrom");
+  ASSERT_EQ(s.values.size(), 2u);
+  EXPECT_EQ(s.values[1].first, "iters");
+  EXPECT_EQ(s.values[1].second, "6");
+  EXPECT_EQ(parse_spec("exact").values.size(), 0u);
+}
+
+TEST(Spec, RefusesBadSyntax) {
+  for (const char* bad : {"", ":a=1", "Exact", "exact:", "exact:tile", "exact:tile=", "exact:=3", "exact:a=1,a=2",
+                          "exact:a=1,,b=2", "ex act"})
+    EXPECT_FALSE(error_of([&] { parse_spec(bad); }).empty()) << "accepted '" << bad << "'";
+}
+
+TEST(Spec, ResolvesTypesRangesAndChoices) {
+  const std::vector<ParamSpec> ps = {ParamSpec::integer("m", 64, 1, 4096, ""), ParamSpec::real("t", 0.5, 0, 10, ""),
+                                     ParamSpec::boolean("ortho", true, ""),
+                                     ParamSpec::choice("kernel", {"positive", "trig"}, "")};
+  const Params d = resolve_params("x", ps, parse_spec("x"));
+  EXPECT_EQ(d.integer("m"), 64);
+  EXPECT_DOUBLE_EQ(d.real("t"), 0.5);
+  EXPECT_TRUE(d.boolean("ortho"));
+  EXPECT_EQ(d.choice("kernel"), "positive");
+  EXPECT_EQ(d.to_string(), "m=64,t=0.5,ortho=true,kernel=positive");
+  const Params p = resolve_params("x", ps, parse_spec("x:kernel=trig,ortho=no,m=8"));
+  EXPECT_EQ(p.to_string(), "m=8,t=0.5,ortho=false,kernel=trig");
+
+  EXPECT_NE(error_of([&] { resolve_params("x", ps, parse_spec("x:q=1")); }).find("valid: m, t, ortho, kernel"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_params("x", ps, parse_spec("x:m=0")); }).find("integer in [1, 4096]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_params("x", ps, parse_spec("x:m=2.5")); }).find("integer"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_params("x", ps, parse_spec("x:m=99999999999999999999")); }).find("bad value"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_params("x", ps, parse_spec("x:t=nan")); }).find("number in [0, 10]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_params("x", ps, parse_spec("x:t=11")); }).find("bad value"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_params("x", ps, parse_spec("x:ortho=maybe")); }).find("true|false"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_params("x", ps, parse_spec("x:kernel=cos")); }).find("one of positive|trig"),
+            std::string::npos);
+}
+
+TEST(Factory, BuildsEveryRegisteredMethodAndRefusesUnknownOnes) {
+  for (const auto& d : registered_methods()) {
+    auto f = make_method<float>(d.name);
+    auto g = make_method<double>(d.name, 7);
+    EXPECT_EQ(f->name(), d.name);
+    // The canonical spec replays the same method.
+    EXPECT_EQ(make_method<double>(g->spec())->spec(), g->spec());
+    if (g->params().has("seed")) {
+      EXPECT_EQ(g->params().integer("seed"), 7);
+    }
+  }
+  const std::string msg = error_of([] { make_method<double>("nystromformer"); });
+  EXPECT_NE(msg.find("unknown method 'nystromformer'"), std::string::npos);
+  EXPECT_NE(msg.find("exact"), std::string::npos) << "lists the valid names: " << msg;
+  EXPECT_NE(error_of([] { make_method<float>("exact:tile=4"); }).find("integer in [8, 8192]"), std::string::npos);
+  EXPECT_NE(error_of([] { make_method<float>("exact:impl=fast"); }).find("one of streaming|materialized"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnlab
