@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs every Debian package attnlab needs (only the missing ones, saying which), then configures and
+# builds. Idempotent: a second run installs nothing and rebuilds only what changed.
+#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [-- extra cmake args]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+tests=ON bench=OFF python_stack=0
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-tests) tests=OFF ;;
+    --bench) bench=ON ;;
+    --python-stack) python_stack=1 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+packages=(g++ make cmake git libeigen3-dev libspectra-dev libfmt-dev libcli11-dev libgtest-dev libbenchmark-dev
+          libopenblas-dev python3 python3-numpy time)
+if [ "$python_stack" = 1 ]; then
+  packages+=(python3-matplotlib python3-pandas python3-torch jupyter-nbconvert python3-nbformat python3-ipykernel)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all ${#packages[@]} Debian packages present"
+fi
+
+python=$(attnlab_python)
+echo "setup: configuring in $ATTNLAB_BUILD (python: $python)"
+cmake -S "$ATTNLAB_ROOT" -B "$ATTNLAB_BUILD" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_BUILD_TESTS=$tests \
+      -DATTNLAB_BUILD_BENCH=$bench -DATTNLAB_PYTHON="$python" "${extra[@]}" >/dev/null
+echo "setup: building with $ATTNLAB_JOBS jobs"
+cmake --build "$ATTNLAB_BUILD" -j "$ATTNLAB_JOBS"
+echo "setup: done; the command is $ATTNLAB_BUILD/bin/attnlab"
