@@ -52,6 +52,32 @@ MatrixR<T> DenseOperator<T>::row_block(Index first, Index count) const {
 }
 
 template <typename T>
+LowRankOperator<T>::LowRankOperator(MatrixR<T> a, MatrixR<T> bt, bool distributions)
+    : a_(std::move(a)), bt_(std::move(bt)), distributions_(distributions) {
+  require(a_.cols() == bt_.cols(), "LowRankOperator: factors of different rank");
+}
+
+template <typename T>
+MatrixR<T> LowRankOperator<T>::apply(const ConstRef<T>& x) const {
+  require(x.rows() == cols(), "apply: dimension mismatch");
+  const MatrixR<T> t = bt_.transpose() * x;
+  return a_ * t;
+}
+
+template <typename T>
+MatrixR<T> LowRankOperator<T>::apply_transpose(const ConstRef<T>& x) const {
+  require(x.rows() == rows(), "apply_transpose: dimension mismatch");
+  const MatrixR<T> t = a_.transpose() * x;
+  return bt_ * t;
+}
+
+template <typename T>
+MatrixR<T> LowRankOperator<T>::row_block(Index first, Index count) const {
+  require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
+  return a_.middleRows(first, count) * bt_.transpose();
+}
+
+template <typename T>
 DifferenceOperator<T>::DifferenceOperator(const AttentionOperator<T>& a, const AttentionOperator<T>& b)
     : a_(a), b_(b) {
   require(a.rows() == b.rows() && a.cols() == b.cols(),
@@ -84,6 +110,8 @@ template class AttentionOperator<float>;
 template class AttentionOperator<double>;
 template class DenseOperator<float>;
 template class DenseOperator<double>;
+template class LowRankOperator<float>;
+template class LowRankOperator<double>;
 template class DifferenceOperator<float>;
 template class DifferenceOperator<double>;
 template MatrixR<float> materialize<float>(const AttentionOperator<float>&);

@@ -3,7 +3,7 @@
 #include "attnlab/registry.hpp"
 
 #include "attnlab/error.hpp"
-#include "attnlab/methods/exact_method.hpp"
+#include "attnlab/methods/descriptors.hpp"
 
 #include <fmt/format.h>
 
@@ -13,6 +13,14 @@ const std::vector<MethodDescriptor>& registered_methods() {
   static const std::vector<MethodDescriptor> all = [] {
     std::vector<MethodDescriptor> v;
     v.push_back(exact_descriptor());
+    v.push_back(linear_descriptor());
+    v.push_back(efficient_descriptor());
+    v.push_back(taylor_descriptor());
+    v.push_back(performer_descriptor());
+    v.push_back(nystrom_descriptor());
+    v.push_back(linformer_descriptor());
+    v.push_back(svd_descriptor());
+    v.push_back(cur_descriptor());
     return v;
   }();
   return all;

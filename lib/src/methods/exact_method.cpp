@@ -1,6 +1,6 @@
 // `exact:impl=streaming|materialized,tile=T` — P = softmax(s·QKᵀ [+ causal mask]), O = P·V.
 // The fast path streams over key tiles (online softmax) or forms P; the operator uses the row log-sum-exp.
-#include "attnlab/methods/exact_method.hpp"
+#include "attnlab/methods/descriptors.hpp"
 
 #include "attnlab/exact.hpp"
 

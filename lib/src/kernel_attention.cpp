@@ -1,0 +1,199 @@
+// Kernel feature-map attention: normalized, causal by prefix sums (chunked and recurrent), stabilized.
+#include "attnlab/kernel_attention.hpp"
+
+#include "attnlab/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attnlab {
+namespace {
+
+template <typename T>
+T neg_inf() {
+  return -std::numeric_limits<T>::infinity();
+}
+
+/// 1/den, guarded: a denominator below eps·mag (the size of its terms) is rounding noise and is clamped; a row
+/// whose terms all vanish (mag = 0) gets 0.
+template <typename T>
+T safe_inverse(T den, T mag) {
+  if (!(mag > 0)) return T(0);
+  const T floor = std::max(std::numeric_limits<T>::epsilon() * mag, std::numeric_limits<T>::min());
+  if (std::fabs(den) < floor) return den < 0 ? T(-1) / floor : T(1) / floor;
+  return T(1) / den;
+}
+
+}  // namespace
+
+template <typename T>
+KernelOperator<T>::KernelOperator(FeatureMaps<T> f, bool causal, Index chunk)
+    : f_(std::move(f)), causal_(causal), chunk_(chunk) {
+  require(f_.qf.cols() == f_.kf.cols(), "kernel attention: query and key features differ in number");
+  require(chunk_ >= 1, "kernel attention: chunk must be positive");
+  if (f_.k_logscale.size() == 0) f_.k_logscale = VectorX<T>::Zero(f_.kf.rows());
+  require(f_.k_logscale.size() == f_.kf.rows(), "kernel attention: one log-scale per key");
+  require(f_.qf.allFinite() && f_.kf.allFinite() && f_.k_logscale.allFinite(),
+          "kernel attention: non-finite features");
+  offset_ = cols() - rows();
+  if (causal_) require(offset_ >= 0, "kernel attention: causal needs n_k >= n_q");
+  // Stabilizers M_i: the max of g over the keys query i sees.
+  const auto& g = f_.k_logscale;
+  qmax_.resize(rows());
+  if (!causal_) {
+    qmax_.setConstant(g.maxCoeff());
+  } else {
+    T m = offset_ > 0 ? g.head(offset_).maxCoeff() : neg_inf<T>();
+    for (Index i = 0; i < rows(); ++i) {
+      if (i % chunk_ == 0) before_.push_back(m);
+      m = std::max(m, g(i + offset_));
+      qmax_(i) = m;
+    }
+    before_.push_back(m);
+  }
+  // Denominators Σ_j sim(q_i, k_j), and the magnitude Σ_j |terms| that guards them.
+  const MatrixR<T> ones = MatrixR<T>::Ones(cols(), 1);
+  const VectorX<T> den = unnormalized(f_.qf, f_.kf, ones).col(0);
+  const VectorX<T> mag =
+      f_.nonnegative ? den : VectorX<T>(unnormalized(f_.qf.cwiseAbs(), f_.kf.cwiseAbs(), ones).col(0));
+  inv_den_.resize(rows());
+  for (Index i = 0; i < rows(); ++i) inv_den_(i) = safe_inverse(den(i), mag(i));
+}
+
+template <typename T>
+MatrixR<T> KernelOperator<T>::scaled_keys(const MatrixR<T>& kf, Index first, Index count, T m) const {
+  const VectorX<T> w = (f_.k_logscale.segment(first, count).array() - m).exp();
+  return w.asDiagonal() * kf.middleRows(first, count);
+}
+
+template <typename T>
+MatrixR<T> KernelOperator<T>::block_weights(const MatrixR<T>& qf, const MatrixR<T>& kf, Index c) const {
+  const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
+  MatrixR<T> a = qf.middleRows(i0, len) * kf.middleRows(j0, len).transpose();
+  // Query i0 + r sees the block's keys t ≤ r, each weighed by e^{g − M_i} ≤ 1 (per query: exact, causal).
+  for (Index r = 0; r < len; ++r) {
+    a.row(r).head(r + 1).array() *= (f_.k_logscale.segment(j0, r + 1).array() - qmax_(i0 + r)).exp().transpose();
+    a.row(r).tail(len - r - 1).setZero();
+  }
+  return a;
+}
+
+template <typename T>
+MatrixR<T> KernelOperator<T>::unnormalized(const MatrixR<T>& qf, const MatrixR<T>& kf, const ConstRef<T>& x) const {
+  if (!causal_) {
+    const MatrixR<T> ks = scaled_keys(kf, 0, cols(), qmax_(0));
+    const MatrixR<T> s = ks.transpose() * x;  // M × b
+    return qf * s;
+  }
+  // Chunked prefix sums. The state S = Σ_{keys before block c} ψ(k_j) x_jᵀ is kept in units of e^{−before(c)};
+  // query i reads it with the factor e^{before(c) − M_i} ≤ 1.
+  const Index b = x.cols();
+  MatrixR<T> y(rows(), b);
+  MatrixR<T> state = MatrixR<T>::Zero(qf.cols(), b);
+  if (offset_ > 0) state.noalias() = scaled_keys(kf, 0, offset_, before_block(0)).transpose() * x.topRows(offset_);
+  for (Index c = 0; c < blocks(); ++c) {
+    const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
+    const T m0 = before_block(c), m1 = before_block(c + 1);
+    y.middleRows(i0, len).noalias() = qf.middleRows(i0, len) * state;
+    if (m0 != neg_inf<T>())
+      y.middleRows(i0, len).array().colwise() *= (m0 - qmax_.segment(i0, len).array()).exp();
+    else
+      y.middleRows(i0, len).setZero();
+    y.middleRows(i0, len).noalias() += block_weights(qf, kf, c) * x.middleRows(j0, len);
+    if (m0 != neg_inf<T>()) state *= std::exp(m0 - m1);
+    state.noalias() += scaled_keys(kf, j0, len, m1).transpose() * x.middleRows(j0, len);
+  }
+  return y;
+}
+
+template <typename T>
+MatrixR<T> KernelOperator<T>::apply(const ConstRef<T>& x) const {
+  require(x.rows() == cols(), "apply: dimension mismatch");
+  return inv_den_.asDiagonal() * unnormalized(f_.qf, f_.kf, x);
+}
+
+template <typename T>
+MatrixR<T> KernelOperator<T>::apply_transpose(const ConstRef<T>& x) const {
+  require(x.rows() == rows(), "apply_transpose: dimension mismatch");
+  const MatrixR<T> w = inv_den_.asDiagonal() * x;  // rows of X weighted by 1/den_i
+  const Index b = x.cols();
+  if (!causal_) {
+    const MatrixR<T> r = f_.qf.transpose() * w;  // M × b
+    return scaled_keys(f_.kf, 0, cols(), qmax_(0)) * r;
+  }
+  // Suffix sums over query blocks, backwards: R = Σ_{queries i in blocks > c} φ(q_i) w_iᵀ e^{before(c+1) − M_i},
+  // factors ≤ 1 since M_i ≥ before(c+1) there; block c's keys have g ≤ before(c+1).
+  MatrixR<T> y(cols(), b);
+  MatrixR<T> r = MatrixR<T>::Zero(f_.qf.cols(), b);
+  for (Index c = blocks() - 1; c >= 0; --c) {
+    const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
+    const T m0 = before_block(c), m1 = before_block(c + 1);
+    y.middleRows(j0, len).noalias() = scaled_keys(f_.kf, j0, len, m1) * r;
+    y.middleRows(j0, len).noalias() += block_weights(f_.qf, f_.kf, c).transpose() * w.middleRows(i0, len);
+    if (m0 == neg_inf<T>()) continue;  // no key before this block: nothing reads R further back
+    r *= std::exp(m0 - m1);
+    const VectorX<T> f = (m0 - qmax_.segment(i0, len).array()).exp();
+    r.noalias() += f_.qf.middleRows(i0, len).transpose() * (f.asDiagonal() * w.middleRows(i0, len));
+  }
+  if (offset_ > 0) y.topRows(offset_).noalias() = scaled_keys(f_.kf, 0, offset_, before_block(0)) * r;
+  return y;
+}
+
+template <typename T>
+MatrixR<T> KernelOperator<T>::row_block(Index first, Index count) const {
+  require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
+  const Index vis = causal_ ? first + count + offset_ : cols();  // keys the last row sees
+  MatrixR<T> s = f_.qf.middleRows(first, count) * f_.kf.topRows(vis).transpose();
+  for (Index r = 0; r < count; ++r) {
+    const Index i = first + r, seen = causal_ ? i + offset_ + 1 : vis;
+    s.row(r).head(seen).array() *= (f_.k_logscale.head(seen).array() - qmax_(i)).exp().transpose() * inv_den_(i);
+    s.row(r).tail(vis - seen).setZero();
+  }
+  MatrixR<T> out = MatrixR<T>::Zero(count, cols());
+  out.leftCols(vis) = s;
+  return out;
+}
+
+template <typename T>
+MatrixR<T> KernelOperator<T>::recurrent_output(const ConstRef<T>& v) const {
+  require(causal_, "recurrent_output is the causal form");
+  require(v.rows() == cols(), "recurrent_output: V has the wrong number of rows");
+  const Index feats = f_.qf.cols(), dv = v.cols();
+  MatrixR<T> state = MatrixR<T>::Zero(feats, dv);
+  VectorX<T> z = VectorX<T>::Zero(feats), zabs = VectorX<T>::Zero(feats);
+  T m = neg_inf<T>();
+  MatrixR<T> out(rows(), dv);
+  Index next = 0;  // next key to fold into the state
+  const auto fold = [&](Index j) {
+    // S_j = S_{j−1} + ψ(k_j) v_jᵀ, z_j = z_{j−1} + ψ(k_j) (seed 003 eq. (10)), with the running max rescaling.
+    const T g = f_.k_logscale(j);
+    if (g > m) {
+      if (m != neg_inf<T>()) {
+        const T s = std::exp(m - g);
+        state *= s;
+        z *= s;
+        zabs *= s;
+      }
+      m = g;
+    }
+    const VectorX<T> psi = f_.kf.row(j).transpose() * std::exp(g - m);
+    state.noalias() += psi * v.row(j);
+    z += psi;
+    zabs += psi.cwiseAbs();
+  };
+  for (Index i = 0; i < rows(); ++i) {
+    while (next <= i + offset_) fold(next++);
+    const T den = f_.qf.row(i).dot(z);
+    const T mag = f_.nonnegative ? den : f_.qf.row(i).cwiseAbs().dot(zabs);
+    out.row(i) = (f_.qf.row(i) * state) * safe_inverse(den, mag);
+  }
+  return out;
+}
+
+template class KernelOperator<float>;
+template class KernelOperator<double>;
+
+}  // namespace attnlab

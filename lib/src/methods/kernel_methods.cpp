@@ -1,0 +1,131 @@
+// Linear attention with deterministic feature maps (seed 003) and efficient attention (Shen et al.).
+//   linear:  sim(q,k) = φ(q)ᵀφ(k), φ = elu(x) + 1 (Katharopoulos et al. 2020) or relu, on raw q and k
+//            (seed 003 eq. (4)); causal by prefix sums (eqs. (9)–(10)).
+//   taylor:  sim(q,k) = 1 + (q/‖q‖)ᵀ(k/‖k‖) (seed 003 eq. (7)) = φ(q)ᵀφ(k) with φ(x) = [1, x/‖x‖].
+//   efficient: softmax₂(Q)·softmax₁(K)ᵀ·V (seed 003 eq. (5)): softmax over features of each query, over
+//            positions of each key feature. Pooling over all positions mixes the future in: causal is refused.
+// The scale does not enter these methods (as in their papers): they act on raw q and k.
+#include "attnlab/methods/descriptors.hpp"
+#include "kernel_method.hpp"
+
+#include <cmath>
+
+namespace attnlab {
+namespace {
+
+template <typename T>
+class LinearMethod final : public KernelMethod<T> {
+ public:
+  LinearMethod(const MethodDescriptor& d, Params p) : KernelMethod<T>(d, std::move(p)) {
+    relu_ = this->params().choice("feature") == "relu";
+  }
+
+ protected:
+  FeatureMaps<T> features(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions&) override {
+    FeatureMaps<T> f;
+    f.qf = phi(q);
+    f.kf = phi(k);
+    f.nonnegative = !relu_;  // relu rows can vanish entirely: then P̃'s row is zero, not a distribution
+    return f;
+  }
+
+ private:
+  MatrixR<T> phi(const ConstRef<T>& x) const {
+    if (relu_) return x.cwiseMax(T(0));
+    // elu(x) + 1 = x + 1 for x > 0, e^x for x ≤ 0: always positive.
+    return x.unaryExpr([](T v) { return v > 0 ? v + T(1) : std::exp(v); });
+  }
+  bool relu_ = false;
+};
+
+template <typename T>
+class TaylorMethod final : public KernelMethod<T> {
+ public:
+  using KernelMethod<T>::KernelMethod;
+
+ protected:
+  FeatureMaps<T> features(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions&) override {
+    FeatureMaps<T> f;
+    f.qf = phi(q);
+    f.kf = phi(k);
+    return f;  // 1 + cos ≥ 0
+  }
+
+ private:
+  static MatrixR<T> phi(const ConstRef<T>& x) {
+    MatrixR<T> out(x.rows(), x.cols() + 1);
+    out.col(0).setOnes();
+    for (Index i = 0; i < x.rows(); ++i) {
+      const T n = x.row(i).norm();
+      if (n > 0) out.row(i).tail(x.cols()) = x.row(i) / n;
+      else out.row(i).tail(x.cols()).setZero();  // a zero vector has no direction: sim = 1
+    }
+    return out;
+  }
+};
+
+template <typename T>
+class EfficientMethod final : public Method<T> {
+ public:
+  using Method<T>::Method;
+  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions&) override {
+    // softmax₂(Q): each query row over its features; softmax₁(K): each feature column over positions.
+    MatrixR<T> a = q;
+    for (Index i = 0; i < a.rows(); ++i) {
+      a.row(i) = (a.row(i).array() - a.row(i).maxCoeff()).exp();
+      a.row(i) /= a.row(i).sum();
+    }
+    MatrixR<T> b = k;
+    for (Index c = 0; c < b.cols(); ++c) {
+      b.col(c) = (b.col(c).array() - b.col(c).maxCoeff()).exp();
+      b.col(c) /= b.col(c).sum();
+    }
+    // P̃ = softmax₂(Q)·softmax₁(K)ᵀ: rows are convex combinations of the columns' distributions.
+    op_.emplace(std::move(a), std::move(b), true);
+    return Status::Success;
+  }
+  const AttentionOperator<T>& do_op() const override { return *op_; }
+
+ private:
+  std::optional<LowRankOperator<T>> op_;
+};
+
+}  // namespace
+
+MethodDescriptor linear_descriptor() {
+  MethodDescriptor d;
+  d.name = "linear";
+  d.summary = "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)";
+  d.reference = "seed 003 eqs. (3)-(4), causal (9)-(10); Katharopoulos et al. 2020 (elu+1)";
+  d.causal = true;
+  d.params = {ParamSpec::choice("feature", {"elu", "relu"}, "feature map φ on raw q and k: elu(x)+1 or relu(x)")};
+  for (auto& p : causal_form_params()) d.params.push_back(p);
+  set_factories<LinearMethod>(d);
+  return d;
+}
+
+MethodDescriptor taylor_descriptor() {
+  MethodDescriptor d;
+  d.name = "taylor";
+  d.summary = "first-order Taylor attention, sim = 1 + cos(q, k)";
+  d.reference = "seed 003 eqs. (6)-(7)";
+  d.causal = true;
+  d.params = causal_form_params();
+  set_factories<TaylorMethod>(d);
+  return d;
+}
+
+MethodDescriptor efficient_descriptor() {
+  MethodDescriptor d;
+  d.name = "efficient";
+  d.summary = "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)";
+  d.reference = "seed 003 eq. (5); Shen et al. 2021";
+  d.causal = false;
+  set_factories<EfficientMethod>(d);
+  return d;
+}
+
+}  // namespace attnlab

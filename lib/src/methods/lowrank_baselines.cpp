@@ -1,0 +1,137 @@
+// Numerical-analysis references for the low-rank methods; both need the exact P (its rows and columns are read
+// from the row log-sum-exp, never forming P whole).
+//   svd:rank=R — the best rank-R approximation P_R = U_RΣ_RV_Rᵀ (Eckart–Young–Mirsky): no rank-R matrix is
+//                closer to P in Frobenius or spectral norm. P_R = (P·V_R)·V_Rᵀ with V_R the top right singular
+//                vectors: dense SVD for small n, Spectra's Lanczos on PᵀP (matrix-free) for large n.
+//   cur:columns=C — the classical Nyström / CUR approximation of seed 000's last section (eqs. (12)-(13)):
+//                P ≈ P[:,J]·pinv(P[I,J])·P[I,:], I = J for square P, sampled uniformly or by the leverage scores
+//                of the rank-C singular subspace (Drineas, Mahoney & Muthukrishnan 2008).
+// Both are rank-limited analyses of P itself; a causal P̃ from them would not be causal, so causal is refused.
+#include "attnlab/error.hpp"
+#include "attnlab/exact.hpp"
+#include "attnlab/linalg/pinv.hpp"
+#include "attnlab/methods/descriptors.hpp"
+#include "attnlab/spectrum.hpp"
+#include "landmarks.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+
+namespace attnlab {
+namespace {
+
+template <typename T>
+class SvdMethod final : public Method<T> {
+ public:
+  using Method<T>::Method;
+  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    const Index r = Index(this->params().integer("rank"));
+    require(r <= std::min(q.rows(), k.rows()),
+            fmt::format("svd: rank = {} exceeds min(n_q, n_k) = {}", r, std::min(q.rows(), k.rows())));
+    const ExactOperator<T> p(q, k, opts);
+    const TopSingular top = top_singular(p, r, Index(this->params().integer("dense_limit")));
+    const MatrixR<T> v = top.right.template cast<T>();
+    op_.emplace(p.apply(v), v, false);
+    return Status::Success;
+  }
+  const AttentionOperator<T>& do_op() const override { return *op_; }
+
+ private:
+  std::optional<LowRankOperator<T>> op_;
+};
+
+/// c indices of [0, n) without replacement, with probability ∝ weights (Efraimidis–Spirakis keys u^{1/w}).
+std::vector<Index> weighted_sample(const VectorX<double>& w, Index c, Rng& rng) {
+  std::vector<std::pair<double, Index>> keys;
+  for (Index j = 0; j < w.size(); ++j) {
+    const double u = std::max(rng.uniform(), 1e-300);
+    keys.emplace_back(w(j) > 0 ? std::log(u) / w(j) : -std::numeric_limits<double>::infinity(), j);
+  }
+  std::partial_sort(keys.begin(), keys.begin() + c, keys.end(), std::greater<>());
+  std::vector<Index> idx;
+  for (Index i = 0; i < c; ++i) idx.push_back(keys[std::size_t(i)].second);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+template <typename T>
+class CurMethod final : public Method<T> {
+ public:
+  using Method<T>::Method;
+  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    const Index c = Index(this->params().integer("columns"));
+    require(c <= std::min(q.rows(), k.rows()),
+            fmt::format("cur: columns = {} exceeds min(n_q, n_k) = {}", c, std::min(q.rows(), k.rows())));
+    const ExactOperator<T> p(q, k, opts);
+    Rng rng(std::uint64_t(this->params().integer("seed")));
+    std::vector<Index> cols, rows;
+    if (this->params().choice("select") == "uniform") {
+      cols = sample_without_replacement(k.rows(), c, rng);
+      rows = q.rows() == k.rows() ? cols : sample_without_replacement(q.rows(), c, rng);
+    } else {
+      // Leverage scores of the rank-c singular subspaces: ‖V_c[j,:]‖² for columns, ‖U_c[i,:]‖² for rows.
+      const TopSingular top = top_singular(p, c);
+      cols = weighted_sample(top.right.rowwise().squaredNorm(), c, rng);
+      if (q.rows() == k.rows()) {
+        rows = cols;
+      } else {
+        MatrixR<double> u = p.apply(top.right.template cast<T>()).template cast<double>();
+        for (Index i = 0; i < c; ++i) u.col(i) /= std::max(top.values(i), 1e-300);
+        rows = weighted_sample(u.rowwise().squaredNorm(), c, rng);
+      }
+    }
+    // C = P[:, J] from the row log-sum-exp: exp(s·q_iᵀk_j − ℓ_i).
+    const MatrixR<T> kj = take_rows<T>(k, cols);
+    MatrixR<T> cm = (q * kj.transpose()) * T(opts.scale);
+    cm = (cm.array().colwise() - p.row_lse().array()).exp().matrix();
+    MatrixR<T> rm(c, k.rows());
+    for (Index i = 0; i < c; ++i) rm.row(i) = p.row_block(rows[std::size_t(i)], 1);
+    MatrixR<T> w(c, c);
+    for (Index j = 0; j < c; ++j) w.col(j) = rm.col(cols[std::size_t(j)]);
+    MatrixR<T> a = cm * svd_pinv<T>(w);
+    op_.emplace(std::move(a), rm.transpose(), false);
+    return Status::Success;
+  }
+  const AttentionOperator<T>& do_op() const override { return *op_; }
+
+ private:
+  std::optional<LowRankOperator<T>> op_;
+};
+
+}  // namespace
+
+MethodDescriptor svd_descriptor() {
+  MethodDescriptor d;
+  d.name = "svd";
+  d.summary = "best rank-R approximation of the exact P (Eckart–Young floor; non-causal)";
+  d.reference = "Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ";
+  d.causal = false;
+  d.params = {ParamSpec::integer("rank", 64, 1, 1 << 20, "rank R"),
+              ParamSpec::integer("dense_limit", 512, 1, 1 << 20,
+                                 "n_k up to which a dense SVD is used; above, Lanczos on PᵀP (matrix-free)")};
+  set_factories<SvdMethod>(d);
+  return d;
+}
+
+MethodDescriptor cur_descriptor() {
+  MethodDescriptor d;
+  d.name = "cur";
+  d.summary = "classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal)";
+  d.reference = "seed 000 eqs. (12)-(13); Drineas, Mahoney & Muthukrishnan 2008 (leverage sampling)";
+  d.causal = false;
+  d.params = {ParamSpec::integer("columns", 64, 1, 1 << 20, "number of sampled columns (and rows) C"),
+              ParamSpec::choice("select", {"uniform", "leverage"}, "sampling of J (and I)"),
+              ParamSpec::integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "random seed")};
+  set_factories<CurMethod>(d);
+  return d;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,85 @@
+// `nystrom` — Nyströmformer (Xiong et al. 2021; seed 000 eq. (8)):
+//   P̃ = softmax(s·QK̃ᵀ) · Z · softmax(s·Q̃Kᵀ),  Z ≈ A⁺,  A = softmax(s·Q̃K̃ᵀ),
+// with landmarks Q̃, K̃ the segment means of Q and K (select=segments) or uniformly sampled rows
+// (select=random), and Z from the order-3 iteration (seed 000 eq. (10)), Newton–Schulz, or the SVD.
+// Pooling mixes every position into every landmark, so a causal mask cannot be honoured: it is refused.
+#include "attnlab/error.hpp"
+#include "attnlab/exact.hpp"
+#include "attnlab/linalg/pinv.hpp"
+#include "attnlab/methods/descriptors.hpp"
+#include "landmarks.hpp"
+
+#include <fmt/format.h>
+
+#include <optional>
+
+namespace attnlab {
+namespace {
+
+template <typename T>
+class NystromMethod final : public Method<T> {
+ public:
+  using Method<T>::Method;
+  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+
+  /// ‖I − AZ‖_F of the pseudo-inverse used (how far the iteration is from converged).
+  double pinv_residual() const { return residual_; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    const Index m = Index(this->params().integer("landmarks"));
+    require(m <= q.rows() && m <= k.rows(),
+            fmt::format("nystrom: landmarks = {} exceeds the sequence (n_q = {}, n_k = {})", m, q.rows(), k.rows()));
+    MatrixR<T> ql, kl;
+    if (this->params().choice("select") == "segments") {
+      ql = segment_means<T>(q, m);
+      kl = segment_means<T>(k, m);
+    } else {
+      Rng rng(std::uint64_t(this->params().integer("seed")));
+      const auto iq = sample_without_replacement(q.rows(), m, rng);
+      const auto ik = q.rows() == k.rows() ? iq : sample_without_replacement(k.rows(), m, rng);
+      ql = take_rows<T>(q, iq);
+      kl = take_rows<T>(k, ik);
+    }
+    AttentionOptions plain = opts;
+    plain.causal = false;
+    const MatrixR<T> f = exact_matrix<T>(q, kl, plain);   // n_q × m
+    const MatrixR<T> a = exact_matrix<T>(ql, kl, plain);  // m × m
+    MatrixR<T> b = exact_matrix<T>(ql, k, plain);         // m × n_k
+    Pseudoinverse<T> pinv;
+    pinv.setMethod(parse_pinv_method(this->params().choice("pinv")))
+        .setIterations(Index(this->params().integer("iters")))
+        .compute(a);
+    residual_ = pinv.residuals().back();
+    MatrixR<T> fz = f * pinv.pseudoinverse();
+    op_.emplace(std::move(fz), b.transpose(), false);  // F·Z has negative entries
+    return pinv.info() == Status::NumericalIssue ? Status::NumericalIssue : Status::Success;
+  }
+  const AttentionOperator<T>& do_op() const override { return *op_; }
+
+ private:
+  std::optional<LowRankOperator<T>> op_;
+  double residual_ = 0;
+};
+
+}  // namespace
+
+MethodDescriptor nystrom_descriptor() {
+  MethodDescriptor d;
+  d.name = "nystrom";
+  d.summary = "Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal)";
+  d.reference = "seed 000 eqs. (8), (10), (11); Xiong et al. 2021 eq. (14)";
+  d.causal = false;
+  d.params = {
+      ParamSpec::integer("landmarks", 64, 1, 1 << 20, "number of landmarks m (≤ n)"),
+      ParamSpec::choice("pinv", {"iterative", "newton", "svd"},
+                        "pseudo-inverse: order-3 iteration (seed 000 eq. (10)), Newton–Schulz, or SVD"),
+      ParamSpec::integer("iters", 6, 0, 10000, "iterations of the iterative pseudo-inverses (the paper uses 6)"),
+      ParamSpec::choice("select", {"segments", "random"}, "landmarks: segment means, or uniformly sampled rows"),
+      ParamSpec::integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "seed of select=random"),
+  };
+  set_factories<NystromMethod>(d);
+  return d;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,143 @@
+// `performer` — FAVOR+ random-feature attention (Choromanski et al. 2021, Lemma 1 and eq. (7); seed 002
+// eqs. (4)-(5)), normalized, causal by prefix sums. q and k are each multiplied by s^½ so that the features
+// estimate exp(s·qᵀk). Stabilized: each query's features are divided by their largest (a per-query factor
+// cancels in the normalization), each key's exponent is carried as a log-scale and stabilized by a common
+// (running, when causal) maximum in the kernel engine; denominators are guarded there.
+#include "attnlab/performer.hpp"
+
+#include "attnlab/error.hpp"
+#include "attnlab/methods/descriptors.hpp"
+#include "kernel_method.hpp"
+
+#include <Eigen/QR>
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace attnlab {
+
+template <typename T>
+MatrixR<T> performer_projection(Index m, Index d, bool orthogonal, bool chi_norms, Rng& rng) {
+  require(m >= 1 && d >= 1, "performer: need at least one feature and one dimension");
+  if (!orthogonal) return gaussian_matrix<T>(m, d, rng);
+  MatrixR<T> w(m, d);
+  for (Index r0 = 0; r0 < m; r0 += d) {
+    // An orthonormal block: Q of the QR of a Gaussian d×d matrix (signs fixed by R's diagonal so that Q is Haar).
+    const Eigen::MatrixXd g = gaussian_matrix<double>(d, d, rng);
+    Eigen::HouseholderQR<Eigen::MatrixXd> qr(g);
+    Eigen::MatrixXd qm = qr.householderQ();
+    const Eigen::MatrixXd r = qr.matrixQR().template triangularView<Eigen::Upper>();
+    for (Index c = 0; c < d; ++c)
+      if (r(c, c) < 0) qm.col(c) *= -1;
+    const Index rows = std::min(d, m - r0);
+    for (Index i = 0; i < rows; ++i) {
+      // Row norms: χ(d) (the norm of a fresh Gaussian vector) keeps each ω_m ~ N(0, I); √d does not.
+      const double norm = chi_norms ? gaussian_matrix<double>(1, d, rng).norm() : std::sqrt(double(d));
+      w.row(r0 + i) = (qm.col(i).transpose() * norm).template cast<T>();
+    }
+  }
+  return w;
+}
+
+template <typename T>
+RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& omega, PerformerKernel kernel) {
+  require(x.cols() == omega.cols(), "performer: ω and x differ in dimension");
+  const Index n = x.rows(), m = omega.rows();
+  const MatrixR<T> proj = x * omega.transpose();  // n × M, ω_mᵀx_i
+  const VectorX<T> half_sq = x.rowwise().squaredNorm() / T(2);
+  RandomFeatures<T> out;
+  out.logscale.resize(n);
+  switch (kernel) {
+    case PerformerKernel::Positive: {
+      out.f.resize(n, m);
+      for (Index i = 0; i < n; ++i) {
+        const T mx = proj.row(i).maxCoeff();
+        out.f.row(i) = (proj.row(i).array() - mx).exp();
+        out.logscale(i) = mx - half_sq(i) - T(0.5) * std::log(T(m));
+      }
+      break;
+    }
+    case PerformerKernel::Hyperbolic: {
+      out.f.resize(n, 2 * m);
+      for (Index i = 0; i < n; ++i) {
+        const T mx = proj.row(i).cwiseAbs().maxCoeff();
+        out.f.row(i).head(m) = (proj.row(i).array() - mx).exp();
+        out.f.row(i).tail(m) = (-proj.row(i).array() - mx).exp();
+        out.logscale(i) = mx - half_sq(i) - T(0.5) * std::log(T(2 * m));
+      }
+      break;
+    }
+    case PerformerKernel::Trig: {
+      out.f.resize(n, 2 * m);
+      out.f.leftCols(m) = proj.array().sin();
+      out.f.rightCols(m) = proj.array().cos();
+      out.logscale = half_sq.array() - T(0.5) * std::log(T(m));
+      break;
+    }
+  }
+  return out;
+}
+
+template struct RandomFeatures<float>;
+template struct RandomFeatures<double>;
+template MatrixR<float> performer_projection<float>(Index, Index, bool, bool, Rng&);
+template MatrixR<double> performer_projection<double>(Index, Index, bool, bool, Rng&);
+template RandomFeatures<float> performer_features<float>(const ConstRef<float>&, const ConstRef<float>&,
+                                                         PerformerKernel);
+template RandomFeatures<double> performer_features<double>(const ConstRef<double>&, const ConstRef<double>&,
+                                                           PerformerKernel);
+
+namespace {
+
+template <typename T>
+class PerformerMethod final : public KernelMethod<T> {
+ public:
+  PerformerMethod(const MethodDescriptor& d, Params p) : KernelMethod<T>(d, std::move(p)) {
+    const auto& k = this->params().choice("kernel");
+    kernel_ = k == "trig" ? PerformerKernel::Trig : k == "hyperbolic" ? PerformerKernel::Hyperbolic
+                                                                      : PerformerKernel::Positive;
+  }
+
+ protected:
+  FeatureMaps<T> features(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    Rng rng(std::uint64_t(this->params().integer("seed")));
+    const MatrixR<T> omega =
+        performer_projection<T>(Index(this->params().integer("features")), q.cols(),
+                                this->params().boolean("orthogonal"), this->params().choice("norms") == "chi", rng);
+    const T root = T(std::sqrt(opts.scale));
+    const MatrixR<T> xq = q * root, xk = k * root;
+    RandomFeatures<T> fq = performer_features<T>(xq, omega, kernel_);
+    RandomFeatures<T> fk = performer_features<T>(xk, omega, kernel_);
+    FeatureMaps<T> f;
+    f.qf = std::move(fq.f);  // the query's log-scale is a per-query factor: it cancels
+    f.kf = std::move(fk.f);
+    f.k_logscale = std::move(fk.logscale);
+    f.nonnegative = kernel_ != PerformerKernel::Trig;
+    return f;
+  }
+
+ private:
+  PerformerKernel kernel_ = PerformerKernel::Positive;
+};
+
+}  // namespace
+
+MethodDescriptor performer_descriptor() {
+  MethodDescriptor d;
+  d.name = "performer";
+  d.summary = "Performer / FAVOR+ random features estimating exp(s·qᵀk)";
+  d.reference = "Choromanski et al. 2021 Lemma 1, eq. (7); seed 002 eqs. (4)-(5); Lemma 2 for the variances";
+  d.causal = true;
+  d.params = {
+      ParamSpec::integer("features", 256, 1, 1 << 16, "number of random projections M (trig/hyperbolic use 2M features)"),
+      ParamSpec::choice("kernel", {"positive", "trig", "hyperbolic"}, "feature map"),
+      ParamSpec::boolean("orthogonal", true, "orthogonal random features (blocks of d) instead of iid"),
+      ParamSpec::choice("norms", {"chi", "sqrt_d"}, "row norms of orthogonal features: χ(d) (unbiased) or √d"),
+      ParamSpec::integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "random seed"),
+  };
+  for (auto& p : causal_form_params()) d.params.push_back(p);
+  set_factories<PerformerMethod>(d);
+  return d;
+}
+
+}  // namespace attnlab
