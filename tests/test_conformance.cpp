@@ -94,6 +94,17 @@ std::vector<std::string> method_names() {
   // Both output paths of the exact method.
   v.push_back("exact:impl=materialized");
   v.push_back("exact:tile=8");
+  // Every causal form and feature map of the kernel family.
+  v.push_back("linear:causal_form=recurrent");
+  v.push_back("linear:feature=relu,chunk=5");
+  v.push_back("taylor:causal_form=recurrent");
+  v.push_back("performer:causal_form=recurrent");
+  v.push_back("performer:kernel=hyperbolic,orthogonal=false,chunk=16");
+  // Other budgets and options of the low-rank family.
+  v.push_back("nystrom:pinv=svd,select=random");
+  v.push_back("nystrom:pinv=newton,iters=30");
+  v.push_back("linformer:projection=pool,k=16");
+  v.push_back("cur:select=leverage,columns=20");
   return v;
 }
 

@@ -83,6 +83,14 @@ cases = [
     ("NaN scale", ["--scale", "nan", "--q", good_q, "--k", good_k, "--v", good_v], ["scale"]),
     ("negative scale", ["--scale", "-1", "--q", good_q, "--k", good_k, "--v", good_v], ["scale"]),
     ("bad dtype flag", ["--dtype", "f16", "--q", good_q, "--k", good_k, "--v", good_v], ["dtype"]),
+    ("nystrom refuses causal", ["--method", "nystrom:landmarks=8", "--causal", "--q", good_q, "--k", good_k,
+                                "--v", good_v], ["nystrom", "causal"]),
+    ("linformer refuses causal", ["--method", "linformer:k=8", "--causal", "--q", good_q, "--k", good_k,
+                                  "--v", good_v], ["linformer", "causal"]),
+    ("efficient refuses causal", ["--method", "efficient", "--causal", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["efficient", "causal"]),
+    ("landmarks beyond n", ["--method", "nystrom:landmarks=100", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["landmarks = 100"]),
     ("matrix over --max-memory", ["--max-memory", "16K", "--matrix", path("p.npy"),
                                    "--q", good_q, "--k", good_k, "--v", good_v], ["needs", "--max-memory"]),
     ("bad --max-memory", ["--max-memory", "lots", "--q", good_q, "--k", good_k, "--v", good_v], ["memory size"]),
@@ -142,5 +150,14 @@ if r.returncode == 0:
     c.check(all(np.isfinite(float(x["value"])) for x in rows), "compare CSV values finite")
     c.check({"out_rel_fro", "P_rel_fro", "P_rel_spectral", "P_mean_kl", "P_mean_tv"} <= {x["metric"] for x in rows},
             "compare CSV metrics")
+    names = run("methods", "--names").stdout.split()
+    c.check(len(names) >= 9 and set(names) == {x["method"] for x in rows},
+            f"compare --all ran every registered method: {sorted(set(names) ^ {x['method'] for x in rows})}")
+    # Non-causal methods are skipped (with a note) under --causal; the causal ones run.
+    r = run("compare", "--all", "--causal", "--n", 96, "--d", 16, "--csv", path("cc.csv"))
+    causal_rows = list(csv.DictReader(open(path("cc.csv")))) if r.returncode == 0 else []
+    c.check(r.returncode == 0 and "skipping nystrom" in r.stderr and
+            {x["method"] for x in causal_rows} == {"exact", "linear", "taylor", "performer"},
+            f"compare --all --causal: {r.returncode} {r.stderr!r}")
 
 c.finish()

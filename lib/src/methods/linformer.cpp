@@ -6,7 +6,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/methods/descriptors.hpp"
-#include "landmarks.hpp"
+#include "attnlab/landmarks.hpp"
 
 #include <fmt/format.h>
 

@@ -12,7 +12,7 @@
 #include "attnlab/linalg/pinv.hpp"
 #include "attnlab/methods/descriptors.hpp"
 #include "attnlab/spectrum.hpp"
-#include "landmarks.hpp"
+#include "attnlab/landmarks.hpp"
 
 #include <fmt/format.h>
 

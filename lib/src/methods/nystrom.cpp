@@ -7,7 +7,7 @@
 #include "attnlab/exact.hpp"
 #include "attnlab/linalg/pinv.hpp"
 #include "attnlab/methods/descriptors.hpp"
-#include "landmarks.hpp"
+#include "attnlab/landmarks.hpp"
 
 #include <fmt/format.h>
 
