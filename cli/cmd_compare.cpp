@@ -73,7 +73,9 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   aopts.scale = o.scale;
   aopts.causal = o.causal;
 
-  fmt::print("{:<32} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "method", "out_relF", "out_cos",
+  std::size_t width = 8;
+  for (const auto& m : methods) width = std::max(width, m->spec().size());
+  fmt::print("{:<{}} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "method", width, "out_relF", "out_cos",
              "P_relF", "P_rel2", "P_KL", "P_TV", "time_s", "vs_exact");
   for (Index h = 0; h < heads; ++h) {
     MatrixR<T> qs, ks, vs;
@@ -106,7 +108,7 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
       std::optional<MatrixErrors> me;
       if (matrix_metrics) me = matrix_errors<T>(*exact_op, m->op());
 
-      fmt::print("{:<32} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.4f} {:>8.2f}\n", m->spec(),
+      fmt::print("{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.4f} {:>8.2f}\n", m->spec(), width,
                  oe.rel_fro, oe.mean_cosine, me ? opt(me->rel_fro) : "-", me ? opt(me->rel_spectral) : "-",
                  me ? opt(me->mean_kl) : "-", me ? opt(me->mean_tv) : "-", t, t / exact_time);
       if (!csv) continue;
