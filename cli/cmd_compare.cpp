@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -122,6 +123,8 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
       csv->write(keys, "out_min_cosine", oe.min_cosine);
       csv->write(keys, "time_s", t);
       csv->write(keys, "exact_time_s", exact_time);
+      for (const auto& [name, value] : m->diagnostics())
+        if (!std::isnan(value)) csv->write(keys, name, value);
       if (me) {
         csv->write(keys, "P_rel_fro", me->rel_fro);
         csv->write(keys, "P_max_abs", me->max_abs);

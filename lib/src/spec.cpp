@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 namespace attnlab {
 namespace {
@@ -95,6 +96,10 @@ ParamSpec ParamSpec::choice(std::string name, std::vector<std::string> choices, 
   p.choices = std::move(choices);
   p.help = std::move(help);
   return p;
+}
+
+ParamSpec ParamSpec::seed() {
+  return integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "random seed");
 }
 
 std::string ParamSpec::describe_type() const {

@@ -16,6 +16,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace attnlab {
 
@@ -46,6 +48,8 @@ class Method {
   const AttentionOperator<T>& op() const;
   /// P̃ materialized (n_q×n_k); refuses when it would not fit in memory.
   MatrixR<T> matrix() const;
+  /// Method-specific numbers worth recording beside the errors (e.g. Nyström's ‖I − AZ‖_F), as (name, value).
+  virtual std::vector<std::pair<std::string, double>> diagnostics() const { return {}; }
   /// An upper bound on rank(P̃) (landmarks, features, ...), or -1 when the method is not rank-limited.
   virtual Index rank_bound() const { return -1; }
 

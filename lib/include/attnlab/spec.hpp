@@ -25,6 +25,8 @@ struct ParamSpec {
   static ParamSpec real(std::string name, double def, double lo, double hi, std::string help);
   static ParamSpec boolean(std::string name, bool def, std::string help);
   static ParamSpec choice(std::string name, std::vector<std::string> choices, std::string help);
+  /// `seed`: the random seed every randomized method takes (default 0).
+  static ParamSpec seed();
   /// "integer in [1, 4096]", "one of elu|relu", ...
   std::string describe_type() const;
 };

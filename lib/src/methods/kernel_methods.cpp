@@ -6,6 +6,7 @@
 //            positions of each key feature. Pooling over all positions mixes the future in: causal is refused.
 // The scale does not enter these methods (as in their papers): they act on raw q and k.
 #include "attnlab/methods/descriptors.hpp"
+#include "lowrank_method.hpp"
 #include "kernel_method.hpp"
 
 #include <cmath>
@@ -65,10 +66,9 @@ class TaylorMethod final : public KernelMethod<T> {
 };
 
 template <typename T>
-class EfficientMethod final : public Method<T> {
+class EfficientMethod final : public LowRankMethod<T> {
  public:
-  using Method<T>::Method;
-  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+  using LowRankMethod<T>::LowRankMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions&) override {
@@ -84,13 +84,9 @@ class EfficientMethod final : public Method<T> {
       b.col(c) /= b.col(c).sum();
     }
     // P̃ = softmax₂(Q)·softmax₁(K)ᵀ: rows are convex combinations of the columns' distributions.
-    op_.emplace(std::move(a), std::move(b), true);
+    this->set_factors(std::move(a), std::move(b), true);
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
-
- private:
-  std::optional<LowRankOperator<T>> op_;
 };
 
 }  // namespace

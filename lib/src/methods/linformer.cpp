@@ -6,6 +6,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "lowrank_method.hpp"
 #include "attnlab/landmarks.hpp"
 
 #include <fmt/format.h>
@@ -17,10 +18,9 @@ namespace attnlab {
 namespace {
 
 template <typename T>
-class LinformerMethod final : public Method<T> {
+class LinformerMethod final : public LowRankMethod<T> {
  public:
-  using Method<T>::Method;
-  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+  using LowRankMethod<T>::LowRankMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
@@ -51,13 +51,9 @@ class LinformerMethod final : public Method<T> {
     MatrixR<T> s = exact_matrix<T>(q, ek, plain);  // n_q × k
     // Rows of P̃ are distributions exactly when F's rows are (pooling; the identity).
     const bool distributions = proj == "pool" || proj == "identity";
-    op_.emplace(std::move(s), f.transpose(), distributions);
+    this->set_factors(std::move(s), f.transpose(), distributions);
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
-
- private:
-  std::optional<LowRankOperator<T>> op_;
 };
 
 }  // namespace
@@ -73,7 +69,7 @@ MethodDescriptor linformer_descriptor() {
       ParamSpec::choice("projection", {"gaussian", "uniform", "pool", "identity"},
                         "E, F: N(0, 1/k) entries, ±1/√k, mean pooling over k segments, or I (k = n)"),
       ParamSpec::boolean("share_kv", false, "E = F (key-value sharing)"),
-      ParamSpec::integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "random seed"),
+      ParamSpec::seed(),
   };
   set_factories<LinformerMethod>(d);
   return d;

@@ -11,6 +11,7 @@
 #include "attnlab/exact.hpp"
 #include "attnlab/linalg/pinv.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "lowrank_method.hpp"
 #include "attnlab/spectrum.hpp"
 #include "attnlab/landmarks.hpp"
 
@@ -23,10 +24,9 @@ namespace attnlab {
 namespace {
 
 template <typename T>
-class SvdMethod final : public Method<T> {
+class SvdMethod final : public LowRankMethod<T> {
  public:
-  using Method<T>::Method;
-  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+  using LowRankMethod<T>::LowRankMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
@@ -36,13 +36,9 @@ class SvdMethod final : public Method<T> {
     const ExactOperator<T> p(q, k, opts);
     const TopSingular top = top_singular(p, r, Index(this->params().integer("dense_limit")));
     const MatrixR<T> v = top.right.template cast<T>();
-    op_.emplace(p.apply(v), v, false);
+    this->set_factors(p.apply(v), v, false);
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
-
- private:
-  std::optional<LowRankOperator<T>> op_;
 };
 
 /// c indices of [0, n) without replacement, with probability ∝ weights (Efraimidis–Spirakis keys u^{1/w}).
@@ -60,10 +56,9 @@ std::vector<Index> weighted_sample(const VectorX<double>& w, Index c, Rng& rng) 
 }
 
 template <typename T>
-class CurMethod final : public Method<T> {
+class CurMethod final : public LowRankMethod<T> {
  public:
-  using Method<T>::Method;
-  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+  using LowRankMethod<T>::LowRankMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
@@ -97,13 +92,9 @@ class CurMethod final : public Method<T> {
     MatrixR<T> w(c, c);
     for (Index j = 0; j < c; ++j) w.col(j) = rm.col(cols[std::size_t(j)]);
     MatrixR<T> a = cm * svd_pinv<T>(w);
-    op_.emplace(std::move(a), rm.transpose(), false);
+    this->set_factors(std::move(a), rm.transpose(), false);
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
-
- private:
-  std::optional<LowRankOperator<T>> op_;
 };
 
 }  // namespace
@@ -129,7 +120,7 @@ MethodDescriptor cur_descriptor() {
   d.causal = false;
   d.params = {ParamSpec::integer("columns", 64, 1, 1 << 20, "number of sampled columns (and rows) C"),
               ParamSpec::choice("select", {"uniform", "leverage"}, "sampling of J (and I)"),
-              ParamSpec::integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "random seed")};
+              ParamSpec::seed()};
   set_factories<CurMethod>(d);
   return d;
 }

@@ -7,6 +7,7 @@
 #include "attnlab/exact.hpp"
 #include "attnlab/linalg/pinv.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "lowrank_method.hpp"
 #include "attnlab/landmarks.hpp"
 
 #include <fmt/format.h>
@@ -17,13 +18,12 @@ namespace attnlab {
 namespace {
 
 template <typename T>
-class NystromMethod final : public Method<T> {
+class NystromMethod final : public LowRankMethod<T> {
  public:
-  using Method<T>::Method;
-  Index rank_bound() const override { return op_ ? op_->rank_bound() : -1; }
+  using LowRankMethod<T>::LowRankMethod;
 
-  /// ‖I − AZ‖_F of the pseudo-inverse used (how far the iteration is from converged).
-  double pinv_residual() const { return residual_; }
+  /// ‖I − AZ‖_F of the pseudo-inverse used: how far the iteration is from converged.
+  std::vector<std::pair<std::string, double>> diagnostics() const override { return {{"pinv_residual", residual_}}; }
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
@@ -52,13 +52,11 @@ class NystromMethod final : public Method<T> {
         .compute(a);
     residual_ = pinv.residuals().back();
     MatrixR<T> fz = f * pinv.pseudoinverse();
-    op_.emplace(std::move(fz), b.transpose(), false);  // F·Z has negative entries
+    this->set_factors(std::move(fz), b.transpose(), false);  // F·Z has negative entries
     return pinv.info() == Status::NumericalIssue ? Status::NumericalIssue : Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
 
  private:
-  std::optional<LowRankOperator<T>> op_;
   double residual_ = 0;
 };
 
@@ -76,7 +74,7 @@ MethodDescriptor nystrom_descriptor() {
                         "pseudo-inverse: order-3 iteration (seed 000 eq. (10)), Newton–Schulz, or SVD"),
       ParamSpec::integer("iters", 6, 0, 10000, "iterations of the iterative pseudo-inverses (the paper uses 6)"),
       ParamSpec::choice("select", {"segments", "random"}, "landmarks: segment means, or uniformly sampled rows"),
-      ParamSpec::integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "seed of select=random"),
+      ParamSpec::seed(),
   };
   set_factories<NystromMethod>(d);
   return d;

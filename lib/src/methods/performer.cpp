@@ -133,7 +133,7 @@ MethodDescriptor performer_descriptor() {
       ParamSpec::choice("kernel", {"positive", "trig", "hyperbolic"}, "feature map"),
       ParamSpec::boolean("orthogonal", true, "orthogonal random features (blocks of d) instead of iid"),
       ParamSpec::choice("norms", {"chi", "sqrt_d"}, "row norms of orthogonal features: χ(d) (unbiased) or √d"),
-      ParamSpec::integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "random seed"),
+      ParamSpec::seed(),
   };
   for (auto& p : causal_form_params()) d.params.push_back(p);
   set_factories<PerformerMethod>(d);
