@@ -54,7 +54,9 @@ void check_method(const std::string& name) {
         // Changing any key or value at positions ≥ t leaves the outputs of queries that cannot see t alone.
         const Index off = s.nk - s.nq, t = s.nk / 2;
         MatrixR<T> k2 = k, v2 = v;
-        k2.bottomRows(s.nk - t) = randn<T>(s.nk - t, s.d, 9) * T(3);
+        // A method with state fitted on all keys (VQ's codebook) looks ahead through that state by design: for it
+        // only the future values change here; its own tests fix the state and change the future keys.
+        if (m->lookahead().empty()) k2.bottomRows(s.nk - t) = randn<T>(s.nk - t, s.d, 9) * T(3);
         v2.bottomRows(s.nk - t) = randn<T>(s.nk - t, s.dv, 10) * T(3);
         auto m2 = make_method<T>(name, 11);
         m2->compute(q, k2, o);

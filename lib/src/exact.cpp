@@ -21,18 +21,25 @@ struct Tiler {
   const ConstRef<T>& k;
   T scale;
   bool causal;
-  Index offset;  // query i sees keys j <= i + offset when causal
+  Index offset;                // query at position p sees keys j <= p + offset when causal
+  const std::vector<Index>* pos;  // positions of the rows in the full query sequence (null: row = position)
 
-  Tiler(const ConstRef<T>& q_, const ConstRef<T>& k_, const AttentionOptions& o)
+  Tiler(const ConstRef<T>& q_, const ConstRef<T>& k_, const AttentionOptions& o, const QueryLayout& layout = {})
       : q(q_), k(k_), scale(T(o.resolved_scale(q_.cols()))), causal(o.causal),
-        offset(causal_offset(q_.rows(), k_.rows())) {}
+        offset(causal_offset(layout.positions.empty() ? q_.rows() : layout.n_q_full, k_.rows())),
+        pos(layout.positions.empty() ? nullptr : &layout.positions) {}
 
-  /// One past the last key any query of [i0, i0 + bi) may see.
+  Index position(Index i) const { return pos ? (*pos)[std::size_t(i)] : i; }
+  /// One past the last key any query of [i0, i0 + bi) may see (positions ascend).
   Index key_end(Index i0, Index bi) const {
-    return causal ? std::min<Index>(k.rows(), i0 + bi + offset) : k.rows();
+    return causal ? std::min<Index>(k.rows(), position(i0 + bi - 1) + offset + 1) : k.rows();
   }
   /// First query that may see key j0.
-  Index query_begin(Index j0) const { return causal ? std::max<Index>(0, j0 - offset) : 0; }
+  Index query_begin(Index j0) const {
+    if (!causal) return 0;
+    if (!pos) return std::max<Index>(0, j0 - offset);
+    return Index(std::lower_bound(pos->begin(), pos->end(), j0 - offset) - pos->begin());
+  }
 
   /// s = scale·Q[i0:i0+bi] K[j0:j0+bj]ᵀ (unmasked; the kernels read only each row's visible prefix).
   void logits(Index i0, Index bi, Index j0, Index bj, MatrixR<T>& s) const {
@@ -42,7 +49,7 @@ struct Tiler {
   }
   /// How many of the keys [j0, j0 + bj) query i sees: the mask keeps a prefix of every row.
   Index visible(Index i, Index j0, Index bj) const {
-    return causal ? std::clamp<Index>(i + offset + 1 - j0, 0, bj) : bj;
+    return causal ? std::clamp<Index>(position(i) + offset + 1 - j0, 0, bj) : bj;
   }
   /// Row r of a logit tile for query i → exp(s − shift) on the visible keys, exactly 0 on masked ones.
   /// (Eigen's vectorized exp(−∞) is ~1e-39, not 0: masked entries are never exponentiated.)
@@ -63,8 +70,16 @@ Index checked_tile(Index tile) {
   return tile;
 }
 
-void validate(Index nq, Index dq, Index nk, Index dk, const AttentionOptions& opts) {
-  validate_qk(nq, dq, nk, dk, opts);
+void validate(Index nq, Index dq, Index nk, Index dk, const AttentionOptions& opts, const QueryLayout& layout = {}) {
+  if (layout.positions.empty()) {
+    validate_qk(nq, dq, nk, dk, opts);
+    return;
+  }
+  require(Index(layout.positions.size()) == nq, "query layout: one position per query row");
+  require(std::is_sorted(layout.positions.begin(), layout.positions.end()) &&
+              (nq == 0 || (layout.positions.front() >= 0 && layout.positions.back() < layout.n_q_full)),
+          "query layout: positions must ascend within [0, n_q_full)");
+  validate_qk(layout.n_q_full, dq, nk, dk, opts);
 }
 
 }  // namespace
@@ -89,11 +104,11 @@ MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const Attent
 
 template <typename T>
 MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
-                        const AttentionOptions& opts, Index tile) {
-  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+                        const AttentionOptions& opts, Index tile, const QueryLayout& layout) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout);
   validate_v(k.rows(), v.rows());
   checked_tile(tile);
-  const Tiler<T> t(q, k, opts);
+  const Tiler<T> t(q, k, opts, layout);
   const Index nq = q.rows(), dv = v.cols();
   const Index ntiles = (nq + tile - 1) / tile;
   MatrixR<T> out(nq, dv);
@@ -132,10 +147,11 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
 }
 
 template <typename T>
-VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts, Index tile) {
-  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts, Index tile,
+                         const QueryLayout& layout) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout);
   checked_tile(tile);
-  const Tiler<T> t(q, k, opts);
+  const Tiler<T> t(q, k, opts, layout);
   const Index nq = q.rows();
   const Index ntiles = (nq + tile - 1) / tile;
   VectorX<T> lse(nq);
@@ -166,15 +182,15 @@ VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const Atten
 
 template <typename T>
 ExactOperator<T>::ExactOperator(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
-                                Index tile)
-    : q_(q), k_(k), opts_(opts), tile_(checked_tile(tile)) {
-  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+                                Index tile, QueryLayout layout)
+    : q_(q), k_(k), opts_(opts), tile_(checked_tile(tile)), layout_(std::move(layout)) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout_);
   opts_.scale = opts.resolved_scale(q.cols());
 }
 
 template <typename T>
 const VectorX<T>& ExactOperator<T>::row_lse() const {
-  std::call_once(lse_once_, [this] { lse_ = exact_row_lse<T>(q_, k_, opts_, tile_); });
+  std::call_once(lse_once_, [this] { lse_ = exact_row_lse<T>(q_, k_, opts_, tile_, layout_); });
   return lse_;
 }
 
@@ -183,7 +199,7 @@ MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
   require(x.rows() == cols(), fmt::format("apply: X has {} rows, the operator has {} columns", x.rows(), cols()));
   const VectorX<T>& lse = row_lse();
   const ConstRef<T> q(q_), k(k_);
-  const Tiler<T> t(q, k, opts_);
+  const Tiler<T> t(q, k, opts_, layout_);
   const Index nq = rows(), b = x.cols(), tile = tile_;
   const Index ntiles = (nq + tile - 1) / tile;
   MatrixR<T> y = MatrixR<T>::Zero(nq, b);
@@ -212,7 +228,7 @@ MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
           fmt::format("apply_transpose: X has {} rows, the operator has {} rows", x.rows(), rows()));
   const VectorX<T>& lse = row_lse();
   const ConstRef<T> q(q_), k(k_);
-  const Tiler<T> t(q, k, opts_);
+  const Tiler<T> t(q, k, opts_, layout_);
   const Index nq = rows(), nk = cols(), b = x.cols(), tile = tile_;
   const Index ntiles = (nk + tile - 1) / tile;
   MatrixR<T> y = MatrixR<T>::Zero(nk, b);
@@ -239,7 +255,7 @@ MatrixR<T> ExactOperator<T>::row_block(Index first, Index count) const {
   require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
   const VectorX<T>& lse = row_lse();
   const ConstRef<T> q(q_), k(k_);
-  const Tiler<T> t(q, k, opts_);
+  const Tiler<T> t(q, k, opts_, layout_);
   MatrixR<T> s;
   t.logits(first, count, 0, cols(), s);
   for (Index r = 0; r < count; ++r) t.exp_row(s, r, first + r, 0, lse(first + r));
@@ -249,9 +265,9 @@ MatrixR<T> ExactOperator<T>::row_block(Index first, Index count) const {
 #define ATTNLAB_INSTANTIATE_EXACT(T)                                                                     \
   template MatrixR<T> exact_matrix<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&); \
   template MatrixR<T> exact_output<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&,       \
-                                      const AttentionOptions&, Index);                                  \
+                                      const AttentionOptions&, Index, const QueryLayout&);              \
   template VectorX<T> exact_row_lse<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&, \
-                                       Index);                                                          \
+                                       Index, const QueryLayout&);                                      \
   template class ExactOperator<T>;
 ATTNLAB_INSTANTIATE_EXACT(float)
 ATTNLAB_INSTANTIATE_EXACT(double)

@@ -21,6 +21,12 @@ const std::vector<MethodDescriptor>& registered_methods() {
     v.push_back(linformer_descriptor());
     v.push_back(svd_descriptor());
     v.push_back(cur_descriptor());
+    v.push_back(vq_descriptor());
+    v.push_back(probsparse_descriptor());
+    v.push_back(local_descriptor());
+    v.push_back(sparse_descriptor());
+    v.push_back(reformer_descriptor());
+    v.push_back(scatterbrain_descriptor());
     return v;
   }();
   return all;

@@ -11,8 +11,17 @@
 #include "attnlab/types.hpp"
 
 #include <mutex>
+#include <vector>
 
 namespace attnlab {
+
+/// Where the rows of Q sit in the full query sequence, for the causal mask: row r is query positions[r] of
+/// n_q_full (ascending). Empty: row r is query r of Q itself. Used by methods that compute exact rows for a
+/// subset of the queries (ProbSparse).
+struct QueryLayout {
+  std::vector<Index> positions;
+  Index n_q_full = -1;
+};
 
 /// Default tile edge of the streaming kernels: a tile² logit block of float64 is 512 KiB.
 constexpr Index kDefaultTile = 256;
@@ -24,12 +33,12 @@ MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const Attent
 /// O = softmax(scale·QKᵀ [+ mask])·V, streaming over key tiles with an online softmax.
 template <typename T>
 MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
-                        const AttentionOptions& opts, Index tile = kDefaultTile);
+                        const AttentionOptions& opts, Index tile = kDefaultTile, const QueryLayout& layout = {});
 
 /// Row log-sum-exp ℓ_i of the (masked) logits, streaming.
 template <typename T>
 VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
-                         Index tile = kDefaultTile);
+                         Index tile = kDefaultTile, const QueryLayout& layout = {});
 
 /// The exact attention matrix as an operator; keeps copies of Q and K (O((n_q + n_k)·d)) and the row
 /// log-sum-exp, never P.
@@ -37,7 +46,7 @@ template <typename T>
 class ExactOperator final : public AttentionOperator<T> {
  public:
   ExactOperator(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
-                Index tile = kDefaultTile);
+                Index tile = kDefaultTile, QueryLayout layout = {});
   Index rows() const override { return q_.rows(); }
   Index cols() const override { return k_.rows(); }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
@@ -53,6 +62,7 @@ class ExactOperator final : public AttentionOperator<T> {
   MatrixR<T> q_, k_;
   AttentionOptions opts_;
   Index tile_;
+  QueryLayout layout_;
   mutable std::once_flag lse_once_;
   mutable VectorX<T> lse_;
 };

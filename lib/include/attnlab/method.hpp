@@ -35,7 +35,8 @@ class Method {
   const Params& params() const { return params_; }
   /// The canonical specification, every parameter written out: replays the same method.
   std::string spec() const;
-  bool supports_causal() const;
+  /// Whether this instance honours a causal mask (the descriptor's flag unless a method narrows it by parameter).
+  virtual bool supports_causal() const;
 
   /// Fits the method to (Q, K). Throws Error for mismatched shapes, bad options, or a causal mask the
   /// method cannot honour (it is refused, never silently leaked).
@@ -48,6 +49,10 @@ class Method {
   const AttentionOperator<T>& op() const;
   /// P̃ materialized (n_q×n_k); refuses when it would not fit in memory.
   MatrixR<T> matrix() const;
+  /// Data-dependent state fitted on all keys before the attention (VQ's codebook): a look-ahead outside the
+  /// attention itself, described here ("" when there is none). With a causal mask the attention given that state
+  /// is causal; the state is not.
+  virtual std::string lookahead() const { return ""; }
   /// Method-specific numbers worth recording beside the errors (e.g. Nyström's ‖I − AZ‖_F), as (name, value).
   virtual std::vector<std::pair<std::string, double>> diagnostics() const { return {}; }
   /// An upper bound on rank(P̃) (landmarks, features, ...), or -1 when the method is not rank-limited.

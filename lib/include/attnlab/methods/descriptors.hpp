@@ -15,5 +15,11 @@ MethodDescriptor nystrom_descriptor();      // methods/nystrom.cpp
 MethodDescriptor linformer_descriptor();    // methods/linformer.cpp
 MethodDescriptor svd_descriptor();          // methods/lowrank_baselines.cpp
 MethodDescriptor cur_descriptor();          // methods/lowrank_baselines.cpp
+MethodDescriptor vq_descriptor();           // methods/vq.cpp
+MethodDescriptor probsparse_descriptor();   // methods/probsparse.cpp
+MethodDescriptor local_descriptor();        // methods/sparse_patterns.cpp
+MethodDescriptor sparse_descriptor();       // methods/sparse_patterns.cpp
+MethodDescriptor reformer_descriptor();     // methods/sparse_patterns.cpp
+MethodDescriptor scatterbrain_descriptor(); // methods/scatterbrain.cpp
 
 }  // namespace attnlab

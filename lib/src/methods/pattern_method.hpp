@@ -1,0 +1,60 @@
+// Shared base of the sparse-pattern methods (local, sparse, reformer): a method chooses, for every query, the
+// keys it attends to; the base takes the softmax of the logits over that pattern only, O(nnz·d), and keeps P̃
+// as a row-major sparse matrix (operator: sparse products).
+#pragma once
+
+#include "attnlab/method.hpp"
+
+#include <Eigen/SparseCore>
+#include <optional>
+#include <vector>
+
+namespace attnlab {
+
+/// For each query, the keys it attends to (any order, duplicates allowed: they are merged).
+using Pattern = std::vector<std::vector<Index>>;
+
+template <typename T>
+class SparseOperator final : public AttentionOperator<T> {
+ public:
+  using Sparse = Eigen::SparseMatrix<T, Eigen::RowMajor, Index>;
+  explicit SparseOperator(Sparse p) : p_(std::move(p)) {}
+  Index rows() const override { return p_.rows(); }
+  Index cols() const override { return p_.cols(); }
+  MatrixR<T> apply(const ConstRef<T>& x) const override { return p_ * x; }
+  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override { return p_.transpose() * x; }
+  MatrixR<T> row_block(Index first, Index count) const override { return MatrixR<T>(p_.middleRows(first, count)); }
+  const Sparse& matrix() const { return p_; }
+
+ private:
+  Sparse p_;
+};
+
+/// P̃_ij = exp(s·q_iᵀk_j) / Σ_{j' ∈ pattern(i)} exp(s·q_iᵀk_j') for j in pattern(i), 0 elsewhere (stable).
+template <typename T>
+typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const ConstRef<T>& k, double scale,
+                                                   Pattern pattern);
+
+template <typename T>
+class PatternMethod : public Method<T> {
+ public:
+  using Method<T>::Method;
+  /// Mean number of keys per query.
+  std::vector<std::pair<std::string, double>> diagnostics() const override {
+    return {{"keys_per_query", op_ ? double(op_->matrix().nonZeros()) / double(op_->rows()) : 0.0}};
+  }
+
+ protected:
+  /// The pattern; with opts.causal it must only hold keys j ≤ i + (n_k − n_q).
+  virtual Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) = 0;
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    op_.emplace(pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts)));
+    return Status::Success;
+  }
+  const AttentionOperator<T>& do_op() const override { return *op_; }
+
+ private:
+  std::optional<SparseOperator<T>> op_;
+};
+
+}  // namespace attnlab

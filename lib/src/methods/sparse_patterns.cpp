@@ -1,0 +1,253 @@
+// Sparse attention patterns (the related work of seed 003): softmax over each row's pattern only.
+//   local:window=W — keys with |j − c_i| ≤ W around the aligned position c_i = i + (n_k − n_q) (causal:
+//                    c_i − W ≤ j ≤ c_i); O(n·W·d) (Beltagy et al. 2020, sliding window).
+//   sparse:window=W,stride=S,globals=G,random=R — a union of fixed patterns: the band; strided keys with
+//                    (c_i − j) mod S = 0 (Child et al. 2019, strided); G global tokens that attend to and are
+//                    attended by all (Zaheer et al. 2020); R random keys per query (BigBird). Causal restricts
+//                    every part to j ≤ c_i.
+//   reformer:buckets=B,rounds=R,chunk=L — angular LSH (Kitaev et al. 2020): h(x) = argmax[xW; −xW] with a random
+//                    rotation W (d×B/2), the same hash for queries and keys; queries and keys sorted by (bucket,
+//                    position), cut into chunks of L keys (queries into as many chunks), each query attending to
+//                    its chunk and the previous one. Rounds are combined by their log-sum-exp weights with the
+//                    duplicate correction (Reformer §3 "multi-round"), which is exactly the softmax over the union
+//                    of the rounds' key sets: that union is the pattern here.
+//                    Causal: sorting all positions and cutting chunks would let future tokens' hashes decide which
+//                    past keys a query sees (the sorted order of the past shifts when a future hash changes) — a
+//                    leak. With a mask, query i instead attends to the 2·chunk most recent keys j ≤ c_i of its own
+//                    bucket (what its sorted chunk and the previous one hold, restricted to the past), and to c_i.
+#include "attnlab/error.hpp"
+#include "attnlab/methods/descriptors.hpp"
+#include "attnlab/random.hpp"
+#include "pattern_method.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace attnlab {
+
+template <typename T>
+typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const ConstRef<T>& k, double scale,
+                                                   Pattern pattern) {
+  using Sparse = typename SparseOperator<T>::Sparse;
+  const Index nq = q.rows(), nk = k.rows();
+  std::vector<Index> outer(std::size_t(nq) + 1, 0);
+  for (Index i = 0; i < nq; ++i) {
+    auto& row = pattern[std::size_t(i)];
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());
+    require(!row.empty() && row.front() >= 0 && row.back() < nk, "sparse pattern: empty row or key out of range");
+    outer[std::size_t(i) + 1] = outer[std::size_t(i)] + Index(row.size());
+  }
+  const Index nnz = outer.back();
+  std::vector<Index> inner(static_cast<std::size_t>(nnz));
+  std::vector<T> values(static_cast<std::size_t>(nnz));
+#pragma omp parallel for schedule(dynamic, 64)
+  for (Index i = 0; i < nq; ++i) {
+    const auto& row = pattern[std::size_t(i)];
+    const std::size_t base = std::size_t(outer[std::size_t(i)]);
+    T mx = -std::numeric_limits<T>::infinity();
+    for (std::size_t t = 0; t < row.size(); ++t) {
+      const T logit = T(scale) * q.row(i).dot(k.row(row[t]));
+      values[base + t] = logit;
+      inner[base + t] = row[t];
+      mx = std::max(mx, logit);
+    }
+    T sum = 0;
+    for (std::size_t t = 0; t < row.size(); ++t) sum += values[base + t] = std::exp(values[base + t] - mx);
+    for (std::size_t t = 0; t < row.size(); ++t) values[base + t] /= sum;
+  }
+  Sparse p(nq, nk);
+  p.reserve(nnz);
+  for (Index i = 0; i < nq; ++i) {
+    p.startVec(i);
+    for (Index t = outer[std::size_t(i)]; t < outer[std::size_t(i) + 1]; ++t)
+      p.insertBack(i, inner[std::size_t(t)]) = values[std::size_t(t)];
+  }
+  p.finalize();
+  return p;
+}
+
+template SparseOperator<float>::Sparse pattern_softmax<float>(const ConstRef<float>&, const ConstRef<float>&, double,
+                                                              Pattern);
+template SparseOperator<double>::Sparse pattern_softmax<double>(const ConstRef<double>&, const ConstRef<double>&,
+                                                                double, Pattern);
+
+namespace {
+
+/// The band around the aligned position c_i = i + off, cut at the future when causal.
+void add_band(Pattern& p, Index nq, Index nk, Index w, bool causal) {
+  const Index off = nk - nq;
+  for (Index i = 0; i < nq; ++i) {
+    const Index c = i + off;
+    const Index lo = std::max<Index>(0, c - w), hi = causal ? std::min(c, nk - 1) : std::min(c + w, nk - 1);
+    for (Index j = lo; j <= hi; ++j) p[std::size_t(i)].push_back(j);
+  }
+}
+
+template <typename T>
+class LocalMethod final : public PatternMethod<T> {
+ public:
+  using PatternMethod<T>::PatternMethod;
+
+ protected:
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    Pattern p(static_cast<std::size_t>(q.rows()));
+    const Index w = Index(this->params().integer("window"));
+    add_band(p, q.rows(), k.rows(), w, opts.causal);
+    // Without a mask and with n_k > n_q + W the first queries' bands can miss every key: keep c_i at least.
+    for (Index i = 0; i < q.rows(); ++i)
+      if (p[std::size_t(i)].empty()) p[std::size_t(i)].push_back(std::min(k.rows() - 1, i + k.rows() - q.rows()));
+    return p;
+  }
+};
+
+template <typename T>
+class SparseMethod final : public PatternMethod<T> {
+ public:
+  using PatternMethod<T>::PatternMethod;
+
+ protected:
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
+    const Index w = Index(this->params().integer("window")), stride = Index(this->params().integer("stride")),
+                g = Index(this->params().integer("globals")), r = Index(this->params().integer("random"));
+    Pattern p(static_cast<std::size_t>(nq));
+    if (w >= 0) add_band(p, nq, nk, w, opts.causal);
+    Rng rng(std::uint64_t(this->params().integer("seed")));
+    for (Index i = 0; i < nq; ++i) {
+      auto& row = p[std::size_t(i)];
+      const Index c = i + off, last = opts.causal ? c : nk - 1;  // the last key query i may see
+      row.push_back(std::min(c, nk - 1));                        // every query sees its own position
+      if (stride > 0)
+        for (Index j = c % stride; j <= last; j += stride) row.push_back(j);
+      // Global tokens: the first G keys are seen by everyone; the first G queries see every visible key.
+      for (Index j = 0; j < std::min(g, last + 1); ++j) row.push_back(j);
+      if (i < g)
+        for (Index j = 0; j <= last; ++j) row.push_back(j);
+      // R random keys among the visible ones, without replacement (Floyd's algorithm).
+      const Index pool = last + 1, take = std::min(r, pool);
+      std::vector<Index> chosen;
+      for (Index t = pool - take; t < pool; ++t) {
+        const Index x = Index(rng.below(std::uint64_t(t + 1)));
+        chosen.push_back(std::find(chosen.begin(), chosen.end(), x) == chosen.end() ? x : t);
+      }
+      row.insert(row.end(), chosen.begin(), chosen.end());
+    }
+    return p;
+  }
+};
+
+template <typename T>
+class ReformerMethod final : public PatternMethod<T> {
+ public:
+  using PatternMethod<T>::PatternMethod;
+
+ protected:
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    const Index nq = q.rows(), nk = k.rows(), off = nk - nq, d = q.cols();
+    const Index buckets = Index(this->params().integer("buckets")), rounds = Index(this->params().integer("rounds")),
+                chunk = Index(this->params().integer("chunk"));
+    require(buckets == 1 || buckets % 2 == 0, fmt::format("reformer: buckets must be 1 or even, got {}", buckets));
+    Rng rng(std::uint64_t(this->params().integer("seed")));
+    Pattern p(static_cast<std::size_t>(nq));
+    const Index chunks = (nk + chunk - 1) / chunk;
+    for (Index round = 0; round < rounds; ++round) {
+      // Angular LSH: h(x) = argmax [xW; −xW] (Andoni et al. 2015), one rotation per round, shared by q and k.
+      const MatrixR<T> w = gaussian_matrix<T>(d, std::max<Index>(1, buckets / 2), rng);
+      const auto hash = [&](const ConstRef<T>& x) {
+        std::vector<Index> h(static_cast<std::size_t>(x.rows()), 0);
+        if (buckets == 1) return h;
+        const MatrixR<T> r = x * w;
+        for (Index i = 0; i < x.rows(); ++i) {
+          Index best = 0;
+          T bv = -std::numeric_limits<T>::infinity();
+          for (Index b = 0; b < buckets / 2; ++b) {
+            if (r(i, b) > bv) bv = r(i, b), best = b;
+            if (-r(i, b) > bv) bv = -r(i, b), best = b + buckets / 2;
+          }
+          h[std::size_t(i)] = best;
+        }
+        return h;
+      };
+      const auto order = [](const std::vector<Index>& h) {  // positions sorted by (bucket, position)
+        std::vector<Index> o(h.size());
+        std::iota(o.begin(), o.end(), Index(0));
+        std::stable_sort(o.begin(), o.end(), [&](Index a, Index b) { return h[std::size_t(a)] < h[std::size_t(b)]; });
+        return o;
+      };
+      const std::vector<Index> hk = hash(k), hq = hash(q);
+      if (opts.causal) {
+        // Per bucket, the keys in position order; query i takes the 2·chunk latest ones with j ≤ c_i.
+        std::vector<std::vector<Index>> members(static_cast<std::size_t>(std::max<Index>(1, buckets)));
+        for (Index j = 0; j < nk; ++j) members[std::size_t(hk[std::size_t(j)])].push_back(j);
+        for (Index i = 0; i < nq; ++i) {
+          const auto& m = members[std::size_t(hq[std::size_t(i)])];
+          const auto end = std::upper_bound(m.begin(), m.end(), i + off);
+          const auto begin = end - std::min<std::ptrdiff_t>(end - m.begin(), std::ptrdiff_t(2 * chunk));
+          p[std::size_t(i)].insert(p[std::size_t(i)].end(), begin, end);
+        }
+        continue;
+      }
+      const auto ko = order(hk), qo = order(hq);
+      for (Index t = 0; t < nq; ++t) {
+        const Index i = qo[std::size_t(t)];
+        const Index c = std::min(chunks - 1, t * chunks / nq);  // the query's chunk, in sorted order
+        for (Index j = std::max<Index>(0, (c - 1) * chunk); j < std::min(nk, (c + 1) * chunk); ++j) {
+          p[std::size_t(i)].push_back(ko[std::size_t(j)]);
+        }
+      }
+    }
+    if (opts.causal)
+      for (Index i = 0; i < nq; ++i) p[std::size_t(i)].push_back(i + off);
+    for (Index i = 0; i < nq; ++i)  // a query whose chunks hold no key at all (n_k ≪ n_q): its aligned key
+      if (p[std::size_t(i)].empty()) p[std::size_t(i)].push_back(std::min(nk - 1, i + off));
+    return p;
+  }
+};
+
+}  // namespace
+
+MethodDescriptor local_descriptor() {
+  MethodDescriptor d;
+  d.name = "local";
+  d.summary = "sliding-window attention, |j − i| ≤ W";
+  d.reference = "Beltagy et al. 2020 (sliding window); seed 003 (sparse attention)";
+  d.causal = true;
+  d.params = {ParamSpec::integer("window", 64, 0, 1 << 24, "half-width W of the band")};
+  set_factories<LocalMethod>(d);
+  return d;
+}
+
+MethodDescriptor sparse_descriptor() {
+  MethodDescriptor d;
+  d.name = "sparse";
+  d.summary = "fixed sparse patterns: band + strided + global tokens + random keys";
+  d.reference = "Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random)";
+  d.causal = true;
+  d.params = {ParamSpec::integer("window", 16, -1, 1 << 24, "half-width of the band (−1: no band)"),
+              ParamSpec::integer("stride", 32, 0, 1 << 24, "strided keys (c_i − j) mod S = 0 (0: none)"),
+              ParamSpec::integer("globals", 2, 0, 1 << 24, "number of global tokens"),
+              ParamSpec::integer("random", 8, 0, 1 << 24, "random keys per query"), ParamSpec::seed()};
+  set_factories<SparseMethod>(d);
+  return d;
+}
+
+MethodDescriptor reformer_descriptor() {
+  MethodDescriptor d;
+  d.name = "reformer";
+  d.summary = "Reformer LSH attention: angular hashing, sorted chunks, multi-round union";
+  d.reference = "Kitaev et al. 2020 §2-3 (angular LSH, chunking, multi-round); seed 003";
+  d.causal = true;
+  d.params = {ParamSpec::integer("buckets", 8, 1, 1 << 16, "number of hash buckets (1 or even)"),
+              ParamSpec::integer("rounds", 2, 1, 64, "hashing rounds"),
+              ParamSpec::integer("chunk", 64, 1, 1 << 24, "keys per chunk (each query sees its chunk and the previous)"),
+              ParamSpec::seed()};
+  set_factories<ReformerMethod>(d);
+  return d;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,283 @@
+// `vq` — Transformer-VQ (Lingle 2023; seed 002 eqs. (1)-(3)): keys quantized to a codebook C learned by k-means,
+// K̂ = ΔC, and exp(s·QK̂ᵀ)V = exp(s·QCᵀ)(ΔᵀV) (seed 002 eq. (3)): exact attention on K̂ in O(n·c·d).
+//   assign=hard: Δ one-hot (nearest code). P̃_ij = exp(s·q_iᵀc_a(j) − L_i), L_i = log Σ_y N_y exp(s·q_iᵀc_y).
+//   assign=soft: Δ → the GMM responsibilities R_jy = softmax_y(−‖k_j − c_y‖²/(2T)) (seed 002 eqs. (8)-(9));
+//                T → 0 recovers hard VQ. Non-causal.
+//   quantize=both: the mean-field form of the seed's comments, q·k ≈ q·⟨k⟩ + ⟨q⟩·k − ⟨q⟩·⟨k⟩ with ⟨q⟩ from a
+//                second codebook on the queries: logits s(q_i·c_a(j) + c'_b(i)·(k_j − c_a(j))), still linear. Non-causal.
+// Causal (hard, keys): running per-code sums of values and counts, so output i reads only keys j ≤ i. The
+// codebook itself is fitted on all keys before the pass — a look-ahead in the codebook (as when Transformer-VQ's
+// codebook is trained), not in the attention.
+#include "attnlab/error.hpp"
+#include "attnlab/kmeans.hpp"
+#include "attnlab/vq.hpp"
+#include "attnlab/methods/descriptors.hpp"
+#include "lowrank_method.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+namespace attnlab {
+namespace {
+
+template <typename T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+/// Hard-assignment VQ attention: P̃_ij = exp(ℓ_{i,a(j)} − L_i) for visible j, ℓ = s·QCᵀ, L_i the log of the
+/// normalizer over the codes of the visible keys (counted with multiplicity).
+template <typename T>
+class CodebookOperator final : public AttentionOperator<T> {
+ public:
+  CodebookOperator(MatrixR<T> logits, std::vector<Index> assign, bool causal)
+      : l_(std::move(logits)), a_(std::move(assign)), causal_(causal) {
+    const Index nq = l_.rows(), c = l_.cols();
+    off_ = cols() - nq;
+    lse_.resize(nq);
+    std::vector<Index> count(static_cast<std::size_t>(c), 0);
+    Index next = 0;
+    if (!causal_)
+      for (Index y : a_) ++count[std::size_t(y)];
+    for (Index i = 0; i < nq; ++i) {
+      if (causal_)
+        while (next <= i + off_) ++count[std::size_t(a_[std::size_t(next++)])];
+      T mx = kNegInf<T>;
+      for (Index y = 0; y < c; ++y)
+        if (count[std::size_t(y)]) mx = std::max(mx, l_(i, y));
+      T sum = 0;
+      for (Index y = 0; y < c; ++y)
+        if (count[std::size_t(y)]) sum += T(count[std::size_t(y)]) * std::exp(l_(i, y) - mx);
+      lse_(i) = mx + std::log(sum);
+    }
+  }
+  Index rows() const override { return l_.rows(); }
+  Index cols() const override { return Index(a_.size()); }
+
+  MatrixR<T> apply(const ConstRef<T>& x) const override {
+    require(x.rows() == cols(), "apply: dimension mismatch");
+    const Index c = l_.cols(), b = x.cols();
+    MatrixR<T> s = MatrixR<T>::Zero(c, b);  // per-code sums Σ_{visible j, a(j)=y} x_j
+    MatrixR<T> y(rows(), b);
+    Index next = 0;
+    if (!causal_)
+      for (Index j = 0; j < cols(); ++j) s.row(a_[std::size_t(j)]) += x.row(j);
+    for (Index i = 0; i < rows(); ++i) {
+      if (causal_)
+        for (; next <= i + off_; ++next) s.row(a_[std::size_t(next)]) += x.row(next);
+      y.row(i) = weights(i) * s;
+    }
+    return y;
+  }
+
+  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override {
+    require(x.rows() == rows(), "apply_transpose: dimension mismatch");
+    const Index c = l_.cols(), b = x.cols();
+    MatrixR<T> t = MatrixR<T>::Zero(c, b);  // Σ_{queries i that see the key} exp(ℓ_iy − L_i) x_i
+    MatrixR<T> y(cols(), b);
+    if (!causal_) {
+      for (Index i = 0; i < rows(); ++i) t.noalias() += weights(i).transpose() * x.row(i);
+      for (Index j = 0; j < cols(); ++j) y.row(j) = t.row(a_[std::size_t(j)]);
+      return y;
+    }
+    // Backwards: after adding query i, key i + off is seen by exactly the queries added so far.
+    for (Index i = rows() - 1; i >= 0; --i) {
+      t.noalias() += weights(i).transpose() * x.row(i);
+      y.row(i + off_) = t.row(a_[std::size_t(i + off_)]);
+    }
+    for (Index j = 0; j < off_; ++j) y.row(j) = t.row(a_[std::size_t(j)]);
+    return y;
+  }
+
+  MatrixR<T> row_block(Index first, Index count) const override {
+    require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
+    MatrixR<T> out = MatrixR<T>::Zero(count, cols());
+    for (Index r = 0; r < count; ++r) {
+      const Index i = first + r, last = causal_ ? i + off_ : cols() - 1;
+      for (Index j = 0; j <= last; ++j) out(r, j) = std::exp(l_(i, a_[std::size_t(j)]) - lse_(i));
+    }
+    return out;
+  }
+
+ private:
+  /// exp(ℓ_iy − L_i) for every code (codes no visible key uses are never read: their sums are zero, and a key
+  /// of code y is only seen by queries for which y is visible).
+  Eigen::Matrix<T, 1, Eigen::Dynamic> weights(Index i) const {
+    return (l_.row(i).array() - lse_(i)).min(T(0)).exp().matrix();
+  }
+  MatrixR<T> l_;
+  std::vector<Index> a_;
+  bool causal_;
+  Index off_ = 0;
+  VectorX<T> lse_;
+};
+
+/// The mean-field form of quantizing both: logits s(q_i·c_a(j) + c'_b(i)·r_j), r_j = k_j − c_a(j).
+template <typename T>
+class MeanFieldOperator final : public AttentionOperator<T> {
+ public:
+  MeanFieldOperator(MatrixR<T> lq, MatrixR<T> g, std::vector<Index> a, std::vector<Index> b)
+      : lq_(std::move(lq)), g_(std::move(g)), a_(std::move(a)), b_(std::move(b)) {
+    // lq (n_q × c): s·q_i·c_y − max_y; g (c_q × n_k): exp(s·c'_b·r_j − max_j).
+    const Index c = lq_.cols(), cq = g_.rows();
+    h_ = MatrixR<T>::Zero(cq, c);  // H_{b,y} = Σ_{j: a(j)=y} G_bj
+    for (Index j = 0; j < cols(); ++j) h_.col(a_[std::size_t(j)]) += g_.col(j);
+    inv_z_.resize(rows());
+    for (Index i = 0; i < rows(); ++i) {
+      const T z = lq_.row(i).array().exp().matrix().dot(h_.row(b_[std::size_t(i)]));
+      inv_z_(i) = z > 0 ? T(1) / z : T(0);
+    }
+  }
+  Index rows() const override { return lq_.rows(); }
+  Index cols() const override { return Index(a_.size()); }
+  MatrixR<T> apply(const ConstRef<T>& x) const override {
+    require(x.rows() == cols(), "apply: dimension mismatch");
+    const Index c = lq_.cols(), cq = g_.rows(), bc = x.cols();
+    // W_b = Σ_j G_bj e_{a(j)} x_jᵀ: per query code, the per-key-code weighted sums of X.
+    std::vector<MatrixR<T>> w(static_cast<std::size_t>(cq), MatrixR<T>::Zero(c, bc));
+    for (Index j = 0; j < cols(); ++j)
+      for (Index bq = 0; bq < cq; ++bq) w[std::size_t(bq)].row(a_[std::size_t(j)]) += g_(bq, j) * x.row(j);
+    MatrixR<T> y(rows(), bc);
+    for (Index i = 0; i < rows(); ++i)
+      y.row(i) = (lq_.row(i).array().exp().matrix() * w[std::size_t(b_[std::size_t(i)])]) * inv_z_(i);
+    return y;
+  }
+  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override {
+    require(x.rows() == rows(), "apply_transpose: dimension mismatch");
+    const Index c = lq_.cols(), cq = g_.rows(), bc = x.cols();
+    std::vector<MatrixR<T>> u(static_cast<std::size_t>(cq), MatrixR<T>::Zero(c, bc));
+    for (Index i = 0; i < rows(); ++i)
+      u[std::size_t(b_[std::size_t(i)])].noalias() +=
+          (lq_.row(i).array().exp().matrix() * inv_z_(i)).transpose() * x.row(i);
+    MatrixR<T> y = MatrixR<T>::Zero(cols(), bc);
+    for (Index j = 0; j < cols(); ++j)
+      for (Index bq = 0; bq < cq; ++bq) y.row(j) += g_(bq, j) * u[std::size_t(bq)].row(a_[std::size_t(j)]);
+    return y;
+  }
+  MatrixR<T> row_block(Index first, Index count) const override {
+    MatrixR<T> out(count, cols());
+    for (Index r = 0; r < count; ++r) {
+      const Index i = first + r;
+      for (Index j = 0; j < cols(); ++j)
+        out(r, j) = std::exp(lq_(i, a_[std::size_t(j)])) * g_(b_[std::size_t(i)], j) * inv_z_(i);
+    }
+    return out;
+  }
+
+ private:
+  MatrixR<T> lq_, g_, h_;
+  std::vector<Index> a_, b_;
+  VectorX<T> inv_z_;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<AttentionOperator<T>> codebook_attention(const ConstRef<T>& q, const ConstRef<T>& k,
+                                                         const ConstRef<T>& codebook, const AttentionOptions& opts) {
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  require(codebook.cols() == k.cols() && codebook.rows() >= 1, "vq: the codebook must have the keys' dimension");
+  MatrixR<T> logits = (q * codebook.transpose()) * T(opts.resolved_scale(q.cols()));
+  return std::make_unique<CodebookOperator<T>>(std::move(logits), nearest<T>(k, codebook), opts.causal);
+}
+
+template std::unique_ptr<AttentionOperator<float>> codebook_attention<float>(const ConstRef<float>&,
+                                                                            const ConstRef<float>&,
+                                                                            const ConstRef<float>&,
+                                                                            const AttentionOptions&);
+template std::unique_ptr<AttentionOperator<double>> codebook_attention<double>(const ConstRef<double>&,
+                                                                              const ConstRef<double>&,
+                                                                              const ConstRef<double>&,
+                                                                              const AttentionOptions&);
+
+namespace {
+
+template <typename T>
+class VqMethod final : public Method<T> {
+ public:
+  VqMethod(const MethodDescriptor& d, Params p) : Method<T>(d, std::move(p)) {
+    hard_ = this->params().choice("assign") == "hard";
+    both_ = this->params().choice("quantize") == "both";
+  }
+  bool supports_causal() const override { return hard_ && !both_; }
+  std::string lookahead() const override { return "the codebook is fitted by k-means on all keys"; }
+  std::vector<std::pair<std::string, double>> diagnostics() const override {
+    return {{"kmeans_inertia", inertia_}, {"kmeans_iterations", double(iterations_)}};
+  }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+    const Index codes = Index(this->params().integer("codes"));
+    require(codes <= k.rows(), fmt::format("vq: codes = {} exceeds the {} keys", codes, k.rows()));
+    Rng rng(std::uint64_t(this->params().integer("seed")));
+    const Index iters = Index(this->params().integer("iters"));
+    const KMeansResult<T> km = kmeans<T>(k, codes, iters, rng);
+    inertia_ = km.inertia;
+    iterations_ = km.iterations;
+    const T s = T(opts.scale);
+    MatrixR<T> logits = (q * km.centroids.transpose()) * s;  // ℓ = s·QCᵀ
+    if (both_) {
+      require(codes <= q.rows(), fmt::format("vq: codes = {} exceeds the {} queries", codes, q.rows()));
+      const KMeansResult<T> kq = kmeans<T>(q, codes, iters, rng);
+      MatrixR<T> resid = k;  // r_j = k_j − c_a(j)
+      for (Index j = 0; j < k.rows(); ++j) resid.row(j) -= km.centroids.row(km.assignment[std::size_t(j)]);
+      MatrixR<T> g = (kq.centroids * resid.transpose()) * s;  // c_q × n_k
+      for (Index r = 0; r < g.rows(); ++r) g.row(r) = (g.row(r).array() - g.row(r).maxCoeff()).exp();
+      for (Index i = 0; i < logits.rows(); ++i) logits.row(i).array() -= logits.row(i).maxCoeff();
+      op_ = std::make_unique<MeanFieldOperator<T>>(std::move(logits), std::move(g), km.assignment, kq.assignment);
+    } else if (hard_) {
+      op_ = codebook_attention<T>(q, k, km.centroids, opts);
+    } else {
+      // Responsibilities R_jy = softmax_y(−‖k_j − c_y‖²/(2T)) (seed 002 eq. (8)), then
+      // P̃_ij = Σ_y exp(ℓ_iy − L_i) R_jy with L_i = log Σ_y exp(ℓ_iy)·Σ_j R_jy.
+      const T temp = T(this->params().real("temperature"));
+      MatrixR<T> r = (k * km.centroids.transpose()) * T(2);
+      r.colwise() -= k.rowwise().squaredNorm();
+      r.rowwise() -= km.centroids.rowwise().squaredNorm().transpose();  // −‖k − c‖²
+      r /= T(2) * temp;
+      for (Index j = 0; j < r.rows(); ++j) {
+        r.row(j) = (r.row(j).array() - r.row(j).maxCoeff()).exp();
+        r.row(j) /= r.row(j).sum();
+      }
+      const VectorX<T> mass = r.colwise().sum().transpose();
+      MatrixR<T> e(logits.rows(), logits.cols());
+      for (Index i = 0; i < logits.rows(); ++i) {
+        T mx = kNegInf<T>;
+        for (Index y = 0; y < logits.cols(); ++y)
+          if (mass(y) > 0) mx = std::max(mx, logits(i, y));
+        const T lse = mx + std::log(((logits.row(i).array() - mx).exp() * mass.transpose().array()).sum());
+        e.row(i) = (logits.row(i).array() - lse).min(T(0)).exp();
+      }
+      op_ = std::make_unique<LowRankOperator<T>>(std::move(e), std::move(r), true);
+    }
+    return Status::Success;
+  }
+  const AttentionOperator<T>& do_op() const override { return *op_; }
+
+ private:
+  bool hard_ = true, both_ = false;
+  double inertia_ = 0;
+  Index iterations_ = 0;
+  std::unique_ptr<AttentionOperator<T>> op_;
+};
+
+}  // namespace
+
+MethodDescriptor vq_descriptor() {
+  MethodDescriptor d;
+  d.name = "vq";
+  d.summary = "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard";
+  d.reference = "seed 002 eqs. (1)-(3), soft assignment eqs. (8)-(9); Lingle 2023";
+  d.causal = true;
+  d.params = {ParamSpec::integer("codes", 64, 1, 1 << 20, "codebook size c"),
+              ParamSpec::integer("iters", 20, 0, 10000, "Lloyd iterations after k-means++"),
+              ParamSpec::choice("assign", {"hard", "soft"}, "nearest code, or GMM responsibilities at temperature T"),
+              ParamSpec::real("temperature", 1.0, 1e-12, 1e12, "T of the soft assignment"),
+              ParamSpec::choice("quantize", {"keys", "both"}, "quantize K, or K and Q (mean-field form)"),
+              ParamSpec::seed()};
+  set_factories<VqMethod>(d);
+  return d;
+}
+
+}  // namespace attnlab
