@@ -107,6 +107,13 @@ std::vector<std::string> method_names() {
   v.push_back("nystrom:pinv=newton,iters=30");
   v.push_back("linformer:projection=pool,k=16");
   v.push_back("cur:select=leverage,columns=20");
+  // Methods II variants.
+  v.push_back("vq:assign=soft,temperature=0.5");
+  v.push_back("vq:quantize=both,codes=16");
+  v.push_back("probsparse:sample=full,lazy=cumsum");
+  v.push_back("probsparse:measure=lse,factor=2");
+  v.push_back("sparse:window=-1,stride=4,globals=0,random=3");
+  v.push_back("reformer:buckets=4,rounds=3,chunk=16");
   return v;
 }
 

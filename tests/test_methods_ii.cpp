@@ -1,0 +1,211 @@
+// Methods II: Transformer-VQ, ProbSparse, sparse patterns, Reformer and Scatterbrain against independent
+// formulas and their exact limits.
+#include "attnlab/exact.hpp"
+#include "attnlab/kmeans.hpp"
+#include "attnlab/performer.hpp"
+#include "attnlab/probsparse.hpp"
+#include "attnlab/registry.hpp"
+#include "attnlab/vq.hpp"
+#include "test_util.hpp"
+
+#include <Eigen/SVD>
+#include <algorithm>
+#include <numeric>
+
+namespace attnlab {
+namespace {
+
+using test::randn;
+using test::rel_err;
+
+struct Problem {
+  MatrixR<double> q, k, v;
+};
+Problem problem(Index nq, Index nk, Index d, std::uint64_t seed) {
+  return {randn<double>(nq, d, seed), randn<double>(nk, d, seed + 1), randn<double>(nk, 6, seed + 2)};
+}
+
+/// The method reproduces exact attention (matrix and output), float64.
+void expect_exact(const std::string& spec, const Problem& pr, bool causal, double tol = 1e-10) {
+  AttentionOptions o;
+  o.causal = causal;
+  auto m = make_method<double>(spec);
+  m->compute(pr.q, pr.k, o);
+  const MatrixR<double> p = exact_matrix<double>(pr.q, pr.k, o);
+  EXPECT_LT(rel_err(m->matrix(), p), tol) << spec << " causal=" << causal;
+  EXPECT_LT(rel_err(m->output(pr.v), (p * pr.v).eval()), tol) << spec << " causal=" << causal;
+}
+
+TEST(MethodsII, ExactLimits) {
+  for (auto [nq, nk] : {std::pair<Index, Index>{50, 50}, std::pair<Index, Index>{40, 61}}) {
+    const Problem pr = problem(nq, nk, 8, 1);
+    const std::string n = std::to_string(std::max(nq, nk));
+    for (bool causal : {false, true}) {
+      expect_exact("vq:codes=" + std::to_string(nk), pr, causal);  // every key its own code
+      expect_exact("probsparse:factor=100", pr, causal);              // u ≥ n: every query exact
+      expect_exact("probsparse:factor=100,measure=lse,lazy=cumsum", pr, causal);
+      expect_exact("local:window=" + n, pr, causal);
+      expect_exact("sparse:window=" + n + ",stride=0,globals=0,random=0", pr, causal);
+      expect_exact("sparse:window=-1,stride=1,globals=0,random=0", pr, causal);
+      expect_exact("sparse:window=-1,stride=0,globals=0,random=" + n, pr, causal);
+    }
+    expect_exact("sparse:window=-1,stride=0,globals=" + n + ",random=0", pr, false);
+    expect_exact("reformer:buckets=1,rounds=1,chunk=" + n, pr, false);
+    expect_exact("reformer:buckets=1,rounds=1,chunk=" + n, pr, true);
+    expect_exact("scatterbrain:window=" + n, pr, false);
+  }
+}
+
+// The VQ identity (seed 002 eq. (3)): hard VQ's fast output is exact attention on K̂ = ΔC.
+TEST(MethodsII, VqIdentityAndSoftLimit) {
+  const Problem pr = problem(80, 80, 8, 2);
+  Rng rng(7);  // the method's seed=7 replays the same k-means
+  const KMeansResult<double> km = kmeans<double>(pr.k, 12, 20, rng);
+  MatrixR<double> khat(80, 8);
+  for (Index j = 0; j < 80; ++j) khat.row(j) = km.centroids.row(km.assignment[std::size_t(j)]);
+  for (bool causal : {false, true}) {
+    AttentionOptions o;
+    o.causal = causal;
+    auto m = make_method<double>("vq:codes=12,seed=7");
+    m->compute(pr.q, pr.k, o);
+    EXPECT_LT(rel_err(m->output(pr.v), exact_output<double>(pr.q, khat, pr.v, o)), 1e-6) << causal;
+    EXPECT_LT(rel_err(m->matrix(), exact_matrix<double>(pr.q, khat, o)), 1e-12) << causal;
+  }
+  // Soft assignment → hard as T → 0, monotonically over these temperatures.
+  auto hard = make_method<double>("vq:codes=12,seed=7");
+  hard->compute(pr.q, pr.k);
+  const MatrixR<double> oh = hard->output(pr.v);
+  double prev = 1e300;
+  for (double t : {10.0, 1.0, 0.1, 0.01, 1e-4}) {
+    auto soft = make_method<double>("vq:codes=12,seed=7,assign=soft,temperature=" + std::to_string(t));
+    soft->compute(pr.q, pr.k);
+    const double e = rel_err(soft->output(pr.v), oh);
+    EXPECT_LT(e, prev) << "T = " << t;
+    prev = e;
+  }
+  EXPECT_LT(prev, 1e-10);
+}
+
+// With a given codebook VQ attention is strictly causal: future keys and values do not move past outputs.
+TEST(MethodsII, VqWithFixedCodebookIsCausal) {
+  const Problem pr = problem(60, 60, 8, 3);
+  const MatrixR<double> codebook = randn<double>(10, 8, 30);
+  AttentionOptions o;
+  o.causal = true;
+  const auto a = codebook_attention<double>(pr.q, pr.k, codebook, o);
+  MatrixR<double> k2 = pr.k, v2 = pr.v;
+  k2.bottomRows(30) = randn<double>(30, 8, 31) * 3.0;
+  v2.bottomRows(30) = randn<double>(30, 6, 32);
+  const auto b = codebook_attention<double>(pr.q, k2, codebook, o);
+  EXPECT_EQ(a->apply(pr.v).topRows(30), b->apply(v2).topRows(30));  // bitwise
+}
+
+TEST(MethodsII, ProbSparseMeasuresAndLemma1) {
+  const Problem pr = problem(90, 120, 16, 4);
+  Rng rng(1);
+  const VectorX<double> mbar = sparsity_measure<double>(pr.q, pr.k, {}, SparsityMeasure::MaxMean, 0, rng);
+  const VectorX<double> m = sparsity_measure<double>(pr.q, pr.k, {}, SparsityMeasure::Lse, 0, rng);
+  const double s = 0.25;
+  for (Index i = 0; i < 90; ++i) {
+    // Independent M̄: max − mean of the logits of query i over all keys.
+    const VectorX<double> l = pr.k * pr.q.row(i).transpose() * s;
+    EXPECT_NEAR(mbar(i), l.maxCoeff() - l.mean(), 1e-12);
+    // Lemma 1 (Zhou et al. 2021): M̄ ≤ M ≤ M̄ + ln n_k.
+    EXPECT_LE(mbar(i), m(i) + 1e-12);
+    EXPECT_LE(m(i), mbar(i) + std::log(120.0) + 1e-12);
+  }
+  // The top-u rule: u = c·⌈ln n_q⌉ = 3·5 = 15 queries with the largest M̄.
+  ASSERT_EQ(probsparse_u(90, 3), 15);
+  std::vector<Index> order(90);
+  std::iota(order.begin(), order.end(), Index(0));
+  std::sort(order.begin(), order.end(), [&](Index a, Index b) { return mbar(a) > mbar(b); });
+  std::vector<Index> top(order.begin(), order.begin() + 15);
+  std::sort(top.begin(), top.end());
+  EXPECT_EQ(select_queries(mbar, 15, false), top);
+  // The method with sample=full: exactly those rows exact, the rest uniform.
+  auto method = make_method<double>("probsparse:factor=3,sample=full");
+  method->compute(pr.q, pr.k);
+  const MatrixR<double> p = method->matrix(), pe = exact_matrix<double>(pr.q, pr.k, {});
+  for (Index i = 0; i < 90; ++i) {
+    if (std::binary_search(top.begin(), top.end(), i))
+      EXPECT_LT(rel_err(p.row(i), pe.row(i)), 1e-12) << i;
+    else
+      EXPECT_LT((p.row(i).array() - 1.0 / 120).abs().maxCoeff(), 1e-15) << i;
+  }
+  // Sampled M̄ (U = 5·⌈ln 120⌉ = 25 keys): a sample's max never exceeds the full max... over the same mean; at
+  // least it stays a lower bound of M + its sampling gap, and the default sampling is reproducible.
+  Rng r1(9), r2(9);
+  EXPECT_EQ(sparsity_measure<double>(pr.q, pr.k, {}, SparsityMeasure::MaxMean, 25, r1),
+            sparsity_measure<double>(pr.q, pr.k, {}, SparsityMeasure::MaxMean, 25, r2));
+}
+
+TEST(MethodsII, ProbSparseCausalSelectionIsOnline) {
+  VectorX<double> m(8);
+  m << 5, 1, 6, 0, 7, 2, 8, 3;
+  // u = 2: selected when among the 2 largest so far: 0 (5), 1 (1: only 2 seen), 2 (6), 4 (7), 6 (8).
+  EXPECT_EQ(select_queries(m, 2, true), (std::vector<Index>{0, 1, 2, 4, 6}));
+  EXPECT_EQ(select_queries(m, 2, false), (std::vector<Index>{4, 6}));
+}
+
+// Scatterbrain: Ã equals exp(s·qᵀk) on the band, so P̃ is proportional to P there row by row; off the band P̃ is the
+// normalized Performer estimate, whose matrix has rank ≤ M.
+TEST(MethodsII, ScatterbrainSupportAndRank) {
+  const Index n = 70, d = 8, m = 12, w = 3;
+  const Problem pr = problem(n, n, d, 5);
+  auto sb = make_method<double>("scatterbrain:features=12,window=3,seed=4");
+  sb->compute(pr.q, pr.k);
+  const MatrixR<double> p = sb->matrix(), pe = exact_matrix<double>(pr.q, pr.k, {});
+  // The Performer part, regenerated from the same seed: φ(x) = exp(ωᵀx − ‖x‖²/2)/√M.
+  Rng rng(4);
+  const MatrixR<double> omega = performer_projection<double>(m, d, true, true, rng);
+  const double root = std::pow(1.0 / std::sqrt(double(d)), 0.5);
+  const auto phi = [&](const MatrixR<double>& x) {
+    MatrixR<double> f = ((x * root) * omega.transpose());
+    for (Index i = 0; i < x.rows(); ++i)
+      f.row(i) = (f.row(i).array() - (x.row(i) * root).squaredNorm() / 2).exp() / std::sqrt(double(m));
+    return f;
+  };
+  const MatrixR<double> est = phi(pr.q) * phi(pr.k).transpose();  // ≈ exp(s·QKᵀ), rank ≤ M
+  for (Index i = 0; i < n; ++i) {
+    const Index lo = std::max<Index>(0, i - w), hi = std::min(n - 1, i + w);
+    // Row sum of Ã from its definition: the estimate off the band, the exact value on it.
+    double z = 0, exact_row = 0;
+    for (Index j = 0; j < n; ++j) {
+      const double e = std::exp(pr.q.row(i).dot(pr.k.row(j)) / std::sqrt(double(d)));
+      exact_row += e;
+      z += (j >= lo && j <= hi) ? e : est(i, j);
+    }
+    for (Index j = 0; j < n; ++j) {
+      const bool on = j >= lo && j <= hi;
+      const double ref = (on ? pe(i, j) * exact_row : est(i, j)) / z;
+      EXPECT_NEAR(p(i, j), ref, 1e-12 * std::max(1.0, std::fabs(ref))) << i << "," << j;
+    }
+  }
+  // The part of P̃ outside the sparse correction: diag(1/z)·φ(Q)φ(K)ᵀ has rank ≤ M.
+  const Eigen::MatrixXd estd = est;
+  const Eigen::JacobiSVD<Eigen::MatrixXd> svd(estd);
+  EXPECT_LT(svd.singularValues()(m), 1e-10 * svd.singularValues()(0));
+}
+
+TEST(MethodsII, PatternsAreWhatTheyClaim) {
+  const Problem pr = problem(40, 40, 8, 6);
+  AttentionOptions c;
+  c.causal = true;
+  auto local = make_method<double>("local:window=3");
+  local->compute(pr.q, pr.k, c);
+  const MatrixR<double> p = local->matrix();
+  for (Index i = 0; i < 40; ++i)
+    for (Index j = 0; j < 40; ++j) EXPECT_EQ(p(i, j) != 0, j <= i && j >= i - 3) << i << "," << j;
+  // Global tokens: rows and columns 0, 1 are dense; a strided pattern hits (i − j) mod 8 = 0.
+  auto sp = make_method<double>("sparse:window=0,stride=8,globals=2,random=0");
+  sp->compute(pr.q, pr.k);
+  const MatrixR<double> s = sp->matrix();
+  for (Index i = 0; i < 40; ++i)
+    for (Index j = 0; j < 40; ++j) {
+      const bool expected = i < 2 || j < 2 || i == j || (i - j) % 8 == 0;
+      EXPECT_EQ(s(i, j) != 0, expected) << i << "," << j;
+    }
+}
+
+}  // namespace
+}  // namespace attnlab
