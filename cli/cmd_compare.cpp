@@ -4,6 +4,7 @@
 #include "attnlab/exact.hpp"
 #include "attnlab/metrics.hpp"
 #include "attnlab/random.hpp"
+#include "attnlab/sources.hpp"
 #include "attnlab/registry.hpp"
 #include "attnlab/tidy_csv.hpp"
 #include "commands.hpp"
@@ -26,6 +27,7 @@ struct CompareOptions {
   bool all = false;
   std::string q, k, v;
   Index n = 1024, n_k = 0, d = 64, d_v = 0;
+  SourceOptions source;
   std::uint64_t seed = 0;
   bool causal = false;
   double scale = std::numeric_limits<double>::quiet_NaN();
@@ -62,7 +64,7 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   }
 
   const Index heads = files ? files->heads() : 1;
-  const std::string source = files ? "files" : "gaussian";
+  const std::string source = files ? "files" : o.source.kind;
   std::optional<TidyCsvWriter> csv;
   if (!o.csv.empty()) {
     csv.emplace(o.csv, std::vector<std::string>{"experiment", "source", "method", "spec", "dtype", "n_q", "n_k",
@@ -81,10 +83,10 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   for (Index h = 0; h < heads; ++h) {
     MatrixR<T> qs, ks, vs;
     if (!files) {
-      Rng rng(o.seed);
-      qs = gaussian_matrix<T>(o.n, o.d, rng);
-      ks = gaussian_matrix<T>(o.n_k > 0 ? o.n_k : o.n, o.d, rng);
-      vs = gaussian_matrix<T>(ks.rows(), o.d_v > 0 ? o.d_v : o.d, rng);
+      Qkv<T> g = generate_problem<T>(o.source, o.n, o.n_k > 0 ? o.n_k : o.n, o.d, o.d_v > 0 ? o.d_v : o.d, o.seed);
+      qs = std::move(g.q);
+      ks = std::move(g.k);
+      vs = std::move(g.v);
     }
     MatrixR<T> qc, kc, vc;
     const ConstRef<T> q = files ? head_view<T>(files->q, h, qc) : ConstRef<T>(qs);
@@ -158,7 +160,19 @@ void add_compare(CLI::App& app) {
                  ->capture_default_str();
   auto* dvo = sub->add_option("--dv", o->d_v, "generated problem: value dimension (default d)")
                   ->check(CLI::Range(1, 4096));
-  for (auto* gen : {no, nko, dO, dvo}) gen->excludes(qo);
+  auto* so = sub->add_option("--source", o->source.kind, "generated problem: gaussian, clustered or lowrank")
+                 ->check(CLI::IsMember({"gaussian", "clustered", "lowrank"}))
+                 ->capture_default_str();
+  auto* to = sub->add_option("--temperature", o->source.temperature, "generated problem: logits divided by T")
+                 ->check(positive_finite())
+                 ->capture_default_str();
+  auto* co = sub->add_option("--centres", o->source.centres, "clustered source: number of centres")
+                 ->check(CLI::Range(1, 1 << 20))
+                 ->capture_default_str();
+  auto* ro = sub->add_option("--rank", o->source.rank, "lowrank source: rank of Q and K")
+                 ->check(CLI::Range(1, 4096))
+                 ->capture_default_str();
+  for (auto* gen : {no, nko, dO, dvo, so, to, co, ro}) gen->excludes(qo);
   sub->add_option("--seed", o->seed, "seed of the generated problem and of the methods' randomness")
       ->capture_default_str();
   sub->add_flag("--causal", o->causal, "causal mask");

@@ -10,8 +10,6 @@ namespace attnlab {
 
 Error::Error(const std::string& message) : std::runtime_error(message) {}
 
-const char* code_version() { return ATTNLAB_CODE_VERSION; }
-
 const char* status_name(Status s) {
   switch (s) {
     case Status::Success: return "success";
