@@ -91,7 +91,9 @@ class CurMethod final : public LowRankMethod<T> {
     for (Index i = 0; i < c; ++i) rm.row(i) = p.row_block(rows[std::size_t(i)], 1);
     MatrixR<T> w(c, c);
     for (Index j = 0; j < c; ++j) w.col(j) = rm.col(cols[std::size_t(j)]);
-    MatrixR<T> a = cm * svd_pinv<T>(w);
+    // pinv(P[I,J]) with singular values below rcond·σ_max dropped: with rcond at rounding level (the formula
+    // as written) a nearly singular P[I,J] — clustered attention has rank ≈ clusters < C — amplifies noise.
+    MatrixR<T> a = cm * svd_pinv<T>(w, this->params().real("rcond"));
     this->set_factors(std::move(a), rm.transpose(), false);
     return Status::Success;
   }
@@ -120,6 +122,7 @@ MethodDescriptor cur_descriptor() {
   d.causal = false;
   d.params = {ParamSpec::integer("columns", 64, 1, 1 << 20, "number of sampled columns (and rows) C"),
               ParamSpec::choice("select", {"uniform", "leverage"}, "sampling of J (and I)"),
+              ParamSpec::real("rcond", 1e-10, 0, 1, "relative singular-value cutoff of pinv(P[I,J]) (0: eps·C)"),
               ParamSpec::seed()};
   set_factories<CurMethod>(d);
   return d;
