@@ -3,9 +3,11 @@
 #include "attnlab/error.hpp"
 #include "attnlab/memory.hpp"
 #include "commands.hpp"
+#include "sweep.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -24,8 +26,13 @@ int main(int argc, char** argv) {
   attnlab::cli::add_apply(app);
   attnlab::cli::add_compare(app);
   attnlab::cli::add_methods(app);
+  attnlab::experiments::add_run_command(app);
   try {
-    app.parse(argc, argv);
+    // `run NAME --config FILE` becomes the options FILE holds; CLI11 takes the arguments in reverse order.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    args = attnlab::experiments::expand_config(std::move(args));
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const attnlab::Error& e) {

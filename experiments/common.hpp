@@ -1,0 +1,64 @@
+// Helpers shared by the experiments: generated problems, rows of the standard error metrics.
+#pragma once
+
+#include "attnlab/error.hpp"
+#include "attnlab/exact.hpp"
+#include "attnlab/metrics.hpp"
+#include "attnlab/registry.hpp"
+#include "attnlab/sources.hpp"
+#include "sweep.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace attnlab::experiments {
+
+/// The rows every method comparison writes: output errors, matrix errors (spectral optional), time, diagnostics.
+inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const MatrixR<double>& q,
+                        const MatrixR<double>& k, const MatrixR<double>& v, const MatrixR<double>& exact_out,
+                        const ExactOperator<double>& exact_op, bool spectral) {
+  auto m = make_method<double>(spec, key.seed);
+  const auto t0 = std::chrono::steady_clock::now();
+  m->compute(q, k);
+  const MatrixR<double> out = m->output(v);
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto add = [&](const std::string& metric, double value) {
+    Row r = key;
+    r.method = m->name();
+    r.spec = m->spec();
+    r.metric = metric;
+    r.value = value;
+    rows.push_back(r);
+  };
+  const OutputErrors oe = output_errors<double>(exact_out, out);
+  add("out_rel_fro", oe.rel_fro);
+  add("out_mean_cosine", oe.mean_cosine);
+  add("out_max_abs", oe.max_abs);
+  MatrixErrorOptions mo;
+  mo.spectral = spectral;
+  const MatrixErrors me = matrix_errors<double>(exact_op, m->op(), mo);
+  add("P_rel_fro", me.rel_fro);
+  add("P_max_abs", me.max_abs);
+  if (me.rel_spectral) add("P_rel_spectral", *me.rel_spectral);
+  if (me.mean_kl) add("P_mean_kl", *me.mean_kl);
+  if (me.mean_tv) add("P_mean_tv", *me.mean_tv);
+  add("time_s", t);
+  for (const auto& [name, value] : m->diagnostics()) add(name, value);
+}
+
+inline std::string csv_list(const std::vector<Index>& v) {
+  std::string s;
+  for (Index x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+inline std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+}  // namespace attnlab::experiments

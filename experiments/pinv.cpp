@@ -1,0 +1,125 @@
+// `pinv` — does Nyströmformer's iterative pseudo-inverse converge, how fast, and does it matter?
+// Nyströmformer Lemma 1 (seed 000 eqs. (10)-(11)): ‖I − AZ_k‖_F and ‖Z_k − A⁺‖_F against k for the order-3 and
+// Newton–Schulz iterations on the softmax landmark matrix A = softmax(s·Q̃K̃ᵀ), m = 8…512, with A's condition
+// number; the iterations each needs to reach 1e-6; the measured convergence order; and Nyström's attention error
+// as a function of the iteration count, against the SVD pseudo-inverse.
+#include "attnlab/landmarks.hpp"
+#include "attnlab/linalg/pinv.hpp"
+#include "attnlab/spectrum.hpp"
+#include "common.hpp"
+
+#include <fmt/format.h>
+
+namespace attnlab::experiments {
+namespace {
+
+class PinvExperiment final : public Experiment {
+ public:
+  std::string name() const override { return "pinv"; }
+  std::string question() const override {
+    return "pseudo-inverse convergence on landmark matrices, and Nyström's error against the iteration count";
+  }
+  void add_options(CLI::App& app) override {
+    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
+    app.add_option("--m", m_, "landmark counts")->delimiter(',');
+    app.add_option("--d", d_, "head dimension");
+    app.add_option("--iters", iters_, "iterations of each pseudo-inverse iteration");
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--seeds", seeds_, "number of seeds");
+  }
+  void apply_preset(const std::string& preset, const CLI::App& app) override {
+    const bool paper = preset == "paper";
+    if (!given(app, "--n")) n_ = paper ? std::vector<Index>{512, 4096} : std::vector<Index>{512};
+    if (!given(app, "--m")) m_ = paper ? std::vector<Index>{8, 16, 32, 64, 128, 256, 512} : std::vector<Index>{8, 32, 64, 128};
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
+    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+    if (!given(app, "--iters")) iters_ = paper ? 60 : 40;
+  }
+  std::vector<std::pair<std::string, std::string>> settings() const override {
+    return {{"n", csv_list(n_)}, {"m", csv_list(m_)}, {"d", std::to_string(d_)}, {"iters", std::to_string(iters_)},
+            {"sources", join(sources_)}, {"seeds", std::to_string(seeds_)}};
+  }
+  std::vector<Point> grid() override {
+    std::vector<Point> pts;
+    for (const auto& src : sources_)
+      for (Index n : n_)
+        for (Index m : m_)
+          for (Index s = 0; s < seeds_; ++s) {
+            if (m > n) continue;
+            pts.push_back({fmt::format("source={} n={} m={} d={} seed={}", src, n, m, d_, s),
+                           [=] { return run(src, n, m, std::uint64_t(s)); }});
+          }
+    return pts;
+  }
+
+ private:
+  std::vector<Row> run(const std::string& src, Index n, Index m, std::uint64_t seed) const {
+    SourceOptions so;
+    so.kind = src;
+    const Qkv<double> p = generate_problem<double>(so, n, n, d_, d_, seed);
+    const MatrixR<double> a =
+        exact_matrix<double>(segment_means<double>(p.q, m), segment_means<double>(p.k, m), {});
+    const VectorX<double> sv = singular_values<double>(a);
+    const MatrixR<double> ref = svd_pinv<double>(a);
+    std::vector<Row> rows;
+    Row key;
+    key.source = src;
+    key.n = n;
+    key.d = d_;
+    key.seed = seed;
+    key.method = "nystrom";
+    const auto add = [&](const std::string& variant, Index step, const std::string& metric, double value) {
+      Row r = key;
+      r.variant = variant;
+      r.step = step;
+      r.spec = fmt::format("landmarks={}", m);
+      r.metric = metric;
+      r.value = value;
+      rows.push_back(r);
+    };
+    add("", m, "cond", sv(0) / sv(sv.size() - 1));
+    for (auto [variant, method] : {std::pair{"order3", PinvMethod::Order3}, std::pair{"newton", PinvMethod::NewtonSchulz}}) {
+      Pseudoinverse<double> pi;
+      pi.setMethod(method).setIterations(iters_).setReference(ref).compute(a);
+      Index reached = -1;
+      for (std::size_t k = 0; k < pi.residuals().size(); ++k) {
+        add(variant, Index(k), "residual", pi.residuals()[k]);
+        add(variant, Index(k), "pinv_error", pi.errors()[k]);
+        if (reached < 0 && pi.residuals()[k] < 1e-6) reached = Index(k);
+      }
+      add(variant, m, "iterations_to_1e-6", reached >= 0 ? double(reached) : std::numeric_limits<double>::infinity());
+      add(variant, m, "order", convergence_order(pi.residuals(), 1e-11, 1.0));
+    }
+    // Nyström's error against the iteration count (does an unconverged pseudo-inverse help?), and with the SVD.
+    const ExactOperator<double> exact(p.q, p.k, {});
+    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    MatrixErrorOptions mo;
+    mo.spectral = false;
+    for (Index k : {Index(0), Index(1), Index(2), Index(3), Index(4), Index(6), Index(8), Index(12), Index(16),
+                    Index(24), Index(32), iters_}) {
+      if (k > iters_) continue;
+      for (const std::string pinv : {"iterative", "newton"}) {
+        auto ny = make_method<double>(fmt::format("nystrom:landmarks={},pinv={},iters={}", m, pinv, k));
+        ny->compute(p.q, p.k);
+        const std::string variant = pinv == "iterative" ? "order3" : "newton";
+        add(variant, k, "nystrom_out_rel_fro", output_errors<double>(exact_out, ny->output(p.v)).rel_fro);
+        add(variant, k, "nystrom_P_rel_fro", matrix_errors<double>(exact, ny->op(), mo).rel_fro);
+      }
+    }
+    auto svd = make_method<double>(fmt::format("nystrom:landmarks={},pinv=svd", m));
+    svd->compute(p.q, p.k);
+    add("svd", -1, "nystrom_out_rel_fro", output_errors<double>(exact_out, svd->output(p.v)).rel_fro);
+    add("svd", -1, "nystrom_P_rel_fro", matrix_errors<double>(exact, svd->op(), mo).rel_fro);
+    return rows;
+  }
+
+  std::vector<Index> n_, m_;
+  Index d_ = 64, iters_ = 40, seeds_ = 1;
+  std::vector<std::string> sources_;
+};
+
+}  // namespace
+
+std::unique_ptr<Experiment> make_pinv_experiment() { return std::make_unique<PinvExperiment>(); }
+
+}  // namespace attnlab::experiments

@@ -1,0 +1,16 @@
+// The experiments, in a fixed order (an explicit list, as the method registry).
+#include "sweep.hpp"
+
+namespace attnlab::experiments {
+
+std::unique_ptr<Experiment> make_pinv_experiment();
+std::unique_ptr<Experiment> make_error_vs_budget_experiment();
+
+std::vector<std::unique_ptr<Experiment>> all_experiments() {
+  std::vector<std::unique_ptr<Experiment>> v;
+  v.push_back(make_error_vs_budget_experiment());
+  v.push_back(make_pinv_experiment());
+  return v;
+}
+
+}  // namespace attnlab::experiments

@@ -1,0 +1,223 @@
+// The sweep runner: resume from the CSV, shard the grid, write each finished point at once, show progress.
+#include "sweep.hpp"
+
+#include "attnlab/error.hpp"
+#include "attnlab/tidy_csv.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace attnlab::experiments {
+
+const std::vector<std::string>& result_columns() {
+  static const std::vector<std::string> c = {"experiment", "point", "source", "method", "spec",
+                                             "n",          "d",     "seed",   "variant", "step"};
+  return c;
+}
+
+bool given(const CLI::App& app, const std::string& option) {
+  const CLI::Option* o = app.get_option_no_throw(option);
+  return o != nullptr && o->count() > 0;
+}
+
+namespace {
+
+constexpr const char* kDoneMetric = "point_done";
+
+/// Splits one CSV line written by csv_field (fields quoted when they hold a comma or a quote).
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') out.back() += '"', ++i;
+      else if (c == '"') quoted = false;
+      else out.back() += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+/// Reads what an earlier run left: keeps the rows of finished points (those with a point_done row), drops the
+/// rest (a point interrupted mid-way, a torn last line), rewrites the file atomically, returns the finished ids.
+std::set<std::string> resume(const std::string& path, const std::string& header) {
+  std::set<std::string> done;
+  if (!std::filesystem::exists(path)) return done;
+  std::ifstream in(path);
+  std::string first, line;
+  std::getline(in, first);
+  if (first.empty()) return done;
+  if (first != header)
+    throw Error(fmt::format("{}: written by another schema (header differs); move it away or use --out", path));
+  std::vector<std::pair<std::string, std::string>> rows;  // (point id, line)
+  const std::size_t point_col = 3, metric_col = 2 + result_columns().size();
+  while (std::getline(in, line)) {
+    if (in.eof() && !line.empty()) break;  // no trailing newline: torn by an interruption
+    const auto f = split_csv(line);
+    if (f.size() != result_columns().size() + 4) continue;
+    rows.emplace_back(f[point_col], line);
+    if (f[metric_col] == kDoneMetric) done.insert(f[point_col]);
+  }
+  const std::string tmp = path + ".resume";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << first << '\n';
+    for (const auto& [id, l] : rows)
+      if (done.count(id)) out << l << '\n';
+    if (!out) throw Error(fmt::format("{}: cannot rewrite for resuming", path));
+  }
+  std::filesystem::rename(tmp, path);
+  return done;
+}
+
+struct RunOptions {
+  std::string out, preset = "quick", shard = "0/1", config_out;
+  int threads = 0;
+  bool dump_config = false;
+};
+
+std::string format_seconds(double s) {
+  if (s < 90) return fmt::format("{:.0f}s", s);
+  if (s < 5400) return fmt::format("{:.1f}min", s / 60);
+  return fmt::format("{:.1f}h", s / 3600);
+}
+
+std::string dump(const Experiment& e, const RunOptions& o) {
+  std::string s = fmt::format("# attnlab run {} --config FILE replays this run (code version {})\n", e.name(),
+                              code_version());
+  s += fmt::format("preset = {}\nshard = {}\n", o.preset, o.shard);
+  if (o.threads > 0) s += fmt::format("threads = {}\n", o.threads);
+  for (const auto& [key, value] : e.settings()) s += fmt::format("{} = {}\n", key, value);
+  return s;
+}
+
+void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
+  e.apply_preset(o.preset, sub);
+  if (o.dump_config) {
+    std::fputs(dump(e, o).c_str(), stdout);
+    return;
+  }
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  std::size_t shard = 0, shards = 1;
+  {
+    char slash = 0;
+    std::istringstream s(o.shard);
+    if (!(s >> shard >> slash >> shards) || slash != '/' || shards == 0 || shard >= shards || !s.eof())
+      throw Error(fmt::format("--shard '{}': expected i/N with 0 ≤ i < N", o.shard));
+  }
+  const std::string path = o.out.empty() ? fmt::format("results/{}.csv", e.name()) : o.out;
+  std::string header = "schema_version,code_version";
+  for (const auto& c : result_columns()) header += "," + c;
+  header += ",metric,value";
+  if (std::filesystem::path(path).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  const std::set<std::string> done = resume(path, header);
+  std::vector<Point> points = e.grid();
+  std::vector<Point*> todo;
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    if (!ids.insert(points[i].id).second) throw Error(fmt::format("{}: grid point '{}' twice", e.name(), points[i].id));
+    if (i % shards == shard && !done.count(points[i].id)) todo.push_back(&points[i]);
+  }
+  {  // the sidecar: everything needed to replay the run
+    std::ofstream side(path + ".config");
+    side << dump(e, o);
+  }
+  TidyCsvWriter csv(path, result_columns(), /*append=*/true);
+  const bool tty = isatty(fileno(stderr));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::size_t skipped = points.size() / shards + (shard < points.size() % shards ? 1 : 0) - todo.size();
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    const std::vector<Row> rows = todo[i]->run();
+    for (const Row& r : rows)
+      if (!std::isnan(r.value))
+        csv.write({e.name(), todo[i]->id, r.source, r.method, r.spec, std::to_string(r.n), std::to_string(r.d),
+                   std::to_string(r.seed), r.variant, r.step >= 0 ? std::to_string(r.step) : ""},
+                  r.metric, r.value);
+    csv.write({e.name(), todo[i]->id, "", "", "", "", "", "", "", ""}, kDoneMetric, 1);
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double left = el / double(i + 1) * double(todo.size() - i - 1);
+    if (tty)
+      std::fprintf(stderr, "\r%s: %zu/%zu points (%zu done before), %s elapsed, ~%s left   ", e.name().c_str(), i + 1,
+                   todo.size(), skipped, format_seconds(el).c_str(), format_seconds(left).c_str());
+  }
+  const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "%s%s: %zu points computed, %zu already done, %s; results in %s\n", tty ? "\n" : "",
+               e.name().c_str(), todo.size(), skipped, format_seconds(el).c_str(), path.c_str());
+}
+
+}  // namespace
+
+std::vector<std::string> expand_config(std::vector<std::string> args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string file;
+    if (args[i] == "--config" && i + 1 < args.size()) file = args[i + 1];
+    else if (args[i].rfind("--config=", 0) == 0) file = args[i].substr(9);
+    else continue;
+    std::ifstream in(file);
+    if (!in) throw Error(fmt::format("--config {}: cannot read it", file));
+    std::vector<std::string> opts;
+    std::string line;
+    int lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      const auto hash = line.find('#');
+      if (hash != std::string::npos) line.resize(hash);
+      const auto eq = line.find('=');
+      const auto trim = [](std::string t) {
+        const auto b = t.find_first_not_of(" \t\"'[");
+        const auto e = t.find_last_not_of(" \t\"']");
+        return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
+      };
+      if (trim(line).empty()) continue;
+      if (eq == std::string::npos) throw Error(fmt::format("--config {}:{}: expected key = value", file, lineno));
+      const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+      if (key.empty() || value.empty()) throw Error(fmt::format("--config {}:{}: expected key = value", file, lineno));
+      opts.push_back("--" + key + "=" + value);
+    }
+    const std::size_t width = args[i] == "--config" ? 2 : 1;
+    args.erase(args.begin() + std::ptrdiff_t(i), args.begin() + std::ptrdiff_t(i + width));
+    args.insert(args.begin() + std::ptrdiff_t(i), opts.begin(), opts.end());
+    i += opts.size() - 1;
+  }
+  return args;
+}
+
+void add_run_command(CLI::App& app) {
+  auto* run = app.add_subcommand("run", "run an experiment's sweep, writing tidy CSV under results/ (resumable)");
+  run->require_subcommand(1);
+  for (auto& exp : all_experiments()) {
+    std::shared_ptr<Experiment> e(std::move(exp));
+    auto* sub = run->add_subcommand(e->name(), e->question());
+    auto o = std::make_shared<RunOptions>();
+    sub->add_option("--out", o->out, "CSV to write (default results/NAME.csv); an existing one is resumed");
+    sub->add_option("--preset", o->preset, "grid preset: quick (minutes on 2 cores) or paper (the papers' sizes)")
+        ->check(CLI::IsMember({"quick", "paper"}))
+        ->capture_default_str();
+    sub->add_option("--shard", o->shard, "run the points i, i+N, i+2N, ... of the grid (0 ≤ i < N)")
+        ->capture_default_str();
+    sub->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
+    sub->add_option("--config", o->config_out, "read options from a file written by --dump-config (replays a run)");
+    sub->add_flag("--dump-config", o->dump_config, "print the full configuration as TOML and exit");
+    e->add_options(*sub);
+    sub->callback([e, sub, o] { run_experiment(*e, *sub, *o); });
+  }
+}
+
+}  // namespace attnlab::experiments

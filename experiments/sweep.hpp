@@ -1,0 +1,65 @@
+// The sweep runner every experiment uses: a grid of points, each computed once and written to a tidy CSV under
+// results/ as soon as it finishes. A re-run reads the CSV, keeps the finished points and computes only the rest
+// (an interrupted run loses at most the point it was on); `--shard i/N` takes a deterministic 1/N of the grid;
+// a progress line (points done, elapsed, estimated remaining) goes to the terminal.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnlab::experiments {
+
+/// Tidy CSV columns after schema_version and code_version (see README: results files).
+const std::vector<std::string>& result_columns();  // experiment, point, source, method, spec, n, d, seed, variant, step
+
+/// One row of a point's results.
+struct Row {
+  std::string source, method, spec, variant;
+  std::int64_t n = 0, d = 0;
+  std::uint64_t seed = 0;
+  std::int64_t step = -1;  // iteration / feature count / ...; −1: none
+  std::string metric;
+  double value = 0;
+};
+
+/// One grid point: a stable id (its identifying parameters as text) and the work that yields its rows.
+struct Point {
+  std::string id;
+  std::function<std::vector<Row>()> run;
+};
+
+/// An experiment: its name, the question it answers, its options and presets, and its grid.
+class Experiment {
+ public:
+  virtual ~Experiment() = default;
+  virtual std::string name() const = 0;
+  virtual std::string question() const = 0;
+  /// Grid axes and other options, registered on the `attnlab run NAME` subcommand.
+  virtual void add_options(CLI::App& app) = 0;
+  /// Sets the grid for a preset ("quick": the whole set in minutes on 2 cores; "paper": the papers' sizes); options
+  /// given on the command line win over the preset.
+  virtual void apply_preset(const std::string& preset, const CLI::App& app) = 0;
+  virtual std::vector<Point> grid() = 0;
+  /// The effective grid after the preset, as option → value ("--n" → "512,2048"): what --dump-config writes.
+  virtual std::vector<std::pair<std::string, std::string>> settings() const = 0;
+};
+
+/// Expands `attnlab run NAME --config FILE` into the options FILE holds (lines `key = value` as --dump-config
+/// writes them; `#` starts a comment), in place, before parsing. Throws Error for an unreadable file or line.
+std::vector<std::string> expand_config(std::vector<std::string> args);
+
+/// Every experiment, by name.
+std::vector<std::unique_ptr<Experiment>> all_experiments();
+
+/// Registers `attnlab run NAME ...` for every experiment.
+void add_run_command(CLI::App& app);
+
+/// True when the option was given on the command line or in --config (presets do not override it).
+bool given(const CLI::App& app, const std::string& option);
+
+}  // namespace attnlab::experiments
