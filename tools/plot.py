@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Render the figures of attnlab's experiments from their tidy CSVs (results/*.csv) as PNGs (results/figures/).
+
+    tools/plot.py [--results results] [--out results/figures] [experiment ...]
+
+Each figure names the paper figure it redraws in its caption line. Needs Debian's python3-matplotlib and
+python3-pandas (tools/setup.sh --python-stack installs them); run it with /usr/bin/python3 or ATTNLAB_PYTHON.
+"""
+import argparse
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.get_cmap("tab20").colors)  # > 10 methods per panel
+
+SCHEMA_VERSION = 1
+
+
+def load(results, name):
+    path = os.path.join(results, f"{name}.csv")
+    df = pd.read_csv(path, keep_default_na=False)
+    versions = set(df["schema_version"])
+    if versions != {SCHEMA_VERSION}:
+        sys.exit(f"{path}: schema version {versions}, this script reads {SCHEMA_VERSION}")
+    df = df[df["metric"] != "point_done"].copy()
+    df["value"] = pd.to_numeric(df["value"], errors="raise")
+    df["step"] = pd.to_numeric(df["step"], errors="coerce")  # empty: no step
+    return df
+
+
+def caption(fig, text):
+    fig.text(0.01, 0.005, text, fontsize=8, style="italic", ha="left", va="bottom")
+
+
+def plot_pinv(results, out):
+    df = load(results, "pinv")
+    saved = []
+    # Residual histories per landmark count, one panel per source.
+    sources = sorted(df["source"].unique())
+    fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
+    for ax, src in zip(axes[0], sources):
+        d = df[(df.source == src) & (df.metric == "residual")]
+        for (variant, spec), g in d.groupby(["variant", "spec"]):
+            g = g.groupby("step")["value"].mean()
+            ax.semilogy(g.index, g.values, "-" if variant == "order3" else "--",
+                        label=f"{variant}, {spec.replace('landmarks=', 'm=')}")
+        ax.axhline(1e-6, color="gray", lw=0.8)
+        ax.axvline(6, color="red", lw=0.8, ls=":")
+        ax.set(title=f"{src}", xlabel="iteration k", ylabel="‖I − A Z_k‖_F")
+        ax.legend(fontsize=7)
+    caption(fig, "Nyströmformer Lemma 1: iterative pseudo-inverse of softmax landmark matrices; red: the paper's 6 "
+                 "iterations; solid order-3, dashed Newton–Schulz.")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    saved.append(save(fig, out, "pinv_residuals"))
+    # Iterations to 1e-6 against the condition number.
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    cond = df[df.metric == "cond"].set_index("point")["value"]
+    for variant, marker in (("order3", "o"), ("newton", "s")):
+        d = df[(df.metric == "iterations_to_1e-6") & (df.variant == variant)].set_index("point")["value"]
+        ax.semilogx(cond.loc[d.index], d.values, marker, label=variant)
+    ax.set(xlabel="condition number of A", ylabel="iterations to ‖I − AZ‖_F < 1e-6")
+    ax.legend()
+    caption(fig, "Iterations needed against the landmark matrix's condition number (the paper uses 6).")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    saved.append(save(fig, out, "pinv_iterations_vs_cond"))
+    # Nyström's attention error against the iteration count, with the SVD pseudo-inverse.
+    fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
+    for ax, src in zip(axes[0], sources):
+        d = df[(df.source == src) & (df.metric == "nystrom_out_rel_fro")]
+        for spec, g in d[d.variant == "order3"].groupby("spec"):
+            g = g.groupby("step")["value"].mean()
+            line, = ax.semilogy(g.index, g.values, "-o", ms=3, label=spec.replace("landmarks=", "m="))
+            svd = d[(d.variant == "svd") & (d.spec == spec)]["value"].mean()
+            ax.axhline(svd, color=line.get_color(), ls=":", lw=1)
+        ax.set(title=src, xlabel="order-3 iterations", ylabel="relative output error")
+        ax.legend(fontsize=7)
+    caption(fig, "Does an unconverged pseudo-inverse help? Nyström's output error against the iteration count; "
+                 "dotted: the SVD pseudo-inverse.")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    saved.append(save(fig, out, "pinv_nystrom_error"))
+    return saved
+
+
+def plot_error_vs_budget(results, out):
+    df = load(results, "error_vs_budget")
+    saved = []
+    for metric, label in (("P_rel_fro", "‖P − P̃‖_F / ‖P‖_F"), ("out_rel_fro", "‖O − Õ‖_F / ‖O‖_F")):
+        sources = sorted(df["source"].unique())
+        fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4.5), squeeze=False)
+        for ax, src in zip(axes[0], sources):
+            d = df[(df.source == src) & (df.metric == metric)]
+            for variant, g in d.groupby("variant"):
+                g = g.groupby("step")["value"].mean()
+                style = dict(color="black", lw=2.5) if variant == "svd" else {}
+                ax.loglog(g.index, g.values, "-o", ms=3, label=variant, **style)
+            ax.set(title=src, xlabel="budget (rank, landmarks, k, features, codes, window, chunk, factor)",
+                   ylabel=label)
+            ax.legend(fontsize=6, ncol=2)
+        caption(fig, "Error against budget for every method; black: the Eckart–Young floor (best rank-R "
+                     "approximation), which no rank-limited method can beat.")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        saved.append(save(fig, out, f"error_vs_budget_{metric}"))
+    return saved
+
+
+def save(fig, out, name):
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"{name}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+PLOTS = {"pinv": plot_pinv, "error_vs_budget": plot_error_vs_budget}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("experiments", nargs="*", help=f"which (default: all of {', '.join(PLOTS)} with a CSV)")
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--out", default=None, help="default: RESULTS/figures")
+    a = ap.parse_args()
+    out = a.out or os.path.join(a.results, "figures")
+    names = a.experiments or [n for n in PLOTS if os.path.exists(os.path.join(a.results, f"{n}.csv"))]
+    for n in names:
+        if n not in PLOTS:
+            sys.exit(f"no plot for '{n}'; known: {', '.join(PLOTS)}")
+        for p in PLOTS[n](a.results, out):
+            print(p)
+
+
+if __name__ == "__main__":
+    main()
