@@ -110,4 +110,18 @@ c.check(replayed == {"source=lowrank n=128 m=8 d=64 seed=0", "source=lowrank n=1
         f"replayed grid {replayed}")
 c.check(os.path.exists(path("replay.csv") + ".config"), "sidecar configuration written")
 
+# The plots render from the CSVs (tools/plot.py, Debian's matplotlib and pandas).
+import shutil
+import sys
+plots = path("plots")
+os.makedirs(plots, exist_ok=True)
+shutil.copy(path("pinv.csv"), os.path.join(plots, "pinv.csv"))
+shutil.copy(path("evb.csv"), os.path.join(plots, "error_vs_budget.csv"))
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+r = subprocess.run([sys.executable, os.path.join(root, "tools", "plot.py"), "--results", plots],
+                   capture_output=True, text=True, timeout=300)
+c.check(r.returncode == 0, f"plot.py: {r.stderr[-500:]!r}")
+pngs = [l for l in r.stdout.split() if l.endswith(".png")]
+c.check(len(pngs) == 5 and all(os.path.getsize(p) > 10000 for p in pngs), f"figures {pngs}")
+
 c.finish()
