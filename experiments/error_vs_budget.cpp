@@ -1,6 +1,7 @@
 // `error_vs_budget` — every method's error against its budget (landmarks, features, k, codes, window, ...), for
 // several n, d and sources, every metric of the library, with the Eckart–Young floor (`svd:rank=R`) beside the
 // rank-limited methods.
+#include "attnlab/npy.hpp"
 #include "common.hpp"
 
 #include <fmt/format.h>
@@ -42,6 +43,9 @@ class ErrorVsBudget final : public Experiment {
     app.add_option("--families", families_, "method families (default: all)")->delimiter(',');
     app.add_option("--seeds", seeds_, "number of seeds");
     app.add_option("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
+    app.add_option("--q", q_file_, "the user's queries .npy, (n, d) or (h, n, d): adds source 'files' (one point per head)");
+    app.add_option("--k", k_file_, "keys .npy, same layout");
+    app.add_option("--v", v_file_, "values .npy, same layout");
   }
   void apply_preset(const std::string& preset, const CLI::App& app) override {
     const bool paper = preset == "paper";
@@ -55,8 +59,15 @@ class ErrorVsBudget final : public Experiment {
     }
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
-    return {{"n", csv_list(n_)}, {"d", csv_list(d_)}, {"sources", join(sources_)}, {"families", join(families_)},
-            {"seeds", std::to_string(seeds_)}, {"spectral-limit", std::to_string(spectral_limit_)}};
+    std::vector<std::pair<std::string, std::string>> s = {
+        {"n", csv_list(n_)}, {"d", csv_list(d_)}, {"sources", join(sources_)}, {"families", join(families_)},
+        {"seeds", std::to_string(seeds_)}, {"spectral-limit", std::to_string(spectral_limit_)}};
+    if (!q_file_.empty()) {
+      s.emplace_back("q", q_file_);
+      s.emplace_back("k", k_file_);
+      s.emplace_back("v", v_file_);
+    }
+    return s;
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
@@ -67,6 +78,24 @@ class ErrorVsBudget final : public Experiment {
         std::vector<std::string> names;
         for (const auto& f : all) names.push_back(f.label);
         throw Error(fmt::format("error_vs_budget: unknown family '{}'; valid: {}", label, join(names)));
+      }
+      if (!q_file_.empty()) {
+        if (!files_) {
+          require(!k_file_.empty() && !v_file_.empty(), "error_vs_budget: --q needs --k and --v");
+          files_ = std::make_shared<Files>(Files{NpyArray::read(q_file_), NpyArray::read(k_file_), NpyArray::read(v_file_)});
+          for (const NpyArray* a : {&files_->q, &files_->k, &files_->v}) a->check_finite();
+          require(files_->q.heads() == files_->k.heads() && files_->k.heads() == files_->v.heads() &&
+                      files_->q.cols() == files_->k.cols() && files_->k.rows() == files_->v.rows(),
+                  "error_vs_budget: --q, --k, --v disagree in heads, d or n_k");
+        }
+        for (Index h = 0; h < files_->q.heads(); ++h) {
+          const Family f = *it;
+          pts.push_back({fmt::format("family={} source=files q={} head={}", f.label, q_file_, h), [=] {
+                           const MatrixR<double> q = files_->q.head_as<double>(h), k = files_->k.head_as<double>(h),
+                                                 v = files_->v.head_as<double>(h);
+                           return evaluate(f, "files", q, k, v, 0, h);
+                         }});
+        }
       }
       for (const auto& src : sources_)
         for (Index n : n_)
@@ -85,28 +114,38 @@ class ErrorVsBudget final : public Experiment {
     SourceOptions so;
     so.kind = src;
     const Qkv<double> p = generate_problem<double>(so, n, n, d, d, seed);
-    const ExactOperator<double> exact(p.q, p.k, {});
-    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    return evaluate(f, src, p.q, p.k, p.v, seed, -1);
+  }
+  std::vector<Row> evaluate(const Family& f, const std::string& src, const MatrixR<double>& q,
+                            const MatrixR<double>& k, const MatrixR<double>& v, std::uint64_t seed, Index head) const {
+    const ExactOperator<double> exact(q, k, {});
+    const MatrixR<double> exact_out = exact_output<double>(q, k, v, {});
+    const Index n = std::min(q.rows(), k.rows());
     std::vector<Row> rows;
     for (Index b : f.budgets) {
       if (b > n) continue;
       Row key;
-      key.source = src;
-      key.n = n;
-      key.d = d;
+      key.source = head >= 0 ? fmt::format("files/head{}", head) : src;
+      key.n = q.rows();
+      key.d = q.cols();
       key.seed = seed;
       key.variant = f.label;
       key.step = b;
       const std::string spec = f.spec + (f.spec.find(':') == std::string::npos ? ":" : ",") + f.param + "=" +
                                std::to_string(b);
-      method_rows(rows, key, spec, p.q, p.k, p.v, exact_out, exact, n <= spectral_limit_);
+      method_rows(rows, key, spec, q, k, v, exact_out, exact, q.rows() <= spectral_limit_);
     }
     return rows;
   }
+  struct Files {
+    NpyArray q, k, v;
+  };
 
   std::vector<Index> n_, d_;
   std::vector<std::string> sources_, families_;
   Index seeds_ = 1, spectral_limit_ = 1024;
+  std::string q_file_, k_file_, v_file_;
+  std::shared_ptr<Files> files_;
 };
 
 }  // namespace

@@ -5,11 +5,17 @@ namespace attnlab::experiments {
 
 std::unique_ptr<Experiment> make_pinv_experiment();
 std::unique_ptr<Experiment> make_error_vs_budget_experiment();
+std::unique_ptr<Experiment> make_spectrum_experiment();
+std::unique_ptr<Experiment> make_error_vs_length_experiment();
+std::unique_ptr<Experiment> make_performer_mse_experiment();
 
 std::vector<std::unique_ptr<Experiment>> all_experiments() {
   std::vector<std::unique_ptr<Experiment>> v;
+  v.push_back(make_spectrum_experiment());
   v.push_back(make_error_vs_budget_experiment());
+  v.push_back(make_error_vs_length_experiment());
   v.push_back(make_pinv_experiment());
+  v.push_back(make_performer_mse_experiment());
   return v;
 }
 

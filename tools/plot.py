@@ -30,6 +30,8 @@ def load(results, name):
     df = df[df["metric"] != "point_done"].copy()
     df["value"] = pd.to_numeric(df["value"], errors="raise")
     df["step"] = pd.to_numeric(df["step"], errors="coerce")  # empty: no step
+    for col in ("n", "d", "seed"):  # numbers, not strings (matplotlib would make them categories)
+        df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
 
 
@@ -108,6 +110,101 @@ def plot_error_vs_budget(results, out):
     return saved
 
 
+def plot_spectrum(results, out):
+    df = load(results, "spectrum")
+    saved = []
+    d = df[df.metric == "cumulative"]
+    groups = sorted(d["source"].unique())
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, src in zip(axes[0], groups):
+        for variant, g in d[d.source == src].groupby("variant"):
+            g = g.groupby("step")["value"].mean()
+            ax.plot(g.index, g.values, label=variant)
+        ax.axvline(128, color="gray", lw=0.8, ls=":")
+        ax.set(title=src, xlabel="singular value index", ylabel="normalized cumulative singular value", ylim=(0, 1.02))
+        ax.legend(fontsize=7)
+    caption(fig, "Linformer Fig. 1: normalized cumulative singular values of P (n = 512); dotted: index 128.")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    saved.append(save(fig, out, "spectrum_cumulative"))
+    at = df[df.metric == "cumulative_at_128"]
+    if len(at):
+        table = at.pivot_table(index="source", columns="variant", values="value")
+        fig, ax = plt.subplots(figsize=(1.2 * len(table.columns) + 2.5, 0.5 * len(table) + 1.8))
+        im = ax.imshow(table.values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(table.columns)), table.columns, rotation=30, fontsize=8)
+        ax.set_yticks(range(len(table.index)), table.index, fontsize=8)
+        for (i, j), v in pd.DataFrame(table.values).stack().items():
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+        fig.colorbar(im, ax=ax)
+        caption(fig, "Linformer Fig. 1 (right): cumulative singular value at index 128 per source and temperature/head.")
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        saved.append(save(fig, out, "spectrum_at_128"))
+    top = df[df.metric == "top_singular_value"]
+    if len(top):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for (src, variant, n), g in top.groupby(["source", "variant", "n"]):
+            g = g.groupby("step")["value"].mean()
+            ax.semilogy(g.index, g.values / g.values[0], label=f"{src} {variant} n={n}")
+        ax.set(xlabel="index", ylabel="σ_i / σ_1")
+        ax.legend(fontsize=6, ncol=2)
+        caption(fig, "Top singular values at large n, matrix-free (Spectra on the exact attention operator).")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        saved.append(save(fig, out, "spectrum_topk"))
+    return saved
+
+
+def plot_error_vs_length(results, out):
+    df = load(results, "error_vs_length")
+    d = df[df.metric == "P_rel_fro"]
+    sources = sorted(d["source"].unique())
+    fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
+    for ax, src in zip(axes[0], sources):
+        for variant, g in d[d.source == src].groupby("variant"):
+            g = g.groupby("n")["value"].mean()
+            style = dict(color="black", lw=2.5) if variant.startswith("svd") else {}
+            ax.loglog(g.index, g.values, "-o", ms=3, label=variant, **style)
+        ax.set(title=src, xlabel="sequence length n", ylabel="‖P − P̃‖_F / ‖P‖_F")
+        ax.legend(fontsize=6)
+    caption(fig, "Error against n at a fixed budget (64): can Linformer's k and Nyström's m stay constant as n grows?")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return [save(fig, out, "error_vs_length")]
+
+
+def plot_performer_mse(results, out):
+    df = load(results, "performer_mse")
+    saved = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric, label in ((axes[0], "kernel_mse", "kernel MSE"), (axes[1], "output_mse", "output MSE")):
+        for variant, g in df[df.metric == metric].groupby("variant"):
+            g = g.groupby("step")["value"].mean()
+            ax.loglog(g.index, g.values, "-o" if variant.startswith("orth") else "--s", ms=3, label=variant)
+        if metric == "kernel_mse":
+            for variant, g in df[(df.metric == "kernel_mse_lemma2_iid") & df.variant.str.startswith("iid")].groupby("variant"):
+                g = g.groupby("step")["value"].mean()
+                ax.loglog(g.index, g.values, ":", color="gray")
+        ax.set(xlabel="number of random features M", ylabel=label)
+        ax.legend(fontsize=7)
+    caption(fig, "Performer Fig. 4: MSE against M (L, d = 16); dotted gray: Lemma 2's closed forms (iid).")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    saved.append(save(fig, out, "performer_mse"))
+    g = df[df.metric == "mse_ratio_trig_over_positive"]
+    if len(g):
+        table = g.pivot_table(index="variant", columns="step", values="value")
+        import numpy as np
+        with np.errstate(divide="ignore"):
+            z = np.log10(table.values)
+        z = np.ma.masked_invalid(np.where(np.isfinite(z), z, np.nan))  # θ = 0 (ratio 0) and 180° (MSE_+ = 0)
+        fig, ax = plt.subplots(figsize=(7, 4))
+        lengths = [float(v.split("=")[1]) for v in table.index]
+        mesh = ax.pcolormesh(table.columns, lengths, z, cmap="magma", shading="nearest", vmin=-2, vmax=min(10, z.max()))
+        ax.set(xlabel="angle between x and y (degrees)", ylabel="length ‖x‖ = ‖y‖")
+        fig.colorbar(mesh, ax=ax, label="log10(MSE_trig / MSE_+)")
+        caption(fig, "Performer Fig. 2: the trig/positive MSE ratio (Lemma 2) explodes where the kernel is small.")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        saved.append(save(fig, out, "performer_mse_ratio"))
+    return saved
+
+
 def save(fig, out, name):
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{name}.png")
@@ -116,7 +213,8 @@ def save(fig, out, name):
     return path
 
 
-PLOTS = {"pinv": plot_pinv, "error_vs_budget": plot_error_vs_budget}
+PLOTS = {"spectrum": plot_spectrum, "pinv": plot_pinv, "error_vs_budget": plot_error_vs_budget,
+         "error_vs_length": plot_error_vs_length, "performer_mse": plot_performer_mse}
 
 
 def main():

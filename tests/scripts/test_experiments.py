@@ -110,18 +110,94 @@ c.check(replayed == {"source=lowrank n=128 m=8 d=64 seed=0", "source=lowrank n=1
         f"replayed grid {replayed}")
 c.check(os.path.exists(path("replay.csv") + ".config"), "sidecar configuration written")
 
-# The plots render from the CSVs (tools/plot.py, Debian's matplotlib and pandas).
+# spectrum: generated sources, the matrix-free top-k path, and the user's own (h, n, d) files against numpy's SVD.
+rng = np.random.default_rng(5)
+q = rng.standard_normal((2, 48, 16)); k = rng.standard_normal((2, 48, 16)); v = rng.standard_normal((2, 48, 8))
+for name, a in (("uq.npy", q), ("uk.npy", k), ("uv.npy", v)):
+    np.save(path(name), a)
+r = run("run", "spectrum", "--n", 64, "--d", 16, "--sources", "gaussian", "--temperatures", "1,0.5",
+        "--large-n", 200, "--top", 6, "--q", path("uq.npy"), "--k", path("uk.npy"), "--out", path("spec.csv"))
+c.check(r.returncode == 0, f"spectrum: {r.returncode} {r.stderr!r}")
+rows = rows_of(path("spec.csv"))
+c.check(len(points_done(rows)) == 6, f"spectrum points {len(points_done(rows))}")
+
+
+def softmax_rows(s):
+    s = s - s.max(axis=1, keepdims=True)
+    p = np.exp(s)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+for h in (0, 1):
+    ref = np.linalg.svd(softmax_rows(q[h] @ k[h].T / 4.0), compute_uv=False)
+    got = np.array([float(x["value"]) for x in sorted(
+        (x for x in rows if x["source"] == "files" and x["variant"] == f"head={h}" and x["metric"] == "singular_value"),
+        key=lambda x: int(x["step"]))])
+    c.check(got.shape == ref.shape and np.allclose(got, ref, rtol=1e-10, atol=1e-14),
+            f"spectrum of head {h} against numpy: max diff {np.abs(got - ref).max() if got.shape == ref.shape else got.shape}")
+for src, var in {(x["source"], x["variant"]) for x in rows if x["metric"] == "cumulative"}:
+    cum = [float(x["value"]) for x in sorted((x for x in rows if x["metric"] == "cumulative" and x["source"] == src
+                                              and x["variant"] == var), key=lambda x: int(x["step"]))]
+    c.check(all(b >= a - 1e-12 for a, b in zip(cum, cum[1:])) and abs(cum[-1] - 1) < 1e-12,
+            f"cumulative spectrum of {src} {var} rises to 1")
+top = [float(x["value"]) for x in rows if x["metric"] == "top_singular_value"]
+c.check(len(top) == 12 and all(t > 0 for t in top), f"matrix-free top-k rows: {len(top)}")
+
+# error_vs_budget on the user's files agrees with numpy's own computation of the same error.
+r = run("run", "error_vs_budget", "--sources", "gaussian", "--n", 48, "--d", 16, "--families", "linformer_pool",
+        "--q", path("uq.npy"), "--k", path("uk.npy"), "--v", path("uv.npy"), "--out", path("evb_files.csv"))
+c.check(r.returncode == 0, f"error_vs_budget on files: {r.returncode} {r.stderr!r}")
+rows = rows_of(path("evb_files.csv"))
+for h in (0, 1):
+    kk = 16
+    e = np.zeros((kk, 48))  # mean pooling over 16 segments of 3
+    for s_ in range(kk):
+        e[s_, s_ * 3:(s_ + 1) * 3] = 1 / 3
+    p_exact = softmax_rows(q[h] @ k[h].T / 4.0)
+    p_lin = softmax_rows(q[h] @ (e @ k[h]).T / 4.0) @ e
+    ref_p = np.linalg.norm(p_exact - p_lin) / np.linalg.norm(p_exact)
+    ref_o = np.linalg.norm(p_exact @ v[h] - p_lin @ v[h]) / np.linalg.norm(p_exact @ v[h])
+    got = {x["metric"]: float(x["value"]) for x in rows
+           if x["source"] == f"files/head{h}" and x["step"] == "16" and x["variant"] == "linformer_pool"}
+    c.check(abs(got.get("P_rel_fro", -1) - ref_p) < 1e-10 * ref_p and abs(got.get("out_rel_fro", -1) - ref_o) < 1e-10 * ref_o,
+            f"head {h}: attnlab {got.get('P_rel_fro')}, {got.get('out_rel_fro')} vs numpy {ref_p}, {ref_o}")
+
+# error_vs_length: the floor lies below every rank-limited method at every n.
+r = run("run", "error_vs_length", "--n", "64,96", "--d", 16, "--budget", 8, "--sources", "clustered",
+        "--methods", "svd:rank;nystrom:landmarks;linformer:projection=pool,k", "--out", path("evl.csv"))
+c.check(r.returncode == 0, f"error_vs_length: {r.returncode} {r.stderr!r}")
+rows = rows_of(path("evl.csv"))
+for n in ("64", "96"):
+    vals = {x["variant"]: float(x["value"]) for x in rows if x["n"] == n and x["metric"] == "P_rel_fro"}
+    c.check(len(vals) == 3 and all(v_ >= vals["svd:rank"] * (1 - 1e-9) for v_ in vals.values()), f"n={n}: {vals}")
+
+# performer_mse: tiny grid; Lemma 2's ratio grid is exact (0 at θ = 0, where x = y and MSE_trig vanishes).
+r = run("run", "performer_mse", "--length", 64, "--features", "8,16", "--draws", 3, "--pairs", 16,
+        "--out", path("pmse.csv"))
+c.check(r.returncode == 0, f"performer_mse: {r.returncode} {r.stderr!r}")
+rows = rows_of(path("pmse.csv"))
+c.check(len(points_done(rows)) == 13, f"performer_mse points {len(points_done(rows))}")
+ratio = [x for x in rows if x["metric"] == "mse_ratio_trig_over_positive"]
+c.check(len(ratio) == 37 * 20 and all(float(x["value"]) == 0 for x in ratio if x["step"] == "0"), "Fig. 2 grid")
+c.check(all(float(x["value"]) > 0 for x in rows if x["metric"] in ("kernel_mse", "kernel_mse_lemma2_iid", "output_mse")),
+        "MSEs positive")
+
+# The plots render from the CSVs (tools/plot.py, Debian's matplotlib and pandas); the tiny spectrum has n < 128, so
+# there is no heatmap at index 128: 10 figures.
 import shutil
 import sys
 plots = path("plots")
 os.makedirs(plots, exist_ok=True)
 shutil.copy(path("pinv.csv"), os.path.join(plots, "pinv.csv"))
 shutil.copy(path("evb.csv"), os.path.join(plots, "error_vs_budget.csv"))
+shutil.copy(path("spec.csv"), os.path.join(plots, "spectrum.csv"))
+shutil.copy(path("evl.csv"), os.path.join(plots, "error_vs_length.csv"))
+shutil.copy(path("pmse.csv"), os.path.join(plots, "performer_mse.csv"))
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 r = subprocess.run([sys.executable, os.path.join(root, "tools", "plot.py"), "--results", plots],
                    capture_output=True, text=True, timeout=300)
 c.check(r.returncode == 0, f"plot.py: {r.stderr[-500:]!r}")
 pngs = [l for l in r.stdout.split() if l.endswith(".png")]
-c.check(len(pngs) == 5 and all(os.path.getsize(p) > 10000 for p in pngs), f"figures {pngs}")
+c.check(len(pngs) == 10 and all(os.path.getsize(p) > 10000 for p in pngs), f"figures {pngs}")
 
 c.finish()

@@ -1,0 +1,82 @@
+// `error_vs_length` — error against n at a fixed budget: can Linformer's k and Nyström's m stay constant as n
+// grows, as their papers claim (Linformer Theorem 2: k = O(log n / ε²) suffices), or not (seed 003 doubts it)?
+// The Eckart–Young floor at the same rank is drawn in.
+#include "common.hpp"
+
+#include <fmt/format.h>
+
+namespace attnlab::experiments {
+namespace {
+
+class ErrorVsLength final : public Experiment {
+ public:
+  std::string name() const override { return "error_vs_length"; }
+  std::string question() const override { return "error against n at a fixed budget (can k, m stay constant?)"; }
+  void add_options(CLI::App& app) override {
+    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
+    app.add_option("--d", d_, "head dimension");
+    app.add_option("--budget", budget_, "the fixed budget (rank, landmarks, k, features, codes)");
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--methods", methods_, "method specs without the budget parameter")->delimiter(';');
+    app.add_option("--seeds", seeds_, "number of seeds");
+  }
+  void apply_preset(const std::string& preset, const CLI::App& app) override {
+    const bool paper = preset == "paper";
+    if (!given(app, "--n"))
+      n_ = paper ? std::vector<Index>{256, 512, 1024, 2048, 4096, 8192} : std::vector<Index>{256, 512, 1024, 2048};
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
+    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+    if (!given(app, "--methods"))
+      methods_ = {"svd:rank", "nystrom:landmarks", "linformer:projection=pool,k", "linformer:k",
+                  "performer:features", "vq:codes"};
+  }
+  std::vector<std::pair<std::string, std::string>> settings() const override {
+    std::string m;
+    for (const auto& x : methods_) m += (m.empty() ? "" : ";") + x;
+    return {{"n", csv_list(n_)}, {"d", std::to_string(d_)}, {"budget", std::to_string(budget_)},
+            {"sources", join(sources_)}, {"methods", m}, {"seeds", std::to_string(seeds_)}};
+  }
+  std::vector<Point> grid() override {
+    std::vector<Point> pts;
+    for (const auto& src : sources_)
+      for (Index n : n_)
+        for (Index s = 0; s < seeds_; ++s)
+          pts.push_back({fmt::format("source={} n={} d={} budget={} seed={}", src, n, d_, budget_, s),
+                         [=] { return run(src, n, std::uint64_t(s)); }});
+    return pts;
+  }
+
+ private:
+  std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
+    SourceOptions so;
+    so.kind = src;
+    const Qkv<double> p = generate_problem<double>(so, n, n, d_, d_, seed);
+    const ExactOperator<double> exact(p.q, p.k, {});
+    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    std::vector<Row> rows;
+    for (const auto& m : methods_) {
+      if (budget_ > n) continue;
+      // "name:param" or "name:fixed,...,param": the budget fills the last key.
+      const std::string spec = m + "=" + std::to_string(budget_);
+      Row key;
+      key.source = src;
+      key.n = n;
+      key.d = d_;
+      key.seed = seed;
+      key.variant = m;
+      key.step = budget_;
+      method_rows(rows, key, spec, p.q, p.k, p.v, exact_out, exact, false);
+    }
+    return rows;
+  }
+
+  std::vector<Index> n_;
+  Index d_ = 64, budget_ = 64, seeds_ = 1;
+  std::vector<std::string> sources_, methods_;
+};
+
+}  // namespace
+
+std::unique_ptr<Experiment> make_error_vs_length_experiment() { return std::make_unique<ErrorVsLength>(); }
+
+}  // namespace attnlab::experiments

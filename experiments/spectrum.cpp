@@ -1,0 +1,168 @@
+// `spectrum` — the low-rank claim (Linformer Fig. 1; seed 001): singular values of the attention matrix P at
+// n = 512 — normalized cumulative sums, and their value at index 128 (the figure's heatmap) — for generated
+// sources at several temperatures and for the user's own Q, K (.npy, (n, d) or (h, n, d): one point per head);
+// and the top-k singular values at large n through the matrix-free Spectra path, never forming P.
+#include "attnlab/npy.hpp"
+#include "attnlab/spectrum.hpp"
+#include "common.hpp"
+
+#include <fmt/format.h>
+
+namespace attnlab::experiments {
+namespace {
+
+class SpectrumExperiment final : public Experiment {
+ public:
+  std::string name() const override { return "spectrum"; }
+  std::string question() const override { return "is attention low-rank? singular-value spectra of P (Linformer Fig. 1)"; }
+  void add_options(CLI::App& app) override {
+    app.add_option("--n", n_, "sequence length of the dense spectra");
+    app.add_option("--d", d_, "head dimension");
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--temperatures", temps_, "logit temperatures of the generated sources")->delimiter(',');
+    app.add_option("--large-n", large_n_, "lengths of the matrix-free top-k spectra")->delimiter(',');
+    app.add_option("--top", top_, "k of the matrix-free spectra");
+    app.add_option("--seeds", seeds_, "number of seeds");
+    app.add_option("--q", q_file_, "queries .npy of the user's model, (n, d) or (h, n, d)");
+    app.add_option("--k", k_file_, "keys .npy, same layout");
+    app.add_option("--causal", causal_, "causal mask for the files (true/false)");
+  }
+  void apply_preset(const std::string& preset, const CLI::App& app) override {
+    const bool paper = preset == "paper";
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
+    if (!given(app, "--temperatures")) temps_ = {0.25, 0.5, 1.0, 2.0};
+    if (!given(app, "--large-n")) large_n_ = paper ? std::vector<Index>{4096, 16384} : std::vector<Index>{2048};
+    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+  }
+  std::vector<std::pair<std::string, std::string>> settings() const override {
+    std::vector<std::pair<std::string, std::string>> s = {
+        {"n", std::to_string(n_)},           {"d", std::to_string(d_)},
+        {"sources", join(sources_)},          {"large-n", csv_list(large_n_)},
+        {"top", std::to_string(top_)},        {"seeds", std::to_string(seeds_)}};
+    std::string t;
+    for (double x : temps_) t += (t.empty() ? "" : ",") + fmt::format("{}", x);
+    s.emplace_back("temperatures", t);
+    if (!q_file_.empty()) {
+      s.emplace_back("q", q_file_);
+      s.emplace_back("k", k_file_);
+      s.emplace_back("causal", causal_ ? "true" : "false");
+    }
+    return s;
+  }
+  std::vector<Point> grid() override {
+    std::vector<Point> pts;
+    for (const auto& src : sources_)
+      for (double t : temps_)
+        for (Index s = 0; s < seeds_; ++s) {
+          pts.push_back({fmt::format("dense source={} T={} n={} d={} seed={}", src, t, n_, d_, s),
+                         [=] { return dense_generated(src, t, std::uint64_t(s)); }});
+          for (Index n : large_n_)
+            pts.push_back({fmt::format("topk source={} T={} n={} d={} k={} seed={}", src, t, n, d_, top_, s),
+                           [=] { return topk_generated(src, t, n, std::uint64_t(s)); }});
+        }
+    if (!q_file_.empty()) {
+      require(!k_file_.empty(), "spectrum: --q needs --k");
+      files_ = std::make_shared<std::pair<NpyArray, NpyArray>>(NpyArray::read(q_file_), NpyArray::read(k_file_));
+      files_->first.check_finite();
+      files_->second.check_finite();
+      require(files_->first.heads() == files_->second.heads() && files_->first.cols() == files_->second.cols(),
+              fmt::format("spectrum: {} and {} differ in heads or d", q_file_, k_file_));
+      for (Index h = 0; h < files_->first.heads(); ++h)
+        pts.push_back({fmt::format("files q={} k={} head={} causal={}", q_file_, k_file_, h, causal_),
+                       [=] { return dense_files(h); }});
+    }
+    return pts;
+  }
+
+ private:
+  void spectrum_rows(std::vector<Row>& rows, const Row& key, const VectorX<double>& sv) const {
+    const double total = sv.sum();
+    double cum = 0;
+    for (Index i = 0; i < sv.size(); ++i) {
+      cum += sv(i);
+      Row r = key;
+      r.step = i;
+      r.metric = "singular_value";
+      r.value = sv(i);
+      rows.push_back(r);
+      r.metric = "cumulative";  // Σ_{l ≤ i} σ_l / Σ σ_l, Linformer Fig. 1's y axis
+      r.value = cum / total;
+      rows.push_back(r);
+    }
+    if (sv.size() > 128) {
+      Row r = key;
+      r.metric = "cumulative_at_128";
+      r.value = sv.head(128).sum() / total;
+      rows.push_back(r);
+    }
+    Row r = key;
+    r.metric = "stable_rank";  // ‖P‖_F² / ‖P‖₂²
+    r.value = sv.squaredNorm() / (sv(0) * sv(0));
+    rows.push_back(r);
+  }
+  Qkv<double> generated(const std::string& src, double t, Index n, std::uint64_t seed) const {
+    SourceOptions so;
+    so.kind = src;
+    so.temperature = t;
+    return generate_problem<double>(so, n, n, d_, 1, seed);
+  }
+  Row key(const std::string& src, double t, Index n, std::uint64_t seed) const {
+    Row k;
+    k.source = src;
+    k.method = "exact";
+    k.variant = fmt::format("T={}", t);
+    k.n = n;
+    k.d = d_;
+    k.seed = seed;
+    return k;
+  }
+  std::vector<Row> dense_generated(const std::string& src, double t, std::uint64_t seed) const {
+    const Qkv<double> p = generated(src, t, n_, seed);
+    std::vector<Row> rows;
+    spectrum_rows(rows, key(src, t, n_, seed), singular_values<double>(exact_matrix<double>(p.q, p.k, {})));
+    return rows;
+  }
+  std::vector<Row> topk_generated(const std::string& src, double t, Index n, std::uint64_t seed) const {
+    const Qkv<double> p = generated(src, t, n, seed);
+    const ExactOperator<double> op(p.q, p.k, {});
+    const TopSingular top = top_singular(op, top_, 0);
+    std::vector<Row> rows;
+    for (Index i = 0; i < top.values.size(); ++i) {
+      Row r = key(src, t, n, seed);
+      r.spec = "matrix-free";
+      r.step = i;
+      r.metric = "top_singular_value";
+      r.value = top.values(i);
+      rows.push_back(r);
+    }
+    return rows;
+  }
+  std::vector<Row> dense_files(Index h) const {
+    const MatrixR<double> q = files_->first.head_as<double>(h), k = files_->second.head_as<double>(h);
+    AttentionOptions o;
+    o.causal = causal_;
+    Row r;
+    r.source = "files";
+    r.method = "exact";
+    r.variant = fmt::format("head={}", h);
+    r.n = q.rows();
+    r.d = q.cols();
+    std::vector<Row> rows;
+    spectrum_rows(rows, r, singular_values<double>(exact_matrix<double>(q, k, o)));
+    return rows;
+  }
+
+  Index n_ = 512, d_ = 64, top_ = 32, seeds_ = 1;
+  std::vector<std::string> sources_;
+  std::vector<double> temps_;
+  std::vector<Index> large_n_;
+  std::string q_file_, k_file_;
+  bool causal_ = false;
+  std::shared_ptr<std::pair<NpyArray, NpyArray>> files_;
+};
+
+}  // namespace
+
+std::unique_ptr<Experiment> make_spectrum_experiment() { return std::make_unique<SpectrumExperiment>(); }
+
+}  // namespace attnlab::experiments
