@@ -8,6 +8,8 @@ std::unique_ptr<Experiment> make_error_vs_budget_experiment();
 std::unique_ptr<Experiment> make_spectrum_experiment();
 std::unique_ptr<Experiment> make_error_vs_length_experiment();
 std::unique_ptr<Experiment> make_performer_mse_experiment();
+std::unique_ptr<Experiment> make_vq_experiment();
+std::unique_ptr<Experiment> make_regimes_experiment();
 
 std::vector<std::unique_ptr<Experiment>> all_experiments() {
   std::vector<std::unique_ptr<Experiment>> v;
@@ -16,6 +18,8 @@ std::vector<std::unique_ptr<Experiment>> all_experiments() {
   v.push_back(make_error_vs_length_experiment());
   v.push_back(make_pinv_experiment());
   v.push_back(make_performer_mse_experiment());
+  v.push_back(make_vq_experiment());
+  v.push_back(make_regimes_experiment());
   return v;
 }
 

@@ -205,6 +205,43 @@ def plot_performer_mse(results, out):
     return saved
 
 
+def plot_vq(results, out):
+    df = load(results, "vq")
+    d = df[df.metric == "out_rel_fro"]
+    sources = sorted(d["source"].unique())
+    fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4), squeeze=False)
+    for ax, src in zip(axes[0], sources):
+        for variant, g in d[d.source == src].groupby("variant"):
+            g = g.groupby("step")["value"].mean()
+            ax.loglog(g.index, g.values, "-o", ms=3, label=variant)
+        ax.set(title=src, xlabel="codes (Performer: features)", ylabel="‖O − Õ‖_F / ‖O‖_F")
+        ax.legend(fontsize=7)
+    caption(fig, "Transformer-VQ (seed 002): error against codebook size; soft assignment over T; Q and K both "
+                 "quantized (mean-field); Performer read as a soft VQ at equal size.")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return [save(fig, out, "vq")]
+
+
+def plot_regimes(results, out):
+    df = load(results, "regimes")
+    ent = df[df.metric == "entropy"].set_index(["source", "variant", "seed"])["value"]
+    d = df[df.metric == "out_rel_fro"].copy()
+    d["entropy"] = [ent.loc[(s, v, sd)] for s, v, sd in zip(d.source, d.variant, d.seed)]
+    sources = sorted(d["source"].unique())
+    fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4), squeeze=False)
+    for ax, src in zip(axes[0], sources):
+        for method, g in d[d.source == src].groupby("method"):
+            g = g.groupby("entropy")["value"].mean()
+            style = dict(color="black", lw=2.5) if method == "svd" else {}
+            ax.semilogy(g.index, g.values, "-o", ms=3, label=method, **style)
+        ax.set(title=src, xlabel="mean row entropy of P (nats)", ylabel="‖O − Õ‖_F / ‖O‖_F")
+        ax.legend(fontsize=7)
+    caption(fig, "Scatterbrain Fig. 1: low-rank (performer, svd), sparse (reformer, local) and sparse + low-rank "
+                 "(scatterbrain) against the attention's entropy (temperature sweep).")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return [save(fig, out, "regimes")]
+
+
 def save(fig, out, name):
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{name}.png")
@@ -214,7 +251,8 @@ def save(fig, out, name):
 
 
 PLOTS = {"spectrum": plot_spectrum, "pinv": plot_pinv, "error_vs_budget": plot_error_vs_budget,
-         "error_vs_length": plot_error_vs_length, "performer_mse": plot_performer_mse}
+         "error_vs_length": plot_error_vs_length, "performer_mse": plot_performer_mse, "vq": plot_vq,
+         "regimes": plot_regimes}
 
 
 def main():

@@ -5,6 +5,7 @@ import csv
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -95,6 +96,12 @@ for i in (0, 1):
     c.check(r.returncode == 0, f"shard {i}: {r.stderr!r}")
 s0, s1 = points_done(rows_of(path("shard0.csv"))), points_done(rows_of(path("shard1.csv")))
 c.check(len(s0) == 2 and len(s1) == 1 and not (s0 & s1), f"shards {s0} {s1}")
+root_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+m = subprocess.run([sys.executable, os.path.join(root_dir, "tools", "merge_shards.py"),
+                    path("merged.csv"), path("shard0.csv"), path("shard1.csv")], capture_output=True, text=True)
+merged = rows_of(path("merged.csv")) if m.returncode == 0 else []
+c.check(m.returncode == 0 and points_done(merged) == s0 | s1 and
+        len(merged) == len(rows_of(path("shard0.csv"))) + len(rows_of(path("shard1.csv"))), f"merge: {m.stderr!r}")
 r = run("run", "pinv", "--shard", "2/2")
 c.check(r.returncode > 0 and "--shard" in r.stderr, f"bad shard refused: {r.stderr!r}")
 
@@ -182,8 +189,27 @@ c.check(len(ratio) == 37 * 20 and all(float(x["value"]) == 0 for x in ratio if x
 c.check(all(float(x["value"]) > 0 for x in rows if x["metric"] in ("kernel_mse", "kernel_mse_lemma2_iid", "output_mse")),
         "MSEs positive")
 
+# vq: soft assignment at small T equals hard (the seed's T → 0 limit); every variant at every codebook size.
+r = run("run", "vq", "--n", 96, "--d", 16, "--codes", "8,16", "--temperatures", "0.001,10", "--sources", "clustered",
+        "--out", path("vq.csv"))
+c.check(r.returncode == 0, f"vq: {r.returncode} {r.stderr!r}")
+rows = rows_of(path("vq.csv"))
+for codes in ("8", "16"):
+    vals = {x["variant"]: float(x["value"]) for x in rows if x["step"] == codes and x["metric"] == "P_rel_fro"}
+    c.check(set(vals) == {"hard", "soft T=0.001", "soft T=10", "both (mean-field)", "performer"}, f"vq variants {vals}")
+    c.check(abs(vals.get("soft T=0.001", -1) - vals.get("hard", 1)) < 1e-6, f"soft T→0 equals hard: {vals}")
+
+# regimes: the entropy rises with the temperature.
+r = run("run", "regimes", "--n", 96, "--d", 16, "--temperatures", "0.25,1,4", "--sources", "gaussian",
+        "--methods", "svd:rank=8;local:window=4", "--out", path("reg.csv"))
+c.check(r.returncode == 0, f"regimes: {r.returncode} {r.stderr!r}")
+rows = rows_of(path("reg.csv"))
+ent = [float(x["value"]) for x in sorted((x for x in rows if x["metric"] == "entropy"),
+                                          key=lambda x: float(x["variant"][2:]))]
+c.check(len(ent) == 3 and ent[0] < ent[1] < ent[2] <= np.log(96) + 1e-9, f"entropies {ent}")
+
 # The plots render from the CSVs (tools/plot.py, Debian's matplotlib and pandas); the tiny spectrum has n < 128, so
-# there is no heatmap at index 128: 10 figures.
+# there is no heatmap at index 128: 12 figures.
 import shutil
 import sys
 plots = path("plots")
@@ -193,11 +219,13 @@ shutil.copy(path("evb.csv"), os.path.join(plots, "error_vs_budget.csv"))
 shutil.copy(path("spec.csv"), os.path.join(plots, "spectrum.csv"))
 shutil.copy(path("evl.csv"), os.path.join(plots, "error_vs_length.csv"))
 shutil.copy(path("pmse.csv"), os.path.join(plots, "performer_mse.csv"))
+shutil.copy(path("vq.csv"), os.path.join(plots, "vq.csv"))
+shutil.copy(path("reg.csv"), os.path.join(plots, "regimes.csv"))
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 r = subprocess.run([sys.executable, os.path.join(root, "tools", "plot.py"), "--results", plots],
                    capture_output=True, text=True, timeout=300)
 c.check(r.returncode == 0, f"plot.py: {r.stderr[-500:]!r}")
 pngs = [l for l in r.stdout.split() if l.endswith(".png")]
-c.check(len(pngs) == 10 and all(os.path.getsize(p) > 10000 for p in pngs), f"figures {pngs}")
+c.check(len(pngs) == 12 and all(os.path.getsize(p) > 10000 for p in pngs), f"figures {pngs}")
 
 c.finish()
