@@ -10,6 +10,8 @@ std::unique_ptr<Experiment> make_error_vs_length_experiment();
 std::unique_ptr<Experiment> make_performer_mse_experiment();
 std::unique_ptr<Experiment> make_vq_experiment();
 std::unique_ptr<Experiment> make_regimes_experiment();
+std::unique_ptr<Experiment> make_probsparse_experiment();
+std::unique_ptr<Experiment> make_scaling_experiment();
 
 std::vector<std::unique_ptr<Experiment>> all_experiments() {
   std::vector<std::unique_ptr<Experiment>> v;
@@ -18,7 +20,9 @@ std::vector<std::unique_ptr<Experiment>> all_experiments() {
   v.push_back(make_error_vs_length_experiment());
   v.push_back(make_pinv_experiment());
   v.push_back(make_performer_mse_experiment());
+  v.push_back(make_probsparse_experiment());
   v.push_back(make_vq_experiment());
+  v.push_back(make_scaling_experiment());
   v.push_back(make_regimes_experiment());
   return v;
 }

@@ -242,6 +242,63 @@ def plot_regimes(results, out):
     return [save(fig, out, "regimes")]
 
 
+def plot_probsparse(results, out):
+    df = load(results, "probsparse")
+    saved = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    rec = df[df.metric == "top_u_recall"]
+    for (src, variant, n), g in rec.groupby(["source", "variant", "n"]):
+        g = g.groupby("step")["value"].mean()
+        axes[0].plot(g.index / 100, g.values, "-o" if variant.startswith("full") else "--s", ms=3,
+                     label=f"{src} n={int(n)} {variant}")
+    axes[0].set(xlabel="sampling factor c", ylabel="recall of the true top-u queries (by M)", ylim=(0, 1.02))
+    axes[0].legend(fontsize=6, ncol=2)
+    err = df[(df.metric == "out_rel_fro") & (df.variant == "method")]
+    for (src, n), g in err.groupby(["source", "n"]):
+        g = g.groupby("step")["value"].mean()
+        axes[1].plot(g.index / 100, g.values, "-o", ms=3, label=f"{src} n={int(n)}")
+    axes[1].set(xlabel="sampling factor c", ylabel="‖O − Õ‖_F / ‖O‖_F")
+    axes[1].legend(fontsize=7)
+    caption(fig, "Informer: recall of the top-u queries ranked by M̄ (all keys, or U = c·ln n sampled) and ProbSparse's "
+                 "output error against c.")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    saved.append(save(fig, out, "probsparse_recall_error"))
+    q = df[df.metric == "M_quantile"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (src, n), g in q.groupby(["source", "n"]):
+        g = g.groupby("step")["value"].mean()
+        ax.plot(g.index, g.values, "-o", ms=3, label=f"{src} n={int(n)}")
+    ax.set(xlabel="percentile of queries", ylabel="sparsity measure M = LSE − mean")
+    ax.legend(fontsize=7)
+    caption(fig, "The distribution of Informer's M over queries (quantiles): the long tail ProbSparse relies on.")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    saved.append(save(fig, out, "probsparse_measure_quantiles"))
+    return saved
+
+
+def plot_scaling(results, out):
+    import numpy as np
+    df = load(results, "scaling")
+    t = df[df.metric == "time_s"].pivot_table(index="n", columns="variant", values="value")
+    m = df[df.metric == "peak_memory_bytes"].pivot_table(index="n", columns="variant", values="value") / 2 ** 20
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for col in t.columns:
+        x, y = t.index.values.astype(float), t[col].values
+        ok = np.isfinite(y) & (y > 0)
+        slope = np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0] if ok.sum() >= 2 else float("nan")
+        axes[0].loglog(x, y * 1e3, "-o", ms=3, label=f"{col} (slope {slope:.2f})")
+    axes[0].set(xlabel="n", ylabel="time (ms), compute + output")
+    axes[0].legend(fontsize=6)
+    for col in m.columns:
+        axes[1].loglog(m.index, m[col].clip(lower=1e-2), "-o", ms=3, label=col)
+    axes[1].set(xlabel="n", ylabel="peak memory above inputs (MiB, lower bound)")
+    axes[1].legend(fontsize=6)
+    caption(fig, "Nyströmformer Table 1 / Linformer Table 3 analogues (float32, d = 64, 2 cores): time and peak memory "
+                 "against n, with fitted log-log slopes.")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return [save(fig, out, "scaling")]
+
+
 def save(fig, out, name):
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{name}.png")
@@ -252,7 +309,7 @@ def save(fig, out, name):
 
 PLOTS = {"spectrum": plot_spectrum, "pinv": plot_pinv, "error_vs_budget": plot_error_vs_budget,
          "error_vs_length": plot_error_vs_length, "performer_mse": plot_performer_mse, "vq": plot_vq,
-         "regimes": plot_regimes}
+         "regimes": plot_regimes, "probsparse": plot_probsparse, "scaling": plot_scaling}
 
 
 def main():

@@ -208,8 +208,28 @@ ent = [float(x["value"]) for x in sorted((x for x in rows if x["metric"] == "ent
                                           key=lambda x: float(x["variant"][2:]))]
 c.check(len(ent) == 3 and ent[0] < ent[1] < ent[2] <= np.log(96) + 1e-9, f"entropies {ent}")
 
+# probsparse: Lemma 1 holds for every query; recall lies in [0, 1].
+r = run("run", "probsparse", "--n", 128, "--d", 16, "--factors", "1,5", "--sources", "gaussian,clustered",
+        "--out", path("ps.csv"))
+c.check(r.returncode == 0, f"probsparse: {r.returncode} {r.stderr!r}")
+rows = rows_of(path("ps.csv"))
+c.check(all(float(x["value"]) == 1.0 for x in rows if x["metric"].startswith("lemma1_")) and
+        sum(x["metric"].startswith("lemma1_") for x in rows) == 4, "Lemma 1 holds for every query")
+rec = [float(x["value"]) for x in rows if x["metric"] == "top_u_recall"]
+c.check(len(rec) == 8 and all(0 <= v_ <= 1 for v_ in rec), f"recall {rec}")
+
+# scaling: times positive, the materialized exact path's memory grows with n (4× per doubling of n).
+r = run("run", "scaling", "--n", "256,512", "--methods", "exact:impl=materialized;exact;nystrom:landmarks=32",
+        "--repeats", 1, "--out", path("sc.csv"))
+c.check(r.returncode == 0, f"scaling: {r.returncode} {r.stderr!r}")
+rows = rows_of(path("sc.csv"))
+c.check(all(float(x["value"]) > 0 for x in rows if x["metric"] == "time_s") and
+        sum(x["metric"] == "time_s" for x in rows) == 6, "scaling times")
+mem = {x["n"]: float(x["value"]) for x in rows if x["metric"] == "peak_memory_bytes" and x["variant"] == "exact:impl=materialized"}
+c.check(mem.get("512", 0) >= 512 * 512 * 4, f"materialized exact at n=512 holds its 1 MiB matrix: {mem}")
+
 # The plots render from the CSVs (tools/plot.py, Debian's matplotlib and pandas); the tiny spectrum has n < 128, so
-# there is no heatmap at index 128: 12 figures.
+# there is no heatmap at index 128: 15 figures.
 import shutil
 import sys
 plots = path("plots")
@@ -221,11 +241,13 @@ shutil.copy(path("evl.csv"), os.path.join(plots, "error_vs_length.csv"))
 shutil.copy(path("pmse.csv"), os.path.join(plots, "performer_mse.csv"))
 shutil.copy(path("vq.csv"), os.path.join(plots, "vq.csv"))
 shutil.copy(path("reg.csv"), os.path.join(plots, "regimes.csv"))
+shutil.copy(path("ps.csv"), os.path.join(plots, "probsparse.csv"))
+shutil.copy(path("sc.csv"), os.path.join(plots, "scaling.csv"))
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 r = subprocess.run([sys.executable, os.path.join(root, "tools", "plot.py"), "--results", plots],
                    capture_output=True, text=True, timeout=300)
 c.check(r.returncode == 0, f"plot.py: {r.stderr[-500:]!r}")
 pngs = [l for l in r.stdout.split() if l.endswith(".png")]
-c.check(len(pngs) == 12 and all(os.path.getsize(p) > 10000 for p in pngs), f"figures {pngs}")
+c.check(len(pngs) == 15 and all(os.path.getsize(p) > 10000 for p in pngs), f"figures {pngs}")
 
 c.finish()

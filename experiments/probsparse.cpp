@@ -1,0 +1,125 @@
+// `probsparse` — Informer's query sparsity measurement (seed 004; Zhou et al. 2021 Lemma 1): M against its
+// max-mean estimate M̄ with Lemma 1's bounds M̄ ≤ M ≤ M̄ + ln n_k (over the same keys); the recall of the true top-u
+// queries (by M) when ranking by the sampled M̄, against the factor c and the number of sampled keys; the output
+// error against c; and the (long-tailed) distribution of M as quantiles.
+#include "attnlab/probsparse.hpp"
+#include "common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace attnlab::experiments {
+namespace {
+
+class ProbSparseExperiment final : public Experiment {
+ public:
+  std::string name() const override { return "probsparse"; }
+  std::string question() const override { return "Informer's sparsity measure: M vs M̄, top-u recall, error vs c"; }
+  void add_options(CLI::App& app) override {
+    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
+    app.add_option("--d", d_, "head dimension");
+    app.add_option("--factors", factors_, "sampling factors c")->delimiter(',');
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--seeds", seeds_, "number of seeds");
+  }
+  void apply_preset(const std::string& preset, const CLI::App& app) override {
+    const bool paper = preset == "paper";
+    if (!given(app, "--n")) n_ = paper ? std::vector<Index>{512, 2048, 8192} : std::vector<Index>{512, 2048};
+    if (!given(app, "--factors")) factors_ = {1, 2, 3, 5, 8, 12};
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
+    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+  }
+  std::vector<std::pair<std::string, std::string>> settings() const override {
+    std::string f;
+    for (double x : factors_) f += (f.empty() ? "" : ",") + fmt::format("{}", x);
+    return {{"n", csv_list(n_)}, {"d", std::to_string(d_)}, {"factors", f}, {"sources", join(sources_)},
+            {"seeds", std::to_string(seeds_)}};
+  }
+  std::vector<Point> grid() override {
+    std::vector<Point> pts;
+    for (const auto& src : sources_)
+      for (Index n : n_)
+        for (Index s = 0; s < seeds_; ++s)
+          pts.push_back({fmt::format("source={} n={} d={} seed={}", src, n, d_, s),
+                         [=] { return run(src, n, std::uint64_t(s)); }});
+    return pts;
+  }
+
+ private:
+  std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
+    SourceOptions so;
+    so.kind = src;
+    const Qkv<double> p = generate_problem<double>(so, n, n, d_, d_, seed);
+    Rng rng(seed);
+    const VectorX<double> m = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::Lse, 0, rng);
+    const VectorX<double> mbar = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::MaxMean, 0, rng);
+    std::vector<Row> rows;
+    Row key;
+    key.source = src;
+    key.n = n;
+    key.d = d_;
+    key.seed = seed;
+    key.method = "probsparse";
+    const auto add = [&](const std::string& variant, Index step, const std::string& metric, double value) {
+      Row r = key;
+      r.variant = variant;
+      r.step = step;
+      r.metric = metric;
+      r.value = value;
+      rows.push_back(r);
+    };
+    // Lemma 1 over all keys: the share of queries for which each bound holds (1 unless something is wrong).
+    Index lower = 0, upper = 0;
+    for (Index i = 0; i < n; ++i) {
+      lower += mbar(i) <= m(i) + 1e-12;
+      upper += m(i) <= mbar(i) + std::log(double(n)) + 1e-12;
+    }
+    add("full", -1, "lemma1_lower_holds", double(lower) / double(n));
+    add("full", -1, "lemma1_upper_holds", double(upper) / double(n));
+    add("full", -1, "corr_M_Mbar", correlation(m, mbar));
+    // The distribution of M: quantiles (the long tail Informer builds on).
+    VectorX<double> sorted = m;
+    std::sort(sorted.data(), sorted.data() + sorted.size());
+    for (int q : {1, 5, 10, 25, 50, 75, 90, 95, 99})
+      add("full", q, "M_quantile", sorted(std::min<Index>(n - 1, Index(double(q) / 100.0 * double(n)))));
+    const ExactOperator<double> exact(p.q, p.k, {});
+    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    for (double c : factors_) {
+      const Index u = probsparse_u(n, c), samples = probsparse_default_samples(n, c);
+      const std::vector<Index> truth = select_queries(m, u, false);
+      const std::set<Index> truth_set(truth.begin(), truth.end());
+      Rng r2(seed + 17);
+      const VectorX<double> sampled = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::MaxMean, samples, r2);
+      for (const auto& [variant, measure] : {std::pair<std::string, const VectorX<double>*>{"full M̄", &mbar},
+                                             std::pair<std::string, const VectorX<double>*>{"sampled M̄", &sampled}}) {
+        Index hit = 0;
+        for (Index i : select_queries(*measure, u, false)) hit += truth_set.count(i);
+        add(variant, Index(std::lround(c * 100)), "top_u_recall", double(hit) / double(u));
+      }
+      Row k2 = key;
+      k2.variant = "method";
+      k2.step = Index(std::lround(c * 100));  // c × 100, as an integer step
+      method_rows(rows, k2, fmt::format("probsparse:factor={},seed={}", c, seed), p.q, p.k, p.v, exact_out, exact,
+                  false);
+    }
+    return rows;
+  }
+  static double correlation(const VectorX<double>& a, const VectorX<double>& b) {
+    const VectorX<double> x = a.array() - a.mean(), y = b.array() - b.mean();
+    return x.dot(y) / std::sqrt(x.squaredNorm() * y.squaredNorm());
+  }
+
+  std::vector<Index> n_;
+  Index d_ = 64, seeds_ = 1;
+  std::vector<double> factors_;
+  std::vector<std::string> sources_;
+};
+
+}  // namespace
+
+std::unique_ptr<Experiment> make_probsparse_experiment() { return std::make_unique<ProbSparseExperiment>(); }
+
+}  // namespace attnlab::experiments

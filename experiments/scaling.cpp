@@ -1,0 +1,136 @@
+// `scaling` — wall-clock time and peak memory against n for every method at its default budget, with the speed-up
+// and memory saving relative to exact attention measured in the same run (Nyströmformer Table 1, Linformer
+// Table 3 analogues); the log-log slope per method is fitted by tools/plot.py. float32, as the papers.
+// Memory: the process's peak resident set is reset before each method (Linux: writing 5 to
+// /proc/self/clear_refs resets VmHWM) and read after it; the figure is peak − resident before, so it counts what
+// the method allocated (inputs excluded). Sizes whose quadratic matrix would not fit are refused by the memory
+// guard and recorded as such.
+#include "common.hpp"
+
+#include "attnlab/memory.hpp"
+#include "attnlab/random.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <malloc.h>
+
+namespace attnlab::experiments {
+namespace {
+
+/// VmRSS or VmHWM of this process, bytes (0 when unknown).
+std::uint64_t proc_status(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  std::uint64_t kb = 0;
+  std::string unit;
+  while (in >> key) {
+    if (key == field) {
+      in >> kb;
+      return kb * 1024;
+    }
+    std::getline(in, unit);
+  }
+  return 0;
+}
+
+/// Return free heap memory to the system (so that new allocations raise the resident set), then reset the peak.
+/// Allocations glibc serves from memory that is still resident are not seen: the figure is a lower bound, exact
+/// for the large (mmap-served) buffers that dominate at large n.
+void reset_peak() {
+  malloc_trim(0);
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+class Scaling final : public Experiment {
+ public:
+  std::string name() const override { return "scaling"; }
+  std::string question() const override { return "time and peak memory against n, relative to exact attention"; }
+  void add_options(CLI::App& app) override {
+    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
+    app.add_option("--d", d_, "head dimension");
+    app.add_option("--methods", methods_, "method specs (default: exact both ways and every method's default)")
+        ->delimiter(';');
+    app.add_option("--repeats", repeats_, "timed repetitions (the minimum is kept)");
+  }
+  void apply_preset(const std::string& preset, const CLI::App& app) override {
+    const bool paper = preset == "paper";
+    if (!given(app, "--n"))
+      n_ = paper ? std::vector<Index>{512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}
+                 : std::vector<Index>{512, 1024, 2048, 4096};
+    if (!given(app, "--methods"))
+      methods_ = {"exact:impl=materialized", "exact", "linear", "performer", "nystrom", "linformer:k=128",
+                  "vq", "probsparse", "local", "reformer"};
+    if (!given(app, "--repeats")) repeats_ = paper ? 3 : 2;
+  }
+  std::vector<std::pair<std::string, std::string>> settings() const override {
+    std::string m;
+    for (const auto& x : methods_) m += (m.empty() ? "" : ";") + x;
+    return {{"n", csv_list(n_)}, {"d", std::to_string(d_)}, {"methods", m}, {"repeats", std::to_string(repeats_)}};
+  }
+  std::vector<Point> grid() override {
+    std::vector<Point> pts;
+    for (Index n : n_)
+      pts.push_back({fmt::format("n={} d={}", n, d_), [=] { return run(n); }});
+    return pts;
+  }
+
+ private:
+  std::vector<Row> run(Index n) const {
+    Rng rng(1);
+    const MatrixR<float> q = gaussian_matrix<float>(n, d_, rng), k = gaussian_matrix<float>(n, d_, rng),
+                         v = gaussian_matrix<float>(n, d_, rng);
+    std::vector<Row> rows;
+    for (const auto& spec : methods_) {
+      auto m = make_method<float>(spec);
+      Row r;
+      r.source = "gaussian";
+      r.method = m->name();
+      r.spec = m->spec();
+      r.variant = spec;
+      r.n = n;
+      r.d = d_;
+      double best = 1e300;
+      std::uint64_t peak = 0;
+      bool refused = false;
+      for (Index rep = 0; rep < repeats_ && !refused; ++rep) {
+        const std::uint64_t before = proc_status("VmRSS:");
+        reset_peak();
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          m->compute(q, k);
+          const MatrixR<float> out = m->output(v);
+        } catch (const Error&) {
+          refused = true;  // the memory guard: this size does not fit
+          break;
+        }
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        const std::uint64_t hwm = proc_status("VmHWM:");
+        peak = std::max(peak, hwm > before ? hwm - before : 0);
+      }
+      const auto add = [&](const std::string& metric, double value) {
+        Row x = r;
+        x.metric = metric;
+        x.value = value;
+        rows.push_back(x);
+      };
+      if (refused) {
+        add("refused_memory", 1);
+        continue;
+      }
+      add("time_s", best);
+      add("peak_memory_bytes", double(peak));
+    }
+    return rows;
+  }
+
+  std::vector<Index> n_;
+  Index d_ = 64, repeats_ = 2;
+  std::vector<std::string> methods_;
+};
+
+}  // namespace
+
+std::unique_ptr<Experiment> make_scaling_experiment() { return std::make_unique<Scaling>(); }
+
+}  // namespace attnlab::experiments
