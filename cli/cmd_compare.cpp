@@ -119,21 +119,13 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
           "compare", source, m->name(), m->spec(), dtype_name(dtype_of<T>()), std::to_string(q.rows()),
           std::to_string(k.rows()), std::to_string(q.cols()), std::to_string(v.cols()), o.causal ? "true" : "false",
           std::to_string(o.seed), std::to_string(h)};
-      csv->write(keys, "out_rel_fro", oe.rel_fro);
-      csv->write(keys, "out_max_abs", oe.max_abs);
-      csv->write(keys, "out_mean_cosine", oe.mean_cosine);
-      csv->write(keys, "out_min_cosine", oe.min_cosine);
+      for (const auto& [name, value] : named_metrics(oe)) csv->write(keys, name, value);
       csv->write(keys, "time_s", t);
       csv->write(keys, "exact_time_s", exact_time);
       for (const auto& [name, value] : m->diagnostics())
         if (!std::isnan(value)) csv->write(keys, name, value);
-      if (me) {
-        csv->write(keys, "P_rel_fro", me->rel_fro);
-        csv->write(keys, "P_max_abs", me->max_abs);
-        if (me->rel_spectral) csv->write(keys, "P_rel_spectral", *me->rel_spectral);
-        if (me->mean_kl) csv->write(keys, "P_mean_kl", *me->mean_kl);
-        if (me->mean_tv) csv->write(keys, "P_mean_tv", *me->mean_tv);
-      }
+      if (me)
+        for (const auto& [name, value] : named_metrics(*me)) csv->write(keys, name, value);
     }
   }
   if (csv) fmt::print("wrote {}\n", csv->path());

@@ -8,6 +8,8 @@
 #include "attnlab/sources.hpp"
 #include "sweep.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -33,18 +35,10 @@ inline void method_rows(std::vector<Row>& rows, const Row& key, const std::strin
     r.value = value;
     rows.push_back(r);
   };
-  const OutputErrors oe = output_errors<double>(exact_out, out);
-  add("out_rel_fro", oe.rel_fro);
-  add("out_mean_cosine", oe.mean_cosine);
-  add("out_max_abs", oe.max_abs);
+  for (const auto& [name, value] : named_metrics(output_errors<double>(exact_out, out))) add(name, value);
   MatrixErrorOptions mo;
   mo.spectral = spectral;
-  const MatrixErrors me = matrix_errors<double>(exact_op, m->op(), mo);
-  add("P_rel_fro", me.rel_fro);
-  add("P_max_abs", me.max_abs);
-  if (me.rel_spectral) add("P_rel_spectral", *me.rel_spectral);
-  if (me.mean_kl) add("P_mean_kl", *me.mean_kl);
-  if (me.mean_tv) add("P_mean_tv", *me.mean_tv);
+  for (const auto& [name, value] : named_metrics(matrix_errors<double>(exact_op, m->op(), mo))) add(name, value);
   add("time_s", t);
   for (const auto& [name, value] : m->diagnostics()) add(name, value);
 }
@@ -52,6 +46,12 @@ inline void method_rows(std::vector<Row>& rows, const Row& key, const std::strin
 inline std::string csv_list(const std::vector<Index>& v) {
   std::string s;
   for (Index x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+inline std::string csv_list(const std::vector<double>& v) {
+  std::string s;
+  for (double x : v) s += (s.empty() ? "" : ",") + fmt::format("{}", x);
   return s;
 }
 

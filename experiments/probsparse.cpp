@@ -33,8 +33,7 @@ class ProbSparseExperiment final : public Experiment {
     if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::string f;
-    for (double x : factors_) f += (f.empty() ? "" : ",") + fmt::format("{}", x);
+    const std::string f = csv_list(factors_);
     return {{"n", csv_list(n_)}, {"d", std::to_string(d_)}, {"factors", f}, {"sources", join(sources_)},
             {"seeds", std::to_string(seeds_)}};
   }

@@ -34,8 +34,8 @@ class Regimes final : public Experiment {
                   "scatterbrain:features=64,window=16"};
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::string t, m;
-    for (double x : temps_) t += (t.empty() ? "" : ",") + fmt::format("{}", x);
+    std::string m;
+    const std::string t = csv_list(temps_);
     for (const auto& x : methods_) m += (m.empty() ? "" : ";") + x;
     return {{"n", std::to_string(n_)}, {"d", std::to_string(d_)}, {"temperatures", t},
             {"sources", join(sources_)}, {"methods", m}, {"seeds", std::to_string(seeds_)}};

@@ -39,8 +39,7 @@ class SpectrumExperiment final : public Experiment {
         {"n", std::to_string(n_)},           {"d", std::to_string(d_)},
         {"sources", join(sources_)},          {"large-n", csv_list(large_n_)},
         {"top", std::to_string(top_)},        {"seeds", std::to_string(seeds_)}};
-    std::string t;
-    for (double x : temps_) t += (t.empty() ? "" : ",") + fmt::format("{}", x);
+    const std::string t = csv_list(temps_);
     s.emplace_back("temperatures", t);
     if (!q_file_.empty()) {
       s.emplace_back("q", q_file_);

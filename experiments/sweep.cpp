@@ -123,9 +123,7 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
       throw Error(fmt::format("--shard '{}': expected i/N with 0 ≤ i < N", o.shard));
   }
   const std::string path = o.out.empty() ? fmt::format("results/{}.csv", e.name()) : o.out;
-  std::string header = "schema_version,code_version";
-  for (const auto& c : result_columns()) header += "," + c;
-  header += ",metric,value";
+  const std::string header = tidy_header(result_columns());
   if (std::filesystem::path(path).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   const std::set<std::string> done = resume(path, header);
   std::vector<Point> points = e.grid();

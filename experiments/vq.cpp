@@ -29,8 +29,7 @@ class VqExperiment final : public Experiment {
     if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::string t;
-    for (double x : temps_) t += (t.empty() ? "" : ",") + fmt::format("{}", x);
+    const std::string t = csv_list(temps_);
     return {{"n", std::to_string(n_)}, {"d", std::to_string(d_)}, {"codes", csv_list(codes_)},
             {"temperatures", t}, {"sources", join(sources_)}, {"seeds", std::to_string(seeds_)}};
   }

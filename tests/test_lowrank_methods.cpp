@@ -93,7 +93,7 @@ TEST(LowRank, ExactLimits) {
     const MatrixR<double> q = randn<double>(n, 64, 5), k = randn<double>(n, 64, 6), v = randn<double>(n, 8, 7);
     const MatrixR<double> p = exact_matrix<double>(q, k, {});
     const std::string N = std::to_string(n);
-    for (const std::string spec : {"nystrom:landmarks=" + N + ",pinv=svd", "cur:columns=" + N,
+    for (const std::string& spec : {"nystrom:landmarks=" + N + ",pinv=svd", "cur:columns=" + N,
                                    "cur:columns=" + N + ",select=leverage", "svd:rank=" + N,
                                    "linformer:k=" + N + ",projection=identity"}) {
       auto m = make_method<double>(spec);

@@ -97,6 +97,19 @@ OutputErrors output_errors(const ConstRef<T>& exact, const ConstRef<T>& approx) 
   return e;
 }
 
+std::vector<std::pair<std::string, double>> named_metrics(const OutputErrors& e) {
+  return {{"out_rel_fro", e.rel_fro}, {"out_max_abs", e.max_abs}, {"out_mean_cosine", e.mean_cosine},
+          {"out_min_cosine", e.min_cosine}};
+}
+
+std::vector<std::pair<std::string, double>> named_metrics(const MatrixErrors& e) {
+  std::vector<std::pair<std::string, double>> v = {{"P_rel_fro", e.rel_fro}, {"P_max_abs", e.max_abs}};
+  if (e.rel_spectral) v.emplace_back("P_rel_spectral", *e.rel_spectral);
+  if (e.mean_kl) v.emplace_back("P_mean_kl", *e.mean_kl);
+  if (e.mean_tv) v.emplace_back("P_mean_tv", *e.mean_tv);
+  return v;
+}
+
 template MatrixErrors matrix_errors<float>(const AttentionOperator<float>&, const AttentionOperator<float>&,
                                            const MatrixErrorOptions&);
 template MatrixErrors matrix_errors<double>(const AttentionOperator<double>&, const AttentionOperator<double>&,

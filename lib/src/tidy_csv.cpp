@@ -20,11 +20,15 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
+std::string tidy_header(const std::vector<std::string>& columns) {
+  std::string header = "schema_version,code_version";
+  for (const auto& c : columns) header += "," + c;
+  return header + ",metric,value";
+}
+
 TidyCsvWriter::TidyCsvWriter(const std::string& path, std::vector<std::string> columns, bool append)
     : path_(path), columns_(std::move(columns)) {
-  std::string header = "schema_version,code_version";
-  for (const auto& c : columns_) header += "," + c;
-  header += ",metric,value";
+  const std::string header = tidy_header(columns_);
   namespace fs = std::filesystem;
   const fs::path p(path);
   if (p.has_parent_path()) {

@@ -6,6 +6,9 @@
 #include "attnlab/types.hpp"
 
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace attnlab {
 
@@ -44,5 +47,11 @@ struct OutputErrors {
 
 template <typename T>
 OutputErrors output_errors(const ConstRef<T>& exact, const ConstRef<T>& approx);
+
+/// The errors as (metric name, value) in the order results files use: out_rel_fro, out_max_abs,
+/// out_mean_cosine, out_min_cosine.
+std::vector<std::pair<std::string, double>> named_metrics(const OutputErrors& e);
+/// P_rel_fro, P_max_abs, then P_rel_spectral, P_mean_kl, P_mean_tv where computed.
+std::vector<std::pair<std::string, double>> named_metrics(const MatrixErrors& e);
 
 }  // namespace attnlab

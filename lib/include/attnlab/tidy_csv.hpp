@@ -32,6 +32,9 @@ class TidyCsvWriter {
   std::FILE* f_ = nullptr;
 };
 
+/// The header line of a tidy CSV with these identifying columns (without the newline).
+std::string tidy_header(const std::vector<std::string>& columns);
+
 /// Quotes a CSV field when it holds a comma, a quote or a newline.
 std::string csv_field(const std::string& s);
 
