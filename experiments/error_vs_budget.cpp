@@ -1,8 +1,10 @@
 // `error_vs_budget` — every method's error against its budget (landmarks, features, k, codes, window, ...), for
 // several n, d and sources, every metric of the library, with the Eckart–Young floor (`svd:rank=R`) beside the
-// rank-limited methods.
+// rank-limited methods. Sources: generated, the trained/initialised transformer's heads (`trained`, `initialized`;
+// source column "trained/L{layer}H{head}", seed column = held-out sequence) and the user's .npy files.
 #include "attnlab/npy.hpp"
 #include "common.hpp"
+#include "model_data.hpp"
 
 #include <fmt/format.h>
 
@@ -39,20 +41,25 @@ class ErrorVsBudget final : public Experiment {
   void add_options(CLI::App& app) override {
     app.add_option("--n", n_, "sequence lengths")->delimiter(',');
     app.add_option("--d", d_, "head dimensions")->delimiter(',');
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
     app.add_option("--families", families_, "method families (default: all)")->delimiter(',');
     app.add_option("--seeds", seeds_, "number of seeds");
     app.add_option("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
     app.add_option("--q", q_file_, "the user's queries .npy, (n, d) or (h, n, d): adds source 'files' (one point per head)");
     app.add_option("--k", k_file_, "keys .npy, same layout");
     app.add_option("--v", v_file_, "values .npy, same layout");
+    model_.add(app);
   }
   void apply_preset(const std::string& preset, const CLI::App& app) override {
     const bool paper = preset == "paper";
     if (!given(app, "--n")) n_ = paper ? std::vector<Index>{512, 2048} : std::vector<Index>{512};
     if (!given(app, "--d")) d_ = {64};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank", "trained", "initialized"};
     if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+    // Quick: one head per layer (the diagonal) of one sequence; paper: every head of every exported sequence.
+    if (!given(app, "--model-heads")) model_.heads = paper ? std::vector<std::string>{"all"}
+                                                           : std::vector<std::string>{"diagonal"};
+    if (!given(app, "--model-seqs")) model_.seqs = paper ? 0 : 1;
     if (!given(app, "--families")) {
       families_.clear();
       for (const auto& f : families()) families_.push_back(f.label);
@@ -62,6 +69,7 @@ class ErrorVsBudget final : public Experiment {
     std::vector<std::pair<std::string, std::string>> s = {
         {"n", csv_list(n_)}, {"d", csv_list(d_)}, {"sources", join(sources_)}, {"families", join(families_)},
         {"seeds", std::to_string(seeds_)}, {"spectral-limit", std::to_string(spectral_limit_)}};
+    model_.settings(s);
     if (!q_file_.empty()) {
       s.emplace_back("q", q_file_);
       s.emplace_back("k", k_file_);
@@ -93,11 +101,26 @@ class ErrorVsBudget final : public Experiment {
           pts.push_back({fmt::format("family={} source=files q={} head={}", f.label, q_file_, h), [=] {
                            const MatrixR<double> q = files_->q.head_as<double>(h), k = files_->k.head_as<double>(h),
                                                  v = files_->v.head_as<double>(h);
-                           return evaluate(f, "files", q, k, v, 0, h);
+                           return evaluate(f, fmt::format("files/head{}", h), q, k, v, 0);
                          }});
         }
       }
-      for (const auto& src : sources_)
+      for (const auto& src : sources_) {
+        if (ModelData::is_model_source(src)) {
+          const auto [data, heads] = model_.open(src);
+          require(data->bidirectional(), fmt::format("error_vs_budget: the {} model in {} is causal; the non-causal "
+                                                     "methods need a bidirectional one (--objective mlm)", src, model_.dir));
+          for (const ModelHead& h : heads) {
+            const Family f = *it;
+            pts.push_back({fmt::format("family={} source={} key={} seq={} {}", f.label, src, data->key(), h.seq,
+                                       h.label()),
+                           [=, data = data] {
+                             const Qkv<double> p = data->load(h);
+                             return evaluate(f, src + "/" + h.label(), p.q, p.k, p.v, std::uint64_t(h.seq));
+                           }});
+          }
+          continue;
+        }
         for (Index n : n_)
           for (Index d : d_)
             for (Index s = 0; s < seeds_; ++s) {
@@ -105,6 +128,7 @@ class ErrorVsBudget final : public Experiment {
               pts.push_back({fmt::format("family={} source={} n={} d={} seed={}", f.label, src, n, d, s),
                              [=] { return run(f, src, n, d, std::uint64_t(s)); }});
             }
+      }
     }
     return pts;
   }
@@ -114,10 +138,10 @@ class ErrorVsBudget final : public Experiment {
     SourceOptions so;
     so.kind = src;
     const Qkv<double> p = generate_problem<double>(so, n, n, d, d, seed);
-    return evaluate(f, src, p.q, p.k, p.v, seed, -1);
+    return evaluate(f, src, p.q, p.k, p.v, seed);
   }
   std::vector<Row> evaluate(const Family& f, const std::string& src, const MatrixR<double>& q,
-                            const MatrixR<double>& k, const MatrixR<double>& v, std::uint64_t seed, Index head) const {
+                            const MatrixR<double>& k, const MatrixR<double>& v, std::uint64_t seed) const {
     const ExactOperator<double> exact(q, k, {});
     const MatrixR<double> exact_out = exact_output<double>(q, k, v, {});
     const Index n = std::min(q.rows(), k.rows());
@@ -125,7 +149,7 @@ class ErrorVsBudget final : public Experiment {
     for (Index b : f.budgets) {
       if (b > n) continue;
       Row key;
-      key.source = head >= 0 ? fmt::format("files/head{}", head) : src;
+      key.source = src;
       key.n = q.rows();
       key.d = q.cols();
       key.seed = seed;
@@ -146,6 +170,7 @@ class ErrorVsBudget final : public Experiment {
   Index seeds_ = 1, spectral_limit_ = 1024;
   std::string q_file_, k_file_, v_file_;
   std::shared_ptr<Files> files_;
+  ModelOptions model_;
 };
 
 }  // namespace

@@ -2,11 +2,13 @@
 // Nyströmformer Lemma 1 (seed 000 eqs. (10)-(11)): ‖I − AZ_k‖_F and ‖Z_k − A⁺‖_F against k for the order-3 and
 // Newton–Schulz iterations on the softmax landmark matrix A = softmax(s·Q̃K̃ᵀ), m = 8…512, with A's condition
 // number; the iterations each needs to reach 1e-6; the measured convergence order; and Nyström's attention error
-// as a function of the iteration count, against the SVD pseudo-inverse.
+// as a function of the iteration count, against the SVD pseudo-inverse — on generated sources and on the heads of the
+// trained and initialised transformer (`trained`, `initialized`; source column "trained/L{layer}H{head}").
 #include "attnlab/landmarks.hpp"
 #include "attnlab/linalg/pinv.hpp"
 #include "attnlab/spectrum.hpp"
 #include "common.hpp"
+#include "model_data.hpp"
 
 #include <fmt/format.h>
 
@@ -24,24 +26,43 @@ class PinvExperiment final : public Experiment {
     app.add_option("--m", m_, "landmark counts")->delimiter(',');
     app.add_option("--d", d_, "head dimension");
     app.add_option("--iters", iters_, "iterations of each pseudo-inverse iteration");
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
     app.add_option("--seeds", seeds_, "number of seeds");
+    model_.add(app);
   }
   void apply_preset(const std::string& preset, const CLI::App& app) override {
     const bool paper = preset == "paper";
     if (!given(app, "--n")) n_ = paper ? std::vector<Index>{512, 4096} : std::vector<Index>{512};
     if (!given(app, "--m")) m_ = paper ? std::vector<Index>{8, 16, 32, 64, 128, 256, 512} : std::vector<Index>{8, 32, 64, 128};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank", "trained", "initialized"};
     if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
     if (!given(app, "--iters")) iters_ = paper ? 60 : 40;
+    if (!given(app, "--model-heads")) model_.heads = paper ? std::vector<std::string>{"all"}
+                                                           : std::vector<std::string>{"diagonal"};
+    if (!given(app, "--model-seqs")) model_.seqs = 1;
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
-    return {{"n", csv_list(n_)}, {"m", csv_list(m_)}, {"d", std::to_string(d_)}, {"iters", std::to_string(iters_)},
-            {"sources", join(sources_)}, {"seeds", std::to_string(seeds_)}};
+    std::vector<std::pair<std::string, std::string>> s = {
+        {"n", csv_list(n_)},           {"m", csv_list(m_)},          {"d", std::to_string(d_)},
+        {"iters", std::to_string(iters_)}, {"sources", join(sources_)}, {"seeds", std::to_string(seeds_)}};
+    model_.settings(s);
+    return s;
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
-    for (const auto& src : sources_)
+    for (const auto& src : sources_) {
+      if (ModelData::is_model_source(src)) {
+        const auto [data, heads] = model_.open(src);
+        require(data->bidirectional(), fmt::format("pinv: the {} model in {} is causal; Nyström needs a "
+                                                   "bidirectional one", src, model_.dir));
+        for (const ModelHead& h : heads)
+          for (Index m : m_) {
+            if (m > data->n()) continue;
+            pts.push_back({fmt::format("source={} key={} seq={} {} m={}", src, data->key(), h.seq, h.label(), m),
+                           [=, data = data] { return evaluate(src + "/" + h.label(), data->load(h), m, std::uint64_t(h.seq)); }});
+          }
+        continue;
+      }
       for (Index n : n_)
         for (Index m : m_)
           for (Index s = 0; s < seeds_; ++s) {
@@ -49,6 +70,7 @@ class PinvExperiment final : public Experiment {
             pts.push_back({fmt::format("source={} n={} m={} d={} seed={}", src, n, m, d_, s),
                            [=] { return run(src, n, m, std::uint64_t(s)); }});
           }
+    }
     return pts;
   }
 
@@ -56,7 +78,9 @@ class PinvExperiment final : public Experiment {
   std::vector<Row> run(const std::string& src, Index n, Index m, std::uint64_t seed) const {
     SourceOptions so;
     so.kind = src;
-    const Qkv<double> p = generate_problem<double>(so, n, n, d_, d_, seed);
+    return evaluate(src, generate_problem<double>(so, n, n, d_, d_, seed), m, seed);
+  }
+  std::vector<Row> evaluate(const std::string& src, const Qkv<double>& p, Index m, std::uint64_t seed) const {
     const MatrixR<double> a =
         exact_matrix<double>(segment_means<double>(p.q, m), segment_means<double>(p.k, m), {});
     const VectorX<double> sv = singular_values<double>(a);
@@ -64,8 +88,8 @@ class PinvExperiment final : public Experiment {
     std::vector<Row> rows;
     Row key;
     key.source = src;
-    key.n = n;
-    key.d = d_;
+    key.n = p.q.rows();
+    key.d = p.q.cols();
     key.seed = seed;
     key.method = "nystrom";
     const auto add = [&](const std::string& variant, Index step, const std::string& metric, double value) {
@@ -116,6 +140,7 @@ class PinvExperiment final : public Experiment {
   std::vector<Index> n_, m_;
   Index d_ = 64, iters_ = 40, seeds_ = 1;
   std::vector<std::string> sources_;
+  ModelOptions model_;
 };
 
 }  // namespace

@@ -1,9 +1,11 @@
 // `probsparse` — Informer's query sparsity measurement (seed 004; Zhou et al. 2021 Lemma 1): M against its
 // max-mean estimate M̄ with Lemma 1's bounds M̄ ≤ M ≤ M̄ + ln n_k (over the same keys); the recall of the true top-u
 // queries (by M) when ranking by the sampled M̄, against the factor c and the number of sampled keys; the output
-// error against c; and the (long-tailed) distribution of M as quantiles.
+// error against c; and the (long-tailed) distribution of M as quantiles — on generated sources and on the heads of
+// the trained and initialised transformer (`trained`, `initialized`; source column "trained/L{layer}H{head}").
 #include "attnlab/probsparse.hpp"
 #include "common.hpp"
+#include "model_data.hpp"
 
 #include <fmt/format.h>
 
@@ -22,28 +24,43 @@ class ProbSparseExperiment final : public Experiment {
     app.add_option("--n", n_, "sequence lengths")->delimiter(',');
     app.add_option("--d", d_, "head dimension");
     app.add_option("--factors", factors_, "sampling factors c")->delimiter(',');
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
     app.add_option("--seeds", seeds_, "number of seeds");
+    model_.add(app);
   }
   void apply_preset(const std::string& preset, const CLI::App& app) override {
     const bool paper = preset == "paper";
     if (!given(app, "--n")) n_ = paper ? std::vector<Index>{512, 2048, 8192} : std::vector<Index>{512, 2048};
     if (!given(app, "--factors")) factors_ = {1, 2, 3, 5, 8, 12};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank", "trained", "initialized"};
     if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+    if (!given(app, "--model-seqs")) model_.seqs = paper ? 0 : 1;
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
     const std::string f = csv_list(factors_);
-    return {{"n", csv_list(n_)}, {"d", std::to_string(d_)}, {"factors", f}, {"sources", join(sources_)},
-            {"seeds", std::to_string(seeds_)}};
+    std::vector<std::pair<std::string, std::string>> s = {{"n", csv_list(n_)},         {"d", std::to_string(d_)},
+                                                          {"factors", f},               {"sources", join(sources_)},
+                                                          {"seeds", std::to_string(seeds_)}};
+    model_.settings(s);
+    return s;
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
-    for (const auto& src : sources_)
+    for (const auto& src : sources_) {
+      if (ModelData::is_model_source(src)) {
+        const auto [data, heads] = model_.open(src);
+        require(data->bidirectional(), fmt::format("probsparse: the {} model in {} is causal; Lemma 1 and the top-u "
+                                                   "recall here are for bidirectional attention", src, model_.dir));
+        for (const ModelHead& h : heads)
+          pts.push_back({fmt::format("source={} key={} seq={} {}", src, data->key(), h.seq, h.label()),
+                         [=, data = data] { return evaluate(src + "/" + h.label(), data->load(h), std::uint64_t(h.seq)); }});
+        continue;
+      }
       for (Index n : n_)
         for (Index s = 0; s < seeds_; ++s)
           pts.push_back({fmt::format("source={} n={} d={} seed={}", src, n, d_, s),
                          [=] { return run(src, n, std::uint64_t(s)); }});
+    }
     return pts;
   }
 
@@ -51,7 +68,10 @@ class ProbSparseExperiment final : public Experiment {
   std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
     SourceOptions so;
     so.kind = src;
-    const Qkv<double> p = generate_problem<double>(so, n, n, d_, d_, seed);
+    return evaluate(src, generate_problem<double>(so, n, n, d_, d_, seed), seed);
+  }
+  std::vector<Row> evaluate(const std::string& src, const Qkv<double>& p, std::uint64_t seed) const {
+    const Index n = p.q.rows();
     Rng rng(seed);
     const VectorX<double> m = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::Lse, 0, rng);
     const VectorX<double> mbar = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::MaxMean, 0, rng);
@@ -59,7 +79,7 @@ class ProbSparseExperiment final : public Experiment {
     Row key;
     key.source = src;
     key.n = n;
-    key.d = d_;
+    key.d = p.q.cols();
     key.seed = seed;
     key.method = "probsparse";
     const auto add = [&](const std::string& variant, Index step, const std::string& metric, double value) {
@@ -115,6 +135,7 @@ class ProbSparseExperiment final : public Experiment {
   Index d_ = 64, seeds_ = 1;
   std::vector<double> factors_;
   std::vector<std::string> sources_;
+  ModelOptions model_;
 };
 
 }  // namespace

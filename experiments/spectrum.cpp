@@ -1,12 +1,16 @@
 // `spectrum` — the low-rank claim (Linformer Fig. 1; seed 001): singular values of the attention matrix P at
 // n = 512 — normalized cumulative sums, and their value at index 128 (the figure's heatmap) — for generated
-// sources at several temperatures and for the user's own Q, K (.npy, (n, d) or (h, n, d): one point per head);
-// and the top-k singular values at large n through the matrix-free Spectra path, never forming P.
+// sources at several temperatures, for a trained and an initialised transformer (sources `trained`, `initialized`:
+// one point per layer, head and held-out sequence, at the model's own length and scale) and for the user's own
+// Q, K (.npy, (n, d) or (h, n, d): one point per head); and the top-k singular values at large n through the matrix-free Spectra path, never forming P.
 #include "attnlab/npy.hpp"
 #include "attnlab/spectrum.hpp"
 #include "common.hpp"
+#include "model_data.hpp"
 
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace attnlab::experiments {
 namespace {
@@ -18,7 +22,7 @@ class SpectrumExperiment final : public Experiment {
   void add_options(CLI::App& app) override {
     app.add_option("--n", n_, "sequence length of the dense spectra");
     app.add_option("--d", d_, "head dimension");
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
     app.add_option("--temperatures", temps_, "logit temperatures of the generated sources")->delimiter(',');
     app.add_option("--large-n", large_n_, "lengths of the matrix-free top-k spectra")->delimiter(',');
     app.add_option("--top", top_, "k of the matrix-free spectra");
@@ -26,10 +30,11 @@ class SpectrumExperiment final : public Experiment {
     app.add_option("--q", q_file_, "queries .npy of the user's model, (n, d) or (h, n, d)");
     app.add_option("--k", k_file_, "keys .npy, same layout");
     app.add_option("--causal", causal_, "causal mask for the files (true/false)");
+    model_.add(app);
   }
   void apply_preset(const std::string& preset, const CLI::App& app) override {
     const bool paper = preset == "paper";
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank", "trained", "initialized"};
     if (!given(app, "--temperatures")) temps_ = {0.25, 0.5, 1.0, 2.0};
     if (!given(app, "--large-n")) large_n_ = paper ? std::vector<Index>{4096, 16384} : std::vector<Index>{2048};
     if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
@@ -41,6 +46,7 @@ class SpectrumExperiment final : public Experiment {
         {"top", std::to_string(top_)},        {"seeds", std::to_string(seeds_)}};
     const std::string t = csv_list(temps_);
     s.emplace_back("temperatures", t);
+    model_.settings(s);
     if (!q_file_.empty()) {
       s.emplace_back("q", q_file_);
       s.emplace_back("k", k_file_);
@@ -50,7 +56,14 @@ class SpectrumExperiment final : public Experiment {
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
-    for (const auto& src : sources_)
+    for (const auto& src : sources_) {
+      if (ModelData::is_model_source(src)) {
+        const auto [data, heads] = model_.open(src);
+        for (const ModelHead& h : heads)
+          pts.push_back({fmt::format("dense source={} key={} seq={} {}", src, data->key(), h.seq, h.label()),
+                         [=, data = data] { return dense_model(*data, h); }});
+        continue;
+      }
       for (double t : temps_)
         for (Index s = 0; s < seeds_; ++s) {
           pts.push_back({fmt::format("dense source={} T={} n={} d={} seed={}", src, t, n_, d_, s),
@@ -59,6 +72,7 @@ class SpectrumExperiment final : public Experiment {
             pts.push_back({fmt::format("topk source={} T={} n={} d={} k={} seed={}", src, t, n, d_, top_, s),
                            [=] { return topk_generated(src, t, n, std::uint64_t(s)); }});
         }
+    }
     if (!q_file_.empty()) {
       require(!k_file_.empty(), "spectrum: --q needs --k");
       files_ = std::make_shared<std::pair<NpyArray, NpyArray>>(NpyArray::read(q_file_), NpyArray::read(k_file_));
@@ -136,6 +150,38 @@ class SpectrumExperiment final : public Experiment {
     }
     return rows;
   }
+  /// A model head at its own length; causal when the model is. For sequence 0 also how far attnlab's P is from the
+  /// model's own softmax (a check of the export and of the scale convention: float32 round-off, ~1e-7).
+  std::vector<Row> dense_model(const ModelData& data, const ModelHead& h) const {
+    const Qkv<double> p = data.load(h);
+    AttentionOptions o;
+    o.causal = !data.bidirectional();
+    const MatrixR<double> P = exact_matrix<double>(p.q, p.k, o);
+    Row r;
+    r.source = data.model();
+    r.method = "exact";
+    r.variant = h.label();
+    r.n = p.q.rows();
+    r.d = p.q.cols();
+    r.seed = std::uint64_t(h.seq);
+    std::vector<Row> rows;
+    spectrum_rows(rows, r, singular_values<double>(P));
+    const MatrixR<double> model_p = h.seq == 0 ? data.model_attention(h.layer, h.head) : MatrixR<double>();
+    if (model_p.size() > 0) {
+      r.metric = "max_abs_diff_vs_model";
+      r.value = (P - model_p).cwiseAbs().maxCoeff();
+      rows.push_back(r);
+    }
+    // Row entropy (nats), the quantity the regimes experiment sweeps: where this head sits between sharp and diffuse.
+    double entropy = 0;
+    for (Index i = 0; i < P.rows(); ++i)
+      for (Index j = 0; j < P.cols(); ++j)
+        if (P(i, j) > 0) entropy -= P(i, j) * std::log(P(i, j));
+    r.metric = "mean_row_entropy";
+    r.value = entropy / double(P.rows());
+    rows.push_back(r);
+    return rows;
+  }
   std::vector<Row> dense_files(Index h) const {
     const MatrixR<double> q = files_->first.head_as<double>(h), k = files_->second.head_as<double>(h);
     AttentionOptions o;
@@ -157,6 +203,7 @@ class SpectrumExperiment final : public Experiment {
   std::vector<Index> large_n_;
   std::string q_file_, k_file_;
   bool causal_ = false;
+  ModelOptions model_;
   std::shared_ptr<std::pair<NpyArray, NpyArray>> files_;
 };
 

@@ -32,7 +32,14 @@ def load(results, name):
     df["step"] = pd.to_numeric(df["step"], errors="coerce")  # empty: no step
     for col in ("n", "d", "seed"):  # numbers, not strings (matplotlib would make them categories)
         df[col] = pd.to_numeric(df[col], errors="coerce")
+    # "trained/L1H2", "files/head0" -> "trained", "files": the panels aggregate heads (median) by family
+    df["family"] = df["source"].str.split("/").str[0]
     return df
+
+
+def is_head(variant):
+    """Model-source spectra name heads "L{layer}H{head}" in the variant column."""
+    return isinstance(variant, str) and len(variant) >= 4 and variant[0] == "L" and "H" in variant
 
 
 def caption(fig, text):
@@ -43,17 +50,19 @@ def plot_pinv(results, out):
     df = load(results, "pinv")
     saved = []
     # Residual histories per landmark count, one panel per source.
-    sources = sorted(df["source"].unique())
+    sources = sorted(df["family"].unique())
     fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
     for ax, src in zip(axes[0], sources):
-        d = df[(df.source == src) & (df.metric == "residual")]
+        d = df[(df.family == src) & (df.metric == "residual")]
         for (variant, spec), g in d.groupby(["variant", "spec"]):
-            g = g.groupby("step")["value"].mean()
+            g = g.groupby("step")["value"].median()
             ax.semilogy(g.index, g.values, "-" if variant == "order3" else "--",
                         label=f"{variant}, {spec.replace('landmarks=', 'm=')}")
         ax.axhline(1e-6, color="gray", lw=0.8)
         ax.axvline(6, color="red", lw=0.8, ls=":")
-        ax.set(title=f"{src}", xlabel="iteration k", ylabel="‖I − A Z_k‖_F")
+        heads = d["source"].nunique()
+        ax.set(title=src + (f" (median of {heads} heads)" if heads > 1 else ""), xlabel="iteration k",
+               ylabel="‖I − A Z_k‖_F")
         ax.legend(fontsize=7)
     caption(fig, "Nyströmformer Lemma 1: iterative pseudo-inverse of softmax landmark matrices; red: the paper's 6 "
                  "iterations; solid order-3, dashed Newton–Schulz.")
@@ -62,27 +71,30 @@ def plot_pinv(results, out):
     # Iterations to 1e-6 against the condition number.
     fig, ax = plt.subplots(figsize=(5.5, 4))
     cond = df[df.metric == "cond"].set_index("point")["value"]
-    for variant, marker in (("order3", "o"), ("newton", "s")):
-        d = df[(df.metric == "iterations_to_1e-6") & (df.variant == variant)].set_index("point")["value"]
-        ax.semilogx(cond.loc[d.index], d.values, marker, label=variant)
+    for i, src in enumerate(sources):
+        for variant, marker in (("order3", "o"), ("newton", "s")):
+            d = df[(df.metric == "iterations_to_1e-6") & (df.variant == variant) & (df.family == src)]
+            d = d.set_index("point")["value"]
+            ax.semilogx(cond.loc[d.index], d.values, marker, color=f"C{2 * i}", mfc="none" if variant == "newton"
+                        else None, label=f"{src} {variant}")
     ax.set(xlabel="condition number of A", ylabel="iterations to ‖I − AZ‖_F < 1e-6")
-    ax.legend()
+    ax.legend(fontsize=7)
     caption(fig, "Iterations needed against the landmark matrix's condition number (the paper uses 6).")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     saved.append(save(fig, out, "pinv_iterations_vs_cond"))
     # Nyström's attention error against the iteration count, with the SVD pseudo-inverse.
     fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
     for ax, src in zip(axes[0], sources):
-        d = df[(df.source == src) & (df.metric == "nystrom_out_rel_fro")]
+        d = df[(df.family == src) & (df.metric == "nystrom_out_rel_fro")]
         for spec, g in d[d.variant == "order3"].groupby("spec"):
-            g = g.groupby("step")["value"].mean()
+            g = g.groupby("step")["value"].median()
             line, = ax.semilogy(g.index, g.values, "-o", ms=3, label=spec.replace("landmarks=", "m="))
-            svd = d[(d.variant == "svd") & (d.spec == spec)]["value"].mean()
+            svd = d[(d.variant == "svd") & (d.spec == spec)]["value"].median()
             ax.axhline(svd, color=line.get_color(), ls=":", lw=1)
         ax.set(title=src, xlabel="order-3 iterations", ylabel="relative output error")
         ax.legend(fontsize=7)
     caption(fig, "Does an unconverged pseudo-inverse help? Nyström's output error against the iteration count; "
-                 "dotted: the SVD pseudo-inverse.")
+                 "dotted: the SVD pseudo-inverse; model sources: median over heads.")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     saved.append(save(fig, out, "pinv_nystrom_error"))
     return saved
@@ -92,16 +104,17 @@ def plot_error_vs_budget(results, out):
     df = load(results, "error_vs_budget")
     saved = []
     for metric, label in (("P_rel_fro", "‖P − P̃‖_F / ‖P‖_F"), ("out_rel_fro", "‖O − Õ‖_F / ‖O‖_F")):
-        sources = sorted(df["source"].unique())
+        sources = sorted(df["family"].unique())
         fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4.5), squeeze=False)
         for ax, src in zip(axes[0], sources):
-            d = df[(df.source == src) & (df.metric == metric)]
+            d = df[(df.family == src) & (df.metric == metric)]
+            heads = d["source"].nunique()
             for variant, g in d.groupby("variant"):
-                g = g.groupby("step")["value"].mean()
+                g = g.groupby("step")["value"].median()
                 style = dict(color="black", lw=2.5) if variant == "svd" else {}
                 ax.loglog(g.index, g.values, "-o", ms=3, label=variant, **style)
-            ax.set(title=src, xlabel="budget (rank, landmarks, k, features, codes, window, chunk, factor)",
-                   ylabel=label)
+            ax.set(title=src + (f" (median of {heads} heads)" if heads > 1 else ""),
+                   xlabel="budget (rank, landmarks, k, features, codes, window, chunk, factor)", ylabel=label)
             ax.legend(fontsize=6, ncol=2)
         caption(fig, "Error against budget for every method; black: the Eckart–Young floor (best rank-R "
                      "approximation), which no rank-limited method can beat.")
@@ -117,18 +130,29 @@ def plot_spectrum(results, out):
     groups = sorted(d["source"].unique())
     fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
     for ax, src in zip(axes[0], groups):
-        for variant, g in d[d.source == src].groupby("variant"):
-            g = g.groupby("step")["value"].mean()
-            ax.plot(g.index, g.values, label=variant)
+        dd = d[d.source == src]
+        heads = sorted(v for v in dd["variant"].unique() if is_head(v))
+        layers = sorted({int(v[1:v.index("H")]) for v in heads})
+        for variant, g in dd.groupby("variant"):
+            g = g.groupby("step")["value"].mean()   # mean over seeds / held-out sequences
+            if is_head(variant):   # Linformer Fig. 1 (left): one line per head, coloured by layer
+                layer = int(variant[1:variant.index("H")])
+                first = variant == next(v for v in heads if v.startswith(f"L{layer}H"))
+                ax.plot(g.index, g.values, lw=0.9, color=plt.get_cmap("viridis")(layer / max(1, len(layers) - 1)),
+                        label=f"layer {layer}" if first else None)
+            else:
+                ax.plot(g.index, g.values, label=variant)
         ax.axvline(128, color="gray", lw=0.8, ls=":")
         ax.set(title=src, xlabel="singular value index", ylabel="normalized cumulative singular value", ylim=(0, 1.02))
         ax.legend(fontsize=7)
-    caption(fig, "Linformer Fig. 1: normalized cumulative singular values of P (n = 512); dotted: index 128.")
+    caption(fig, "Linformer Fig. 1: normalized cumulative singular values of P (n = 512; model sources: one line per "
+                 "head, mean over held-out sequences); dotted: index 128.")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     saved.append(save(fig, out, "spectrum_cumulative"))
     at = df[df.metric == "cumulative_at_128"]
-    if len(at):
-        table = at.pivot_table(index="source", columns="variant", values="value")
+    gen = at[~at["variant"].map(is_head)]
+    if len(gen):
+        table = gen.pivot_table(index="source", columns="variant", values="value")
         fig, ax = plt.subplots(figsize=(1.2 * len(table.columns) + 2.5, 0.5 * len(table) + 1.8))
         im = ax.imshow(table.values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(table.columns)), table.columns, rotation=30, fontsize=8)
@@ -136,9 +160,28 @@ def plot_spectrum(results, out):
         for (i, j), v in pd.DataFrame(table.values).stack().items():
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
         fig.colorbar(im, ax=ax)
-        caption(fig, "Linformer Fig. 1 (right): cumulative singular value at index 128 per source and temperature/head.")
+        caption(fig, "Cumulative singular value at index 128 per generated source and temperature (n = 512).")
         fig.tight_layout(rect=(0, 0.06, 1, 1))
         saved.append(save(fig, out, "spectrum_at_128"))
+    heads = at[at["variant"].map(is_head)].copy()
+    if len(heads):   # Linformer Fig. 1 (right): layer x head heatmap of the value at index 128, per model
+        heads["layer"] = heads["variant"].map(lambda v: int(v[1:v.index("H")]))
+        heads["head"] = heads["variant"].map(lambda v: int(v[v.index("H") + 1:]))
+        models = sorted(heads["source"].unique(), key=lambda m: m != "trained")
+        fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 1, 3.8), squeeze=False)
+        for ax, model in zip(axes[0], models):
+            table = heads[heads.source == model].pivot_table(index="layer", columns="head", values="value")
+            im = ax.imshow(table.values, vmin=0, vmax=1, cmap="viridis", origin="lower", aspect="auto")
+            ax.set_xticks(range(len(table.columns)), table.columns)
+            ax.set_yticks(range(len(table.index)), table.index)
+            for (i, j), v in pd.DataFrame(table.values).stack().items():
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="white" if v < 0.6 else "black")
+            ax.set(title=f"{model} (n = {int(heads.n.iloc[0])})", xlabel="head", ylabel="layer")
+        fig.colorbar(im, ax=list(axes[0]))
+        caption(fig, "Linformer Fig. 1 (right): cumulative singular value at index 128 per layer and head, trained vs "
+                     "initialised (mean over held-out sequences).")
+        fig.subplots_adjust(bottom=0.2)
+        saved.append(save(fig, out, "spectrum_heads_at_128"))
     top = df[df.metric == "top_singular_value"]
     if len(top):
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -247,28 +290,32 @@ def plot_probsparse(results, out):
     saved = []
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     rec = df[df.metric == "top_u_recall"]
-    for (src, variant, n), g in rec.groupby(["source", "variant", "n"]):
-        g = g.groupby("step")["value"].mean()
+    for (src, variant, n), g in rec.groupby(["family", "variant", "n"]):
+        g = g.groupby("step")["value"].median()
         axes[0].plot(g.index / 100, g.values, "-o" if variant.startswith("full") else "--s", ms=3,
                      label=f"{src} n={int(n)} {variant}")
     axes[0].set(xlabel="sampling factor c", ylabel="recall of the true top-u queries (by M)", ylim=(0, 1.02))
     axes[0].legend(fontsize=6, ncol=2)
     err = df[(df.metric == "out_rel_fro") & (df.variant == "method")]
-    for (src, n), g in err.groupby(["source", "n"]):
-        g = g.groupby("step")["value"].mean()
+    for (src, n), g in err.groupby(["family", "n"]):
+        g = g.groupby("step")["value"].median()
         axes[1].plot(g.index / 100, g.values, "-o", ms=3, label=f"{src} n={int(n)}")
     axes[1].set(xlabel="sampling factor c", ylabel="‖O − Õ‖_F / ‖O‖_F")
     axes[1].legend(fontsize=7)
     caption(fig, "Informer: recall of the top-u queries ranked by M̄ (all keys, or U = c·ln n sampled) and ProbSparse's "
-                 "output error against c.")
+                 "output error against c; model sources: median over heads.")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     saved.append(save(fig, out, "probsparse_recall_error"))
     q = df[df.metric == "M_quantile"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for (src, n), g in q.groupby(["source", "n"]):
-        g = g.groupby("step")["value"].mean()
-        ax.plot(g.index, g.values, "-o", ms=3, label=f"{src} n={int(n)}")
-    ax.set(xlabel="percentile of queries", ylabel="sparsity measure M = LSE − mean")
+    for i, ((src, n), g) in enumerate(q.groupby(["family", "n"])):
+        heads = g.groupby("source")
+        for j, (_, h) in enumerate(heads):   # model sources: one thin line per head
+            h = h.groupby("step")["value"].mean()
+            ax.plot(h.index, h.values, "-o" if len(heads) == 1 else "-", ms=3, lw=1.5 if len(heads) == 1 else 0.7,
+                    color=f"C{2 * i}", label=f"{src} n={int(n)}" + (f" ({len(heads)} heads)" if len(heads) > 1 else "")
+                    if j == 0 else None)
+    ax.set(xlabel="percentile of queries", ylabel="sparsity measure M = LSE − mean", yscale="symlog")
     ax.legend(fontsize=7)
     caption(fig, "The distribution of Informer's M over queries (quantiles): the long tail ProbSparse relies on.")
     fig.tight_layout(rect=(0, 0.04, 1, 1))

@@ -1,0 +1,71 @@
+// Real attention: the Q, K, V that tools/trained_attention.py exported from a small byte-level transformer trained on
+// the Python standard library (source `trained`) and from the same model at initialisation (`initialized`).
+// Layout under DIR (default $ATTNLAB_MODEL_DATA, else data/attention):
+//   meta.json                                   written last; says whether the model is bidirectional
+//   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   (heads, n, d_head), Q and K before the 1/√d_head scale
+//   {trained,initialized}/seq0_layer{l}_attn.npy         (heads, n, n), the model's own softmax, for checking
+#pragma once
+
+#include "attnlab/sources.hpp"
+#include "attnlab/types.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnlab::experiments {
+
+/// One attention head of one held-out sequence.
+struct ModelHead {
+  Index seq = 0, layer = 0, head = 0;
+  /// "L{layer}H{head}" — how the CSVs name a model head (the sequence goes in the seed column).
+  std::string label() const;
+};
+
+class ModelData {
+ public:
+  static bool is_model_source(const std::string& source) { return source == "trained" || source == "initialized"; }
+  /// $ATTNLAB_MODEL_DATA if set, else "data/attention" (relative to the working directory).
+  static std::string default_dir();
+
+  /// Scans DIR/MODEL; throws Error naming the command that makes the data when it is missing or incomplete.
+  ModelData(const std::string& dir, const std::string& model);
+
+  const std::string& model() const { return model_; }
+  /// The export's cache key (meta.json): part of every point id, so regenerated data is never mixed with old rows.
+  const std::string& key() const { return key_; }
+  bool bidirectional() const { return bidirectional_; }
+  Index sequences() const { return sequences_; }
+  Index layers() const { return layers_; }
+  Index heads() const { return heads_; }
+  Index n() const { return n_; }
+  Index d() const { return d_; }
+
+  /// The heads to use: `spec` holds "all", "diagonal" (head l mod heads of layer l) or "L:H" items (e.g. "0:0,3:1"); `max_seqs` ≤ 0 means every sequence.
+  std::vector<ModelHead> select(const std::vector<std::string>& spec, Index max_seqs) const;
+  /// Q, K, V of one head in double precision (V: the head's values).
+  Qkv<double> load(const ModelHead& h) const;
+  /// The model's own attention of sequence 0 for (layer, head); empty when the export has none.
+  MatrixR<double> model_attention(Index layer, Index head) const;
+
+ private:
+  std::string file(Index seq, Index layer, const char* what) const;
+  std::string dir_, model_, key_;
+  bool bidirectional_ = true;
+  Index sequences_ = 0, layers_ = 0, heads_ = 0, n_ = 0, d_ = 0;
+};
+
+/// The options every experiment with model sources registers: --model-data, --model-heads, --model-seqs.
+struct ModelOptions {
+  std::string dir = ModelData::default_dir();
+  std::vector<std::string> heads = {"all"};
+  Index seqs = 0;
+  void add(CLI::App& app);
+  void settings(std::vector<std::pair<std::string, std::string>>& s) const;
+  /// The selected heads of `source` ("trained" or "initialized"), with the data they come from.
+  std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open(const std::string& source) const;
+};
+
+}  // namespace attnlab::experiments
