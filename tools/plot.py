@@ -42,6 +42,17 @@ def is_head(variant):
     return isinstance(variant, str) and len(variant) >= 4 and variant[0] == "L" and "H" in variant
 
 
+def panels(k, width=5, height=4):
+    """k panels, at most 3 to a row; unused cells hidden. Returns (fig, list of k axes)."""
+    cols = min(k, 3)
+    rows = (k + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.3), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[k:]:
+        ax.set_visible(False)
+    return fig, flat[:k]
+
+
 def caption(fig, text):
     fig.text(0.01, 0.005, text, fontsize=8, style="italic", ha="left", va="bottom")
 
@@ -51,8 +62,8 @@ def plot_pinv(results, out):
     saved = []
     # Residual histories per landmark count, one panel per source.
     sources = sorted(df["family"].unique())
-    fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
-    for ax, src in zip(axes[0], sources):
+    fig, axes = panels(len(sources))
+    for ax, src in zip(axes, sources):
         d = df[(df.family == src) & (df.metric == "residual")]
         for (variant, spec), g in d.groupby(["variant", "spec"]):
             g = g.groupby("step")["value"].median()
@@ -83,8 +94,8 @@ def plot_pinv(results, out):
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     saved.append(save(fig, out, "pinv_iterations_vs_cond"))
     # Nyström's attention error against the iteration count, with the SVD pseudo-inverse.
-    fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
-    for ax, src in zip(axes[0], sources):
+    fig, axes = panels(len(sources))
+    for ax, src in zip(axes, sources):
         d = df[(df.family == src) & (df.metric == "nystrom_out_rel_fro")]
         for spec, g in d[d.variant == "order3"].groupby("spec"):
             g = g.groupby("step")["value"].median()
@@ -105,8 +116,8 @@ def plot_error_vs_budget(results, out):
     saved = []
     for metric, label in (("P_rel_fro", "‖P − P̃‖_F / ‖P‖_F"), ("out_rel_fro", "‖O − Õ‖_F / ‖O‖_F")):
         sources = sorted(df["family"].unique())
-        fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4.5), squeeze=False)
-        for ax, src in zip(axes[0], sources):
+        fig, axes = panels(len(sources), 5.5, 4.5)
+        for ax, src in zip(axes, sources):
             d = df[(df.family == src) & (df.metric == metric)]
             heads = d["source"].nunique()
             for variant, g in d.groupby("variant"):
@@ -128,8 +139,8 @@ def plot_spectrum(results, out):
     saved = []
     d = df[df.metric == "cumulative"]
     groups = sorted(d["source"].unique())
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
-    for ax, src in zip(axes[0], groups):
+    fig, axes = panels(len(groups))
+    for ax, src in zip(axes, groups):
         dd = d[d.source == src]
         heads = sorted(v for v in dd["variant"].unique() if is_head(v))
         layers = sorted({int(v[1:v.index("H")]) for v in heads})
@@ -177,10 +188,10 @@ def plot_spectrum(results, out):
             for (i, j), v in pd.DataFrame(table.values).stack().items():
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color="white" if v < 0.6 else "black")
             ax.set(title=f"{model} (n = {int(heads.n.iloc[0])})", xlabel="head", ylabel="layer")
-        fig.colorbar(im, ax=list(axes[0]))
+        fig.subplots_adjust(left=0.08, right=0.86, bottom=0.2, wspace=0.3)
+        fig.colorbar(im, cax=fig.add_axes([0.89, 0.2, 0.02, 0.68]))
         caption(fig, "Linformer Fig. 1 (right): cumulative singular value at index 128 per layer and head, trained vs "
                      "initialised (mean over held-out sequences).")
-        fig.subplots_adjust(bottom=0.2)
         saved.append(save(fig, out, "spectrum_heads_at_128"))
     top = df[df.metric == "top_singular_value"]
     if len(top):

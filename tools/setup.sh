@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Installs every Debian package attnlab needs (only the missing ones, saying which), then configures and
 # builds. Idempotent: a second run installs nothing and rebuilds only what changed.
-#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [-- extra cmake args]
+#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--no-build] [-- extra cmake args]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-tests=ON bench=OFF python_stack=0
+tests=ON bench=OFF python_stack=0 build=1
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) tests=OFF ;;
     --bench) bench=ON ;;
     --python-stack) python_stack=1 ;;
+    --no-build) build=0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -39,6 +40,7 @@ else
   echo "setup: all ${#packages[@]} Debian packages present"
 fi
 
+[ "$build" = 1 ] || exit 0
 python=$(attnlab_python)
 echo "setup: configuring in $ATTNLAB_BUILD (python: $python)"
 cmake -S "$ATTNLAB_ROOT" -B "$ATTNLAB_BUILD" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_BUILD_TESTS=$tests \
