@@ -1,8 +1,10 @@
 // `regimes` — low-rank vs sparse vs sparse + low-rank against the entropy of the attention (Scatterbrain Fig. 1,
 // Chen et al. 2021): a temperature sweep moves attention from sharp (low entropy, sparse-friendly) to diffuse
 // (high entropy, low-rank-friendly). Methods at matched budgets: Performer (low-rank), Reformer and a local window
-// (sparse), Scatterbrain (both), with the ideal rank-R approximation as reference.
+// (sparse), Scatterbrain (both), with the ideal rank-R approximation as reference. The heads of the trained and
+// initialised transformer (`trained`, `initialized`: variant "L{layer}H{head}") are points at their own entropies.
 #include "common.hpp"
+#include "model_data.hpp"
 
 #include <fmt/format.h>
 
@@ -19,16 +21,18 @@ class Regimes final : public Experiment {
     app.add_option("--n", n_, "sequence length");
     app.add_option("--d", d_, "head dimension");
     app.add_option("--temperatures", temps_, "logit temperatures (small: sharp attention)")->delimiter(',');
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
+    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
     app.add_option("--methods", methods_, "method specs at matched budgets")->delimiter(';');
     app.add_option("--seeds", seeds_, "number of seeds");
+    model_.add(app);
   }
   void apply_preset(const std::string& preset, const CLI::App& app) override {
     const bool paper = preset == "paper";
     if (!given(app, "--n")) n_ = paper ? 1024 : 512;
     if (!given(app, "--temperatures")) temps_ = {0.125, 0.25, 0.5, 1, 2, 4, 8};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered"};
+    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "trained"};
     if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+    if (!given(app, "--model-seqs")) model_.seqs = paper ? 0 : 1;
     if (!given(app, "--methods"))
       methods_ = {"svd:rank=64", "performer:features=64", "reformer:buckets=8,rounds=2,chunk=32", "local:window=32",
                   "scatterbrain:features=64,window=16"};
@@ -37,16 +41,29 @@ class Regimes final : public Experiment {
     std::string m;
     const std::string t = csv_list(temps_);
     for (const auto& x : methods_) m += (m.empty() ? "" : ";") + x;
-    return {{"n", std::to_string(n_)}, {"d", std::to_string(d_)}, {"temperatures", t},
-            {"sources", join(sources_)}, {"methods", m}, {"seeds", std::to_string(seeds_)}};
+    std::vector<std::pair<std::string, std::string>> s = {
+        {"n", std::to_string(n_)},   {"d", std::to_string(d_)}, {"temperatures", t},
+        {"sources", join(sources_)}, {"methods", m},            {"seeds", std::to_string(seeds_)}};
+    model_.settings(s);
+    return s;
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
-    for (const auto& src : sources_)
+    for (const auto& src : sources_) {
+      if (ModelData::is_model_source(src)) {
+        const auto [data, heads] = model_.open(src);
+        require(data->bidirectional(), fmt::format("regimes: the {} model in {} is causal; these methods are run "
+                                                   "bidirectionally", src, model_.dir));
+        for (const ModelHead& h : heads)
+          pts.push_back({fmt::format("source={} key={} seq={} {}", src, data->key(), h.seq, h.label()),
+                         [=, data = data] { return evaluate(src, h.label(), data->load(h), std::uint64_t(h.seq)); }});
+        continue;
+      }
       for (double t : temps_)
         for (Index s = 0; s < seeds_; ++s)
           pts.push_back({fmt::format("source={} T={} n={} d={} seed={}", src, t, n_, d_, s),
                          [=] { return run(src, t, std::uint64_t(s)); }});
+    }
     return pts;
   }
 
@@ -55,23 +72,27 @@ class Regimes final : public Experiment {
     SourceOptions so;
     so.kind = src;
     so.temperature = t;
-    const Qkv<double> p = generate_problem<double>(so, n_, n_, d_, d_, seed);
+    return evaluate(src, fmt::format("T={}", t), generate_problem<double>(so, n_, n_, d_, d_, seed), seed);
+  }
+  std::vector<Row> evaluate(const std::string& src, const std::string& variant, const Qkv<double>& p,
+                            std::uint64_t seed) const {
+    const Index n = p.q.rows();
     const ExactOperator<double> exact(p.q, p.k, {});
     const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
     // Mean row entropy of P, −Σ_j P_ij log P_ij (nats), read block by block.
     double entropy = 0;
-    for (Index i = 0; i < n_; i += 128) {
-      const MatrixR<double> rows = exact.row_block(i, std::min<Index>(128, n_ - i));
+    for (Index i = 0; i < n; i += 128) {
+      const MatrixR<double> rows = exact.row_block(i, std::min<Index>(128, n - i));
       entropy -= (rows.array() * rows.array().max(1e-300).log()).sum();
     }
-    entropy /= double(n_);
+    entropy /= double(n);
     std::vector<Row> rows;
     Row key;
     key.source = src;
-    key.n = n_;
-    key.d = d_;
+    key.n = n;
+    key.d = p.q.cols();
     key.seed = seed;
-    key.variant = fmt::format("T={}", t);
+    key.variant = variant;
     {
       Row r = key;
       r.method = "exact";
@@ -86,6 +107,7 @@ class Regimes final : public Experiment {
   Index n_ = 512, d_ = 64, seeds_ = 1;
   std::vector<double> temps_;
   std::vector<std::string> sources_, methods_;
+  ModelOptions model_;
 };
 
 }  // namespace

@@ -282,16 +282,20 @@ def plot_regimes(results, out):
     d = df[df.metric == "out_rel_fro"].copy()
     d["entropy"] = [ent.loc[(s, v, sd)] for s, v, sd in zip(d.source, d.variant, d.seed)]
     sources = sorted(d["source"].unique())
-    fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4), squeeze=False)
-    for ax, src in zip(axes[0], sources):
-        for method, g in d[d.source == src].groupby("method"):
+    fig, axes = panels(len(sources), 5.5, 4)
+    for ax, src in zip(axes, sources):
+        heads = d[d.source == src]["variant"].map(is_head).any()
+        for i, (method, g) in enumerate(d[d.source == src].groupby("method")):
             g = g.groupby("entropy")["value"].mean()
             style = dict(color="black", lw=2.5) if method == "svd" else {}
-            ax.semilogy(g.index, g.values, "-o", ms=3, label=method, **style)
-        ax.set(title=src, xlabel="mean row entropy of P (nats)", ylabel="‖O − Õ‖_F / ‖O‖_F")
+            # model sources: one point per head at its own entropy (no temperature sweep to connect)
+            ax.semilogy(g.index, g.values, "osD^v<>"[i % 7] if heads else "-o", ms=5 if heads else 3,
+                        mfc="none" if heads else None, label=method, **style)
+        ax.set(title=src + (" (one point per head)" if heads else ""), xlabel="mean row entropy of P (nats)",
+               ylabel="‖O − Õ‖_F / ‖O‖_F")
         ax.legend(fontsize=7)
     caption(fig, "Scatterbrain Fig. 1: low-rank (performer, svd), sparse (reformer, local) and sparse + low-rank "
-                 "(scatterbrain) against the attention's entropy (temperature sweep).")
+                 "(scatterbrain) against the attention's entropy (temperature sweep; trained heads at their own entropy).")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return [save(fig, out, "regimes")]
 

@@ -19,8 +19,8 @@ echo "reproduce: training the small transformer in the background (log: data/tra
 "$(attnlab_python)" tools/trained_attention.py --out data/attention > data/trained_attention.log 2>&1 &
 train_pid=$!
 trap 'kill $train_pid 2>/dev/null || true' EXIT
-# Same build (tests included) as tools/test.sh: one build directory whose options never flip between scripts.
-"$ATTNLAB_ROOT/tools/setup.sh" --python-stack
+# Same configuration as tools/test.sh (options never flip between scripts), but only the command is built here.
+"$ATTNLAB_ROOT/tools/setup.sh" --python-stack --target attnlab_cli
 if ! wait $train_pid; then
   echo "reproduce: tools/trained_attention.py failed:" >&2
   tail -5 data/trained_attention.log >&2

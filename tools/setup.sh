@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs every Debian package attnlab needs (only the missing ones, saying which), then configures and
 # builds. Idempotent: a second run installs nothing and rebuilds only what changed.
-#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--no-build] [-- extra cmake args]
+#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--no-build] [--target T] [-- extra cmake args]
+# --target builds one target (and what it needs) without changing the configuration: reproduce.sh builds only the
+# command, so the test build is left to tools/test.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-tests=ON bench=OFF python_stack=0 build=1
+tests=ON bench=OFF python_stack=0 build=1 target=()
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -13,6 +15,7 @@ while [ $# -gt 0 ]; do
     --bench) bench=ON ;;
     --python-stack) python_stack=1 ;;
     --no-build) build=0 ;;
+    --target) target=(--target "${2:?--target needs a name}"); shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -46,5 +49,5 @@ echo "setup: configuring in $ATTNLAB_BUILD (python: $python)"
 cmake -S "$ATTNLAB_ROOT" -B "$ATTNLAB_BUILD" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_BUILD_TESTS=$tests \
       -DATTNLAB_BUILD_BENCH=$bench -DATTNLAB_PYTHON="$python" "${extra[@]}" >/dev/null
 echo "setup: building with $ATTNLAB_JOBS jobs"
-cmake --build "$ATTNLAB_BUILD" -j "$ATTNLAB_JOBS"
+cmake --build "$ATTNLAB_BUILD" -j "$ATTNLAB_JOBS" "${target[@]}"
 echo "setup: done; the command is $ATTNLAB_BUILD/bin/attnlab"

@@ -8,7 +8,7 @@ sources `trained`/`initialized` of the experiments:
     causal objective (the causal mask is applied exactly when the model is causal);
   - spectrum on the model sources: singular values equal numpy's SVD of P computed in float64;
   - error_vs_budget on the model sources: svd:rank=R's error equals numpy's Eckart–Young value, rank = n is exact;
-  - probsparse and pinv accept the model sources;
+  - probsparse, pinv and regimes accept the model sources;
   - missing data, a causal export given to a non-causal experiment, a bad --model-heads and bad script options
     fail with one clear message and a non-zero exit.
 """
@@ -130,12 +130,17 @@ for model in ("trained", "initialized"):
                and x["step"] == str(rank) and x["metric"] == "P_rel_fro"]
         c.check(len(got) == 1 and abs(got[0] - want) <= 1e-8 + 1e-6 * want,
                 f"{model} svd rank {rank}: Eckart–Young {want:.3g} vs {got}")
-for name, extra in (("probsparse", []), ("pinv", ["--m", "8,16", "--iters", "10"])):
+for name, extra in (("probsparse", []), ("pinv", ["--m", "8,16", "--iters", "10"]),
+                    ("regimes", ["--methods", "svd:rank=8;local:window=8"])):
     out = path(f"{name}_model.csv")
     r = run("run", name, "--sources", "trained", "--model-data", a, "--model-heads", "0:1", "--model-seqs", "1",
             *extra, "--out", out)
-    c.check(r.returncode == 0 and {x["source"] for x in rows(out)} == {"trained/L0H1"},
+    want = "trained" if name == "regimes" else "trained/L0H1"
+    c.check(r.returncode == 0 and {x["source"] for x in rows(out)} == {want},
             f"{name} on the trained source: {r.stderr[-300:]}")
+reg = rows(path("regimes_model.csv"))
+c.check({x["source"] for x in reg} == {"trained"} and {x["variant"] for x in reg} == {"L0H1"} and
+        any(x["metric"] == "entropy" for x in reg), "regimes: one point per head, variant L{layer}H{head}")
 lemma = [float(x["value"]) for x in rows(path("probsparse_model.csv")) if x["metric"].startswith("lemma1")]
 c.check(lemma == [1.0, 1.0], f"probsparse: Lemma 1 holds on every query of the trained head: {lemma}")
 
