@@ -107,9 +107,7 @@ class ErrorVsBudget final : public Experiment {
       }
       for (const auto& src : sources_) {
         if (ModelData::is_model_source(src)) {
-          const auto [data, heads] = model_.open(src);
-          require(data->bidirectional(), fmt::format("error_vs_budget: the {} model in {} is causal; the non-causal "
-                                                     "methods need a bidirectional one (--objective mlm)", src, model_.dir));
+          const auto [data, heads] = model_.open_bidirectional(src, "error_vs_budget");
           for (const ModelHead& h : heads) {
             const Family f = *it;
             pts.push_back({fmt::format("family={} source={} key={} seq={} {}", f.label, src, data->key(), h.seq,

@@ -124,4 +124,13 @@ std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions
   return {data, data->select(heads, seqs)};
 }
 
+std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions::open_bidirectional(
+    const std::string& source, const std::string& experiment) const {
+  auto opened = open(source);
+  require(opened.first->bidirectional(),
+          fmt::format("{}: the {} model in {} is causal; this experiment runs non-causal methods on it — export a "
+                      "bidirectional one (tools/trained_attention.py --objective mlm)", experiment, source, dir));
+  return opened;
+}
+
 }  // namespace attnlab::experiments

@@ -66,6 +66,10 @@ struct ModelOptions {
   void settings(std::vector<std::pair<std::string, std::string>>& s) const;
   /// The selected heads of `source` ("trained" or "initialized"), with the data they come from.
   std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open(const std::string& source) const;
+  /// As open(), but refuses a causal model's export: `experiment` runs non-causal methods (Nyström, Linformer,
+  /// ...) on it, which would see the future.
+  std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open_bidirectional(
+      const std::string& source, const std::string& experiment) const;
 };
 
 }  // namespace attnlab::experiments

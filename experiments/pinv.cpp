@@ -52,9 +52,7 @@ class PinvExperiment final : public Experiment {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
       if (ModelData::is_model_source(src)) {
-        const auto [data, heads] = model_.open(src);
-        require(data->bidirectional(), fmt::format("pinv: the {} model in {} is causal; Nyström needs a "
-                                                   "bidirectional one", src, model_.dir));
+        const auto [data, heads] = model_.open_bidirectional(src, "pinv");
         for (const ModelHead& h : heads)
           for (Index m : m_) {
             if (m > data->n()) continue;

@@ -48,9 +48,7 @@ class ProbSparseExperiment final : public Experiment {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
       if (ModelData::is_model_source(src)) {
-        const auto [data, heads] = model_.open(src);
-        require(data->bidirectional(), fmt::format("probsparse: the {} model in {} is causal; Lemma 1 and the top-u "
-                                                   "recall here are for bidirectional attention", src, model_.dir));
+        const auto [data, heads] = model_.open_bidirectional(src, "probsparse");
         for (const ModelHead& h : heads)
           pts.push_back({fmt::format("source={} key={} seq={} {}", src, data->key(), h.seq, h.label()),
                          [=, data = data] { return evaluate(src + "/" + h.label(), data->load(h), std::uint64_t(h.seq)); }});

@@ -51,9 +51,7 @@ class Regimes final : public Experiment {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
       if (ModelData::is_model_source(src)) {
-        const auto [data, heads] = model_.open(src);
-        require(data->bidirectional(), fmt::format("regimes: the {} model in {} is causal; these methods are run "
-                                                   "bidirectionally", src, model_.dir));
+        const auto [data, heads] = model_.open_bidirectional(src, "regimes");
         for (const ModelHead& h : heads)
           pts.push_back({fmt::format("source={} key={} seq={} {}", src, data->key(), h.seq, h.label()),
                          [=, data = data] { return evaluate(src, h.label(), data->load(h), std::uint64_t(h.seq)); }});
