@@ -19,7 +19,7 @@ directory records a key (script, corpus and configuration hashes); a run with th
 
 Layout written under OUT (default data/attention):
   meta.json                       configuration, corpus hash, training curve, held-out loss, sequence sources
-  model_trained.pt                the trained weights (state dict)
+  model_trained.pt                the trained weights ({train_key, state_dict, curve, ...}; --weights reuses one)
   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   float32 (heads, n, d_head); Q, K before the 1/sqrt(d_head)
                                                         scale, so attnlab's default scale reproduces the model
   {trained,initialized}/seq0_layer{l}_attn.npy        float32 (heads, n, n), the model's softmax, for checking
@@ -47,6 +47,9 @@ except ImportError as e:  # a clear message, not a traceback: the set-up script 
              "(Debian packages python3-numpy, python3-torch) or set ATTNLAB_PYTHON")
 
 SCHEMA = 1
+# Bump when anything that changes the trained weights changes (model, data pipeline, optimiser): committed
+# checkpoints (--weights) carry a key over this, the training settings, the corpus and the torch version.
+TRAINING_VERSION = 1
 MASK = 256   # byte-level vocabulary: 0..255 are bytes, 256 is [MASK]
 VOCAB = 257
 
@@ -77,11 +80,15 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads, fixed for determinism (measured on 2 cores: 2 threads run 3.7x slower than 1 "
                         "at these sizes, Debian's torch 1.13 OpenMP)")
-    p.add_argument("--tiny", action="store_true", help="2 layers, 2 heads, d_model 32, context 64, 30 steps (tests)")
+    p.add_argument("--tiny", action="store_true", help="defaults of 2 layers, 2 heads, d_model 32, context 64, 30 steps (tests)")
     p.add_argument("--force", action="store_true", help="retrain even if the cache key matches")
+    p.add_argument("--weights", default=None,
+                   help="a checkpoint to reuse or write: when it holds this configuration's training key, training "
+                        "is skipped (training is deterministic, so it holds what training gives); otherwise the "
+                        "model is trained and saved there")
+    if "--tiny" in argv:   # defaults only: options given beside --tiny still win
+        p.set_defaults(layers=2, heads=2, d_model=32, context=64, batch=8, steps=30, sequences=2)
     a = p.parse_args(argv)
-    if a.tiny:
-        a.layers, a.heads, a.d_model, a.context, a.batch, a.steps, a.sequences = 2, 2, 32, 64, 8, 30, 2
     for name in ("layers", "heads", "d_model", "context", "batch", "micro_batch", "steps", "sequences", "threads"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -225,12 +232,19 @@ def save_npy(path, array):
     os.replace(tmp, path)   # a finished file or none: an interrupted export never leaves a torn .npy
 
 
-def cache_key(a, corpus_hash):
-    config = {k: v for k, v in vars(a).items() if k not in ("out", "force", "tiny", "corpus")}
+def sha(obj):
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_keys(a, corpus_hash):
+    """(training key, export key, settings): the training key names the weights, the export key the exported data
+    (it also covers this script, so any change to it re-exports)."""
+    config = {k: v for k, v in vars(a).items() if k not in ("out", "force", "tiny", "corpus", "weights")}
+    training = {k: v for k, v in config.items() if k != "sequences"}
+    train_key = sha({"version": TRAINING_VERSION, "config": training, "corpus": corpus_hash,
+                     "torch": torch.__version__})
     script = hashlib.sha256(open(__file__, "rb").read()).hexdigest()
-    blob = json.dumps({"schema": SCHEMA, "config": config, "corpus": corpus_hash, "script": script,
-                       "torch": torch.__version__}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16], config
+    return train_key, sha({"schema": SCHEMA, "train": train_key, "script": script, "sequences": a.sequences}), config
 
 
 def held_out_windows(held, held_index, a):
@@ -267,13 +281,45 @@ def held_out_loss(model, held, a, batches=16):
     return float(np.mean([loss_of(model, make_batch(held, a, gen, a.micro_batch)).item() for _ in range(batches)]))
 
 
+def train_model(model, train_bytes, a):
+    """AdamW with linear warm-up and cosine decay, gradient clipping; returns the loss curve."""
+    gen = torch.Generator().manual_seed(a.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    warmup = max(1, a.steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warmup, 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps)))))
+    curve, t0, smooth = [], time.time(), None
+    for step in range(a.steps):
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        parts = a.batch // a.micro_batch
+        loss = 0.0
+        for _ in range(parts):
+            part = loss_of(model, make_batch(train_bytes, a, gen, a.micro_batch)) / parts
+            part.backward()
+            loss = loss + part.detach()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        smooth = loss.item() if smooth is None else 0.95 * smooth + 0.05 * loss.item()
+        if step % 10 == 0 or step == a.steps - 1 or (step + 1) % max(1, a.steps // 10) == 0:
+            curve.append([step, round(loss.item(), 5)])
+            el = time.time() - t0
+            # a line every 10% in a log, a live line on a terminal
+            tenth = (step + 1) % max(1, a.steps // 10) == 0
+            progress(f"trained_attention: step {step + 1}/{a.steps} loss {smooth:.3f} "
+                     f"elapsed {el:.0f} s, ~{el / (step + 1) * (a.steps - step - 1):.0f} s left",
+                     done=step == a.steps - 1 or (tenth and not sys.stderr.isatty()))
+    return curve, time.time() - t0
+
+
 def main(argv):
     a = parse_args(argv)
     corpus_dir = a.corpus or sysconfig.get_paths()["stdlib"]
     if not os.path.isdir(corpus_dir):
         sys.exit(f"trained_attention: corpus directory {corpus_dir} does not exist")
     files, train, held, held_index, corpus_hash = load_corpus(corpus_dir)
-    key, config = cache_key(a, corpus_hash)
+    train_key, key, config = cache_keys(a, corpus_hash)
     meta_path = os.path.join(a.out, "meta.json")
     if not a.force and os.path.exists(meta_path):
         try:
@@ -294,40 +340,29 @@ def main(argv):
     export(model, windows, os.path.join(a.out, "initialized"), a)
     init_loss = held_out_loss(model, held, a)
 
-    gen = torch.Generator().manual_seed(a.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warmup = max(1, a.steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warmup, 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps)))))
-    curve, t0, smooth = [], time.time(), None
-    for step in range(a.steps):
-        model.train()
-        opt.zero_grad(set_to_none=True)
-        parts = a.batch // a.micro_batch
-        loss = 0.0
-        for _ in range(parts):
-            part = loss_of(model, make_batch(train, a, gen, a.micro_batch)) / parts
-            part.backward()
-            loss = loss + part.detach()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        smooth = loss.item() if smooth is None else 0.95 * smooth + 0.05 * loss.item()
-        if step % 10 == 0 or step == a.steps - 1 or (step + 1) % max(1, a.steps // 10) == 0:
-            curve.append([step, round(loss.item(), 5)])
-            el = time.time() - t0
-            # a line every 10% in a log, a live line on a terminal
-            tenth = (step + 1) % max(1, a.steps // 10) == 0
-            progress(f"trained_attention: step {step + 1}/{a.steps} loss {smooth:.3f} "
-                     f"elapsed {el:.0f} s, ~{el / (step + 1) * (a.steps - step - 1):.0f} s left",
-                     done=step == a.steps - 1 or (tenth and not sys.stderr.isatty()))
-    train_time = time.time() - t0
-    torch.save(model.state_dict(), os.path.join(a.out, "model_trained.pt"))
+    source = None
+    if a.weights and os.path.exists(a.weights) and not a.force:
+        checkpoint = torch.load(a.weights)
+        if isinstance(checkpoint, dict) and checkpoint.get("train_key") == train_key:
+            model.load_state_dict(checkpoint["state_dict"])
+            curve, train_time, source = checkpoint["curve"], checkpoint["train_seconds"], a.weights
+            print(f"trained_attention: weights from {a.weights} (training key {train_key}); --force retrains")
+        else:
+            print(f"trained_attention: {a.weights} is for other settings; training")
+    if source is None:
+        curve, train_time = train_model(model, train, a)
+        source = "trained here"
+        checkpoint = {"train_key": train_key, "state_dict": model.state_dict(), "curve": curve,
+                      "train_seconds": round(train_time, 1), "config": config}
+        for path in [os.path.join(a.out, "model_trained.pt")] + ([a.weights] if a.weights else []):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            torch.save(checkpoint, path + ".partial")
+            os.replace(path + ".partial", path)
     export(model, windows, os.path.join(a.out, "trained"), a)
     final_loss = held_out_loss(model, held, a)
 
     meta = {
-        "schema": SCHEMA, "key": key, "config": config, "objective": a.objective,
+        "schema": SCHEMA, "key": key, "train_key": train_key, "weights": source, "config": config, "objective": a.objective,
         "bidirectional": a.objective == "mlm", "scale": 1 / math.sqrt(a.d_model // a.heads),
         "corpus": {"directory": corpus_dir, "files": len(files), "sha256": corpus_hash,
                    "train_bytes": int(len(train)), "held_out_bytes": int(len(held))},
@@ -340,7 +375,7 @@ def main(argv):
     json.dump(meta, open(tmp, "w"), indent=1)
     os.replace(tmp, meta_path)
     print(f"trained_attention: {a.layers} layers x {a.heads} heads, n={a.context}, {a.steps} steps in "
-          f"{train_time:.0f} s; held-out loss {init_loss:.3f} -> {final_loss:.3f} nats/byte; wrote {a.out}")
+          f"{train_time:.0f} s ({source}); held-out loss {init_loss:.3f} -> {final_loss:.3f} nats/byte; wrote {a.out}")
     return 0
 
 

@@ -2,7 +2,7 @@
 """Checks tools/trained_attention.py in tiny mode (2 layers, 2 heads, n = 64, 30 steps: seconds) and the model
 sources `trained`/`initialized` of the experiments:
   - the export's layout and shapes; deterministic (a forced rerun is bitwise identical); cached (a rerun with the
-    same key writes nothing); the trained model differs from the initialised one and its held-out loss is lower;
+    same key writes nothing); --weights reuses a checkpoint of the same training key only; the trained model differs from the initialised one and its held-out loss is lower;
   - the model's own attention equals softmax(Q Kᵀ/√d_head) recomputed by numpy from the exported Q, K, and attnlab's
     exact P agrees with it (the spectrum experiment's max_abs_diff_vs_model rows), for the bidirectional and the
     causal objective (the causal mask is applied exactly when the model is causal);
@@ -78,6 +78,17 @@ same = r.returncode == 0 and all(
     for f in sorted(glob.glob(os.path.join(a, "*", "*.npy"))))
 c.check(same, "deterministic: a second training from scratch is bitwise identical")
 c.check(json.load(open(os.path.join(b, "meta.json")))["key"] == meta["key"], "same configuration, same key")
+# --weights: the first run trains and writes the checkpoint, the second loads it and exports the same arrays.
+w, wa, wb = path("weights.pt"), path("model_wa"), path("model_wb")
+r1, r2 = script("--tiny", "--out", wa, "--weights", w), script("--tiny", "--out", wb, "--weights", w)
+loaded = json.load(open(os.path.join(wb, "meta.json")))["weights"] == w if r2.returncode == 0 else False
+c.check(r1.returncode == 0 and loaded and all(np.array_equal(np.load(f), np.load(f.replace(wa, wb)))
+                                              for f in glob.glob(os.path.join(wa, "*", "*.npy"))),
+        "--weights: a reused checkpoint exports exactly what training gave")
+c.check(all(np.array_equal(np.load(f), np.load(f.replace(wa, a))) for f in glob.glob(os.path.join(wa, "*", "*.npy"))),
+        "--weights: the checkpoint's training equals the plain run's")
+r3 = script("--tiny", "--steps", "31", "--out", path("model_wc"), "--weights", w)
+c.check(r3.returncode == 0 and "other settings" in r3.stdout, "--weights: a checkpoint of other settings is not used")
 
 # ------------------------------------------------------------ the model's attention, numpy, attnlab (both masks)
 r = script("--tiny", "--objective", "causal", "--out", causal_dir)
