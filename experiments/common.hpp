@@ -43,6 +43,9 @@ inline void method_rows(std::vector<Row>& rows, const Row& key, const std::strin
   for (const auto& [name, value] : m->diagnostics()) add(name, value);
 }
 
+/// −Σ_ij P_ij log P_ij (nats; 0 log 0 = 0) over a block of rows of P: divided by the rows, the mean row entropy.
+inline double entropy_sum(const MatrixR<double>& p) { return -(p.array() * p.array().max(1e-300).log()).sum(); }
+
 inline std::string csv_list(const std::vector<Index>& v) {
   std::string s;
   for (Index x : v) s += (s.empty() ? "" : ",") + std::to_string(x);

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 namespace attnlab::experiments {
 namespace {
 
@@ -80,6 +82,10 @@ class ErrorVsBudget final : public Experiment {
   std::vector<Point> grid() override {
     std::vector<Point> pts;
     const auto all = families();
+    // Each model source is opened (meta.json, shapes) once, not once per family.
+    std::map<std::string, std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>>> models;
+    for (const auto& src : sources_)
+      if (ModelData::is_model_source(src)) models.emplace(src, model_.open_bidirectional(src, "error_vs_budget"));
     for (const auto& label : families_) {
       const auto it = std::find_if(all.begin(), all.end(), [&](const Family& f) { return f.label == label; });
       if (it == all.end()) {
@@ -107,14 +113,12 @@ class ErrorVsBudget final : public Experiment {
       }
       for (const auto& src : sources_) {
         if (ModelData::is_model_source(src)) {
-          const auto [data, heads] = model_.open_bidirectional(src, "error_vs_budget");
+          const auto& [data, heads] = models.at(src);
           for (const ModelHead& h : heads) {
             const Family f = *it;
-            pts.push_back({fmt::format("family={} source={} key={} seq={} {}", f.label, src, data->key(), h.seq,
-                                       h.label()),
-                           [=, data = data] {
+            pts.push_back({fmt::format("family={} {}", f.label, data->point_id(h)), [=, data = data] {
                              const Qkv<double> p = data->load(h);
-                             return evaluate(f, src + "/" + h.label(), p.q, p.k, p.v, std::uint64_t(h.seq));
+                             return evaluate(f, data->source_label(h), p.q, p.k, p.v, std::uint64_t(h.seq));
                            }});
           }
           continue;

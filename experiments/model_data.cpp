@@ -82,6 +82,10 @@ std::vector<ModelHead> ModelData::select(const std::vector<std::string>& spec, I
   return out;
 }
 
+std::string ModelData::point_id(const ModelHead& h) const {
+  return fmt::format("source={} key={} seq={} {}", model_, key_, h.seq, h.label());
+}
+
 Qkv<double> ModelData::load(const ModelHead& h) const {
   Qkv<double> p;
   MatrixR<double>* dst[3] = {&p.q, &p.k, &p.v};

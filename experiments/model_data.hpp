@@ -45,6 +45,10 @@ class ModelData {
 
   /// The heads to use: `spec` holds "all", "diagonal" (head l mod heads of layer l) or "L:H" items (e.g. "0:0,3:1"); `max_seqs` ≤ 0 means every sequence.
   std::vector<ModelHead> select(const std::vector<std::string>& spec, Index max_seqs) const;
+  /// "source=MODEL key=KEY seq=S L{layer}H{head}": the part of a grid point's id that names the head.
+  std::string point_id(const ModelHead& h) const;
+  /// "MODEL/L{layer}H{head}": the source column of per-head rows.
+  std::string source_label(const ModelHead& h) const { return model_ + "/" + h.label(); }
   /// Q, K, V of one head in double precision (V: the head's values).
   Qkv<double> load(const ModelHead& h) const;
   /// The model's own attention of sequence 0 for (layer, head); empty when the export has none.

@@ -56,8 +56,9 @@ class PinvExperiment final : public Experiment {
         for (const ModelHead& h : heads)
           for (Index m : m_) {
             if (m > data->n()) continue;
-            pts.push_back({fmt::format("source={} key={} seq={} {} m={}", src, data->key(), h.seq, h.label(), m),
-                           [=, data = data] { return evaluate(src + "/" + h.label(), data->load(h), m, std::uint64_t(h.seq)); }});
+            pts.push_back({fmt::format("{} m={}", data->point_id(h), m), [=, data = data] {
+                             return evaluate(data->source_label(h), data->load(h), m, std::uint64_t(h.seq));
+                           }});
           }
         continue;
       }

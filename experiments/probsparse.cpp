@@ -50,8 +50,8 @@ class ProbSparseExperiment final : public Experiment {
       if (ModelData::is_model_source(src)) {
         const auto [data, heads] = model_.open_bidirectional(src, "probsparse");
         for (const ModelHead& h : heads)
-          pts.push_back({fmt::format("source={} key={} seq={} {}", src, data->key(), h.seq, h.label()),
-                         [=, data = data] { return evaluate(src + "/" + h.label(), data->load(h), std::uint64_t(h.seq)); }});
+          pts.push_back({data->point_id(h),
+                         [=, data = data] { return evaluate(data->source_label(h), data->load(h), std::uint64_t(h.seq)); }});
         continue;
       }
       for (Index n : n_)

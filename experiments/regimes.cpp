@@ -53,7 +53,7 @@ class Regimes final : public Experiment {
       if (ModelData::is_model_source(src)) {
         const auto [data, heads] = model_.open_bidirectional(src, "regimes");
         for (const ModelHead& h : heads)
-          pts.push_back({fmt::format("source={} key={} seq={} {}", src, data->key(), h.seq, h.label()),
+          pts.push_back({data->point_id(h),
                          [=, data = data] { return evaluate(src, h.label(), data->load(h), std::uint64_t(h.seq)); }});
         continue;
       }
@@ -79,10 +79,7 @@ class Regimes final : public Experiment {
     const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
     // Mean row entropy of P, −Σ_j P_ij log P_ij (nats), read block by block.
     double entropy = 0;
-    for (Index i = 0; i < n; i += 128) {
-      const MatrixR<double> rows = exact.row_block(i, std::min<Index>(128, n - i));
-      entropy -= (rows.array() * rows.array().max(1e-300).log()).sum();
-    }
+    for (Index i = 0; i < n; i += 128) entropy += entropy_sum(exact.row_block(i, std::min<Index>(128, n - i)));
     entropy /= double(n);
     std::vector<Row> rows;
     Row key;

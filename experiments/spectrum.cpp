@@ -10,8 +10,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-
 namespace attnlab::experiments {
 namespace {
 
@@ -60,7 +58,7 @@ class SpectrumExperiment final : public Experiment {
       if (ModelData::is_model_source(src)) {
         const auto [data, heads] = model_.open(src);
         for (const ModelHead& h : heads)
-          pts.push_back({fmt::format("dense source={} key={} seq={} {}", src, data->key(), h.seq, h.label()),
+          pts.push_back({"dense " + data->point_id(h),
                          [=, data = data] { return dense_model(*data, h); }});
         continue;
       }
@@ -173,12 +171,8 @@ class SpectrumExperiment final : public Experiment {
       rows.push_back(r);
     }
     // Row entropy (nats), the quantity the regimes experiment sweeps: where this head sits between sharp and diffuse.
-    double entropy = 0;
-    for (Index i = 0; i < P.rows(); ++i)
-      for (Index j = 0; j < P.cols(); ++j)
-        if (P(i, j) > 0) entropy -= P(i, j) * std::log(P(i, j));
     r.metric = "mean_row_entropy";
-    r.value = entropy / double(P.rows());
+    r.value = entropy_sum(P) / double(P.rows());
     rows.push_back(r);
     return rows;
   }

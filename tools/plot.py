@@ -42,6 +42,12 @@ def is_head(variant):
     return isinstance(variant, str) and len(variant) >= 4 and variant[0] == "L" and "H" in variant
 
 
+def head_of(variant):
+    """"L{layer}H{head}" -> (layer, head)."""
+    layer, head = variant[1:].split("H")
+    return int(layer), int(head)
+
+
 def panels(k, width=5, height=4):
     """k panels, at most 3 to a row; unused cells hidden. Returns (fig, list of k axes)."""
     cols = min(k, 3)
@@ -143,11 +149,11 @@ def plot_spectrum(results, out):
     for ax, src in zip(axes, groups):
         dd = d[d.source == src]
         heads = sorted(v for v in dd["variant"].unique() if is_head(v))
-        layers = sorted({int(v[1:v.index("H")]) for v in heads})
+        layers = sorted({head_of(v)[0] for v in heads})
         for variant, g in dd.groupby("variant"):
             g = g.groupby("step")["value"].mean()   # mean over seeds / held-out sequences
             if is_head(variant):   # Linformer Fig. 1 (left): one line per head, coloured by layer
-                layer = int(variant[1:variant.index("H")])
+                layer = head_of(variant)[0]
                 first = variant == next(v for v in heads if v.startswith(f"L{layer}H"))
                 ax.plot(g.index, g.values, lw=0.9, color=plt.get_cmap("viridis")(layer / max(1, len(layers) - 1)),
                         label=f"layer {layer}" if first else None)
@@ -176,8 +182,8 @@ def plot_spectrum(results, out):
         saved.append(save(fig, out, "spectrum_at_128"))
     heads = at[at["variant"].map(is_head)].copy()
     if len(heads):   # Linformer Fig. 1 (right): layer x head heatmap of the value at index 128, per model
-        heads["layer"] = heads["variant"].map(lambda v: int(v[1:v.index("H")]))
-        heads["head"] = heads["variant"].map(lambda v: int(v[v.index("H") + 1:]))
+        heads["layer"] = heads["variant"].map(lambda v: head_of(v)[0])
+        heads["head"] = heads["variant"].map(lambda v: head_of(v)[1])
         models = sorted(heads["source"].unique(), key=lambda m: m != "trained")
         fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 1, 3.8), squeeze=False)
         for ax, model in zip(axes[0], models):
@@ -207,18 +213,23 @@ def plot_spectrum(results, out):
     return saved
 
 
-def plot_error_vs_length(results, out):
-    df = load(results, "error_vs_length")
-    d = df[df.metric == "P_rel_fro"]
+def lines_per_source(d, x, xlabel, ylabel, width=5, legend_size=6):
+    """A panel per source, a log-log line per variant (mean over seeds) against column x; svd* in bold black."""
     sources = sorted(d["source"].unique())
-    fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 4), squeeze=False)
-    for ax, src in zip(axes[0], sources):
+    fig, axes = panels(len(sources), width, 4)
+    for ax, src in zip(axes, sources):
         for variant, g in d[d.source == src].groupby("variant"):
-            g = g.groupby("n")["value"].mean()
+            g = g.groupby(x)["value"].mean()
             style = dict(color="black", lw=2.5) if variant.startswith("svd") else {}
             ax.loglog(g.index, g.values, "-o", ms=3, label=variant, **style)
-        ax.set(title=src, xlabel="sequence length n", ylabel="‖P − P̃‖_F / ‖P‖_F")
-        ax.legend(fontsize=6)
+        ax.set(title=src, xlabel=xlabel, ylabel=ylabel)
+        ax.legend(fontsize=legend_size)
+    return fig
+
+
+def plot_error_vs_length(results, out):
+    df = load(results, "error_vs_length")
+    fig = lines_per_source(df[df.metric == "P_rel_fro"], "n", "sequence length n", "‖P − P̃‖_F / ‖P‖_F")
     caption(fig, "Error against n at a fixed budget (64): can Linformer's k and Nyström's m stay constant as n grows?")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return [save(fig, out, "error_vs_length")]
@@ -261,15 +272,8 @@ def plot_performer_mse(results, out):
 
 def plot_vq(results, out):
     df = load(results, "vq")
-    d = df[df.metric == "out_rel_fro"]
-    sources = sorted(d["source"].unique())
-    fig, axes = plt.subplots(1, len(sources), figsize=(5.5 * len(sources), 4), squeeze=False)
-    for ax, src in zip(axes[0], sources):
-        for variant, g in d[d.source == src].groupby("variant"):
-            g = g.groupby("step")["value"].mean()
-            ax.loglog(g.index, g.values, "-o", ms=3, label=variant)
-        ax.set(title=src, xlabel="codes (Performer: features)", ylabel="‖O − Õ‖_F / ‖O‖_F")
-        ax.legend(fontsize=7)
+    fig = lines_per_source(df[df.metric == "out_rel_fro"], "step", "codes (Performer: features)",
+                           "‖O − Õ‖_F / ‖O‖_F", width=5.5, legend_size=7)
     caption(fig, "Transformer-VQ (seed 002): error against codebook size; soft assignment over T; Q and K both "
                  "quantized (mean-field); Performer read as a soft VQ at equal size.")
     fig.tight_layout(rect=(0, 0.04, 1, 1))

@@ -261,7 +261,7 @@ def held_out_windows(held, held_index, a):
 
 
 @torch.no_grad()
-def export(model, windows, directory, a):
+def export(model, windows, directory):
     os.makedirs(directory, exist_ok=True)
     model.eval()
     for s, (_, _, window) in enumerate(windows):
@@ -302,11 +302,11 @@ def train_model(model, train_bytes, a):
         opt.step()
         sched.step()
         smooth = loss.item() if smooth is None else 0.95 * smooth + 0.05 * loss.item()
-        if step % 10 == 0 or step == a.steps - 1 or (step + 1) % max(1, a.steps // 10) == 0:
+        tenth = (step + 1) % max(1, a.steps // 10) == 0
+        if step % 10 == 0 or step == a.steps - 1 or tenth:
             curve.append([step, round(loss.item(), 5)])
             el = time.time() - t0
             # a line every 10% in a log, a live line on a terminal
-            tenth = (step + 1) % max(1, a.steps // 10) == 0
             progress(f"trained_attention: step {step + 1}/{a.steps} loss {smooth:.3f} "
                      f"elapsed {el:.0f} s, ~{el / (step + 1) * (a.steps - step - 1):.0f} s left",
                      done=step == a.steps - 1 or (tenth and not sys.stderr.isatty()))
@@ -337,7 +337,7 @@ def main(argv):
     torch.use_deterministic_algorithms(True)
     model = ByteTransformer(a)
     windows = held_out_windows(held, held_index, a)
-    export(model, windows, os.path.join(a.out, "initialized"), a)
+    export(model, windows, os.path.join(a.out, "initialized"))
     init_loss = held_out_loss(model, held, a)
 
     source = None
@@ -358,7 +358,7 @@ def main(argv):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             torch.save(checkpoint, path + ".partial")
             os.replace(path + ".partial", path)
-    export(model, windows, os.path.join(a.out, "trained"), a)
+    export(model, windows, os.path.join(a.out, "trained"))
     final_loss = held_out_loss(model, held, a)
 
     meta = {
