@@ -1,9 +1,11 @@
 // `error_vs_budget` — every method's error against its budget (landmarks, features, k, codes, window, ...), for
 // several n, d and sources, every metric of the library, with the Eckart–Young floor (`svd:rank=R`) beside the
-// rank-limited methods. Sources: generated, the trained/initialised transformer's heads (`trained`, `initialized`;
+// rank-limited methods; and its cost as a user runs it (float32 time per call, best of --repeats, peak memory, and
+// the speed-up over exact streaming attention timed in the same point), for the error-against-cost figure. Sources: generated, the trained/initialised transformer's heads (`trained`, `initialized`;
 // source column "trained/L{layer}H{head}", seed column = held-out sequence) and the user's .npy files.
 #include "attnlab/npy.hpp"
 #include "common.hpp"
+#include "cost.hpp"
 #include "model_data.hpp"
 
 #include <fmt/format.h>
@@ -47,6 +49,7 @@ class ErrorVsBudget final : public Experiment {
     app.add_option("--families", families_, "method families (default: all)")->delimiter(',');
     app.add_option("--seeds", seeds_, "number of seeds");
     app.add_option("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
+    app.add_option("--repeats", repeats_, "timed float32 repetitions per method for the cost (0: no cost rows)");
     app.add_option("--q", q_file_, "the user's queries .npy, (n, d) or (h, n, d): adds source 'files' (one point per head)");
     app.add_option("--k", k_file_, "keys .npy, same layout");
     app.add_option("--v", v_file_, "values .npy, same layout");
@@ -70,7 +73,8 @@ class ErrorVsBudget final : public Experiment {
   std::vector<std::pair<std::string, std::string>> settings() const override {
     std::vector<std::pair<std::string, std::string>> s = {
         {"n", csv_list(n_)}, {"d", csv_list(d_)}, {"sources", join(sources_)}, {"families", join(families_)},
-        {"seeds", std::to_string(seeds_)}, {"spectral-limit", std::to_string(spectral_limit_)}};
+        {"seeds", std::to_string(seeds_)}, {"spectral-limit", std::to_string(spectral_limit_)},
+        {"repeats", std::to_string(repeats_)}};
     model_.settings(s);
     if (!q_file_.empty()) {
       s.emplace_back("q", q_file_);
@@ -148,6 +152,9 @@ class ErrorVsBudget final : public Experiment {
     const MatrixR<double> exact_out = exact_output<double>(q, k, v, {});
     const Index n = std::min(q.rows(), k.rows());
     std::vector<Row> rows;
+    // Cost in float32, as users run it; exact streaming attention timed in the same point gives the speed-up.
+    const MatrixR<float> qf = q.cast<float>(), kf = k.cast<float>(), vf = v.cast<float>();
+    const Cost exact_cost = repeats_ > 0 ? measure_cost("exact", qf, kf, vf, seed, repeats_) : Cost{};
     for (Index b : f.budgets) {
       if (b > n) continue;
       Row key;
@@ -160,6 +167,17 @@ class ErrorVsBudget final : public Experiment {
       const std::string spec = f.spec + (f.spec.find(':') == std::string::npos ? ":" : ",") + f.param + "=" +
                                std::to_string(b);
       method_rows(rows, key, spec, q, k, v, exact_out, exact, q.rows() <= spectral_limit_);
+      if (repeats_ > 0) {
+        const Cost c = measure_cost(spec, qf, kf, vf, seed, repeats_);
+        Row r = rows.back();  // same identifying columns as the method's rows
+        for (const auto& [metric, value] : {std::pair<const char*, double>{"cost_time_s", c.seconds},
+                                            {"cost_peak_memory_bytes", double(c.peak_bytes)},
+                                            {"cost_speedup_vs_exact", exact_cost.seconds / c.seconds}}) {
+          r.metric = metric;
+          r.value = value;
+          if (!c.refused) rows.push_back(r);
+        }
+      }
     }
     return rows;
   }
@@ -169,7 +187,7 @@ class ErrorVsBudget final : public Experiment {
 
   std::vector<Index> n_, d_;
   std::vector<std::string> sources_, families_;
-  Index seeds_ = 1, spectral_limit_ = 1024;
+  Index seeds_ = 1, spectral_limit_ = 1024, repeats_ = 3;
   std::string q_file_, k_file_, v_file_;
   std::shared_ptr<Files> files_;
   ModelOptions model_;

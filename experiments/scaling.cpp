@@ -1,46 +1,17 @@
 // `scaling` — wall-clock time and peak memory against n for every method at its default budget, with the speed-up
 // and memory saving relative to exact attention measured in the same run (Nyströmformer Table 1, Linformer
 // Table 3 analogues); the log-log slope per method is fitted by tools/plot.py. float32, as the papers.
-// Memory: the process's peak resident set is reset before each method (Linux: writing 5 to
-// /proc/self/clear_refs resets VmHWM) and read after it; the figure is peak − resident before, so it counts what
-// the method allocated (inputs excluded). Sizes whose quadratic matrix would not fit are refused by the memory
-// guard and recorded as such.
+// Memory as measure_cost (cost.hpp) takes it: peak − resident before, what the method allocated (inputs
+// excluded). Sizes whose quadratic matrix would not fit are refused by the memory guard and recorded as such.
 #include "common.hpp"
+#include "cost.hpp"
 
-#include "attnlab/memory.hpp"
 #include "attnlab/random.hpp"
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <malloc.h>
-
 namespace attnlab::experiments {
 namespace {
-
-/// VmRSS or VmHWM of this process, bytes (0 when unknown).
-std::uint64_t proc_status(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  std::uint64_t kb = 0;
-  std::string unit;
-  while (in >> key) {
-    if (key == field) {
-      in >> kb;
-      return kb * 1024;
-    }
-    std::getline(in, unit);
-  }
-  return 0;
-}
-
-/// Return free heap memory to the system (so that new allocations raise the resident set), then reset the peak.
-/// Allocations glibc serves from memory that is still resident are not seen: the figure is a lower bound, exact
-/// for the large (mmap-served) buffers that dominate at large n.
-void reset_peak() {
-  malloc_trim(0);
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
 
 class Scaling final : public Experiment {
  public:
@@ -90,36 +61,19 @@ class Scaling final : public Experiment {
       r.variant = spec;
       r.n = n;
       r.d = d_;
-      double best = 1e300;
-      std::uint64_t peak = 0;
-      bool refused = false;
-      for (Index rep = 0; rep < repeats_ && !refused; ++rep) {
-        const std::uint64_t before = proc_status("VmRSS:");
-        reset_peak();
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
-          m->compute(q, k);
-          const MatrixR<float> out = m->output(v);
-        } catch (const Error&) {
-          refused = true;  // the memory guard: this size does not fit
-          break;
-        }
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        const std::uint64_t hwm = proc_status("VmHWM:");
-        peak = std::max(peak, hwm > before ? hwm - before : 0);
-      }
+      const Cost c = measure_cost(spec, q, k, v, 0, repeats_);
       const auto add = [&](const std::string& metric, double value) {
         Row x = r;
         x.metric = metric;
         x.value = value;
         rows.push_back(x);
       };
-      if (refused) {
+      if (c.refused) {
         add("refused_memory", 1);
         continue;
       }
-      add("time_s", best);
-      add("peak_memory_bytes", double(peak));
+      add("time_s", c.seconds);
+      add("peak_memory_bytes", double(c.peak_bytes));
     }
     return rows;
   }

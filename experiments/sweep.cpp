@@ -60,7 +60,7 @@ std::vector<std::string> split_csv(const std::string& line) {
 std::set<std::string> resume(const std::string& path, const std::string& header) {
   std::set<std::string> done;
   if (!std::filesystem::exists(path)) return done;
-  std::ifstream in(path);
+  std::istringstream in(read_text_file(path));  // plain or gzip; a gzip stream cut short is read to its last flush
   std::string first, line;
   std::getline(in, first);
   if (first.empty()) return done;
@@ -69,21 +69,16 @@ std::set<std::string> resume(const std::string& path, const std::string& header)
   std::vector<std::pair<std::string, std::string>> rows;  // (point id, line)
   const std::size_t point_col = 3, metric_col = 2 + result_columns().size();
   while (std::getline(in, line)) {
-    if (in.eof() && !line.empty()) break;  // no trailing newline: torn by an interruption
+    if (in.eof()) break;  // no trailing newline: torn by an interruption
     const auto f = split_csv(line);
     if (f.size() != result_columns().size() + 4) continue;
     rows.emplace_back(f[point_col], line);
     if (f[metric_col] == kDoneMetric) done.insert(f[point_col]);
   }
-  const std::string tmp = path + ".resume";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << first << '\n';
-    for (const auto& [id, l] : rows)
-      if (done.count(id)) out << l << '\n';
-    if (!out) throw Error(fmt::format("{}: cannot rewrite for resuming", path));
-  }
-  std::filesystem::rename(tmp, path);
+  std::string kept = first + '\n';
+  for (const auto& [id, l] : rows)
+    if (done.count(id)) kept += l + '\n';
+  write_text_file(path, kept);  // atomically: a second interruption here loses nothing
   return done;
 }
 
@@ -122,7 +117,7 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
     if (!(s >> shard >> slash >> shards) || slash != '/' || shards == 0 || shard >= shards || !s.eof())
       throw Error(fmt::format("--shard '{}': expected i/N with 0 ≤ i < N", o.shard));
   }
-  const std::string path = o.out.empty() ? fmt::format("results/{}.csv", e.name()) : o.out;
+  const std::string path = o.out.empty() ? fmt::format("results/{}.csv.gz", e.name()) : o.out;
   const std::string header = tidy_header(result_columns());
   if (std::filesystem::path(path).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   const std::set<std::string> done = resume(path, header);
@@ -149,12 +144,17 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
                    std::to_string(r.seed), r.variant, r.step >= 0 ? std::to_string(r.step) : ""},
                   r.metric, r.value);
     csv.write({e.name(), todo[i]->id, "", "", "", "", "", "", "", ""}, kDoneMetric, 1);
+    csv.commit();  // the point is on disk before the next one starts
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double left = el / double(i + 1) * double(todo.size() - i - 1);
     if (tty)
       std::fprintf(stderr, "\r%s: %zu/%zu points (%zu done before), %s elapsed, ~%s left   ", e.name().c_str(), i + 1,
                    todo.size(), skipped, format_seconds(el).c_str(), format_seconds(left).c_str());
   }
+  csv.close();
+  // A gzip file that was appended to (resumed) holds several members and per-point flushes: rewrite it as one
+  // member, so that the same rows always give the same bytes (committed results do not churn).
+  if (is_gzip_path(path)) write_text_file(path, read_text_file(path));
   const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "%s%s: %zu points computed, %zu already done, %s; results in %s\n", tty ? "\n" : "",
                e.name().c_str(), todo.size(), skipped, format_seconds(el).c_str(), path.c_str());
@@ -204,7 +204,9 @@ void add_run_command(CLI::App& app) {
     std::shared_ptr<Experiment> e(std::move(exp));
     auto* sub = run->add_subcommand(e->name(), e->question());
     auto o = std::make_shared<RunOptions>();
-    sub->add_option("--out", o->out, "CSV to write (default results/NAME.csv); an existing one is resumed");
+    sub->add_option("--out", o->out,
+                    "CSV to write (default results/NAME.csv.gz; gzip-compressed when the name ends in .gz); an existing "
+                    "one is resumed");
     sub->add_option("--preset", o->preset, "grid preset: quick (minutes on 2 cores) or paper (the papers' sizes)")
         ->check(CLI::IsMember({"quick", "paper"}))
         ->capture_default_str();

@@ -97,15 +97,24 @@ TYPED_TEST(ExactTest, OperatorReproducesMatrix) {
     o.scale = c.logit_mult / std::sqrt(double(c.d));
     const MatrixR<T> p = exact_matrix<T>(q, k, o);
     const ExactOperator<T> op(q, k, o, 16);
+    // Two float computations of P (the materialized path and the operator's tiles) differ by rounding that grows
+    // with the logits' magnitude and depends on the CPU's summation order: the tolerance is the derived worst-case
+    // bound (test_util.hpp), never below tol<T>(). At logits ×100 float32 AVX-512 gave 1.5e-5 against 1e-5.
+    const MatrixR<double> bound =
+        test::softmax_rounding_bound<T>(q.template cast<double>(), k.template cast<double>(), o.scale, c.causal);
+    const double t = test::tol_from_bound<T>(bound, p);
     // P·I = P and Pᵀ·I = Pᵀ
     const MatrixR<T> p_from_apply = op.apply(MatrixR<T>::Identity(c.nk, c.nk));
-    EXPECT_LT(rel_err(p_from_apply, p), test::tol<T>());
+    EXPECT_LT(rel_err(p_from_apply, p), t);
     const MatrixR<T> pt_from_apply = op.apply_transpose(MatrixR<T>::Identity(c.nq, c.nq));
-    EXPECT_LT(rel_err(pt_from_apply.transpose(), p), test::tol<T>());
-    EXPECT_LT(rel_err(materialize(op), p), test::tol<T>());
+    EXPECT_LT(rel_err(pt_from_apply.transpose(), p), t);
+    EXPECT_LT(rel_err(materialize(op), p), t);
     // A block of vectors: Pᵀ X against the product with the matrix.
     const MatrixR<T> x = randn<T>(c.nq, 3, 8);
-    EXPECT_LT(rel_err(op.apply_transpose(x), (p.transpose() * x).eval()), test::tol<T>());
+    // |δ(Pᵀx)| ≤ Bᵀ|x| entrywise (the product's own rounding is below tol<T>() here).
+    const MatrixR<T> ptx = p.transpose() * x;
+    EXPECT_LT(rel_err(op.apply_transpose(x), ptx),
+              test::tol_from_bound<T>((bound.transpose() * x.template cast<double>().cwiseAbs()).eval(), ptx));
     // ℓ_i = log Σ_j exp(s·q_iᵀk_j) over the visible keys.
     const VectorX<T>& lse = op.row_lse();
     for (Index i = 0; i < c.nq; ++i) {

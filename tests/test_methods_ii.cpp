@@ -54,6 +54,56 @@ TEST(MethodsII, ExactLimits) {
     expect_exact("reformer:buckets=1,rounds=1,chunk=" + n, pr, true);
     expect_exact("scatterbrain:window=" + n, pr, false);
   }
+  // Quantizing both with a code per key: r_j = 0, so the mean-field logits are s·q_i·k_j whatever Q's codebook.
+  const Problem pr = problem(40, 40, 8, 3);
+  expect_exact("vq:codes=40,quantize=both", pr, false, 1e-9);
+}
+
+// The mean-field form of quantizing both (seed 002's comments) against its formula computed independently in double
+// from the same codebooks: P̃_ij = softmax_j(s·(q_i·c_a(j) + c'_b(i)·r_j)), r_j = k_j − c_a(j). In float32 at logits
+// ×100 (the reproduction: n = 80, d = 16, 16 codes) the output must stay finite and within the rounding
+// bound; before the log-domain form it overflowed to non-finite values there.
+template <typename T>
+void check_mean_field(double logit_mult) {
+  const Index n = 80, d = 16, codes = 16;
+  const MatrixR<T> q = randn<T>(n, d, 6), k = randn<T>(n, d, 7), v = randn<T>(n, 4, 8);
+  AttentionOptions o;
+  o.scale = logit_mult / std::sqrt(double(d));
+  auto m = make_method<T>("vq:quantize=both,codes=16,iters=10,seed=3");
+  m->compute(q, k, o);
+  Rng rng(3);
+  const KMeansResult<T> kk = kmeans<T>(k, codes, 10, rng), kq = kmeans<T>(q, codes, 10, rng);
+  MatrixR<double> a(n, 2 * d), b(n, 2 * d);  // ℓ_ij = s·a_i·b_j with a_i = [q_i, c'_b(i)], b_j = [c_a(j), r_j]
+  for (Index i = 0; i < n; ++i) {
+    a.row(i) << q.row(i).template cast<double>(), kq.centroids.row(kq.assignment[std::size_t(i)]).template cast<double>();
+    const auto c = kk.centroids.row(kk.assignment[std::size_t(i)]);
+    const Eigen::Matrix<T, 1, Eigen::Dynamic> r = k.row(i) - c;  // rounded once, as the method does
+    b.row(i) << c.template cast<double>(), r.template cast<double>();
+  }
+  MatrixR<double> p = o.scale * a * b.transpose();
+  for (Index i = 0; i < n; ++i) {
+    p.row(i).array() -= p.row(i).maxCoeff();
+    p.row(i) = p.row(i).array().exp().matrix();
+    p.row(i) /= p.row(i).sum();
+  }
+  const MatrixR<T> got = m->matrix(), out = m->output(v);
+  ASSERT_TRUE(got.allFinite() && out.allFinite()) << "logits ×" << logit_mult;
+  // The bound of test_util.hpp (logits of length 2d), plus the log-domain form's own roundings: the exponents
+  // λ_iy + m_by − L_i and g_bj − m_by add u·(|λ| + 2|m| + |g| + |L|) ≤ u·4·|s|·Σ|a||b| + u|L| per entry.
+  MatrixR<double> bound = test::softmax_rounding_bound<T>(a, b, o.scale, false);
+  const double u = std::numeric_limits<T>::epsilon() / 2;
+  bound += (4 * u * std::fabs(o.scale) * (a.cwiseAbs() * b.cwiseAbs().transpose())).cwiseProduct(p);
+  EXPECT_LT(rel_err(got, p), test::tol_from_bound<T>(bound, p)) << "logits ×" << logit_mult;
+  const MatrixR<double> pv = p * v.template cast<double>();
+  EXPECT_LT(rel_err(out, pv), test::tol_from_bound<T>((bound * v.template cast<double>().cwiseAbs()).eval(), pv));
+  for (Index i = 0; i < n; ++i) EXPECT_NEAR(double(got.row(i).sum()), 1.0, 10 * double(n) * u);  // γ_n-sized
+}
+
+TEST(MethodsII, VqQuantizeBothMeanField) {
+  for (double mult : {1.0, 100.0}) {
+    check_mean_field<double>(mult);
+    check_mean_field<float>(mult);
+  }
 }
 
 // The VQ identity (seed 002 eq. (3)): hard VQ's fast output is exact attention on K̂ = ΔC.

@@ -9,34 +9,67 @@ Why a bidirectional masked LM by default: Linformer's spectra (its Fig. 1) and N
 masked-LM attention (RoBERTa); a causal model's attention has a long spectral tail from the mask alone, which says
 nothing about the non-causal methods. `--objective causal` trains a GPT-style model instead.
 
-The corpus is what every Debian machine has: the top-level *.py files of the interpreter's standard library
-(packages libpython3.X-minimal and -stdlib; sub-directories are left out because other packages add to them).
-Whole files are held out (every 10th in sorted order), so exported sequences are text the model never saw.
+The corpus is a committed snapshot (models/stdlib_corpus.tar.xz, PSF licence): the 171 top-level *.py files of
+Python 3.11's standard library as Debian 12 shipped them (libpython3.11-stdlib 3.11.2-6+deb12u6; sub-directories are
+left out because other packages add to them). The system's own stdlib changes with every Debian point release, so
+it is read only when asked (--corpus system); the snapshot makes the corpus, and so the committed weights and the
+exported attention, the same on every machine. Whole files are held out (every 10th in sorted order), so exported
+sequences are text the model never saw.
 
-Deterministic: fixed seed, fixed thread count, deterministic algorithms, batches drawn from a seeded generator;
-bitwise identity is promised on one machine only (other CPUs may take other BLAS code paths). Cached: the output
-directory records a key (script, corpus and configuration hashes); a run with the same key does nothing.
+Deterministic: fixed seed, fixed thread count, deterministic algorithms, batches drawn from a seeded generator.
+Training is bitwise reproducible on one machine only (other CPUs take other kernels in float32); the committed
+weights are what it gave, keyed on what determines them (training version, settings, corpus hash, torch
+major.minor). The export runs the model in float64 and rounds Q, K, V to float32 once, so it is the same bits on
+every CPU (checked against models/trained_attention.export.json). Cached: the output directory records a request
+key (training key, script, sequences); a run with the same request does nothing.
 
 Layout written under OUT (default data/attention):
-  meta.json                       configuration, corpus hash, training curve, held-out loss, sequence sources
+  meta.json                       configuration, corpus hash, training curve, held-out loss, sequence sources,
+                                  sha256 of every exported array; "key" names the data (a hash of the arrays)
   model_trained.pt                the trained weights ({train_key, state_dict, curve, ...}; --weights reuses one)
   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   float32 (heads, n, d_head); Q, K before the 1/sqrt(d_head)
                                                         scale, so attnlab's default scale reproduces the model
   {trained,initialized}/seq0_layer{l}_attn.npy        float32 (heads, n, n), the model's softmax, for checking
 
-  tools/trained_attention.py [--out DIR] [--steps N] [--tiny] [--objective mlm|causal] [--force] ...
+  tools/trained_attention.py [--out DIR] [--weights PT] [--corpus snapshot|system|DIR|TAR] [--steps N] [--tiny]
+                             [--objective mlm|causal] [--force] [--snapshot-corpus TAR] ...
 """
 import argparse
+import copy
 import hashlib
+import io
 import json
 import math
 import os
 import sys
 import sysconfig
+import tarfile
 import time
 
 # OpenBLAS's own threads (on top of torch's) only add contention at these sizes; --threads sets torch's.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def pin_kernels():
+    """One kernel family on every x86-64 CPU with AVX2 and FMA (all of this project's machines, AMD or Intel): torch
+    and OpenBLAS otherwise pick AVX-512, AVX2 or generic code by CPU, and each rounds differently (measured: the
+    initialised model's weights and every exported array differ between torch's default and AVX2 paths, and one
+    float64-then-float32 value in 3 million between AVX2 and AVX-512). Must run before torch is imported.
+    ATTNLAB_KERNELS=native leaves the choice to the libraries."""
+    if os.environ.get("ATTNLAB_KERNELS") == "native":
+        return "native"
+    try:
+        flags = next((line.split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    if "avx2" in flags and "fma" in flags:
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+        return "avx2"
+    return "native (no AVX2: results may differ from the committed checksum)"
+
+
+KERNELS = pin_kernels()
 try:
     import numpy as np
     import torch
@@ -46,7 +79,12 @@ except ImportError as e:  # a clear message, not a traceback: the set-up script 
     sys.exit(f"trained_attention: {e.name} is missing for {sys.executable}; run tools/setup.sh --python-stack "
              "(Debian packages python3-numpy, python3-torch) or set ATTNLAB_PYTHON")
 
-SCHEMA = 1
+SCHEMA = 2
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+SNAPSHOT = os.path.join(ROOT, "models", "stdlib_corpus.tar.xz")
+# The checksums of the export from the committed weights (trained and initialised Q, K, V at the default settings):
+# a fresh machine's export must equal them bit for bit.
+EXPORT_CHECKSUMS = os.path.join(ROOT, "models", "trained_attention.export.json")
 # Bump when anything that changes the trained weights changes (model, data pipeline, optimiser): committed
 # checkpoints (--weights) carry a key over this, the training settings, the corpus and the torch version.
 TRAINING_VERSION = 1
@@ -57,7 +95,12 @@ VOCAB = 257
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="data/attention", help="output directory (default: %(default)s)")
-    p.add_argument("--corpus", default=None, help="directory of .py files (default: this interpreter's stdlib)")
+    p.add_argument("--corpus", default="snapshot",
+                   help="snapshot (default: models/stdlib_corpus.tar.xz, the same on every machine) | system (this "
+                        "interpreter's stdlib, which changes with the Debian point release) | a directory of .py "
+                        "files | a .tar.xz of them")
+    p.add_argument("--snapshot-corpus", metavar="TAR", default=None,
+                   help="write the --corpus files as a deterministic .tar.xz (how the snapshot was made) and exit")
     p.add_argument("--objective", choices=["mlm", "causal"], default="mlm")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
@@ -81,7 +124,7 @@ def parse_args(argv):
                    help="torch threads, fixed for determinism (measured on 2 cores: 2 threads run 3.7x slower than 1 "
                         "at these sizes, Debian's torch 1.13 OpenMP)")
     p.add_argument("--tiny", action="store_true", help="defaults of 2 layers, 2 heads, d_model 32, context 64, 30 steps (tests)")
-    p.add_argument("--force", action="store_true", help="retrain even if the cache key matches")
+    p.add_argument("--force", action="store_true", help="retrain even if the weights' training key matches")
     p.add_argument("--weights", default=None,
                    help="a checkpoint to reuse or write: when it holds this configuration's training key, training "
                         "is skipped (training is deterministic, so it holds what training gives); otherwise the "
@@ -102,15 +145,47 @@ def parse_args(argv):
 
 
 # ---------------------------------------------------------------------------------------------------- corpus
-def load_corpus(directory):
-    files = sorted(f for f in os.listdir(directory) if f.endswith(".py") and os.path.isfile(os.path.join(directory, f)))
+def read_corpus(source):
+    """[(file name, bytes)] in sorted order from the snapshot, the system stdlib, a directory or a tar archive."""
+    if source == "snapshot":
+        source = SNAPSHOT
+    elif source == "system":
+        source = sysconfig.get_paths()["stdlib"]
+    if os.path.isdir(source):
+        names = sorted(f for f in os.listdir(source) if f.endswith(".py") and os.path.isfile(os.path.join(source, f)))
+        files = [(f, open(os.path.join(source, f), "rb").read()) for f in names]
+    elif os.path.isfile(source):
+        try:
+            with tarfile.open(source) as tar:
+                files = sorted((os.path.basename(m.name), tar.extractfile(m).read()) for m in tar.getmembers()
+                               if m.isfile() and m.name.endswith(".py"))
+        except (tarfile.TarError, OSError, EOFError) as e:
+            sys.exit(f"trained_attention: corpus {source} is not a readable tar archive: {e}")
+    else:
+        sys.exit(f"trained_attention: corpus {source} does not exist")
     if len(files) < 10:
-        sys.exit(f"trained_attention: only {len(files)} .py files in {directory}; need at least 10")
+        sys.exit(f"trained_attention: only {len(files)} .py files in {source}; need at least 10")
+    return source, files
+
+
+def write_snapshot(files, path):
+    """A deterministic .tar.xz: sorted names, zero times and owners, so the same files give the same bytes."""
+    tmp = path + ".partial"
+    with tarfile.open(tmp, "w:xz", format=tarfile.PAX_FORMAT, preset=9) as tar:
+        for name, data in files:
+            info = tarfile.TarInfo("stdlib/" + name)
+            info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = len(data), 0, 0o644, 0, 0, "", ""
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(tmp, path)
+
+
+def split_corpus(files):
+    """Training bytes, held-out bytes (every 10th file), the held-out index and the corpus hash (over names and
+    contents: the same hash whether the files come from a directory or the snapshot)."""
     train, held, held_index = [], [], []
     digest = hashlib.sha256()
     pos = 0
-    for i, f in enumerate(files):
-        data = open(os.path.join(directory, f), "rb").read()
+    for i, (f, data) in enumerate(files):
         digest.update(f.encode() + b"\0" + data)
         if i % 10 == 9:
             held_index.append((f, pos, len(data)))
@@ -120,7 +195,7 @@ def load_corpus(directory):
             train.append(data)
     train_bytes = np.frombuffer(b"".join(train), dtype=np.uint8).copy()   # writable: torch.from_numpy shares it
     held_bytes = np.frombuffer(b"".join(held), dtype=np.uint8).copy()
-    return files, train_bytes, held_bytes, held_index, digest.hexdigest()
+    return train_bytes, held_bytes, held_index, digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------------- model
@@ -128,7 +203,10 @@ def rotate(x):
     """Rotary position embedding (Su et al., RoFormer eq. 34) on (b, h, n, d_head): pairs (x_2i, x_2i+1) turned by
     position * 10000^(-2i/d_head)."""
     n, dh = x.shape[-2], x.shape[-1]
-    angle = torch.arange(n)[:, None] * (10000 ** (-torch.arange(0, dh, 2) / dh))[None, :]
+    if x.dtype == torch.float64:   # the export: every step in float64 (see export())
+        angle = torch.arange(n, dtype=x.dtype)[:, None] * (10000 ** (-torch.arange(0, dh, 2, dtype=x.dtype) / dh))[None, :]
+    else:                          # training, exactly as the committed weights were trained
+        angle = torch.arange(n)[:, None] * (10000 ** (-torch.arange(0, dh, 2) / dh))[None, :]
     cos, sin = torch.cos(angle), torch.sin(angle)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
@@ -236,15 +314,29 @@ def sha(obj):
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_keys(a, corpus_hash):
-    """(training key, export key, settings): the training key names the weights, the export key the exported data
-    (it also covers this script, so any change to it re-exports)."""
-    config = {k: v for k, v in vars(a).items() if k not in ("out", "force", "tiny", "corpus", "weights")}
-    training = {k: v for k, v in config.items() if k != "sequences"}
-    train_key = sha({"version": TRAINING_VERSION, "config": training, "corpus": corpus_hash,
-                     "torch": torch.__version__})
-    script = hashlib.sha256(open(__file__, "rb").read()).hexdigest()
-    return train_key, sha({"schema": SCHEMA, "train": train_key, "script": script, "sequences": a.sequences}), config
+def training_key(a, corpus_hash):
+    """(key, components): the weights are determined by the training code's version, the settings, the corpus and
+    torch's major.minor (its kernels and initialisers; patch releases do not change them), and by nothing else."""
+    config = {k: v for k, v in vars(a).items()
+              if k not in ("out", "force", "tiny", "corpus", "weights", "snapshot_corpus", "sequences")}
+    components = {"training_version": TRAINING_VERSION, "config": config, "corpus_sha256": corpus_hash,
+                  "torch": ".".join(torch.__version__.split(".")[:2])}
+    return sha(components), components
+
+
+def key_mismatch(want, have):
+    """Which components of two training keys differ, in words."""
+    if not isinstance(have, dict):
+        return "the checkpoint records no key components (written by an older script)"
+    out = []
+    for name in sorted(set(want) | set(have)):
+        w, h = want.get(name), have.get(name)
+        if name == "config" and isinstance(w, dict) and isinstance(h, dict):
+            out += [f"setting {k}: checkpoint {h.get(k)!r}, asked {w.get(k)!r}"
+                    for k in sorted(set(w) | set(h)) if w.get(k) != h.get(k)]
+        elif w != h:
+            out.append(f"{name}: checkpoint {h!r}, here {w!r}")
+    return "; ".join(out) or "none (the key itself differs)"
 
 
 def held_out_windows(held, held_index, a):
@@ -262,16 +354,33 @@ def held_out_windows(held, held_index, a):
 
 @torch.no_grad()
 def export(model, windows, directory):
+    """Q, K, V (and the model's softmax for sequence 0) of each window, computed in float64 and rounded to float32
+    once: float32 kernels differ between CPUs (AVX2, AVX-512: other summation orders, other bits), a float64 result
+    rounded to float32 does not (a flip needs a float64 difference to straddle a float32 rounding boundary).
+    Returns {file name: sha256 of its bytes}."""
     os.makedirs(directory, exist_ok=True)
-    model.eval()
+    model64 = copy.deepcopy(model).double().eval()
+    sums = {}
     for s, (_, _, window) in enumerate(windows):
         capture = []
-        model(torch.from_numpy(window.astype(np.int64))[None, :], capture)
+        model64(torch.from_numpy(window.astype(np.int64))[None, :], capture)
         for layer, (q, k, v, p) in enumerate(capture):
-            for name, t in (("q", q), ("k", k), ("v", v)):
-                save_npy(os.path.join(directory, f"seq{s}_layer{layer}_{name}.npy"), t.numpy())
-            if s == 0:
-                save_npy(os.path.join(directory, f"seq0_layer{layer}_attn.npy"), p.numpy())
+            items = [("q", q), ("k", k), ("v", v)] + ([("attn", p)] if s == 0 else [])
+            for name, t in items:
+                f = f"seq{s}_layer{layer}_{name}.npy"
+                array = np.ascontiguousarray(t.numpy(), dtype=np.float32)
+                save_npy(os.path.join(directory, f), array)
+                sums[f] = hashlib.sha256(array.tobytes()).hexdigest()
+    return sums
+
+
+def data_checksum(sums):
+    """One hash over the Q, K, V arrays of both models (file names and array bytes): the data's identity."""
+    digest = hashlib.sha256()
+    for name in sorted(sums):
+        if not name.endswith("_attn.npy"):
+            digest.update(f"{name}:{sums[name]}\n".encode())
+    return digest.hexdigest()
 
 
 @torch.no_grad()
@@ -315,16 +424,21 @@ def train_model(model, train_bytes, a):
 
 def main(argv):
     a = parse_args(argv)
-    corpus_dir = a.corpus or sysconfig.get_paths()["stdlib"]
-    if not os.path.isdir(corpus_dir):
-        sys.exit(f"trained_attention: corpus directory {corpus_dir} does not exist")
-    files, train, held, held_index, corpus_hash = load_corpus(corpus_dir)
-    train_key, key, config = cache_keys(a, corpus_hash)
+    corpus_source, files = read_corpus(a.corpus)
+    if a.snapshot_corpus:
+        write_snapshot(files, a.snapshot_corpus)
+        print(f"trained_attention: wrote {len(files)} files of {corpus_source} to {a.snapshot_corpus}")
+        return 0
+    train, held, held_index, corpus_hash = split_corpus(files)
+    train_key, components = training_key(a, corpus_hash)
+    script = hashlib.sha256(open(__file__, "rb").read()).hexdigest()
+    request = sha({"schema": SCHEMA, "train": train_key, "script": script, "sequences": a.sequences,
+                   "weights": os.path.abspath(a.weights) if a.weights else None})
     meta_path = os.path.join(a.out, "meta.json")
     if not a.force and os.path.exists(meta_path):
         try:
-            if json.load(open(meta_path)).get("key") == key:
-                print(f"trained_attention: {a.out} is up to date (key {key}); --force retrains")
+            if json.load(open(meta_path)).get("request") == request:
+                print(f"trained_attention: {a.out} is up to date (request {request}); --force retrains")
                 return 0
         except (OSError, ValueError):
             pass
@@ -332,50 +446,73 @@ def main(argv):
     if os.path.exists(meta_path):
         os.remove(meta_path)   # the directory is stale until the new meta.json is written last
 
+    t_start = time.time()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     torch.use_deterministic_algorithms(True)
     model = ByteTransformer(a)
     windows = held_out_windows(held, held_index, a)
-    export(model, windows, os.path.join(a.out, "initialized"))
+    sums = {f"initialized/{f}": h for f, h in export(model, windows, os.path.join(a.out, "initialized")).items()}
     init_loss = held_out_loss(model, held, a)
 
     source = None
     if a.weights and os.path.exists(a.weights) and not a.force:
-        checkpoint = torch.load(a.weights)
+        try:
+            checkpoint = torch.load(a.weights)
+        except Exception as e:   # a torn or foreign file: say so and train, never a traceback
+            checkpoint = None
+            print(f"trained_attention: {a.weights} is not a readable checkpoint ({e}); training")
         if isinstance(checkpoint, dict) and checkpoint.get("train_key") == train_key:
             model.load_state_dict(checkpoint["state_dict"])
             curve, train_time, source = checkpoint["curve"], checkpoint["train_seconds"], a.weights
             print(f"trained_attention: weights from {a.weights} (training key {train_key}); --force retrains")
-        else:
-            print(f"trained_attention: {a.weights} is for other settings; training")
+        elif isinstance(checkpoint, dict):
+            print(f"trained_attention: {a.weights} was trained with other inputs, so it is not used; training. "
+                  f"Differs: {key_mismatch(components, checkpoint.get('key_components'))}")
     if source is None:
         curve, train_time = train_model(model, train, a)
         source = "trained here"
-        checkpoint = {"train_key": train_key, "state_dict": model.state_dict(), "curve": curve,
-                      "train_seconds": round(train_time, 1), "config": config}
+        checkpoint = {"train_key": train_key, "key_components": components, "state_dict": model.state_dict(),
+                      "curve": curve, "train_seconds": round(train_time, 1), "config": components["config"]}
         for path in [os.path.join(a.out, "model_trained.pt")] + ([a.weights] if a.weights else []):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             torch.save(checkpoint, path + ".partial")
             os.replace(path + ".partial", path)
-    export(model, windows, os.path.join(a.out, "trained"))
+    sums.update({f"trained/{f}": h for f, h in export(model, windows, os.path.join(a.out, "trained")).items()})
     final_loss = held_out_loss(model, held, a)
+    checksum = data_checksum(sums)
+
+    # The committed weights' export must be the committed bits, on any CPU: compare when this is that export.
+    verified = None
+    if os.path.exists(EXPORT_CHECKSUMS):
+        want = json.load(open(EXPORT_CHECKSUMS))
+        if want.get("train_key") == train_key and want.get("sequences") == a.sequences:
+            verified = want.get("checksum") == checksum
+            if not verified:
+                bad = sorted(f for f, h in want.get("files", {}).items() if sums.get(f) != h)
+                print(f"trained_attention: WARNING: the export differs from the committed checksum "
+                      f"({EXPORT_CHECKSUMS}) in {len(bad)} arrays, e.g. {bad[:3]}: results from this data will not "
+                      f"equal the committed ones", file=sys.stderr)
 
     meta = {
-        "schema": SCHEMA, "key": key, "train_key": train_key, "weights": source, "config": config, "objective": a.objective,
+        "schema": SCHEMA, "key": checksum[:16], "request": request, "train_key": train_key,
+        "key_components": components, "weights": source, "config": components["config"], "objective": a.objective,
         "bidirectional": a.objective == "mlm", "scale": 1 / math.sqrt(a.d_model // a.heads),
-        "corpus": {"directory": corpus_dir, "files": len(files), "sha256": corpus_hash,
+        "corpus": {"source": corpus_source, "files": len(files), "sha256": corpus_hash,
                    "train_bytes": int(len(train)), "held_out_bytes": int(len(held))},
         "held_out_loss_nats": {"initialized": init_loss, "trained": final_loss},
         "train_seconds": round(train_time, 1), "torch": torch.__version__, "curve": curve,
         "sequences": [{"index": s, "held_out_offset": int(o), "file": f} for s, (o, f, _) in enumerate(windows)],
+        "checksum": checksum, "checksum_verified": verified, "kernels": KERNELS, "files": sums,
         "layout": "{model}/seq{s}_layer{l}_{q,k,v}.npy float32 (heads, n, d_head); seq0_layer{l}_attn.npy (heads, n, n)",
     }
     tmp = meta_path + ".partial"
     json.dump(meta, open(tmp, "w"), indent=1)
     os.replace(tmp, meta_path)
-    print(f"trained_attention: {a.layers} layers x {a.heads} heads, n={a.context}, {a.steps} steps in "
-          f"{train_time:.0f} s ({source}); held-out loss {init_loss:.3f} -> {final_loss:.3f} nats/byte; wrote {a.out}")
+    check = {None: "", True: ", equal to the committed checksum", False: ", NOT equal to the committed checksum"}
+    print(f"trained_attention: {a.layers} layers x {a.heads} heads, n={a.context}, {a.steps} steps "
+          f"({source}, training {train_time:.0f} s); held-out loss {init_loss:.3f} -> {final_loss:.3f} nats/byte; "
+          f"wrote {a.out} in {time.time() - t_start:.1f} s (data {checksum[:16]}{check[verified]})")
     return 0
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Checks tools/trained_attention.py in tiny mode (2 layers, 2 heads, n = 64, 30 steps: seconds) and the model
 sources `trained`/`initialized` of the experiments:
+  - the committed weights: their export takes seconds, does not train, and equals the committed checksum bit for
+    bit, also under torch's AVX-512 and generic kernel settings; the corpus snapshot's hash is the weights';
   - the export's layout and shapes; deterministic (a forced rerun is bitwise identical); cached (a rerun with the
     same key writes nothing); --weights reuses a checkpoint of the same training key only; the trained model differs from the initialised one and its held-out loss is lower;
   - the model's own attention equals softmax(Q Kᵀ/√d_head) recomputed by numpy from the exported Q, K, and attnlab's
@@ -18,6 +20,8 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
+import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import Checks, path, run  # noqa: E402
@@ -45,7 +49,7 @@ def softmax_rows(logits):
 
 c = Checks()
 try:
-    import torch  # noqa: F401
+    import torch
 except ImportError:
     sys.exit(f"{sys.executable} has no torch: tools/setup.sh --python-stack installs Debian's python3-torch")
 
@@ -88,7 +92,46 @@ c.check(r1.returncode == 0 and loaded and all(np.array_equal(np.load(f), np.load
 c.check(all(np.array_equal(np.load(f), np.load(f.replace(wa, a))) for f in glob.glob(os.path.join(wa, "*", "*.npy"))),
         "--weights: the checkpoint's training equals the plain run's")
 r3 = script("--tiny", "--steps", "31", "--out", path("model_wc"), "--weights", w)
-c.check(r3.returncode == 0 and "other settings" in r3.stdout, "--weights: a checkpoint of other settings is not used")
+c.check(r3.returncode == 0 and "not used" in r3.stdout and "setting steps: checkpoint 30, asked 31" in r3.stdout,
+        f"--weights: a checkpoint of other settings is not used, and the message names the setting: {r3.stdout[-300:]}")
+
+# ------------------------------------------- the committed weights: no training, the committed bits, any machine
+# The fresh-machine proof: the export from models/trained_attention.pt takes seconds (no training) and equals the
+# committed checksum whatever this machine's stdlib is (the corpus is the committed snapshot) and whatever its CPU
+# (torch and OpenBLAS are pinned to their AVX2 kernels; exported under forced AVX-512 and generic settings too).
+want = json.load(open(os.path.join(ROOT, "models", "trained_attention.export.json")))
+for env in ({}, {"ATEN_CPU_CAPABILITY": "avx512", "OPENBLAS_CORETYPE": "SkylakeX"},
+            {"ATEN_CPU_CAPABILITY": "default", "OPENBLAS_CORETYPE": "Prescott"}):
+    out = path("committed_" + "_".join(env.values()))
+    t0 = time.time()
+    r = subprocess.run([sys.executable, SCRIPT, "--out", out, "--weights",
+                        os.path.join(ROOT, "models", "trained_attention.pt")],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    took = time.time() - t0
+    got = json.load(open(os.path.join(out, "meta.json"))) if r.returncode == 0 else {}
+    c.check(r.returncode == 0 and "weights from" in r.stdout and "step " not in r.stderr,
+            f"committed weights {env}: reused, no training: {r.stdout[-300:]} {r.stderr[-300:]}")
+    c.check(got.get("checksum") == want["checksum"] and got.get("checksum_verified") is True,
+            f"committed weights {env}: export = committed checksum ({got.get('checksum', '')[:16]} vs "
+            f"{want['checksum'][:16]})")
+    bad = [f for f, h in want["files"].items() if got.get("files", {}).get(f) != h]
+    c.check(not bad, f"committed weights {env}: every array's sha256 as committed (differ: {bad[:3]})")
+    print(f"committed-weights export {env or 'default'}: {took:.1f} s")
+# The snapshot is what the weights were trained on (its hash is a component of their key), read the same way as a
+# directory: unpacked into a directory, it gives the same corpus hash.
+snap = os.path.join(ROOT, "models", "stdlib_corpus.tar.xz")
+unpacked = path("corpus_dir")
+with tarfile.open(snap) as tar:
+    tar.extractall(unpacked)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import trained_attention as ta  # noqa: E402
+h_snap = ta.split_corpus(ta.read_corpus("snapshot")[1])[3]
+h_dir = ta.split_corpus(ta.read_corpus(os.path.join(unpacked, "stdlib"))[1])[3]
+want_hash = torch.load(os.path.join(ROOT, "models", "trained_attention.pt"))["key_components"]["corpus_sha256"]
+c.check(h_snap == h_dir == want_hash, "snapshot hash = directory hash = the weights' corpus")
+ta.write_snapshot(ta.read_corpus(os.path.join(unpacked, "stdlib"))[1], path("again.tar.xz"))
+c.check(open(path("again.tar.xz"), "rb").read() == open(snap, "rb").read(),
+        "--snapshot-corpus is deterministic: the same files give the committed archive's bytes")
 
 # ------------------------------------------------------------ the model's attention, numpy, attnlab (both masks)
 r = script("--tiny", "--objective", "causal", "--out", causal_dir)
@@ -167,7 +210,8 @@ for args, needle in (
     c.check(r.returncode != 0 and len(lines) == 1 and needle in lines[0] and not os.path.exists(path("bad.csv")),
             f"{' '.join(args[:2])} {args[-1]}: {r.returncode} {r.stderr.strip()[:200]}")
 for args, needle in ((["--d-model", "30", "--heads", "4"], "multiple"), (["--steps", "0"], "at least 1"),
-                     (["--corpus", path("nowhere")], "does not exist")):
+                     (["--corpus", path("nowhere")], "does not exist"),
+                     (["--corpus", SCRIPT], "not a readable tar")):
     r = script(*args, "--out", path("bad_model"))
     c.check(r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr, f"script {args}: {r.stderr[-200:]}")
 c.finish()

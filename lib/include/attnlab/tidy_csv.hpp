@@ -1,8 +1,9 @@
 // Tidy (long) CSV results: one row per (identifying columns..., metric, value), the schema version and the
-// code version leading every row. Rows are flushed as they are written, so an interrupted run keeps them.
+// code version leading every row. A path ending in ".gz" is gzip-compressed (pandas reads it as is): tidy rows
+// repeat their identifying columns, and compress ~15×. Rows reach the file at every commit(), so an interrupted
+// run keeps every committed row (a gzip stream cut short is read up to its last flush).
 #pragma once
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -22,15 +23,31 @@ class TidyCsvWriter {
   TidyCsvWriter& operator=(const TidyCsvWriter&) = delete;
 
   /// Writes one row: `keys` in the order of the columns, then metric and value (shortest round-trip form;
-  /// ±inf as "inf"/"-inf"; NaN is refused).
+  /// ±inf as "inf"/"-inf"; NaN is refused). Plain files are flushed at every row, gzip files at commit().
   void write(const std::vector<std::string>& keys, const std::string& metric, double value);
+  /// Makes every row written so far readable by another process even if this one is killed next (a gzip
+  /// sync flush; costs a few bytes, so call it per batch of rows, e.g. per sweep point).
+  void commit();
+  /// Closes the file (also done by the destructor); throws Error when the last write fails.
+  void close();
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   std::vector<std::string> columns_;
-  std::FILE* f_ = nullptr;
+  void* f_ = nullptr;  // gzFile: zlib writes plain files too ("T" mode), so one code path serves both
 };
+
+/// True when `path` names a gzip file (ends in ".gz").
+bool is_gzip_path(const std::string& path);
+
+/// The text of a plain or gzip file. A gzip stream cut short (an interrupted writer) is read up to its last
+/// complete flush and `complete` (if given) is set false; a missing or unreadable file is an Error.
+std::string read_text_file(const std::string& path, bool* complete = nullptr);
+
+/// Writes `text` to `path` atomically (a temporary file, then rename), gzip-compressed at level 9 when the path
+/// ends in ".gz". The same text gives the same bytes (the gzip header carries no time stamp).
+void write_text_file(const std::string& path, const std::string& text);
 
 /// The header line of a tidy CSV with these identifying columns (without the newline).
 std::string tidy_header(const std::vector<std::string>& columns);

@@ -113,62 +113,81 @@ class CodebookOperator final : public AttentionOperator<T> {
   VectorX<T> lse_;
 };
 
-/// The mean-field form of quantizing both: logits s(q_i·c_a(j) + c'_b(i)·r_j), r_j = k_j − c_a(j).
+/// The mean-field form of quantizing both: logits ℓ_ij = s(q_i·c_a(j) + c'_b(i)·r_j), r_j = k_j − c_a(j).
+/// Stabilized in the log domain as exact attention is (a stable log-sum-exp per query over the joint logits):
+/// with m_by = max_{j: a(j)=y} g_bj (g = s·C'Rᵀ), G̃_bj = exp(g_bj − m_b,a(j)) ≤ 1 and H_by = Σ_{j: a(j)=y} G̃_bj,
+/// L_i = log Σ_y exp(λ_iy + m_b(i),y)·H_b(i),y (λ = s·QCᵀ), E_iy = exp(λ_iy + m_b(i),y − L_i) ≤ 1, and
+/// P̃_ij = E_i,a(j)·G̃_b(i),j. Every factor is at most one, so nothing overflows at any logit scale (shifting λ and g
+/// by their own maxima, as before, let Σ_y underflow to a denormal at logits ×100 in float32, and 1/Σ overflow).
 template <typename T>
 class MeanFieldOperator final : public AttentionOperator<T> {
  public:
-  MeanFieldOperator(MatrixR<T> lq, MatrixR<T> g, std::vector<Index> a, std::vector<Index> b)
-      : lq_(std::move(lq)), g_(std::move(g)), a_(std::move(a)), b_(std::move(b)) {
-    // lq (n_q × c): s·q_i·c_y − max_y; g (c_q × n_k): exp(s·c'_b·r_j − max_j).
-    const Index c = lq_.cols(), cq = g_.rows();
-    h_ = MatrixR<T>::Zero(cq, c);  // H_{b,y} = Σ_{j: a(j)=y} G_bj
-    for (Index j = 0; j < cols(); ++j) h_.col(a_[std::size_t(j)]) += g_.col(j);
-    inv_z_.resize(rows());
-    for (Index i = 0; i < rows(); ++i) {
-      const T z = lq_.row(i).array().exp().matrix().dot(h_.row(b_[std::size_t(i)]));
-      inv_z_(i) = z > 0 ? T(1) / z : T(0);
+  MeanFieldOperator(const MatrixR<T>& lq, const MatrixR<T>& g, std::vector<Index> a, std::vector<Index> b)
+      : a_(std::move(a)), b_(std::move(b)) {
+    const Index c = lq.cols(), cq = g.rows(), nk = g.cols(), nq = lq.rows();
+    MatrixR<T> m = MatrixR<T>::Constant(cq, c, kNegInf<T>);  // m_by
+    for (Index j = 0; j < nk; ++j) {
+      const Index y = a_[std::size_t(j)];
+      for (Index bq = 0; bq < cq; ++bq) m(bq, y) = std::max(m(bq, y), g(bq, j));
+    }
+    gt_.resize(cq, nk);
+    MatrixR<T> h = MatrixR<T>::Zero(cq, c);  // H_by
+    for (Index j = 0; j < nk; ++j) {
+      const Index y = a_[std::size_t(j)];
+      for (Index bq = 0; bq < cq; ++bq) {
+        gt_(bq, j) = std::exp(g(bq, j) - m(bq, y));
+        h(bq, y) += gt_(bq, j);
+      }
+    }
+    e_.resize(nq, c);
+    for (Index i = 0; i < nq; ++i) {
+      const Index bq = b_[std::size_t(i)];
+      T mx = kNegInf<T>;
+      for (Index y = 0; y < c; ++y)
+        if (h(bq, y) > 0) mx = std::max(mx, lq(i, y) + m(bq, y));
+      T sum = 0;
+      for (Index y = 0; y < c; ++y)
+        if (h(bq, y) > 0) sum += std::exp(lq(i, y) + m(bq, y) - mx) * h(bq, y);  // ≥ 1: the maximum's term
+      const T lse = mx + std::log(sum);
+      for (Index y = 0; y < c; ++y)
+        e_(i, y) = h(bq, y) > 0 ? std::exp(std::min(T(0), lq(i, y) + m(bq, y) - lse)) : T(0);
     }
   }
-  Index rows() const override { return lq_.rows(); }
+  Index rows() const override { return e_.rows(); }
   Index cols() const override { return Index(a_.size()); }
   MatrixR<T> apply(const ConstRef<T>& x) const override {
     require(x.rows() == cols(), "apply: dimension mismatch");
-    const Index c = lq_.cols(), cq = g_.rows(), bc = x.cols();
-    // W_b = Σ_j G_bj e_{a(j)} x_jᵀ: per query code, the per-key-code weighted sums of X.
+    const Index c = e_.cols(), cq = gt_.rows(), bc = x.cols();
+    // W_b = Σ_j G̃_bj e_{a(j)} x_jᵀ: per query code, the per-key-code weighted sums of X.
     std::vector<MatrixR<T>> w(static_cast<std::size_t>(cq), MatrixR<T>::Zero(c, bc));
     for (Index j = 0; j < cols(); ++j)
-      for (Index bq = 0; bq < cq; ++bq) w[std::size_t(bq)].row(a_[std::size_t(j)]) += g_(bq, j) * x.row(j);
+      for (Index bq = 0; bq < cq; ++bq) w[std::size_t(bq)].row(a_[std::size_t(j)]) += gt_(bq, j) * x.row(j);
     MatrixR<T> y(rows(), bc);
-    for (Index i = 0; i < rows(); ++i)
-      y.row(i) = (lq_.row(i).array().exp().matrix() * w[std::size_t(b_[std::size_t(i)])]) * inv_z_(i);
+    for (Index i = 0; i < rows(); ++i) y.row(i).noalias() = e_.row(i) * w[std::size_t(b_[std::size_t(i)])];
     return y;
   }
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override {
     require(x.rows() == rows(), "apply_transpose: dimension mismatch");
-    const Index c = lq_.cols(), cq = g_.rows(), bc = x.cols();
+    const Index c = e_.cols(), cq = gt_.rows(), bc = x.cols();
     std::vector<MatrixR<T>> u(static_cast<std::size_t>(cq), MatrixR<T>::Zero(c, bc));
-    for (Index i = 0; i < rows(); ++i)
-      u[std::size_t(b_[std::size_t(i)])].noalias() +=
-          (lq_.row(i).array().exp().matrix() * inv_z_(i)).transpose() * x.row(i);
+    for (Index i = 0; i < rows(); ++i) u[std::size_t(b_[std::size_t(i)])].noalias() += e_.row(i).transpose() * x.row(i);
     MatrixR<T> y = MatrixR<T>::Zero(cols(), bc);
     for (Index j = 0; j < cols(); ++j)
-      for (Index bq = 0; bq < cq; ++bq) y.row(j) += g_(bq, j) * u[std::size_t(bq)].row(a_[std::size_t(j)]);
+      for (Index bq = 0; bq < cq; ++bq) y.row(j) += gt_(bq, j) * u[std::size_t(bq)].row(a_[std::size_t(j)]);
     return y;
   }
   MatrixR<T> row_block(Index first, Index count) const override {
     MatrixR<T> out(count, cols());
     for (Index r = 0; r < count; ++r) {
       const Index i = first + r;
-      for (Index j = 0; j < cols(); ++j)
-        out(r, j) = std::exp(lq_(i, a_[std::size_t(j)])) * g_(b_[std::size_t(i)], j) * inv_z_(i);
+      for (Index j = 0; j < cols(); ++j) out(r, j) = e_(i, a_[std::size_t(j)]) * gt_(b_[std::size_t(i)], j);
     }
     return out;
   }
 
  private:
-  MatrixR<T> lq_, g_, h_;
+  MatrixR<T> e_, gt_;  // E (n_q × c), G̃ (c_q × n_k)
   std::vector<Index> a_, b_;
-  VectorX<T> inv_z_;
 };
 
 }  // namespace
@@ -222,10 +241,8 @@ class VqMethod final : public Method<T> {
       const KMeansResult<T> kq = kmeans<T>(q, codes, iters, rng);
       MatrixR<T> resid = k;  // r_j = k_j − c_a(j)
       for (Index j = 0; j < k.rows(); ++j) resid.row(j) -= km.centroids.row(km.assignment[std::size_t(j)]);
-      MatrixR<T> g = (kq.centroids * resid.transpose()) * s;  // c_q × n_k
-      for (Index r = 0; r < g.rows(); ++r) g.row(r) = (g.row(r).array() - g.row(r).maxCoeff()).exp();
-      for (Index i = 0; i < logits.rows(); ++i) logits.row(i).array() -= logits.row(i).maxCoeff();
-      op_ = std::make_unique<MeanFieldOperator<T>>(std::move(logits), std::move(g), km.assignment, kq.assignment);
+      const MatrixR<T> g = (kq.centroids * resid.transpose()) * s;  // c_q × n_k
+      op_ = std::make_unique<MeanFieldOperator<T>>(logits, g, km.assignment, kq.assignment);
     } else if (hard_) {
       op_ = codebook_attention<T>(q, k, km.centroids, opts);
     } else {
