@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """Merge the CSVs of a sharded sweep (`attnlab run NAME --shard i/N --out part_i.csv`) into one.
 
-    tools/merge_shards.py OUT.csv part_0.csv part_1.csv ...
+    tools/merge_shards.py OUT.csv[.gz] part_0.csv[.gz] part_1.csv[.gz] ...
 
 Every input must carry the same header (schema); only finished points (those with a point_done row) are kept,
-each once. Standard library only, so it runs with any python3.
+each once. Files ending in .gz are read and written gzip-compressed. Standard library only, so it runs with any
+python3.
 """
 import csv
+import gzip
 import sys
+
+
+def open_text(name, mode):
+    if name.endswith(".gz"):
+        return gzip.open(name, mode + "t", newline="", **({"compresslevel": 9} if mode == "w" else {}))
+    return open(name, mode, newline="")
 
 
 def main(out, parts):
     header, rows, seen = None, [], set()
     for part in parts:
-        with open(part, newline="") as f:
+        with open_text(part, "r") as f:
             reader = csv.reader(f)
             h = next(reader, None)
             if h is None:
@@ -30,7 +38,7 @@ def main(out, parts):
             seen |= fresh
     if header is None:
         sys.exit("no input rows")
-    with open(out, "w", newline="") as f:
+    with open_text(out, "w") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(header)
         w.writerows(rows)

@@ -39,14 +39,15 @@ marker=$out_dir/.reproduce-incomplete
 if [ -e "$marker" ]; then
   echo "reproduce: resuming the interrupted run in $out_dir/"
 else
-  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.config "$out_dir"/*.csv.config.txt
+  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.gz "$out_dir"/*.config "$out_dir"/*.csv.config.txt
 fi
 touch "$marker"
 build/bin/attnlab compare --all --n 1024 --d 64 --seed 0 --dtype f64 --csv "$out_dir/compare_default.csv"
 for experiment in $(build/bin/attnlab run --help | awk '/^Subcommands:/{s=1;next} s&&NF{print $1}'); do
-  build/bin/attnlab run "$experiment" --preset "$preset" --out "$out_dir/$experiment.csv"
+  build/bin/attnlab run "$experiment" --preset "$preset" --out "$out_dir/$experiment.csv.gz"
 done
 rm -f "$marker"
 "$(attnlab_python)" tools/plot.py --results "$out_dir"
+"$(attnlab_python)" tools/findings.py --results "$out_dir"
 now=$(date +%s)
 echo "reproduce: CSVs in $out_dir/, figures in $out_dir/figures/ (experiments $(( now - start )) s, all $(( now - t0 )) s)"

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""The committed results stay small and the quoted numbers stay true:
+  - every number README.md and the notebooks quote equals what tools/findings.py computes from the committed CSVs
+    (README.md is docs/README.template.md rendered; the notebooks' text is tools/make_notebooks.py's), and
+    results/findings.md is up to date;
+  - a changed number is caught: a README with one quoted value altered fails the check;
+  - the committed quick-preset results/ take at most 5 MB, and every CSV there is compressed.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+failed, passed = [], 0
+
+
+def check(ok, what):
+    global passed
+    if ok:
+        passed += 1
+    else:
+        failed.append(what)
+        print("FAIL:", what, flush=True)
+
+
+r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "findings.py"), "--check"], capture_output=True,
+                   text=True, timeout=300)
+check(r.returncode == 0, f"README, notebooks and findings.md quote what the CSVs give: {r.stderr[-2000:]}")
+print(r.stdout.strip())
+
+# The check can fail: in a copy of the repository, alter one quoted number in README.md.
+import findings  # noqa: E402
+items = findings.compute(os.path.join(ROOT, "results"))
+copy = tempfile.mkdtemp(prefix="attnlab_findings_")
+for sub in ("tools", "docs", "results", "notebooks", "models"):
+    shutil.copytree(os.path.join(ROOT, sub), os.path.join(copy, sub))
+readme = open(os.path.join(ROOT, "README.md")).read()
+value = items["evb.floor_trained"][0]
+altered = readme.replace(f"{value} on the\ntrained heads", f"{float(value) + 0.01:.2f} on the\ntrained heads", 1)
+check(altered != readme, "the README quotes evb.floor_trained where the test expects it")
+open(os.path.join(copy, "README.md"), "w").write(altered)
+r = subprocess.run([sys.executable, os.path.join(copy, "tools", "findings.py"), "--check"], capture_output=True,
+                   text=True, timeout=300)
+check(r.returncode == 1 and "README.md differs" in r.stderr, f"an altered number is caught: {r.stderr[-500:]}")
+shutil.rmtree(copy)
+
+size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(ROOT, "results")) for f in fs)
+check(size <= 5_000_000, f"committed results/ is {size / 1e6:.2f} MB (≤ 5 MB)")
+plain = [f for f in os.listdir(os.path.join(ROOT, "results")) if f.endswith(".csv") and f != "compare_default.csv"]
+check(not plain, f"experiment CSVs are compressed: {plain}")
+print(f"results/ holds {size / 1e6:.2f} MB")
+print(f"{passed} passed, {len(failed)} failed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""The numbers the README and the notebooks quote, computed from the committed CSVs so that they cannot go stale.
+
+    tools/findings.py [--results results]            write RESULTS/findings.md and render README.md
+    tools/findings.py --check                        exit 1 when README.md, the notebooks' text or findings.md
+                                                     differ from what the CSVs give (the test suite runs this)
+
+Every finding has a name, a definition (which CSV rows, which statistic) and a formatted value. The prose lives in
+docs/README.template.md and tools/make_notebooks.py with {{name}} where a number goes; README.md is rendered from
+the template (edit the template, not README.md). Needs Debian's python3-pandas.
+"""
+import argparse
+import difflib
+import json
+import math
+import os
+import re
+import sys
+
+import numpy as np
+import pandas as pd
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+TEMPLATE = os.path.join(ROOT, "docs", "README.template.md")
+README = os.path.join(ROOT, "README.md")
+EXPORT = os.path.join(ROOT, "models", "trained_attention.export.json")
+PLACEHOLDER = re.compile(r"\{\{([a-z0-9_]+\.[a-z0-9_.]+)\}\}")   # {{experiment.name}}; {{name}} stays literal
+
+
+def load(results, name):
+    for ext in (".csv.gz", ".csv"):
+        p = os.path.join(results, name + ext)
+        if os.path.exists(p):
+            df = pd.read_csv(p, keep_default_na=False)
+            df = df[df["metric"] != "point_done"].copy()
+            df["value"] = pd.to_numeric(df["value"])
+            for col in ("n", "d"):   # numbers (point_done rows left them empty); step stays text: "" is no step
+                df[col] = pd.to_numeric(df[col])
+            df["family"] = df["source"].str.split("/").str[0]
+            return df
+    sys.exit(f"findings: no {name}.csv.gz or {name}.csv in {results}")
+
+
+def pick(df, **eq):
+    """Rows whose columns equal the given values (numbers compared as text, as the CSV holds them)."""
+    m = pd.Series(True, index=df.index)
+    for col, val in eq.items():
+        m &= df[col].astype(str) == str(val)
+    out = df[m]
+    if out.empty:
+        raise KeyError(f"no rows with {eq}")
+    return out["value"]
+
+
+def f2(x):
+    return f"{x:.2f}"
+
+
+def f3(x):
+    return f"{x:.3f}"
+
+
+def sig(x, n=2):
+    """n significant digits, plain notation for 1e-3 ≤ |x| < 1e4, else like 4e7."""
+    if x == 0 or not math.isfinite(x):
+        return str(x)
+    if 1e-3 <= abs(x) < 1e4:
+        digits = max(0, n - 1 - int(math.floor(math.log10(abs(x)))))
+        return f"{round(x, digits):.{digits}f}"
+    m, e = f"{x:.{n - 1}e}".split("e")
+    m = m.rstrip("0").rstrip(".")
+    return f"{m}e{int(e)}"
+
+
+def pct(x):
+    return f"{100 * x:.0f}%"
+
+
+def integer(x):
+    return f"{x:.0f}"
+
+
+class Findings:
+    def __init__(self):
+        self.items = {}   # name -> (value text, definition, experiment)
+
+    def add(self, name, value, fmt, definition, experiment):
+        self.items[name] = (fmt(value), definition, experiment)
+
+
+def per_head(series_df, metric):
+    """Per model head (variant L{l}H{h}), the median over sequences of a metric."""
+    d = series_df[series_df.metric == metric]
+    return d.groupby("variant")["value"].median()
+
+
+def spectrum(F, R):
+    d = load(R, "spectrum")
+    for src in ("gaussian", "clustered", "lowrank"):
+        F.add(f"spectrum.{src}_at128", pick(d, source=src, variant="T=1", metric="cumulative_at_128").median(), f2,
+              f"normalized cumulative singular value at index 128 of P, source {src}, T = 1, n = 512 (median over seeds)",
+              "spectrum")
+    t = per_head(d[d.source == "trained"], "cumulative_at_128")
+    F.add("spectrum.trained_at128_min", t.min(), f2, "trained heads: smallest cumulative singular value at 128 "
+          "(per head the median over sequences)", "spectrum")
+    F.add("spectrum.trained_at128_max", t.max(), f2, "trained heads: largest of the same", "spectrum")
+    F.add("spectrum.trained_at128_median", t.median(), f2, "trained heads: median over heads of the same", "spectrum")
+    F.add("spectrum.initialized_at128_min", per_head(d[d.source == "initialized"], "cumulative_at_128").min(), f2,
+          "initialised model: smallest cumulative singular value at 128 over heads", "spectrum")
+    F.add("spectrum.sharpest_entropy", per_head(d[d.source == "trained"], "mean_row_entropy").min(), f2,
+          "trained heads: smallest mean row entropy (nats)", "spectrum")
+    F.add("spectrum.max_diff_vs_model", d[d.metric == "max_abs_diff_vs_model"]["value"].max(), lambda x: sig(x, 1),
+          "largest |P_attnlab − P_model| over every exported head", "spectrum")
+
+
+def error_vs_budget(F, R):
+    d = load(R, "error_vs_budget")
+    at = d[d.step.astype(str) == "64"]
+
+    def med(family, variant, metric):
+        return pick(at[at.family == family], variant=variant, metric=metric).median()
+
+    for fam in ("clustered", "lowrank", "gaussian", "trained"):
+        F.add(f"evb.floor_{fam}", med(fam, "svd", "P_rel_fro"), f2 if fam != "clustered" else f3,
+              f"Eckart–Young floor ‖P − P_64‖_F/‖P‖_F at budget 64, n = 512, source {fam} (median over heads/seeds)",
+              "error_vs_budget")
+    for fam, variants in (("clustered", ("vq", "reformer", "nystrom", "performer")), ("trained", ("reformer", "nystrom"))):
+        for v in variants:
+            F.add(f"evb.P_{fam}_{v}", med(fam, v, "P_rel_fro"), f2, f"P_rel_fro of {v} at budget 64 on {fam}",
+                  "error_vs_budget")
+    for v in ("vq", "reformer", "local", "scatterbrain", "nystrom", "linformer_pool", "performer"):
+        F.add(f"evb.out_trained_{v}", med("trained", v, "out_rel_fro"), f2,
+              f"out_rel_fro of {v} at budget 64 on the trained heads (median of one head per layer)", "error_vs_budget")
+    init = at[(at.family == "initialized") & (at.metric == "out_rel_fro") & (at.variant != "linformer_gaussian")]
+    F.add("evb.out_initialized_max", init.groupby("variant")["value"].median().max(), f2,
+          "initialised model: largest out_rel_fro at budget 64 over the families except Gaussian Linformer",
+          "error_vs_budget")
+    # Error against cost on the trained heads: how many (method, budget) pairs beat exact attention's time, and what
+    # the most accurate one costs.
+    tr = d[d.family == "trained"]
+    err = tr[tr.metric == "out_rel_fro"].groupby(["variant", "step"])["value"].median()
+    speed = tr[tr.metric == "cost_speedup_vs_exact"].groupby(["variant", "step"])["value"].median()
+    both = pd.concat({"err": err, "speed": speed}, axis=1).dropna()
+    both = both[both.index.get_level_values(0) != "svd"]   # a reference by dense SVD, not a method to run for speed
+    if not both.empty:
+        F.add("evb.cost_trained_faster", int((both.speed > 1).sum()), integer,
+              "trained heads: (method, budget) pairs faster than exact streaming attention in float32 (timing)",
+              "error_vs_budget")
+        F.add("evb.cost_trained_pairs", len(both), integer, "trained heads: (method, budget) pairs with a cost",
+              "error_vs_budget")
+        best = both["err"].idxmin()
+        F.add("evb.cost_trained_best", f"{best[0]} at budget {best[1]}", str,
+              "trained heads: the (method, budget) pair with the lowest output error (SVD excluded)", "error_vs_budget")
+        F.add("evb.cost_trained_best_err", both.loc[best, "err"], f2, "its output error", "error_vs_budget")
+        F.add("evb.cost_trained_best_speedup", both.loc[best, "speed"], lambda x: sig(x, 1),
+              "its speed relative to exact streaming attention (exact's time / its time; timing)", "error_vs_budget")
+
+
+def error_vs_length(F, R):
+    d = load(R, "error_vs_length")
+    d = d[d.metric == "P_rel_fro"]
+    for key, variant in (("nystrom", "nystrom:landmarks"), ("floor", "svd:rank"), ("linformer", "linformer:k")):
+        for n in (256, 2048):
+            F.add(f"evl.{key}_gaussian_{n}", pick(d, source="gaussian", variant=variant, n=n).median(),
+                  f2 if key != "linformer" else lambda x: sig(x, 2),
+                  f"P_rel_fro of {variant}=64 on Gaussian inputs at n = {n}", "error_vs_length")
+    pool = d[d.variant == "linformer:projection=pool,k"]["value"]
+    F.add("evl.pool_min", pool.min(), f2, "Linformer mean pooling (k = 64): smallest P_rel_fro over sources and n",
+          "error_vs_length")
+    F.add("evl.pool_max", pool.max(), f2, "the largest of the same", "error_vs_length")
+
+
+def performer(F, R):
+    d = load(R, "performer_mse")
+    F.add("performer.trig_mse_16", pick(d, variant="iid/trig", step=16, metric="kernel_mse").median(), integer,
+          "sampled kernel MSE of iid trig features at M = 16 (Performer Fig. 4 set-up)", "performer_mse")
+    F.add("performer.trig_lemma2_16", pick(d, variant="iid/trig", step=16, metric="kernel_mse_lemma2_iid").median(),
+          integer, "Lemma 2's closed-form MSE for the same", "performer_mse")
+
+
+def vq(F, R):
+    d = load(R, "vq")
+    for key, variant in (("hard", "hard"), ("both", "both (mean-field)"), ("performer", "performer")):
+        F.add(f"vq.clustered_64_{key}", pick(d, source="clustered", variant=variant, step=64, metric="out_rel_fro")
+              .median(), f2 if key != "both" else f3, f"out_rel_fro of VQ variant '{variant}' with 64 codes on clustered "
+              "keys, n = 512", "vq")
+
+
+def regimes(F, R):
+    d = load(R, "regimes")
+    t = d[d.source == "trained"]
+    ent = t[t.metric == "entropy"].groupby("variant")["value"].mean()
+    out = t[t.metric == "out_rel_fro"].pivot_table(index="variant", columns="method", values="value")
+    sharp, broad = ent.idxmin(), ent.idxmax()
+    F.add("regimes.heads", len(ent), integer, "trained heads in the regimes experiment", "regimes")
+    F.add("regimes.sharp_entropy", ent[sharp], f2, "entropy (nats) of the sharpest trained head", "regimes")
+    F.add("regimes.sharp_local", out.loc[sharp, "local"], lambda x: sig(x, 1), "its local-window output error", "regimes")
+    F.add("regimes.sharp_svd", out.loc[sharp, "svd"], f2, "its best rank-64 output error", "regimes")
+    F.add("regimes.broad_entropy", ent[broad], f2, "entropy (nats) of the broadest trained head", "regimes")
+    F.add("regimes.broad_svd", out.loc[broad, "svd"], f2, "its best rank-64 output error", "regimes")
+    F.add("regimes.broad_local", out.loc[broad, "local"], f2, "its local-window output error", "regimes")
+    F.add("regimes.broad_reformer", out.loc[broad, "reformer"], f2, "its Reformer output error", "regimes")
+    F.add("regimes.scatterbrain_worse", int((out["scatterbrain"] > out["local"]).sum()), integer,
+          "trained heads on which Scatterbrain (Performer + band) is worse than its band (local) alone", "regimes")
+    g = d[(d.source == "gaussian") & (d.method == "svd") & (d.metric == "out_rel_fro")]
+    g = g.assign(T=g.variant.str[2:].astype(float)).groupby("T")["value"].median()
+    F.add("regimes.gaussian_svd_lowT", g.iloc[0], f2, f"Gaussian inputs: rank-64 output error at T = {g.index[0]:g}",
+          "regimes")
+    F.add("regimes.gaussian_svd_highT", g.iloc[-1], f3, f"the same at T = {g.index[-1]:g}", "regimes")
+
+
+def probsparse(F, R):
+    d = load(R, "probsparse")
+    rec = d[(d.metric == "top_u_recall") & (d.step.astype(str) == "500") & (d.variant == "sampled M̄")]
+    for fam in ("gaussian", "clustered", "trained"):
+        F.add(f"probsparse.recall_{fam}", rec[rec.family == fam]["value"].median(), pct,
+              f"recall of the true top-u queries by the sampled M̄ at c = 5, source {fam} (median)", "probsparse")
+    full = d[(d.metric == "top_u_recall") & (d.step.astype(str) == "500") & (d.variant == "full M̄")]
+    F.add("probsparse.recall_trained_full", full[full.family == "trained"]["value"].median(), f2,
+          "the same with M̄ over all keys, trained heads", "probsparse")
+    F.add("probsparse.corr_clustered", pick(d, source="clustered", metric="corr_M_Mbar").median(), f2,
+          "correlation of M and the sampled M̄ over queries, clustered keys", "probsparse")
+    q = d[(d.metric == "M_quantile") & (d.step.astype(str) == "50")]
+    tq = q[q.family == "trained"].groupby("source")["value"].median()
+    F.add("probsparse.M_median_trained_min", tq.min(), integer, "trained heads: smallest median M over queries (nats)",
+          "probsparse")
+    F.add("probsparse.M_median_trained_max", tq.max(), integer, "trained heads: largest median M", "probsparse")
+    F.add("probsparse.M_median_gaussian", q[q.family == "gaussian"]["value"].median(), lambda x: sig(x, 2),
+          "Gaussian inputs: median M", "probsparse")
+
+
+def scaling(F, R):
+    d = load(R, "scaling")
+    t = d[d.metric == "time_s"]
+
+    def slope(variant):
+        x = t[t.variant == variant].sort_values("n")
+        return np.polyfit(np.log(x.n.astype(float)), np.log(x.value), 1)[0]
+
+    F.add("scaling.exact_slope", slope("exact"), f2, "log-log slope of exact streaming attention's time against n "
+          "(timing)", "scaling")
+    mem = d[(d.metric == "peak_memory_bytes")]
+    mat = mem[mem.variant == "exact:impl=materialized"].sort_values("n")
+    F.add("scaling.materialized_mem_ratio", (mat.value.values[-1] / mat.value.values[-2]), lambda x: sig(x, 2),
+          "materialized exact attention: peak memory ratio between the two largest n (a doubling)", "scaling")
+    nmax = t.n.max()
+    F.add("scaling.nmax", nmax, integer, "largest n of the scaling run", "scaling")
+    F.add("scaling.streaming_mem_mib", mem[(mem.variant == "exact") & (mem.n == nmax)]["value"].max() / 2**20,
+          lambda x: sig(x, 1), "streaming exact attention: peak memory above the inputs at the largest n (MiB)",
+          "scaling")
+    te = t[(t.n == nmax)].set_index("variant")["value"]
+    F.add("scaling.nystrom_speedup", te["exact"] / te["nystrom"], lambda x: sig(x, 2),
+          "time of exact streaming over Nyström's at the largest n (timing)", "scaling")
+
+
+def pinv(F, R):
+    d = load(R, "pinv")
+    it = d[d.metric == "iterations_to_1e-6"]
+    for v, key in (("order3", "order3"), ("newton", "newton")):
+        F.add(f"pinv.iters_{key}_gaussian", pick(it, source="gaussian", variant=v, spec="landmarks=64").median(), integer,
+              f"iterations of {v} to ‖I − AZ‖_F ≤ 1e-6 on Gaussian landmark matrices, m = 64", "pinv")
+    cond = d[(d.metric == "cond") & (d.family == "trained")]
+    for m in (64, 128):
+        F.add(f"pinv.cond_trained_{m}", cond[cond.step.astype(str) == str(m)]["value"].median(), lambda x: sig(x, 1),
+              f"trained heads: median condition number of the landmark matrix at m = {m}", "pinv")
+    F.add("pinv.cond_gaussian_64", pick(d, source="gaussian", metric="cond", step=64).median(), lambda x: sig(x, 1),
+          "Gaussian inputs: condition number of the landmark matrix at m = 64", "pinv")
+    res = d[(d.metric == "residual") & (d.source == "gaussian") & (d.spec == "landmarks=64") & (d.variant == "order3")]
+    F.add("pinv.residual6_gaussian", res[res.step.astype(str) == "6"]["value"].median(), lambda x: sig(x, 2),
+          "Gaussian inputs, m = 64: ‖I − AZ_6‖_F after the paper's 6 order-3 iterations", "pinv")
+    e = d[(d.metric == "nystrom_out_rel_fro") & (d.spec == "landmarks=64") & (d.variant == "order3")]
+    e = e[e.step.astype(str) != ""].assign(k=lambda x: x.step.astype(int))
+    tr = e[e.family == "trained"].groupby("k")["value"].median()
+    F.add("pinv.best_iter_trained", tr.idxmin(), integer, "trained heads, m = 64: order-3 iterations at which "
+          "Nyström's output error is lowest (median over heads)", "pinv")
+    F.add("pinv.best_err_trained", tr.min(), f2, "that lowest error", "pinv")
+    F.add("pinv.last_err_trained", tr.iloc[-1], lambda x: sig(x, 2), f"the error after {tr.index[-1]} iterations",
+          "pinv")
+    F.add("pinv.last_iter", tr.index[-1], integer, "the largest iteration count of the sweep", "pinv")
+    g = e[e.family == "gaussian"].groupby("k")["value"].median()
+    F.add("pinv.best_iter_gaussian", g.idxmin(), integer, "Gaussian inputs, m = 64: the iteration count with the "
+          "lowest Nyström output error", "pinv")
+    svd = d[(d.metric == "nystrom_out_rel_fro") & (d.spec == "landmarks=64") & (d.variant == "svd")]
+    F.add("pinv.svd_err_gaussian", svd[svd.family == "gaussian"]["value"].median(), lambda x: sig(x, 2),
+          "Gaussian inputs, m = 64: Nyström's output error with the SVD pseudo-inverse", "pinv")
+    F.add("pinv.err6_gaussian", g.get(6, float("nan")), f2, "the same with the paper's 6 order-3 iterations", "pinv")
+
+
+def model(F):
+    meta = json.load(open(EXPORT))
+    loss = meta.get("held_out_loss_nats", {})
+    if loss:
+        F.add("model.loss_initialized", loss["initialized"], f2, "held-out loss of the initialised model (nats/byte)",
+              "trained_attention")
+        F.add("model.loss_trained", loss["trained"], f2, "held-out loss of the trained model (nats/byte)",
+              "trained_attention")
+
+
+def compute(results):
+    F = Findings()
+    for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv):
+        fn(F, results)
+    model(F)
+    return F.items
+
+
+def findings_md(items, results):
+    out = ["# Findings", "",
+           f"Computed by `tools/findings.py` from the CSVs in `{os.path.relpath(results, ROOT)}/`; the README and the "
+           "notebooks quote these names (`{{name}}` in docs/README.template.md and tools/make_notebooks.py). Timing "
+           "findings vary between runs and machines; every other value is reproducible.", ""]
+    by_exp = {}
+    for name, (value, definition, exp) in items.items():
+        by_exp.setdefault(exp, []).append((name, value, definition))
+    for exp in sorted(by_exp):
+        out += [f"## {exp}", "", "| name | value | definition |", "|---|---|---|"]
+        out += [f"| `{n}` | {v} | {d} |" for n, v, d in by_exp[exp]]
+        out.append("")
+    return "\n".join(out)
+
+
+def render(text, items, where):
+    missing = sorted(set(PLACEHOLDER.findall(text)) - set(items))
+    if missing:
+        sys.exit(f"findings: {where} names unknown findings: {', '.join(missing)}")
+    return PLACEHOLDER.sub(lambda m: items[m.group(1)][0], text)
+
+
+def notebook_texts(items):
+    """The notebooks' markdown as tools/make_notebooks.py writes it with these findings."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import make_notebooks
+    return {name: [render(t, items, name) for kind, t in cells if kind == "md"]
+            for name, cells in make_notebooks.books().items()}
+
+
+def committed_notebook_texts():
+    out = {}
+    for name in sorted(os.listdir(os.path.join(ROOT, "notebooks"))):
+        if name.endswith(".ipynb"):
+            nb = json.load(open(os.path.join(ROOT, "notebooks", name)))
+            out[name] = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on any difference")
+    a = ap.parse_args()
+    items = compute(a.results)
+    md = findings_md(items, a.results)
+    md_path = os.path.join(a.results, "findings.md")
+    readme = render(open(TEMPLATE).read(), items, TEMPLATE)
+    quick = os.path.abspath(a.results) == os.path.join(ROOT, "results")
+    if not a.check:
+        with open(md_path, "w") as f:
+            f.write(md)
+        print(md_path)
+        if quick:   # the README quotes the quick preset's committed results
+            with open(README, "w") as f:
+                f.write(readme)
+            print(README)
+        return 0
+    problems = []
+    if not os.path.exists(md_path) or open(md_path).read() != md:
+        problems.append(f"{md_path} is not what the CSVs give (run tools/findings.py)")
+    if open(README).read() != readme:
+        diff = difflib.unified_diff(open(README).read().splitlines(), readme.splitlines(), "README.md",
+                                    "rendered from the CSVs", lineterm="", n=0)
+        problems.append("README.md differs from docs/README.template.md rendered with the CSVs' findings (edit the "
+                        "template, then run tools/findings.py):\n" + "\n".join(list(diff)[:40]))
+    want, have = notebook_texts(items), committed_notebook_texts()
+    for name in sorted(set(want) | set(have)):
+        if want.get(name) != have.get(name):
+            problems.append(f"notebooks/{name}: its text differs from tools/make_notebooks.py rendered with the "
+                            "findings (run tools/make_notebooks.py)")
+    for p in problems:
+        print("findings:", p, file=sys.stderr)
+    print(f"findings: {len(items)} numbers checked against the CSVs; "
+          f"{'all as quoted' if not problems else str(len(problems)) + ' differences'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
