@@ -2,6 +2,7 @@
 // Every failure ends in one line on stderr and a non-zero exit status.
 #include "attnlab/error.hpp"
 #include "attnlab/memory.hpp"
+#include "attnlab/reproducible.hpp"
 #include "commands.hpp"
 #include "sweep.hpp"
 
@@ -13,6 +14,7 @@
 #include <new>
 
 int main(int argc, char** argv) {
+  attnlab::pin_eigen_blocking();  // the same summation order on every CPU, so the same results
   attnlab::cli::set_command_line(argc, argv);
   CLI::App app{"attnlab: exact softmax attention and its approximations, and how far apart they are"};
   app.set_version_flag("--version", std::string(attnlab::code_version()));

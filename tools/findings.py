@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The numbers the README and the notebooks quote, computed from the committed CSVs so that they cannot go stale.
 
-    tools/findings.py [--results results]            write RESULTS/findings.md and render README.md
+    tools/findings.py [--results results]            write RESULTS/findings.md; for results/, also render
+                                                     README.md and the notebooks' text
     tools/findings.py --check                        exit 1 when README.md, the notebooks' text or findings.md
                                                      differ from what the CSVs give (the test suite runs this)
 
@@ -357,10 +358,13 @@ def main():
         with open(md_path, "w") as f:
             f.write(md)
         print(md_path)
-        if quick:   # the README quotes the quick preset's committed results
+        if quick:   # the README and the notebooks quote the quick preset's committed results
             with open(README, "w") as f:
                 f.write(readme)
             print(README)
+            sys.path.insert(0, os.path.join(ROOT, "tools"))
+            import make_notebooks
+            make_notebooks.main()
         return 0
     problems = []
     if not os.path.exists(md_path) or open(md_path).read() != md:
