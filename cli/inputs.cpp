@@ -66,7 +66,7 @@ DType resolve_dtype(const std::string& flag, const NpyArray& q) {
 
 template <typename T>
 void require_finite_output(const MatrixR<T>& m, const std::string& what) {
-  if (!m.allFinite()) throw Error(fmt::format("{} has non-finite values: a numerical failure", what));
+  if (!all_finite(m)) throw Error(fmt::format("{} has non-finite values: a numerical failure", what));
 }
 
 template void require_finite_output<float>(const MatrixR<float>&, const std::string&);

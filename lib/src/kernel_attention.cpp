@@ -36,7 +36,7 @@ KernelOperator<T>::KernelOperator(FeatureMaps<T> f, bool causal, Index chunk)
   require(chunk_ >= 1, "kernel attention: chunk must be positive");
   if (f_.k_logscale.size() == 0) f_.k_logscale = VectorX<T>::Zero(f_.kf.rows());
   require(f_.k_logscale.size() == f_.kf.rows(), "kernel attention: one log-scale per key");
-  require(f_.qf.allFinite() && f_.kf.allFinite() && f_.k_logscale.allFinite(),
+  require(all_finite(f_.qf) && all_finite(f_.kf) && all_finite(f_.k_logscale),
           "kernel attention: non-finite features");
   offset_ = cols() - rows();
   if (causal_) require(offset_ >= 0, "kernel attention: causal needs n_k >= n_q");
@@ -53,6 +53,13 @@ KernelOperator<T>::KernelOperator(FeatureMaps<T> f, bool causal, Index chunk)
       qmax_(i) = m;
     }
     before_.push_back(m);
+  }
+  // Without a mask every query shares the stabilizer M = max g: fold e^{g_j − M} into the key features once, so
+  // that products use Ψk as it is (no n × M copy per product).
+  if (!causal_) {
+    const VectorX<T> w = (g.array() - qmax_(0)).exp();
+    f_.kf = w.asDiagonal() * f_.kf;
+    f_.k_logscale.setConstant(qmax_(0));
   }
   // Denominators Σ_j sim(q_i, k_j), and the magnitude Σ_j |terms| that guards them.
   const MatrixR<T> ones = MatrixR<T>::Ones(cols(), 1);
@@ -83,9 +90,8 @@ MatrixR<T> KernelOperator<T>::block_weights(const MatrixR<T>& qf, const MatrixR<
 
 template <typename T>
 MatrixR<T> KernelOperator<T>::unnormalized(const MatrixR<T>& qf, const MatrixR<T>& kf, const ConstRef<T>& x) const {
-  if (!causal_) {
-    const MatrixR<T> ks = scaled_keys(kf, 0, cols(), qmax_(0));
-    const MatrixR<T> s = ks.transpose() * x;  // M × b
+  if (!causal_) {  // the keys' weights are folded into kf (constructor)
+    const MatrixR<T> s = kf.transpose() * x;  // M × b
     return qf * s;
   }
   // Chunked prefix sums. The state S = Σ_{keys before block c} ψ(k_j) x_jᵀ is kept in units of e^{−before(c)};
@@ -122,7 +128,7 @@ MatrixR<T> KernelOperator<T>::apply_transpose(const ConstRef<T>& x) const {
   const Index b = x.cols();
   if (!causal_) {
     const MatrixR<T> r = f_.qf.transpose() * w;  // M × b
-    return scaled_keys(f_.kf, 0, cols(), qmax_(0)) * r;
+    return f_.kf * r;  // weights folded into kf
   }
   // Suffix sums over query blocks, backwards: R = Σ_{queries i in blocks > c} φ(q_i) w_iᵀ e^{before(c+1) − M_i},
   // factors ≤ 1 since M_i ≥ before(c+1) there; block c's keys have g ≤ before(c+1).

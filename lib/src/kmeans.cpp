@@ -24,9 +24,18 @@ MatrixR<T> sq_distances(const ConstRef<T>& x, const ConstRef<T>& c) {
 
 template <typename T>
 std::vector<Index> nearest(const ConstRef<T>& x, const ConstRef<T>& centroids) {
-  const MatrixR<T> d = sq_distances<T>(x, centroids);
-  std::vector<Index> a(static_cast<std::size_t>(x.rows()));
-  for (Index i = 0; i < x.rows(); ++i) d.row(i).minCoeff(&a[std::size_t(i)]);
+  // argmin_c ‖x − c‖² = argmin_c (‖c‖² − 2x·c): one product, then a row-wise argmin, in blocks of rows (the
+  // n × c distance matrix is never formed whole).
+  const Index n = x.rows(), block = 256;
+  const VectorX<T> cn = centroids.rowwise().squaredNorm();
+  std::vector<Index> a(static_cast<std::size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (Index b0 = 0; b0 < n; b0 += block) {
+    const Index bi = std::min(block, n - b0);
+    MatrixR<T> g = x.middleRows(b0, bi) * centroids.transpose() * T(-2);
+    g.rowwise() += cn.transpose();
+    for (Index r = 0; r < bi; ++r) g.row(r).minCoeff(&a[std::size_t(b0 + r)]);
+  }
   return a;
 }
 
@@ -39,6 +48,8 @@ KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, R
   // k-means++: the first centre uniformly, each next one with probability ∝ D(x)², the squared distance to the
   // nearest centre so far (a point already chosen has D = 0 and is never chosen again while others remain).
   r.centroids.row(0) = x.row(Index(rng.below(std::uint64_t(n))));
+  // Sums in double, from one conversion of the points (not one per iteration).
+  const MatrixR<double> xd = x.template cast<double>();
   VectorX<double> dist = (x.rowwise() - r.centroids.row(0)).rowwise().squaredNorm().template cast<double>();
   for (Index c = 1; c < clusters; ++c) {
     const double total = dist.sum();
@@ -61,10 +72,12 @@ KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, R
     MatrixR<double> sum = MatrixR<double>::Zero(clusters, dim);
     std::vector<Index> count(static_cast<std::size_t>(clusters), 0);
     for (Index i = 0; i < n; ++i) {
-      sum.row(r.assignment[std::size_t(i)]) += x.row(i).template cast<double>();
+      sum.row(r.assignment[std::size_t(i)]) += xd.row(i);
       ++count[std::size_t(r.assignment[std::size_t(i)])];
     }
-    const MatrixR<T> d = sq_distances<T>(x, r.centroids);
+    // Distances to the old centroids are needed only to refill an empty cluster.
+    const bool empty = std::find(count.begin(), count.end(), Index(0)) != count.end();
+    const MatrixR<T> d = empty ? sq_distances<T>(x, r.centroids) : MatrixR<T>();
     for (Index c = 0; c < clusters; ++c) {
       if (count[std::size_t(c)] > 0) {
         r.centroids.row(c) = (sum.row(c) / double(count[std::size_t(c)])).template cast<T>();

@@ -33,8 +33,9 @@ class LinearMethod final : public KernelMethod<T> {
  private:
   MatrixR<T> phi(const ConstRef<T>& x) const {
     if (relu_) return x.cwiseMax(T(0));
-    // elu(x) + 1 = x + 1 for x > 0, e^x for x ≤ 0: always positive.
-    return x.unaryExpr([](T v) { return v > 0 ? v + T(1) : std::exp(v); });
+    // elu(x) + 1 = x + 1 for x > 0, e^x for x ≤ 0: always positive. Written max(x, 0) + e^{min(x, 0)} so that
+    // Eigen vectorizes the exp (a scalar std::exp per entry cost more than the whole attention at n = 4096).
+    return (x.array().max(T(0)) + x.array().min(T(0)).exp()).matrix();
   }
   bool relu_ = false;
 };

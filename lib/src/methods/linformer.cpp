@@ -43,8 +43,15 @@ class LinformerMethod final : public LowRankMethod<T> {
       require(kk == n, fmt::format("linformer: projection=identity needs k = n_k = {}, got k = {}", n, kk));
       return MatrixR<T>::Identity(n, n);
     };
-    const MatrixR<T> e = draw();
-    const MatrixR<T> f = this->params().boolean("share_kv") ? e : draw();
+    // E and F are the method's parameters: drawn once per (n, k) and reused by later calls (the draw, 2·k·n
+    // Gaussians, cost more than the attention itself at n = 4096).
+    if (n != drawn_n_) {
+      e_ = draw();
+      f_ = this->params().boolean("share_kv") ? e_ : draw();
+      drawn_n_ = n;
+    }
+    const MatrixR<T>& e = e_;
+    const MatrixR<T>& f = f_;
     const MatrixR<T> ek = e * k;  // k × d
     AttentionOptions plain = opts;
     plain.causal = false;
@@ -54,6 +61,10 @@ class LinformerMethod final : public LowRankMethod<T> {
     this->set_factors(std::move(s), f.transpose(), distributions);
     return Status::Success;
   }
+
+ private:
+  Index drawn_n_ = -1;  // the n_k that E and F were drawn for
+  MatrixR<T> e_, f_;
 };
 
 }  // namespace

@@ -35,26 +35,41 @@ template <typename T>
 typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const ConstRef<T>& k, double scale,
                                                    Pattern pattern);
 
+/// The base of the pattern methods. compute() keeps Q, K and the options; the sparse P̃ is built only when the
+/// operator or the matrix is asked for (analysis: metrics, spectra), so a method with a fast output path (local's
+/// blocked kernel) never builds the per-entry sparse matrix on the hot path.
 template <typename T>
 class PatternMethod : public Method<T> {
  public:
   using Method<T>::Method;
   /// Mean number of keys per query.
   std::vector<std::pair<std::string, double>> diagnostics() const override {
-    return {{"keys_per_query", op_ ? double(op_->matrix().nonZeros()) / double(op_->rows()) : 0.0}};
+    const auto& op = static_cast<const SparseOperator<T>&>(do_op());
+    return {{"keys_per_query", double(op.matrix().nonZeros()) / double(op.rows())}};
   }
 
  protected:
   /// The pattern; with opts.causal it must only hold keys j ≤ i + (n_k − n_q).
-  virtual Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) = 0;
+  virtual Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const = 0;
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    op_.emplace(pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts)));
+    q_ = q;
+    k_ = k;
+    opts_ = opts;
+    op_.reset();
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
+  const AttentionOperator<T>& do_op() const override {
+    if (!op_) op_.emplace(pattern_softmax<T>(q_, k_, opts_.scale, pattern(q_, k_, opts_)));
+    return *op_;
+  }
+  const MatrixR<T>& queries() const { return q_; }
+  const MatrixR<T>& keys() const { return k_; }
+  const AttentionOptions& options() const { return opts_; }
 
  private:
-  std::optional<SparseOperator<T>> op_;
+  MatrixR<T> q_, k_;
+  AttentionOptions opts_;
+  mutable std::optional<SparseOperator<T>> op_;  // built on first use
 };
 
 }  // namespace attnlab

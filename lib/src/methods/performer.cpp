@@ -50,6 +50,7 @@ RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& om
   switch (kernel) {
     case PerformerKernel::Positive: {
       out.f.resize(n, m);
+#pragma omp parallel for schedule(static)
       for (Index i = 0; i < n; ++i) {
         const T mx = proj.row(i).maxCoeff();
         out.f.row(i) = (proj.row(i).array() - mx).exp();
@@ -59,6 +60,7 @@ RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& om
     }
     case PerformerKernel::Hyperbolic: {
       out.f.resize(n, 2 * m);
+#pragma omp parallel for schedule(static)
       for (Index i = 0; i < n; ++i) {
         const T mx = proj.row(i).cwiseAbs().maxCoeff();
         out.f.row(i).head(m) = (proj.row(i).array() - mx).exp();
@@ -100,10 +102,15 @@ class PerformerMethod final : public KernelMethod<T> {
 
  protected:
   FeatureMaps<T> features(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    Rng rng(std::uint64_t(this->params().integer("seed")));
-    const MatrixR<T> omega =
-        performer_projection<T>(Index(this->params().integer("features")), q.cols(),
-                                this->params().boolean("orthogonal"), this->params().choice("norms") == "chi", rng);
+    // ω is the method's parameter: drawn once per d (QR of Gaussian blocks) and reused by later calls.
+    if (q.cols() != omega_d_) {
+      Rng rng(std::uint64_t(this->params().integer("seed")));
+      omega_ = performer_projection<T>(Index(this->params().integer("features")), q.cols(),
+                                       this->params().boolean("orthogonal"), this->params().choice("norms") == "chi",
+                                       rng);
+      omega_d_ = q.cols();
+    }
+    const MatrixR<T>& omega = omega_;
     const T root = T(std::sqrt(opts.scale));
     const MatrixR<T> xq = q * root, xk = k * root;
     RandomFeatures<T> fq = performer_features<T>(xq, omega, kernel_);
@@ -118,6 +125,8 @@ class PerformerMethod final : public KernelMethod<T> {
 
  private:
   PerformerKernel kernel_ = PerformerKernel::Positive;
+  Index omega_d_ = -1;  // the dimension ω was drawn for
+  MatrixR<T> omega_;
 };
 
 }  // namespace

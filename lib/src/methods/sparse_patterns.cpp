@@ -88,13 +88,53 @@ void add_band(Pattern& p, Index nq, Index nk, Index w, bool causal) {
   }
 }
 
+/// Sliding-window attention as dense blocks: a block of queries [i0, i0 + B) against the keys its bands span,
+/// [c_i0 − W, c_{i0+B−1} + W] (causal: up to c_{i0+B−1}): one GEMM for the logits, the band mask, a stable row
+/// softmax, one GEMM with V. O(n·(B + 2W)·d) work, O(B·(B + 2W)) memory per thread; the same P̃ as the pattern.
+template <typename T>
+MatrixR<T> local_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef<T>& v, const AttentionOptions& opts,
+                        Index w) {
+  const Index nq = q.rows(), nk = k.rows(), off = nk - nq, dv = v.cols();
+  const Index block = 64, blocks = (nq + block - 1) / block;
+  const T s = T(opts.scale);
+  MatrixR<T> out(nq, dv);
+#pragma omp parallel
+  {
+    MatrixR<T> logits;
+#pragma omp for schedule(static)
+    for (Index b = 0; b < blocks; ++b) {
+      const Index i0 = b * block, bi = std::min(block, nq - i0);
+      const Index lo = std::max<Index>(0, i0 + off - w);
+      const Index hi = opts.causal ? std::min(nk - 1, i0 + bi - 1 + off) : std::min(nk - 1, i0 + bi - 1 + off + w);
+      const Index bj = hi - lo + 1;
+      logits.noalias() = (q.middleRows(i0, bi) * s) * k.middleRows(lo, bj).transpose();
+      for (Index r = 0; r < bi; ++r) {
+        const Index c = i0 + r + off;
+        const Index first = std::max<Index>(0, c - w) - lo;
+        const Index last = (opts.causal ? std::min(c, nk - 1) : std::min(c + w, nk - 1)) - lo;
+        auto row = logits.row(r);
+        const T mx = row.segment(first, last - first + 1).maxCoeff();
+        row.head(first).setZero();
+        row.segment(first, last - first + 1) = (row.segment(first, last - first + 1).array() - mx).exp();
+        row.tail(bj - last - 1).setZero();
+        row /= row.sum();
+      }
+      out.middleRows(i0, bi).noalias() = logits * v.middleRows(lo, bj);
+    }
+  }
+  return out;
+}
+
 template <typename T>
 class LocalMethod final : public PatternMethod<T> {
  public:
   using PatternMethod<T>::PatternMethod;
 
  protected:
-  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+  MatrixR<T> do_output(const ConstRef<T>& v) const override {
+    return local_output<T>(this->queries(), this->keys(), v, this->options(), Index(this->params().integer("window")));
+  }
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override {
     Pattern p(static_cast<std::size_t>(q.rows()));
     const Index w = Index(this->params().integer("window"));
     add_band(p, q.rows(), k.rows(), w, opts.causal);
@@ -111,7 +151,7 @@ class SparseMethod final : public PatternMethod<T> {
   using PatternMethod<T>::PatternMethod;
 
  protected:
-  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override {
     const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
     const Index w = Index(this->params().integer("window")), stride = Index(this->params().integer("stride")),
                 g = Index(this->params().integer("globals")), r = Index(this->params().integer("random"));
@@ -147,7 +187,7 @@ class ReformerMethod final : public PatternMethod<T> {
   using PatternMethod<T>::PatternMethod;
 
  protected:
-  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override {
     const Index nq = q.rows(), nk = k.rows(), off = nk - nq, d = q.cols();
     const Index buckets = Index(this->params().integer("buckets")), rounds = Index(this->params().integer("rounds")),
                 chunk = Index(this->params().integer("chunk"));
