@@ -2,6 +2,7 @@
 #include "attnlab/kernel_attention.hpp"
 
 #include "attnlab/error.hpp"
+#include "tall_products.hpp"
 
 #include <fmt/format.h>
 
@@ -91,7 +92,7 @@ MatrixR<T> KernelOperator<T>::block_weights(const MatrixR<T>& qf, const MatrixR<
 template <typename T>
 MatrixR<T> KernelOperator<T>::unnormalized(const MatrixR<T>& qf, const MatrixR<T>& kf, const ConstRef<T>& x) const {
   if (!causal_) {  // the keys' weights are folded into kf (constructor)
-    const MatrixR<T> s = kf.transpose() * x;  // M × b
+    const MatrixR<T> s = detail::tall_transpose_product<T>(kf, x);  // M × b
     return qf * s;
   }
   // Chunked prefix sums. The state S = Σ_{keys before block c} ψ(k_j) x_jᵀ is kept in units of e^{−before(c)};
@@ -127,7 +128,7 @@ MatrixR<T> KernelOperator<T>::apply_transpose(const ConstRef<T>& x) const {
   const MatrixR<T> w = inv_den_.asDiagonal() * x;  // rows of X weighted by 1/den_i
   const Index b = x.cols();
   if (!causal_) {
-    const MatrixR<T> r = f_.qf.transpose() * w;  // M × b
+    const MatrixR<T> r = detail::tall_transpose_product<T>(f_.qf, w);  // M × b
     return f_.kf * r;  // weights folded into kf
   }
   // Suffix sums over query blocks, backwards: R = Σ_{queries i in blocks > c} φ(q_i) w_iᵀ e^{before(c+1) − M_i},

@@ -1,6 +1,7 @@
 // Generic operator helpers: rows read through Pᵀ, densification by blocks of rows, dense and difference
 // operators.
 #include "attnlab/operator.hpp"
+#include "tall_products.hpp"
 
 #include "attnlab/error.hpp"
 #include "attnlab/memory.hpp"
@@ -60,14 +61,14 @@ LowRankOperator<T>::LowRankOperator(MatrixR<T> a, MatrixR<T> bt, bool distributi
 template <typename T>
 MatrixR<T> LowRankOperator<T>::apply(const ConstRef<T>& x) const {
   require(x.rows() == cols(), "apply: dimension mismatch");
-  const MatrixR<T> t = bt_.transpose() * x;
+  const MatrixR<T> t = detail::tall_transpose_product<T>(bt_, x);
   return a_ * t;
 }
 
 template <typename T>
 MatrixR<T> LowRankOperator<T>::apply_transpose(const ConstRef<T>& x) const {
   require(x.rows() == rows(), "apply_transpose: dimension mismatch");
-  const MatrixR<T> t = a_.transpose() * x;
+  const MatrixR<T> t = detail::tall_transpose_product<T>(a_, x);
   return bt_ * t;
 }
 

@@ -181,6 +181,41 @@ class SparseMethod final : public PatternMethod<T> {
   }
 };
 
+/// One hashing round of non-causal Reformer: positions sorted by (bucket, position), and for each query the range
+/// of sorted key positions it sees (its chunk and the previous one).
+struct ReformerRound {
+  std::vector<Index> key_order;  // sorted position → key
+  std::vector<Index> key_pos;    // key → sorted position
+  std::vector<Index> query_order;
+  std::vector<Index> lo, hi;     // per query: sorted key positions [lo, hi)
+};
+
+/// Angular LSH (Andoni et al. 2015): h(x) = argmax [xW; −xW], one rotation W per round, shared by q and k.
+template <typename T>
+std::vector<Index> lsh(const ConstRef<T>& x, const MatrixR<T>& w, Index buckets) {
+  std::vector<Index> h(static_cast<std::size_t>(x.rows()), 0);
+  if (buckets == 1) return h;
+  const MatrixR<T> r = x * w;
+  for (Index i = 0; i < x.rows(); ++i) {
+    Index best = 0;
+    T bv = -std::numeric_limits<T>::infinity();
+    for (Index b = 0; b < buckets / 2; ++b) {
+      if (r(i, b) > bv) bv = r(i, b), best = b;
+      if (-r(i, b) > bv) bv = -r(i, b), best = b + buckets / 2;
+    }
+    h[std::size_t(i)] = best;
+  }
+  return h;
+}
+
+/// Positions sorted by (bucket, position).
+inline std::vector<Index> bucket_order(const std::vector<Index>& h) {
+  std::vector<Index> o(h.size());
+  std::iota(o.begin(), o.end(), Index(0));
+  std::stable_sort(o.begin(), o.end(), [&](Index a, Index b) { return h[std::size_t(a)] < h[std::size_t(b)]; });
+  return o;
+}
+
 template <typename T>
 class ReformerMethod final : public PatternMethod<T> {
  public:
@@ -188,40 +223,20 @@ class ReformerMethod final : public PatternMethod<T> {
 
  protected:
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override {
-    const Index nq = q.rows(), nk = k.rows(), off = nk - nq, d = q.cols();
-    const Index buckets = Index(this->params().integer("buckets")), rounds = Index(this->params().integer("rounds")),
-                chunk = Index(this->params().integer("chunk"));
-    require(buckets == 1 || buckets % 2 == 0, fmt::format("reformer: buckets must be 1 or even, got {}", buckets));
-    Rng rng(std::uint64_t(this->params().integer("seed")));
+    const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
     Pattern p(static_cast<std::size_t>(nq));
-    const Index chunks = (nk + chunk - 1) / chunk;
-    for (Index round = 0; round < rounds; ++round) {
-      // Angular LSH: h(x) = argmax [xW; −xW] (Andoni et al. 2015), one rotation per round, shared by q and k.
-      const MatrixR<T> w = gaussian_matrix<T>(d, std::max<Index>(1, buckets / 2), rng);
-      const auto hash = [&](const ConstRef<T>& x) {
-        std::vector<Index> h(static_cast<std::size_t>(x.rows()), 0);
-        if (buckets == 1) return h;
-        const MatrixR<T> r = x * w;
-        for (Index i = 0; i < x.rows(); ++i) {
-          Index best = 0;
-          T bv = -std::numeric_limits<T>::infinity();
-          for (Index b = 0; b < buckets / 2; ++b) {
-            if (r(i, b) > bv) bv = r(i, b), best = b;
-            if (-r(i, b) > bv) bv = -r(i, b), best = b + buckets / 2;
-          }
-          h[std::size_t(i)] = best;
-        }
-        return h;
-      };
-      const auto order = [](const std::vector<Index>& h) {  // positions sorted by (bucket, position)
-        std::vector<Index> o(h.size());
-        std::iota(o.begin(), o.end(), Index(0));
-        std::stable_sort(o.begin(), o.end(), [&](Index a, Index b) { return h[std::size_t(a)] < h[std::size_t(b)]; });
-        return o;
-      };
-      const std::vector<Index> hk = hash(k), hq = hash(q);
-      if (opts.causal) {
-        // Per bucket, the keys in position order; query i takes the 2·chunk latest ones with j ≤ c_i.
+    if (!opts.causal) {
+      for (const ReformerRound& r : rounds(q, k))
+        for (Index i = 0; i < nq; ++i)
+          for (Index t = r.lo[std::size_t(i)]; t < r.hi[std::size_t(i)]; ++t)
+            p[std::size_t(i)].push_back(r.key_order[std::size_t(t)]);
+    } else {
+      // Per bucket, the keys in position order; query i takes the 2·chunk latest ones with j ≤ c_i.
+      const Index buckets = Index(this->params().integer("buckets")), chunk = Index(this->params().integer("chunk"));
+      Rng rng(std::uint64_t(this->params().integer("seed")));
+      for (Index round = 0; round < Index(this->params().integer("rounds")); ++round) {
+        const MatrixR<T> w = gaussian_matrix<T>(q.cols(), std::max<Index>(1, buckets / 2), rng);
+        const std::vector<Index> hk = lsh<T>(k, w, buckets), hq = lsh<T>(q, w, buckets);
         std::vector<std::vector<Index>> members(static_cast<std::size_t>(std::max<Index>(1, buckets)));
         for (Index j = 0; j < nk; ++j) members[std::size_t(hk[std::size_t(j)])].push_back(j);
         for (Index i = 0; i < nq; ++i) {
@@ -230,22 +245,116 @@ class ReformerMethod final : public PatternMethod<T> {
           const auto begin = end - std::min<std::ptrdiff_t>(end - m.begin(), std::ptrdiff_t(2 * chunk));
           p[std::size_t(i)].insert(p[std::size_t(i)].end(), begin, end);
         }
-        continue;
       }
-      const auto ko = order(hk), qo = order(hq);
-      for (Index t = 0; t < nq; ++t) {
-        const Index i = qo[std::size_t(t)];
-        const Index c = std::min(chunks - 1, t * chunks / nq);  // the query's chunk, in sorted order
-        for (Index j = std::max<Index>(0, (c - 1) * chunk); j < std::min(nk, (c + 1) * chunk); ++j) {
-          p[std::size_t(i)].push_back(ko[std::size_t(j)]);
-        }
-      }
-    }
-    if (opts.causal)
       for (Index i = 0; i < nq; ++i) p[std::size_t(i)].push_back(i + off);
+    }
     for (Index i = 0; i < nq; ++i)  // a query whose chunks hold no key at all (n_k ≪ n_q): its aligned key
       if (p[std::size_t(i)].empty()) p[std::size_t(i)].push_back(std::min(nk - 1, i + off));
     return p;
+  }
+
+  /// Non-causal: the softmax over the union of the rounds' key sets as dense chunk products (Reformer §2-3): per
+  /// round and chunk, the chunk's queries against its two key chunks (gathered), one GEMM; a key already seen by the
+  /// query in an earlier round is skipped (the union counts it once, as the duplicate correction does); rounds merge
+  /// by an online softmax (running max, sum, weighted values per query). The same P̃ as the pattern.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override {
+    const auto& opts = this->options();
+    if (opts.causal) return this->do_op().apply(v);
+    const MatrixR<T>& q = this->queries();
+    const MatrixR<T>& k = this->keys();
+    const Index nq = q.rows(), dv = v.cols();
+    const std::vector<ReformerRound> rs = rounds(q, k);
+    const T s = T(opts.scale), neg_inf = -std::numeric_limits<T>::infinity();
+    VectorX<T> m = VectorX<T>::Constant(nq, neg_inf), l = VectorX<T>::Zero(nq);
+    MatrixR<T> acc = MatrixR<T>::Zero(nq, dv);
+    bool any_fallback = false;
+    for (std::size_t r = 0; r < rs.size(); ++r) {
+      const ReformerRound& rd = rs[r];
+      // Runs of sorted queries that share a key range: one dense block each.
+      std::vector<std::pair<Index, Index>> runs;
+      for (Index t = 0; t < nq;) {
+        const Index i = rd.query_order[std::size_t(t)];
+        Index u = t + 1;
+        while (u < nq && rd.lo[std::size_t(rd.query_order[std::size_t(u)])] == rd.lo[std::size_t(i)] &&
+               rd.hi[std::size_t(rd.query_order[std::size_t(u)])] == rd.hi[std::size_t(i)])
+          ++u;
+        runs.emplace_back(t, u);
+        t = u;
+      }
+#pragma omp parallel for schedule(dynamic)
+      for (std::size_t run = 0; run < runs.size(); ++run) {
+        const auto [t0, t1] = runs[run];
+        const Index i0 = rd.query_order[std::size_t(t0)], lo = rd.lo[std::size_t(i0)], hi = rd.hi[std::size_t(i0)];
+        const Index bi = t1 - t0, bj = hi - lo;
+        if (bj <= 0) continue;
+        MatrixR<T> qb(bi, q.cols()), kb(bj, k.cols()), vb(bj, dv);
+        for (Index a = 0; a < bi; ++a) qb.row(a) = q.row(rd.query_order[std::size_t(t0 + a)]);
+        for (Index b = 0; b < bj; ++b) {
+          const Index j = rd.key_order[std::size_t(lo + b)];
+          kb.row(b) = k.row(j);
+          vb.row(b) = v.row(j);
+        }
+        MatrixR<T> logits = (qb * s) * kb.transpose();
+        for (Index a = 0; a < bi; ++a) {
+          const Index i = rd.query_order[std::size_t(t0 + a)];
+          for (Index b = 0; b < bj; ++b)  // seen in an earlier round: counted there
+            for (std::size_t e = 0; e < r; ++e) {
+              const Index pos = rs[e].key_pos[std::size_t(rd.key_order[std::size_t(lo + b)])];
+              if (pos >= rs[e].lo[std::size_t(i)] && pos < rs[e].hi[std::size_t(i)]) {
+                logits(a, b) = neg_inf;
+                break;
+              }
+            }
+          const T mx = logits.row(a).maxCoeff();
+          if (mx == neg_inf) {
+            logits.row(a).setZero();
+            continue;
+          }
+          const T mnew = std::max(m(i), mx);
+          const T old = m(i) == neg_inf ? T(0) : std::exp(m(i) - mnew);
+          logits.row(a) = (logits.row(a).array() - mnew).exp();
+          l(i) = l(i) * old + logits.row(a).sum();
+          acc.row(i) *= old;
+          m(i) = mnew;
+        }
+        const MatrixR<T> contrib = logits * vb;
+        for (Index a = 0; a < bi; ++a) acc.row(rd.query_order[std::size_t(t0 + a)]) += contrib.row(a);
+      }
+    }
+    for (Index i = 0; i < nq; ++i) {
+      if (l(i) > 0) acc.row(i) /= l(i);
+      else any_fallback = true;  // no key in any chunk (n_k ≪ n_q): the pattern's aligned-key fallback
+    }
+    if (any_fallback) return this->do_op().apply(v);
+    return acc;
+  }
+
+ private:
+  std::vector<ReformerRound> rounds(const ConstRef<T>& q, const ConstRef<T>& k) const {
+    const Index nq = q.rows(), nk = k.rows(), d = q.cols();
+    const Index buckets = Index(this->params().integer("buckets")), rounds = Index(this->params().integer("rounds")),
+                chunk = Index(this->params().integer("chunk"));
+    require(buckets == 1 || buckets % 2 == 0, fmt::format("reformer: buckets must be 1 or even, got {}", buckets));
+    Rng rng(std::uint64_t(this->params().integer("seed")));
+    const Index chunks = (nk + chunk - 1) / chunk;
+    std::vector<ReformerRound> out(static_cast<std::size_t>(rounds));
+    for (ReformerRound& r : out) {
+      const MatrixR<T> w = gaussian_matrix<T>(d, std::max<Index>(1, buckets / 2), rng);
+      const std::vector<Index> hk = lsh<T>(k, w, buckets), hq = lsh<T>(q, w, buckets);
+      r.key_order = bucket_order(hk);
+      r.query_order = bucket_order(hq);
+      r.key_pos.resize(std::size_t(nk));
+      for (Index t = 0; t < nk; ++t) r.key_pos[std::size_t(r.key_order[std::size_t(t)])] = t;
+      r.lo.resize(std::size_t(nq));
+      r.hi.resize(std::size_t(nq));
+      for (Index t = 0; t < nq; ++t) {
+        const Index i = r.query_order[std::size_t(t)];
+        const Index c = std::min(chunks - 1, t * chunks / nq);  // the query's chunk, in sorted order
+        r.lo[std::size_t(i)] = std::max<Index>(0, (c - 1) * chunk);
+        r.hi[std::size_t(i)] = std::min(nk, (c + 1) * chunk);
+      }
+    }
+    return out;
   }
 };
 
