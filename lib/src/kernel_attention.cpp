@@ -200,7 +200,77 @@ MatrixR<T> KernelOperator<T>::recurrent_output(const ConstRef<T>& v) const {
   return out;
 }
 
+template <typename T>
+MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                  const BlockFeatures<T>& features, bool nonnegative) {
+  const Index chunk = 2048, nk = k.rows(), nq = q.rows(), dv = v.cols();
+  const Index chunks = (nk + chunk - 1) / chunk;
+  std::vector<MatrixR<T>> s(static_cast<std::size_t>(chunks));
+  std::vector<VectorX<T>> z(static_cast<std::size_t>(chunks)), zabs(static_cast<std::size_t>(chunks));
+  std::vector<T> m(static_cast<std::size_t>(chunks), neg_inf<T>());
+  bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite)
+  for (Index c = 0; c < chunks; ++c) {
+    const Index r0 = c * chunk, len = std::min(chunk, nk - r0);
+    MatrixR<T> f;
+    VectorX<T> g;
+    try {  // nothing may leave an OpenMP region by an exception
+      features(k.middleRows(r0, len), true, f, g);
+    } catch (...) {
+      finite = false;
+      continue;
+    }
+    if (g.size() == 0) g = VectorX<T>::Zero(len);
+    finite = finite && all_finite(f) && all_finite(g);
+    if (!finite) continue;
+    const T mc = g.maxCoeff();
+    f = (g.array() - mc).exp().matrix().asDiagonal() * f;  // e^{g_j − m_c} ψ(k_j), ≤ 1 per weight
+    s[std::size_t(c)].noalias() = f.transpose() * v.middleRows(r0, len);
+    z[std::size_t(c)] = f.colwise().sum().transpose();
+    if (!nonnegative) zabs[std::size_t(c)] = f.cwiseAbs().colwise().sum().transpose();
+    m[std::size_t(c)] = mc;
+  }
+  require(finite, "kernel attention: non-finite features (or a feature map failed)");
+  const T mx = *std::max_element(m.begin(), m.end());
+  MatrixR<T> state = s[0] * std::exp(m[0] - mx);
+  VectorX<T> zsum = z[0] * std::exp(m[0] - mx);
+  VectorX<T> zmag = nonnegative ? VectorX<T>() : VectorX<T>(zabs[0] * std::exp(m[0] - mx));
+  for (Index c = 1; c < chunks; ++c) {
+    const T w = std::exp(m[std::size_t(c)] - mx);
+    state += s[std::size_t(c)] * w;
+    zsum += z[std::size_t(c)] * w;
+    if (!nonnegative) zmag += zabs[std::size_t(c)] * w;
+  }
+  MatrixR<T> out(nq, dv);
+  const Index qchunks = (nq + chunk - 1) / chunk;
+  bool qfinite = true;
+#pragma omp parallel for schedule(static) reduction(&& : qfinite)
+  for (Index c = 0; c < qchunks; ++c) {
+    const Index r0 = c * chunk, len = std::min(chunk, nq - r0);
+    MatrixR<T> f;
+    VectorX<T> g;
+    try {
+      features(q.middleRows(r0, len), false, f, g);
+    } catch (...) {
+      qfinite = false;
+      continue;
+    }
+    qfinite = qfinite && all_finite(f);
+    if (!qfinite) continue;
+    const VectorX<T> den = f * zsum;
+    const VectorX<T> mag = nonnegative ? den : VectorX<T>(f.cwiseAbs() * zmag);
+    out.middleRows(r0, len).noalias() = f * state;
+    for (Index r = 0; r < len; ++r) out.row(r0 + r) *= safe_inverse(den(r), mag(r));
+  }
+  require(qfinite, "kernel attention: non-finite features");
+  return out;
+}
+
 template class KernelOperator<float>;
 template class KernelOperator<double>;
+template MatrixR<float> streamed_kernel_output<float>(const ConstRef<float>&, const ConstRef<float>&,
+                                                      const ConstRef<float>&, const BlockFeatures<float>&, bool);
+template MatrixR<double> streamed_kernel_output<double>(const ConstRef<double>&, const ConstRef<double>&,
+                                                        const ConstRef<double>&, const BlockFeatures<double>&, bool);
 
 }  // namespace attnlab

@@ -22,7 +22,7 @@ class KernelMethod : public Method<T> {
  public:
   /// Without a mask P̃ = D⁻¹ΦqΨkᵀ has rank ≤ the number of features.
   Index rank_bound() const override {
-    return op_ && !this->options().causal ? features_ : Index(-1);
+    return this->info() != Status::NotComputed && !this->options().causal ? features_ : Index(-1);
   }
   KernelMethod(const MethodDescriptor& d, Params p) : Method<T>(d, std::move(p)) {
     recurrent_ = this->params().choice("causal_form") == "recurrent";
@@ -30,25 +30,58 @@ class KernelMethod : public Method<T> {
   }
 
  protected:
-  virtual FeatureMaps<T> features(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) = 0;
+  /// Parameters that depend on the input's shape (Performer's ω), drawn before any feature is computed.
+  virtual void prepare(const ConstRef<T>& /*q*/, const ConstRef<T>& /*k*/, const AttentionOptions& /*opts*/) {}
+  /// The features of a block of rows (queries: keys = false; keys: log-scales in g, empty meaning zero); a feature
+  /// of a row depends on that row only.
+  virtual void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
+                              VectorX<T>& g) const = 0;
+  /// Every sim(q, k) ≥ 0 (then rows of P̃ are distributions and denominators need no magnitude guard).
+  virtual bool nonnegative() const { return true; }
 
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    FeatureMaps<T> f = features(q, k, opts);
-    features_ = f.qf.cols();
-    op_.emplace(std::move(f), opts.causal, chunk_);
+    prepare(q, k, opts);
+    op_.reset();
+    q_ = q;  // O(n·d): the features are made when needed, so that the output never holds n × M of them
+    k_ = k;
+    opts_ = opts;
+    MatrixR<T> f;
+    VectorX<T> g;
+    block_features(q.topRows(std::min<Index>(1, q.rows())), false, opts, f, g);
+    features_ = f.cols();
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
+  /// The operator (analysis: metrics, spectra, the matrix) with every feature formed, built on first use.
+  const AttentionOperator<T>& do_op() const override {
+    if (!op_) {
+      FeatureMaps<T> f;
+      VectorX<T> unused;
+      block_features(q_, false, opts_, f.qf, unused);
+      block_features(k_, true, opts_, f.kf, f.k_logscale);
+      f.nonnegative = nonnegative();
+      op_.emplace(std::move(f), opts_.causal, chunk_);
+    }
+    return *op_;
+  }
   MatrixR<T> do_output(const ConstRef<T>& v) const override {
-    if (this->options().causal && recurrent_) return op_->recurrent_output(v);
-    return op_->apply(v);
+    if (!this->options().causal) {
+      const BlockFeatures<T> feats = [this](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
+        block_features(x, keys, opts_, f, g);
+      };
+      return streamed_kernel_output<T>(q_, k_, v, feats, nonnegative());
+    }
+    const auto& op = static_cast<const KernelOperator<T>&>(do_op());
+    if (recurrent_) return op.recurrent_output(v);
+    return op.apply(v);
   }
 
  private:
   bool recurrent_ = false;
   Index chunk_ = 64;
   Index features_ = 0;
-  std::optional<KernelOperator<T>> op_;
+  MatrixR<T> q_, k_;
+  AttentionOptions opts_;
+  mutable std::optional<KernelOperator<T>> op_;  // built on first use
 };
 
 }  // namespace attnlab

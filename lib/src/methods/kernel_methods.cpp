@@ -22,13 +22,12 @@ class LinearMethod final : public KernelMethod<T> {
   }
 
  protected:
-  FeatureMaps<T> features(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions&) override {
-    FeatureMaps<T> f;
-    f.qf = phi(q);
-    f.kf = phi(k);
-    f.nonnegative = !relu_;  // relu rows can vanish entirely: then P̃'s row is zero, not a distribution
-    return f;
+  void block_features(const ConstRef<T>& x, bool, const AttentionOptions&, MatrixR<T>& f,
+                      VectorX<T>& g) const override {
+    f = phi(x);
+    g.resize(0);
   }
+  bool nonnegative() const override { return !relu_; }  // relu rows can vanish: then P̃'s row is zero
 
  private:
   MatrixR<T> phi(const ConstRef<T>& x) const {
@@ -46,11 +45,10 @@ class TaylorMethod final : public KernelMethod<T> {
   using KernelMethod<T>::KernelMethod;
 
  protected:
-  FeatureMaps<T> features(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions&) override {
-    FeatureMaps<T> f;
-    f.qf = phi(q);
-    f.kf = phi(k);
-    return f;  // 1 + cos ≥ 0
+  void block_features(const ConstRef<T>& x, bool, const AttentionOptions&, MatrixR<T>& f,
+                      VectorX<T>& g) const override {
+    f = phi(x);  // 1 + cos ≥ 0
+    g.resize(0);
   }
 
  private:

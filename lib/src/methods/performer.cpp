@@ -101,7 +101,7 @@ class PerformerMethod final : public KernelMethod<T> {
   }
 
  protected:
-  FeatureMaps<T> features(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
+  void prepare(const ConstRef<T>& q, const ConstRef<T>&, const AttentionOptions&) override {
     // ω is the method's parameter: drawn once per d (QR of Gaussian blocks) and reused by later calls.
     if (q.cols() != omega_d_) {
       Rng rng(std::uint64_t(this->params().integer("seed")));
@@ -110,18 +110,18 @@ class PerformerMethod final : public KernelMethod<T> {
                                        rng);
       omega_d_ = q.cols();
     }
-    const MatrixR<T>& omega = omega_;
-    const T root = T(std::sqrt(opts.scale));
-    const MatrixR<T> xq = q * root, xk = k * root;
-    RandomFeatures<T> fq = performer_features<T>(xq, omega, kernel_);
-    RandomFeatures<T> fk = performer_features<T>(xk, omega, kernel_);
-    FeatureMaps<T> f;
-    f.qf = std::move(fq.f);  // the query's log-scale is a per-query factor: it cancels
-    f.kf = std::move(fk.f);
-    f.k_logscale = std::move(fk.logscale);
-    f.nonnegative = kernel_ != PerformerKernel::Trig;
-    return f;
   }
+  void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
+                      VectorX<T>& g) const override {
+    // q and k are each multiplied by s^½ so that the features estimate exp(s·qᵀk). The query's log-scale is a
+    // per-query factor: it cancels.
+    const MatrixR<T> xs = x * T(std::sqrt(opts.scale));
+    RandomFeatures<T> r = performer_features<T>(xs, omega_, kernel_);
+    f = std::move(r.f);
+    if (keys) g = std::move(r.logscale);
+    else g.resize(0);
+  }
+  bool nonnegative() const override { return kernel_ != PerformerKernel::Trig; }
 
  private:
   PerformerKernel kernel_ = PerformerKernel::Positive;
