@@ -144,6 +144,17 @@ m = subprocess.run([sys.executable, os.path.join(root_dir, "tools", "merge_shard
 merged = rows_of(path("merged.csv")) if m.returncode == 0 else []
 c.check(m.returncode == 0 and points_done(merged) == s0 | s1 and
         len(merged) == len(rows_of(path("shard0.csv"))) + len(rows_of(path("shard1.csv"))), f"merge: {m.stderr!r}")
+# The same merge on compressed shards (the README's Slurm recipe writes part_i.csv.gz).
+for i in (0, 1):
+    r = run("run", "pinv", "--n", 128, "--m", "8,16,32", "--sources", "gaussian", "--iters", 10, "--shard", f"{i}/2",
+            "--out", path(f"shard{i}.csv.gz"))
+m = subprocess.run([sys.executable, os.path.join(root_dir, "tools", "merge_shards.py"),
+                    path("merged.csv.gz"), path("shard0.csv.gz"), path("shard1.csv.gz")], capture_output=True, text=True)
+mz = rows_of(path("merged.csv.gz")) if m.returncode == 0 else []
+c.check(m.returncode == 0 and points_done(mz) == s0 | s1 and
+        {k: v for k, v in ((x["point"] + x["variant"] + x["step"] + x["metric"], x["value"]) for x in mz)} ==
+        {k: v for k, v in ((x["point"] + x["variant"] + x["step"] + x["metric"], x["value"]) for x in merged)},
+        f"merge of .csv.gz shards gives the plain merge's rows: {m.stderr!r}")
 r = run("run", "pinv", "--shard", "2/2")
 c.check(r.returncode > 0 and "--shard" in r.stderr, f"bad shard refused: {r.stderr!r}")
 
