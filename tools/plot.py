@@ -450,7 +450,20 @@ def save(fig, out, name):
     path = os.path.join(out, f"{name}.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    compact_png(path)
     return path
+
+
+def compact_png(path):
+    """Re-save as a 256-colour palette PNG: line plots need no more, and the committed figures shrink ~3x
+    (results/ has a 5 MB budget). Deterministic: the same figure gives the same bytes."""
+    try:
+        from PIL import Image
+    except ImportError:   # matplotlib's own dependency on Debian; without it the RGBA file stays
+        return
+    with Image.open(path) as im:
+        small = im.convert("RGB").quantize(colors=256)
+    small.save(path, optimize=True)
 
 
 PLOTS = {"spectrum": plot_spectrum, "pinv": plot_pinv, "error_vs_budget": plot_error_vs_budget,

@@ -8,6 +8,7 @@ method against exact streaming attention and against its PyTorch transcription, 
 import argparse
 import json
 import os
+import sys
 
 import matplotlib
 
@@ -68,6 +69,10 @@ def figure(both, path):
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    plt.close(fig)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from plot import compact_png
+    compact_png(path)
 
 
 def main():
