@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark in one job: attnlab's Google Benchmark suite (every registered method at its defaults,
 # the GEMM yardstick, f32 and f64) and the PyTorch eager transcriptions (tools/bench_peers.py), then the table and
-# the figure. Writes results/bench/{attnlab.json,peers.csv,table.md,bench.png}.
+# the figure. Writes results/bench/{attnlab.json,peers.csv,table.md,bench.png} and re-renders README.md (its table).
 #   tools/bench.sh [--quick]     (--quick: n ≤ 4096, float32 only, a few minutes)
 # OpenBLAS (PyTorch's BLAS here) mis-detects some virtual CPUs and then runs generic kernels: OPENBLAS_CORETYPE is set
 # to the real core (Haswell for AVX2, SkylakeX for AVX-512) unless already set, and recorded in the results.
@@ -24,3 +24,4 @@ if [ "$quick" = 1 ]; then filter='/f32/n:(1024|4096)/'; ns=1024,4096; dtypes=f32
   --benchmark_out_format=json --benchmark_min_time=0.2
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers.csv" --n "$ns" --dtype "$dtypes"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/plot_bench.py" --dir "$out"
+"$(attnlab_python)" "$ATTNLAB_ROOT/tools/findings.py"   # README quotes the float32 table

@@ -297,9 +297,29 @@ def model(F):
               "trained_attention")
 
 
+def bench(F, results):
+    """The side-by-side benchmark's float32 table (results/bench/merged.csv, written by tools/plot_bench.py)."""
+    path = os.path.join(results, "bench", "merged.csv")
+    if not os.path.exists(path):
+        return
+    d = pd.read_csv(path)
+    d = d[(d.dtype == "f32") & d.n.isin([4096, 16384]) & (d.method != "gemm")]
+    num = lambda x: "–" if x != x else f"{x:.3g}"  # noqa: E731
+    rows = ["| method | n = 4096 (s) | exact / method | n = 16384 (s) | PyTorch eager (s) | PyTorch / attnlab |",
+            "|---|---|---|---|---|---|"]
+    for m, g in d.groupby("method"):
+        a, b = g[g.n == 4096], g[g.n == 16384]
+        if a.empty or b.empty:
+            continue
+        a, b = a.iloc[0], b.iloc[0]
+        rows.append(f"| {m} | {num(a.attnlab_s)} | {num(a.speedup_vs_exact)} | {num(b.attnlab_s)} | {num(b.torch_s)} | "
+                    f"{num(b.torch_over_attnlab)} |")
+    F.add("bench.table_f32", "\n".join(rows), str, "the float32 table of results/bench (timing)", "bench")
+
+
 def compute(results):
     F = Findings()
-    for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv):
+    for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench):
         fn(F, results)
     model(F)
     return F.items
@@ -315,7 +335,8 @@ def findings_md(items, results):
         by_exp.setdefault(exp, []).append((name, value, definition))
     for exp in sorted(by_exp):
         out += [f"## {exp}", "", "| name | value | definition |", "|---|---|---|"]
-        out += [f"| `{n}` | {v} | {d} |" for n, v, d in by_exp[exp]]
+        out += [f"| `{n}` | {v if chr(10) not in v else '(table: results/bench/table.md)'} | {d} |"
+                for n, v, d in by_exp[exp]]
         out.append("")
     return "\n".join(out)
 
