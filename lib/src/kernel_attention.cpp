@@ -208,20 +208,23 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
   std::vector<MatrixR<T>> s(static_cast<std::size_t>(chunks));
   std::vector<VectorX<T>> z(static_cast<std::size_t>(chunks)), zabs(static_cast<std::size_t>(chunks));
   std::vector<T> m(static_cast<std::size_t>(chunks), neg_inf<T>());
+  // The features of a block, finite or false (nothing may leave an OpenMP region by an exception).
+  const auto block = [&](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
+    try {
+      features(x, keys, f, g);
+    } catch (...) {
+      return false;
+    }
+    if (keys && g.size() == 0) g = VectorX<T>::Zero(x.rows());
+    return all_finite(f) && (!keys || all_finite(g));
+  };
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite)
   for (Index c = 0; c < chunks; ++c) {
     const Index r0 = c * chunk, len = std::min(chunk, nk - r0);
     MatrixR<T> f;
     VectorX<T> g;
-    try {  // nothing may leave an OpenMP region by an exception
-      features(k.middleRows(r0, len), true, f, g);
-    } catch (...) {
-      finite = false;
-      continue;
-    }
-    if (g.size() == 0) g = VectorX<T>::Zero(len);
-    finite = finite && all_finite(f) && all_finite(g);
+    finite = block(k.middleRows(r0, len), true, f, g) && finite;
     if (!finite) continue;
     const T mc = g.maxCoeff();
     f = (g.array() - mc).exp().matrix().asDiagonal() * f;  // e^{g_j − m_c} ψ(k_j), ≤ 1 per weight
@@ -249,13 +252,7 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     const Index r0 = c * chunk, len = std::min(chunk, nq - r0);
     MatrixR<T> f;
     VectorX<T> g;
-    try {
-      features(q.middleRows(r0, len), false, f, g);
-    } catch (...) {
-      qfinite = false;
-      continue;
-    }
-    qfinite = qfinite && all_finite(f);
+    qfinite = block(q.middleRows(r0, len), false, f, g) && qfinite;
     if (!qfinite) continue;
     const VectorX<T> den = f * zsum;
     const VectorX<T> mag = nonnegative ? den : VectorX<T>(f.cwiseAbs() * zmag);
