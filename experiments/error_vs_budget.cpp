@@ -167,16 +167,16 @@ class ErrorVsBudget final : public Experiment {
       const std::string spec = f.spec + (f.spec.find(':') == std::string::npos ? ":" : ",") + f.param + "=" +
                                std::to_string(b);
       method_rows(rows, key, spec, q, k, v, exact_out, exact, q.rows() <= spectral_limit_);
-      if (repeats_ > 0) {
-        const Cost c = measure_cost(spec, qf, kf, vf, seed, repeats_);
-        Row r = rows.back();  // same identifying columns as the method's rows
-        for (const auto& [metric, value] : {std::pair<const char*, double>{"cost_time_s", c.seconds},
-                                            {"cost_peak_memory_bytes", double(c.peak_bytes)},
-                                            {"cost_speedup_vs_exact", exact_cost.seconds / c.seconds}}) {
-          r.metric = metric;
-          r.value = value;
-          if (!c.refused) rows.push_back(r);
-        }
+      if (repeats_ == 0) continue;  // no cost asked for
+      const Cost c = measure_cost(spec, qf, kf, vf, seed, repeats_);
+      if (c.refused) continue;  // the memory guard refused the size
+      Row r = rows.back();      // same identifying columns as the method's rows
+      for (const auto& [metric, value] : {std::pair<const char*, double>{"cost_time_s", c.seconds},
+                                          {"cost_peak_memory_bytes", double(c.peak_bytes)},
+                                          {"cost_speedup_vs_exact", exact_cost.seconds / c.seconds}}) {
+        r.metric = metric;
+        r.value = value;
+        rows.push_back(r);
       }
     }
     return rows;

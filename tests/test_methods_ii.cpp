@@ -1,5 +1,6 @@
 // Methods II: Transformer-VQ, ProbSparse, sparse patterns, Reformer and Scatterbrain against independent
 // formulas and their exact limits.
+#include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/kmeans.hpp"
 #include "attnlab/performer.hpp"
@@ -97,6 +98,23 @@ void check_mean_field(double logit_mult) {
   const MatrixR<double> pv = p * v.template cast<double>();
   EXPECT_LT(rel_err(out, pv), test::tol_from_bound<T>((bound * v.template cast<double>().cwiseAbs()).eval(), pv));
   for (Index i = 0; i < n; ++i) EXPECT_NEAR(double(got.row(i).sum()), 1.0, 10 * double(n) * u);  // γ_n-sized
+}
+
+// Angular LSH needs an even number of buckets (argmax over [xW; −xW]); both forms refuse an odd one.
+TEST(MethodsII, ReformerRefusesOddBuckets) {
+  const Problem pr = problem(32, 32, 8, 4);
+  for (bool causal : {false, true}) {
+    AttentionOptions o;
+    o.causal = causal;
+    auto m = make_method<double>("reformer:buckets=3");
+    EXPECT_THROW(
+        {
+          m->compute(pr.q, pr.k, o);
+          m->output(pr.v);
+        },
+        Error)
+        << "causal=" << causal;
+  }
 }
 
 TEST(MethodsII, VqQuantizeBothMeanField) {

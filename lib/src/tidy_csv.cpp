@@ -31,7 +31,7 @@ bool is_gzip_path(const std::string& path) {
   return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
 }
 
-std::string read_text_file(const std::string& path, bool* complete) {
+std::string read_text_file(const std::string& path) {
   gzFile g = gzopen(path.c_str(), "rb");  // reads plain files transparently
   if (!g) throw Error(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
   gzbuffer(g, 1 << 17);
@@ -44,7 +44,6 @@ std::string read_text_file(const std::string& path, bool* complete) {
   gzclose_r(g);
   // Z_BUF_ERROR: the stream ends before its trailer (a writer killed after a flush); what precedes is valid.
   if (got < 0 && err != Z_BUF_ERROR) throw Error(fmt::format("{}: corrupt gzip data", path));
-  if (complete) *complete = got >= 0 && err == Z_OK;
   return text;
 }
 

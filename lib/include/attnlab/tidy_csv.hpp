@@ -42,8 +42,8 @@ class TidyCsvWriter {
 bool is_gzip_path(const std::string& path);
 
 /// The text of a plain or gzip file. A gzip stream cut short (an interrupted writer) is read up to its last
-/// complete flush and `complete` (if given) is set false; a missing or unreadable file is an Error.
-std::string read_text_file(const std::string& path, bool* complete = nullptr);
+/// complete flush; a missing, unreadable or corrupt file is an Error.
+std::string read_text_file(const std::string& path);
 
 /// Writes `text` to `path` atomically (a temporary file, then rename), gzip-compressed at level 9 when the path
 /// ends in ".gz". The same text gives the same bytes (the gzip header carries no time stamp).

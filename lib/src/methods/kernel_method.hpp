@@ -3,10 +3,9 @@
 #pragma once
 
 #include "attnlab/kernel_attention.hpp"
-#include "attnlab/method.hpp"
+#include "lazy_method.hpp"
 #include "attnlab/spec.hpp"
 
-#include <optional>
 
 namespace attnlab {
 
@@ -18,13 +17,13 @@ inline std::vector<ParamSpec> causal_form_params() {
 }
 
 template <typename T>
-class KernelMethod : public Method<T> {
+class KernelMethod : public LazyOperatorMethod<T> {
  public:
   /// Without a mask P̃ = D⁻¹ΦqΨkᵀ has rank ≤ the number of features.
   Index rank_bound() const override {
     return this->info() != Status::NotComputed && !this->options().causal ? features_ : Index(-1);
   }
-  KernelMethod(const MethodDescriptor& d, Params p) : Method<T>(d, std::move(p)) {
+  KernelMethod(const MethodDescriptor& d, Params p) : LazyOperatorMethod<T>(d, std::move(p)) {
     recurrent_ = this->params().choice("causal_form") == "recurrent";
     chunk_ = Index(this->params().integer("chunk"));
   }
@@ -41,36 +40,30 @@ class KernelMethod : public Method<T> {
 
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
     prepare(q, k, opts);
-    op_.reset();
-    q_ = q;  // O(n·d): the features are made when needed, so that the output never holds n × M of them
-    k_ = k;
-    opts_ = opts;
+    this->keep(q, k);  // the features are made when needed, so that the output never holds n × M of them
     MatrixR<T> f;
     VectorX<T> g;
     block_features(q.topRows(std::min<Index>(1, q.rows())), false, opts, f, g);
     features_ = f.cols();
     return Status::Success;
   }
-  /// The operator (analysis: metrics, spectra, the matrix) with every feature formed, built on first use.
-  const AttentionOperator<T>& do_op() const override {
-    if (!op_) {
-      FeatureMaps<T> f;
-      VectorX<T> unused;
-      block_features(q_, false, opts_, f.qf, unused);
-      block_features(k_, true, opts_, f.kf, f.k_logscale);
-      f.nonnegative = nonnegative();
-      op_.emplace(std::move(f), opts_.causal, chunk_);
-    }
-    return *op_;
+  /// The operator (analysis: metrics, spectra, the matrix; the causal output) with every feature formed.
+  std::unique_ptr<AttentionOperator<T>> build_op() const override {
+    FeatureMaps<T> f;
+    VectorX<T> unused;
+    block_features(this->queries(), false, this->options(), f.qf, unused);
+    block_features(this->keys(), true, this->options(), f.kf, f.k_logscale);
+    f.nonnegative = nonnegative();
+    return std::make_unique<KernelOperator<T>>(std::move(f), this->options().causal, chunk_);
   }
   MatrixR<T> do_output(const ConstRef<T>& v) const override {
     if (!this->options().causal) {
       const BlockFeatures<T> feats = [this](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
-        block_features(x, keys, opts_, f, g);
+        block_features(x, keys, this->options(), f, g);
       };
-      return streamed_kernel_output<T>(q_, k_, v, feats, nonnegative());
+      return streamed_kernel_output<T>(this->queries(), this->keys(), v, feats, nonnegative());
     }
-    const auto& op = static_cast<const KernelOperator<T>&>(do_op());
+    const auto& op = static_cast<const KernelOperator<T>&>(this->do_op());
     if (recurrent_) return op.recurrent_output(v);
     return op.apply(v);
   }
@@ -79,9 +72,6 @@ class KernelMethod : public Method<T> {
   bool recurrent_ = false;
   Index chunk_ = 64;
   Index features_ = 0;
-  MatrixR<T> q_, k_;
-  AttentionOptions opts_;
-  mutable std::optional<KernelOperator<T>> op_;  // built on first use
 };
 
 }  // namespace attnlab

@@ -3,10 +3,9 @@
 // as a row-major sparse matrix (operator: sparse products).
 #pragma once
 
-#include "attnlab/method.hpp"
+#include "lazy_method.hpp"
 
 #include <Eigen/SparseCore>
-#include <optional>
 #include <vector>
 
 namespace attnlab {
@@ -35,41 +34,32 @@ template <typename T>
 typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const ConstRef<T>& k, double scale,
                                                    Pattern pattern);
 
-/// The base of the pattern methods. compute() keeps Q, K and the options; the sparse P̃ is built only when the
-/// operator or the matrix is asked for (analysis: metrics, spectra), so a method with a fast output path (local's
-/// blocked kernel) never builds the per-entry sparse matrix on the hot path.
+/// The base of the pattern methods: the sparse P̃ is built only when the operator or the matrix is asked for, so a
+/// method with a fast output path (local's blocked kernel, Reformer's chunk products) never builds it on the hot
+/// path; the others' output is the sparse product.
 template <typename T>
-class PatternMethod : public Method<T> {
+class PatternMethod : public LazyOperatorMethod<T> {
  public:
-  using Method<T>::Method;
+  using LazyOperatorMethod<T>::LazyOperatorMethod;
   /// Mean number of keys per query.
   std::vector<std::pair<std::string, double>> diagnostics() const override {
-    const auto& op = static_cast<const SparseOperator<T>&>(do_op());
+    const auto& op = static_cast<const SparseOperator<T>&>(this->do_op());
     return {{"keys_per_query", double(op.matrix().nonZeros()) / double(op.rows())}};
   }
 
  protected:
   /// The pattern; with opts.causal it must only hold keys j ≤ i + (n_k − n_q).
   virtual Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const = 0;
-  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    q_ = q;
-    k_ = k;
-    opts_ = opts;
-    op_.reset();
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions&) override {
+    this->keep(q, k);
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override {
-    if (!op_) op_.emplace(pattern_softmax<T>(q_, k_, opts_.scale, pattern(q_, k_, opts_)));
-    return *op_;
+  std::unique_ptr<AttentionOperator<T>> build_op() const override {
+    const MatrixR<T>& q = this->queries();
+    const MatrixR<T>& k = this->keys();
+    const AttentionOptions& opts = this->options();
+    return std::make_unique<SparseOperator<T>>(pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts)));
   }
-  const MatrixR<T>& queries() const { return q_; }
-  const MatrixR<T>& keys() const { return k_; }
-  const AttentionOptions& options() const { return opts_; }
-
- private:
-  MatrixR<T> q_, k_;
-  AttentionOptions opts_;
-  mutable std::optional<SparseOperator<T>> op_;  // built on first use
 };
 
 }  // namespace attnlab

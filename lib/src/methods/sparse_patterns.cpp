@@ -233,10 +233,7 @@ class ReformerMethod final : public PatternMethod<T> {
     } else {
       // Per bucket, the keys in position order; query i takes the 2·chunk latest ones with j ≤ c_i.
       const Index buckets = Index(this->params().integer("buckets")), chunk = Index(this->params().integer("chunk"));
-      Rng rng(std::uint64_t(this->params().integer("seed")));
-      for (Index round = 0; round < Index(this->params().integer("rounds")); ++round) {
-        const MatrixR<T> w = gaussian_matrix<T>(q.cols(), std::max<Index>(1, buckets / 2), rng);
-        const std::vector<Index> hk = lsh<T>(k, w, buckets), hq = lsh<T>(q, w, buckets);
+      for (const auto& [hk, hq] : hashes(q, k)) {
         std::vector<std::vector<Index>> members(static_cast<std::size_t>(std::max<Index>(1, buckets)));
         for (Index j = 0; j < nk; ++j) members[std::size_t(hk[std::size_t(j)])].push_back(j);
         for (Index i = 0; i < nq; ++i) {
@@ -330,17 +327,27 @@ class ReformerMethod final : public PatternMethod<T> {
   }
 
  private:
-  std::vector<ReformerRound> rounds(const ConstRef<T>& q, const ConstRef<T>& k) const {
-    const Index nq = q.rows(), nk = k.rows(), d = q.cols();
-    const Index buckets = Index(this->params().integer("buckets")), rounds = Index(this->params().integer("rounds")),
-                chunk = Index(this->params().integer("chunk"));
+  /// Per round, the buckets of the keys and of the queries: one rotation per round, drawn from the seed in round
+  /// order (the causal and the non-causal forms hash alike).
+  std::vector<std::pair<std::vector<Index>, std::vector<Index>>> hashes(const ConstRef<T>& q,
+                                                                        const ConstRef<T>& k) const {
+    const Index buckets = Index(this->params().integer("buckets")), rounds = Index(this->params().integer("rounds"));
     require(buckets == 1 || buckets % 2 == 0, fmt::format("reformer: buckets must be 1 or even, got {}", buckets));
     Rng rng(std::uint64_t(this->params().integer("seed")));
+    std::vector<std::pair<std::vector<Index>, std::vector<Index>>> out;
+    for (Index round = 0; round < rounds; ++round) {
+      const MatrixR<T> w = gaussian_matrix<T>(q.cols(), std::max<Index>(1, buckets / 2), rng);
+      out.emplace_back(lsh<T>(k, w, buckets), lsh<T>(q, w, buckets));
+    }
+    return out;
+  }
+
+  std::vector<ReformerRound> rounds(const ConstRef<T>& q, const ConstRef<T>& k) const {
+    const Index nq = q.rows(), nk = k.rows(), chunk = Index(this->params().integer("chunk"));
     const Index chunks = (nk + chunk - 1) / chunk;
-    std::vector<ReformerRound> out(static_cast<std::size_t>(rounds));
-    for (ReformerRound& r : out) {
-      const MatrixR<T> w = gaussian_matrix<T>(d, std::max<Index>(1, buckets / 2), rng);
-      const std::vector<Index> hk = lsh<T>(k, w, buckets), hq = lsh<T>(q, w, buckets);
+    std::vector<ReformerRound> out;
+    for (const auto& [hk, hq] : hashes(q, k)) {
+      ReformerRound& r = out.emplace_back();
       r.key_order = bucket_order(hk);
       r.query_order = bucket_order(hq);
       r.key_pos.resize(std::size_t(nk));
