@@ -29,24 +29,16 @@ PLACEHOLDER = re.compile(r"\{\{([a-z0-9_]+\.[a-z0-9_.]+)\}\}")   # {{experiment.
 
 
 def load(results, name):
-    for ext in (".csv.gz", ".csv"):
-        p = os.path.join(results, name + ext)
-        if os.path.exists(p):
-            df = pd.read_csv(p, keep_default_na=False)
-            df = df[df["metric"] != "point_done"].copy()
-            df["value"] = pd.to_numeric(df["value"])
-            for col in ("n", "d"):   # numbers (point_done rows left them empty); step stays text: "" is no step
-                df[col] = pd.to_numeric(df[col])
-            df["family"] = df["source"].str.split("/").str[0]
-            return df
-    sys.exit(f"findings: no {name}.csv.gz or {name}.csv in {results}")
+    """plot.py's reader (schema check, point_done rows dropped, numeric n, d, seed, step; step NaN: none)."""
+    import plot
+    return plot.load(results, name)
 
 
 def pick(df, **eq):
-    """Rows whose columns equal the given values (numbers compared as text, as the CSV holds them)."""
+    """Rows whose columns equal the given values."""
     m = pd.Series(True, index=df.index)
     for col, val in eq.items():
-        m &= df[col].astype(str) == str(val)
+        m &= df[col] == val
     out = df[m]
     if out.empty:
         raise KeyError(f"no rows with {eq}")
@@ -116,7 +108,7 @@ def spectrum(F, R):
 
 def error_vs_budget(F, R):
     d = load(R, "error_vs_budget")
-    at = d[d.step.astype(str) == "64"]
+    at = d[d.step == 64]
 
     def med(family, variant, metric):
         return pick(at[at.family == family], variant=variant, metric=metric).median()
@@ -150,7 +142,7 @@ def error_vs_budget(F, R):
         F.add("evb.cost_trained_pairs", len(both), integer, "trained heads: (method, budget) pairs with a cost",
               "error_vs_budget")
         best = both["err"].idxmin()
-        F.add("evb.cost_trained_best", f"{best[0]} at budget {best[1]}", str,
+        F.add("evb.cost_trained_best", f"{best[0]} at budget {int(best[1])}", str,
               "trained heads: the (method, budget) pair with the lowest output error (SVD excluded)", "error_vs_budget")
         F.add("evb.cost_trained_best_err", both.loc[best, "err"], f2, "its output error", "error_vs_budget")
         F.add("evb.cost_trained_best_speedup", both.loc[best, "speed"], lambda x: sig(x, 1),
@@ -212,16 +204,16 @@ def regimes(F, R):
 
 def probsparse(F, R):
     d = load(R, "probsparse")
-    rec = d[(d.metric == "top_u_recall") & (d.step.astype(str) == "500") & (d.variant == "sampled M̄")]
+    rec = d[(d.metric == "top_u_recall") & (d.step == 500) & (d.variant == "sampled M̄")]
     for fam in ("gaussian", "clustered", "trained"):
         F.add(f"probsparse.recall_{fam}", rec[rec.family == fam]["value"].median(), pct,
               f"recall of the true top-u queries by the sampled M̄ at c = 5, source {fam} (median)", "probsparse")
-    full = d[(d.metric == "top_u_recall") & (d.step.astype(str) == "500") & (d.variant == "full M̄")]
+    full = d[(d.metric == "top_u_recall") & (d.step == 500) & (d.variant == "full M̄")]
     F.add("probsparse.recall_trained_full", full[full.family == "trained"]["value"].median(), f2,
           "the same with M̄ over all keys, trained heads", "probsparse")
     F.add("probsparse.corr_clustered", pick(d, source="clustered", metric="corr_M_Mbar").median(), f2,
           "correlation of M and the sampled M̄ over queries, clustered keys", "probsparse")
-    q = d[(d.metric == "M_quantile") & (d.step.astype(str) == "50")]
+    q = d[(d.metric == "M_quantile") & (d.step == 50)]
     tq = q[q.family == "trained"].groupby("source")["value"].median()
     F.add("probsparse.M_median_trained_min", tq.min(), integer, "trained heads: smallest median M over queries (nats)",
           "probsparse")
@@ -262,15 +254,15 @@ def pinv(F, R):
               f"iterations of {v} to ‖I − AZ‖_F ≤ 1e-6 on Gaussian landmark matrices, m = 64", "pinv")
     cond = d[(d.metric == "cond") & (d.family == "trained")]
     for m in (64, 128):
-        F.add(f"pinv.cond_trained_{m}", cond[cond.step.astype(str) == str(m)]["value"].median(), lambda x: sig(x, 1),
+        F.add(f"pinv.cond_trained_{m}", cond[cond.step == m]["value"].median(), lambda x: sig(x, 1),
               f"trained heads: median condition number of the landmark matrix at m = {m}", "pinv")
     F.add("pinv.cond_gaussian_64", pick(d, source="gaussian", metric="cond", step=64).median(), lambda x: sig(x, 1),
           "Gaussian inputs: condition number of the landmark matrix at m = 64", "pinv")
     res = d[(d.metric == "residual") & (d.source == "gaussian") & (d.spec == "landmarks=64") & (d.variant == "order3")]
-    F.add("pinv.residual6_gaussian", res[res.step.astype(str) == "6"]["value"].median(), lambda x: sig(x, 2),
+    F.add("pinv.residual6_gaussian", res[res.step == 6]["value"].median(), lambda x: sig(x, 2),
           "Gaussian inputs, m = 64: ‖I − AZ_6‖_F after the paper's 6 order-3 iterations", "pinv")
     e = d[(d.metric == "nystrom_out_rel_fro") & (d.spec == "landmarks=64") & (d.variant == "order3")]
-    e = e[e.step.astype(str) != ""].assign(k=lambda x: x.step.astype(int))
+    e = e[e.step.notna()].assign(k=lambda x: x.step.astype(int))
     tr = e[e.family == "trained"].groupby("k")["value"].median()
     F.add("pinv.best_iter_trained", tr.idxmin(), integer, "trained heads, m = 64: order-3 iterations at which "
           "Nyström's output error is lowest (median over heads)", "pinv")
