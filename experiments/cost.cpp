@@ -36,25 +36,36 @@ void reset_peak() {
 
 }  // namespace
 
+Cost measure_call(const std::function<void()>& f) {
+  Cost c;
+  const std::uint64_t before = proc_status("VmRSS:");
+  reset_peak();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    f();
+  } catch (const Error&) {
+    c.refused = true;  // e.g. the memory guard: this size does not fit
+    return c;
+  }
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::uint64_t hwm = proc_status("VmHWM:");
+  c.peak_bytes = hwm > before ? hwm - before : 0;
+  return c;
+}
+
 Cost measure_cost(const std::string& spec, const MatrixR<float>& q, const MatrixR<float>& k, const MatrixR<float>& v,
                   std::uint64_t seed, Index repeats) {
   auto m = make_method<float>(spec, seed);
   Cost c;
   c.seconds = 1e300;
   for (Index rep = 0; rep < std::max<Index>(1, repeats); ++rep) {
-    const std::uint64_t before = proc_status("VmRSS:");
-    reset_peak();
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
+    const Cost one = measure_call([&] {
       m->compute(q, k);
       const MatrixR<float> out = m->output(v);
-    } catch (const Error&) {
-      c.refused = true;  // the memory guard: this size does not fit
-      return c;
-    }
-    c.seconds = std::min(c.seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    const std::uint64_t hwm = proc_status("VmHWM:");
-    c.peak_bytes = std::max(c.peak_bytes, hwm > before ? hwm - before : 0);
+    });
+    if (one.refused) return one;
+    c.seconds = std::min(c.seconds, one.seconds);
+    c.peak_bytes = std::max(c.peak_bytes, one.peak_bytes);
   }
   return c;
 }

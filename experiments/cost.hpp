@@ -6,6 +6,7 @@
 #include "attnlab/types.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace attnlab::experiments {
@@ -15,6 +16,9 @@ struct Cost {
   std::uint64_t peak_bytes = 0;  // peak resident set above the resident set before the call (a lower bound)
   bool refused = false;        // the memory guard refused the size
 };
+
+/// Time and peak memory (as below) of one call of `f`; `refused` when it throws attnlab::Error.
+Cost measure_call(const std::function<void()>& f);
 
 /// Runs `spec` on (q, k, v) `repeats` times. Memory: the process's peak resident set is reset before each call
 /// (Linux: writing 5 to /proc/self/clear_refs resets VmHWM, after malloc_trim returns free heap to the system) and

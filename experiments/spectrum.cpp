@@ -2,10 +2,13 @@
 // n = 512 — normalized cumulative sums, and their value at index 128 (the figure's heatmap) — for generated
 // sources at several temperatures, for a trained and an initialised transformer (sources `trained`, `initialized`:
 // one point per layer, head and held-out sequence, at the model's own length and scale) and for the user's own
-// Q, K (.npy, (n, d) or (h, n, d): one point per head); and the top-k singular values at large n through the matrix-free Spectra path, never forming P.
+// Q, K (.npy, (n, d) or (h, n, d): one point per head); and the top-k singular values at large n, matrix-free (never
+// forming P), by the block Krylov solver — or by Spectra's Lanczos too (`--solvers block,lanczos`), timed in the
+// same run, with each solver's residuals, products and peak memory.
 #include "attnlab/npy.hpp"
 #include "attnlab/spectrum.hpp"
 #include "common.hpp"
+#include "cost.hpp"
 #include "model_data.hpp"
 
 #include <fmt/format.h>
@@ -24,6 +27,9 @@ class SpectrumExperiment final : public Experiment {
     app.add_option("--temperatures", temps_, "logit temperatures of the generated sources")->delimiter(',');
     app.add_option("--large-n", large_n_, "lengths of the matrix-free top-k spectra")->delimiter(',');
     app.add_option("--top", top_, "k of the matrix-free spectra");
+    app.add_option("--solvers", solvers_, "matrix-free solvers: block (block Krylov), lanczos (Spectra on PᵀP)")
+        ->delimiter(',');
+    app.add_option("--tol", tol_, "residual tolerance of the matrix-free solvers, relative to σ_1");
     app.add_option("--seeds", seeds_, "number of seeds");
     app.add_option("--q", q_file_, "queries .npy of the user's model, (n, d) or (h, n, d)");
     app.add_option("--k", k_file_, "keys .npy, same layout");
@@ -36,12 +42,19 @@ class SpectrumExperiment final : public Experiment {
     if (!given(app, "--temperatures")) temps_ = {0.25, 0.5, 1.0, 2.0};
     if (!given(app, "--large-n")) large_n_ = paper ? std::vector<Index>{4096, 16384} : std::vector<Index>{2048};
     if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+    for (const std::string& s : solvers_) {
+      const SpectrumSolver solver = parse_spectrum_solver(s);
+      require(solver == SpectrumSolver::Block || solver == SpectrumSolver::Lanczos,
+              fmt::format("spectrum: --solvers takes block and lanczos, not '{}'", s));
+    }
+    require(tol_ > 0 && tol_ < 1, fmt::format("spectrum: --tol must be in (0, 1), got {}", tol_));
   }
   std::vector<std::pair<std::string, std::string>> settings() const override {
     std::vector<std::pair<std::string, std::string>> s = {
         {"n", std::to_string(n_)},           {"d", std::to_string(d_)},
         {"sources", join(sources_)},          {"large-n", csv_list(large_n_)},
-        {"top", std::to_string(top_)},        {"seeds", std::to_string(seeds_)}};
+        {"top", std::to_string(top_)},        {"seeds", std::to_string(seeds_)},
+        {"solvers", join(solvers_)},          {"tol", fmt::format("{}", tol_)}};
     const std::string t = csv_list(temps_);
     s.emplace_back("temperatures", t);
     model_.settings(s);
@@ -67,8 +80,10 @@ class SpectrumExperiment final : public Experiment {
           pts.push_back({fmt::format("dense source={} T={} n={} d={} seed={}", src, t, n_, d_, s),
                          [=] { return dense_generated(src, t, std::uint64_t(s)); }});
           for (Index n : large_n_)
-            pts.push_back({fmt::format("topk source={} T={} n={} d={} k={} seed={}", src, t, n, d_, top_, s),
-                           [=] { return topk_generated(src, t, n, std::uint64_t(s)); }});
+            for (const std::string& solver : solvers_)
+              pts.push_back({fmt::format("topk source={} T={} n={} d={} k={} seed={} solver={} tol={}", src, t, n,
+                                         d_, top_, s, solver, tol_),
+                             [=] { return topk_generated(src, t, n, std::uint64_t(s), solver); }});
         }
     }
     if (!q_file_.empty()) {
@@ -133,17 +148,40 @@ class SpectrumExperiment final : public Experiment {
     spectrum_rows(rows, key(src, t, n_, seed), singular_values<double>(exact_matrix<double>(p.q, p.k, {})));
     return rows;
   }
-  std::vector<Row> topk_generated(const std::string& src, double t, Index n, std::uint64_t seed) const {
+  /// The top k at large n, matrix-free, with what it cost: time and peak memory above the inputs (the operator,
+  /// its row log-sum-exp and the solver's basis), products with P or Pᵀ, and each value's residual ‖Pᵀu − σv‖/σ_1.
+  std::vector<Row> topk_generated(const std::string& src, double t, Index n, std::uint64_t seed,
+                                  const std::string& solver) const {
     const Qkv<double> p = generated(src, t, n, seed);
-    const ExactOperator<double> op(p.q, p.k, {});
-    const TopSingular top = top_singular(op, top_, 0);
+    TopSingularOptions o;
+    o.solver = parse_spectrum_solver(solver);
+    o.tol = tol_;
+    o.seed = seed;
+    TopSingular top;
+    const Cost cost = measure_call([&] {
+      const ExactOperator<double> op(p.q, p.k, {});
+      top = top_singular(op, top_, o);
+    });
+    require(!cost.refused, fmt::format("spectrum: the {} solver failed at n = {}", solver, n));
     std::vector<Row> rows;
+    Row r = key(src, t, n, seed);
+    r.spec = solver;
     for (Index i = 0; i < top.values.size(); ++i) {
-      Row r = key(src, t, n, seed);
-      r.spec = "matrix-free";
       r.step = i;
       r.metric = "top_singular_value";
       r.value = top.values(i);
+      rows.push_back(r);
+      r.metric = "residual";  // ‖Pᵀu_i − σ_i v_i‖ / σ_1: the backward error of the triplet
+      r.value = top.residuals(i) / top.values(0);
+      rows.push_back(r);
+    }
+    r.step = -1;
+    for (const auto& [metric, value] : {std::pair<const char*, double>{"products", double(top.products)},
+                                        {"vectors", double(top.vectors)},
+                                        {"time_s", cost.seconds},
+                                        {"peak_memory_bytes", double(cost.peak_bytes)}}) {
+      r.metric = metric;
+      r.value = value;
       rows.push_back(r);
     }
     return rows;
@@ -192,7 +230,8 @@ class SpectrumExperiment final : public Experiment {
   }
 
   Index n_ = 512, d_ = 64, top_ = 32, seeds_ = 1;
-  std::vector<std::string> sources_;
+  std::vector<std::string> sources_, solvers_ = {"block"};
+  double tol_ = 1e-9;
   std::vector<double> temps_;
   std::vector<Index> large_n_;
   std::string q_file_, k_file_;

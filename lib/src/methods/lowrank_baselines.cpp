@@ -2,7 +2,7 @@
 // from the row log-sum-exp, never forming P whole).
 //   svd:rank=R — the best rank-R approximation P_R = U_RΣ_RV_Rᵀ (Eckart–Young–Mirsky): no rank-R matrix is
 //                closer to P in Frobenius or spectral norm. P_R = (P·V_R)·V_Rᵀ with V_R the top right singular
-//                vectors: dense SVD for small n, Spectra's Lanczos on PᵀP (matrix-free) for large n.
+//                vectors: dense SVD for small n, randomized block Krylov on P (matrix-free) for large n.
 //   cur:columns=C — the classical Nyström / CUR approximation of seed 000's last section (eqs. (12)-(13)):
 //                P ≈ P[:,J]·pinv(P[I,J])·P[I,:], I = J for square P, sampled uniformly or by the leverage scores
 //                of the rank-C singular subspace (Drineas, Mahoney & Muthukrishnan 2008).
@@ -34,7 +34,10 @@ class SvdMethod final : public LowRankMethod<T> {
     require(r <= std::min(q.rows(), k.rows()),
             fmt::format("svd: rank = {} exceeds min(n_q, n_k) = {}", r, std::min(q.rows(), k.rows())));
     const ExactOperator<T> p(q, k, opts);
-    const TopSingular top = top_singular(p, r, Index(this->params().integer("dense_limit")));
+    TopSingularOptions so;
+    so.solver = parse_spectrum_solver(this->params().choice("solver"));
+    so.dense_limit = Index(this->params().integer("dense_limit"));
+    const TopSingular top = top_singular(p, r, so);
     const MatrixR<T> v = top.right.template cast<T>();
     this->set_factors(p.apply(v), v, false);
     return Status::Success;
@@ -109,7 +112,10 @@ MethodDescriptor svd_descriptor() {
   d.causal = false;
   d.params = {ParamSpec::integer("rank", 64, 1, 1 << 20, "rank R"),
               ParamSpec::integer("dense_limit", 512, 1, 1 << 20,
-                                 "n_k up to which a dense SVD is used; above, Lanczos on PᵀP (matrix-free)")};
+                                 "n_k up to which a dense SVD is used; above, the matrix-free solver"),
+              ParamSpec::choice("solver", {"auto", "block", "lanczos", "dense"},
+                                "top-R solver: auto (dense up to dense_limit, else block Krylov), block, lanczos "
+                                "(Spectra on PᵀP), dense")};
   set_factories<SvdMethod>(d);
   return d;
 }
