@@ -34,6 +34,8 @@ class SpectrumExperiment final : public Experiment {
     app.add_option("--q", q_file_, "queries .npy of the user's model, (n, d) or (h, n, d)");
     app.add_option("--k", k_file_, "keys .npy, same layout");
     app.add_option("--causal", causal_, "causal mask for the files (true/false)");
+    app.add_option("--dense-limit", dense_limit_, "files: largest length with a dense (every value) spectrum; "
+                                                  "the matrix-free top k is computed at any length");
     model_.add(app);
   }
   void apply_preset(const std::string& preset, const CLI::App& app) override {
@@ -62,6 +64,7 @@ class SpectrumExperiment final : public Experiment {
       s.emplace_back("q", q_file_);
       s.emplace_back("k", k_file_);
       s.emplace_back("causal", causal_ ? "true" : "false");
+      s.emplace_back("dense-limit", std::to_string(dense_limit_));
     }
     return s;
   }
@@ -150,21 +153,19 @@ class SpectrumExperiment final : public Experiment {
   }
   /// The top k at large n, matrix-free, with what it cost: time and peak memory above the inputs (the operator,
   /// its row log-sum-exp and the solver's basis), products with P or Pᵀ, and each value's residual ‖Pᵀu − σv‖/σ_1.
-  std::vector<Row> topk_generated(const std::string& src, double t, Index n, std::uint64_t seed,
-                                  const std::string& solver) const {
-    const Qkv<double> p = generated(src, t, n, seed);
+  std::vector<Row> topk_rows(Row r, const MatrixR<double>& q, const MatrixR<double>& k, const AttentionOptions& ao,
+                             const std::string& solver, std::uint64_t seed) const {
     TopSingularOptions o;
     o.solver = parse_spectrum_solver(solver);
     o.tol = tol_;
     o.seed = seed;
     TopSingular top;
     const Cost cost = measure_call([&] {
-      const ExactOperator<double> op(p.q, p.k, {});
-      top = top_singular(op, top_, o);
+      const ExactOperator<double> op(q, k, ao);
+      top = top_singular(op, std::min<Index>(top_, std::min(q.rows(), k.rows())), o);
     });
-    require(!cost.refused, fmt::format("spectrum: the {} solver failed at n = {}", solver, n));
+    require(!cost.refused, fmt::format("spectrum: the {} solver failed at n = {}", solver, k.rows()));
     std::vector<Row> rows;
-    Row r = key(src, t, n, seed);
     r.spec = solver;
     for (Index i = 0; i < top.values.size(); ++i) {
       r.step = i;
@@ -185,6 +186,11 @@ class SpectrumExperiment final : public Experiment {
       rows.push_back(r);
     }
     return rows;
+  }
+  std::vector<Row> topk_generated(const std::string& src, double t, Index n, std::uint64_t seed,
+                                  const std::string& solver) const {
+    const Qkv<double> p = generated(src, t, n, seed);
+    return topk_rows(key(src, t, n, seed), p.q, p.k, {}, solver, seed);
   }
   /// A model head at its own length; causal when the model is. For sequence 0 also how far attnlab's P is from the
   /// model's own softmax (a check of the export and of the scale convention: float32 round-off, ~1e-7).
@@ -214,6 +220,8 @@ class SpectrumExperiment final : public Experiment {
     rows.push_back(r);
     return rows;
   }
+  /// The user's head: every singular value (dense) up to --dense-limit keys, and the top k matrix-free by each
+  /// solver at any length.
   std::vector<Row> dense_files(Index h) const {
     const MatrixR<double> q = files_->first.head_as<double>(h), k = files_->second.head_as<double>(h);
     AttentionOptions o;
@@ -225,11 +233,16 @@ class SpectrumExperiment final : public Experiment {
     r.n = q.rows();
     r.d = q.cols();
     std::vector<Row> rows;
-    spectrum_rows(rows, r, singular_values<double>(exact_matrix<double>(q, k, o)));
+    if (std::max(q.rows(), k.rows()) <= dense_limit_)
+      spectrum_rows(rows, r, singular_values<double>(exact_matrix<double>(q, k, o)));
+    for (const std::string& solver : solvers_) {
+      const std::vector<Row> top = topk_rows(r, q, k, o, solver, 0);
+      rows.insert(rows.end(), top.begin(), top.end());
+    }
     return rows;
   }
 
-  Index n_ = 512, d_ = 64, top_ = 32, seeds_ = 1;
+  Index n_ = 512, d_ = 64, top_ = 32, seeds_ = 1, dense_limit_ = 4096;
   std::vector<std::string> sources_, solvers_ = {"block"};
   double tol_ = 1e-9;
   std::vector<double> temps_;

@@ -39,12 +39,21 @@ marker=$out_dir/.reproduce-incomplete
 if [ -e "$marker" ]; then
   echo "reproduce: resuming the interrupted run in $out_dir/"
 else
-  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.gz "$out_dir"/*.config "$out_dir"/*.csv.config.txt
+  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.gz "$out_dir"/*.config "$out_dir"/*.csv.config.txt "$out_dir"/timings.csv
 fi
 touch "$marker"
+# The paper preset's scaling sweep reaches n = 65536, where a materialized float32 P is 16 GiB: the memory limit
+# (ATTNLAB_MAX_MEMORY, default 8G) refuses it instead of letting it swap; the refusal is a row in the CSV.
+limit=()
+[ "$preset" = quick ] || limit=(--max-memory "${ATTNLAB_MAX_MEMORY:-8G}")
 build/bin/attnlab compare --all --n 1024 --d 64 --seed 0 --dtype f64 --csv "$out_dir/compare_default.csv"
+# Wall-clock time per experiment, kept beside the CSVs (a resumed run times only what it computed).
+timings=$out_dir/timings.csv
+[ -e "$timings" ] || echo "experiment,preset,seconds,cores" > "$timings"
 for experiment in $(build/bin/attnlab run --help | awk '/^Subcommands:/{s=1;next} s&&NF{print $1}'); do
-  build/bin/attnlab run "$experiment" --preset "$preset" --out "$out_dir/$experiment.csv.gz"
+  t_exp=$(date +%s)
+  build/bin/attnlab "${limit[@]}" run "$experiment" --preset "$preset" --out "$out_dir/$experiment.csv.gz"
+  echo "$experiment,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
 done
 rm -f "$marker"
 "$(attnlab_python)" tools/plot.py --results "$out_dir"
