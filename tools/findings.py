@@ -24,6 +24,8 @@ import pandas as pd
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TEMPLATE = os.path.join(ROOT, "docs", "README.template.md")
 README = os.path.join(ROOT, "README.md")
+PAPER_TEMPLATE = os.path.join(ROOT, "docs", "paper.template.md")
+PAPER = os.path.join(ROOT, "docs", "paper.md")
 EXPORT = os.path.join(ROOT, "models", "trained_attention.export.json")
 PLACEHOLDER = re.compile(r"\{\{([a-z0-9_]+\.[a-z0-9_.]+)\}\}")   # {{experiment.name}}; {{name}} stays literal
 
@@ -309,9 +311,57 @@ def bench(F, results):
     F.add("bench.table_f32", "\n".join(rows), str, "the float32 table of results/bench (timing)", "bench")
 
 
+def spectrum_solvers(F, results):
+    """The block-vs-Lanczos run (results/bench/spectrum_solvers.md, written by tools/bench_spectrum.py from its CSVs
+    and numpy's SVD): its two tables, quoted whole."""
+    path = os.path.join(results, "bench", "spectrum_solvers.md")
+    if not os.path.exists(path):
+        return
+    text = open(path).read().split("\n", 2)[2].strip()   # without the title
+    F.add("bench.spectrum_solvers", text.replace("## ", "#### "), str,
+          "results/bench/spectrum_solvers.md (tools/bench_spectrum.py; timing)", "bench")
+
+
+def hms(seconds):
+    seconds = int(round(seconds))
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min" if seconds >= 3600 else \
+        f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def paper(F, results):
+    """The paper preset's run (results/paper): time per experiment, and the large-n spectra."""
+    pdir = os.path.join(results, "paper")
+    path = os.path.join(pdir, "timings.csv")
+    if not os.path.exists(path):
+        return
+    t = pd.read_csv(path).groupby("experiment", sort=False).agg(seconds=("seconds", "sum"), cores=("cores", "max"))
+    total = t.seconds.sum()
+    rows = ["| experiment | time | share |", "|---|---|---|"]
+    rows += [f"| `{e}` | {hms(r.seconds)} | {100 * r.seconds / total:.0f}% |" for e, r in t.iterrows()]
+    F.add("paper.timings", "\n".join(rows), str, "results/paper/timings.csv per experiment (timing)", "paper")
+    F.add("paper.total", hms(total), str, "the paper preset's experiments, wall-clock in all (timing)", "paper")
+    F.add("paper.cores", int(t.cores.max()), str, "cores of the machine that ran it", "paper")
+    d = load(pdir, "spectrum")
+    top = d[(d.spec == "block") & (d.metric == "top_singular_value")]
+    nmax = top.n.max()
+    big = d[(d.spec == "block") & (d.n == nmax)]
+    F.add("paper.topk_nmax", int(nmax), str, "largest n of the matrix-free spectra", "paper")
+    F.add("paper.topk_k", int(top.step.max()) + 1, str, "k of the matrix-free spectra", "paper")
+    F.add("paper.topk_points", len(big[big.metric == "time_s"]), str, "matrix-free spectra at that n", "paper")
+    F.add("paper.topk_time_median", big[big.metric == "time_s"].value.median(), lambda x: sig(x, 2),
+          "median time of one of them (s; timing)", "paper")
+    F.add("paper.topk_time_max", big[big.metric == "time_s"].value.max(), lambda x: sig(x, 2),
+          "slowest of them (s; timing)", "paper")
+    F.add("paper.topk_products_median", big[big.metric == "products"].value.median(), lambda x: f"{x:.0f}",
+          "median number of block products with P or Pᵀ", "paper")
+    F.add("paper.topk_max_residual", big[big.metric == "residual"].value.max(), lambda x: f"{x:.1e}",
+          "largest residual ‖Pᵀu − σv‖/σ₁ over every value of them", "paper")
+
+
 def compute(results):
     F = Findings()
-    for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench):
+    for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
+               spectrum_solvers, paper):
         fn(F, results)
     model(F)
     return F.items
@@ -327,7 +377,7 @@ def findings_md(items, results):
         by_exp.setdefault(exp, []).append((name, value, definition))
     for exp in sorted(by_exp):
         out += [f"## {exp}", "", "| name | value | definition |", "|---|---|---|"]
-        out += [f"| `{n}` | {v if chr(10) not in v else '(table: results/bench/table.md)'} | {d} |"
+        out += [f"| `{n}` | {v if chr(10) not in v else '(a table; see its definition)'} | {d} |"
                 for n, v, d in by_exp[exp]]
         out.append("")
     return "\n".join(out)
@@ -367,6 +417,8 @@ def main():
     md_path = os.path.join(a.results, "findings.md")
     readme = render(open(TEMPLATE).read(), items, TEMPLATE)
     quick = os.path.abspath(a.results) == os.path.join(ROOT, "results")
+    # The paper page exists once the paper preset has run (results/paper/timings.csv).
+    paper_page = render(open(PAPER_TEMPLATE).read(), items, PAPER_TEMPLATE) if "paper.total" in items else None
     if not a.check:
         with open(md_path, "w") as f:
             f.write(md)
@@ -375,6 +427,10 @@ def main():
             with open(README, "w") as f:
                 f.write(readme)
             print(README)
+            if paper_page is not None:
+                with open(PAPER, "w") as f:
+                    f.write(paper_page)
+                print(PAPER)
             sys.path.insert(0, os.path.join(ROOT, "tools"))
             import make_notebooks
             make_notebooks.main()
@@ -387,6 +443,9 @@ def main():
                                     "rendered from the CSVs", lineterm="", n=0)
         problems.append("README.md differs from docs/README.template.md rendered with the CSVs' findings (edit the "
                         "template, then run tools/findings.py):\n" + "\n".join(list(diff)[:40]))
+    if paper_page is not None and (not os.path.exists(PAPER) or open(PAPER).read() != paper_page):
+        problems.append("docs/paper.md differs from docs/paper.template.md rendered with results/paper (edit the "
+                        "template, then run tools/findings.py)")
     want, have = notebook_texts(items), committed_notebook_texts()
     for name in sorted(set(want) | set(have)):
         if want.get(name) != have.get(name):
