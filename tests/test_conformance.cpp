@@ -113,6 +113,7 @@ std::vector<std::string> method_names() {
   v.push_back("probsparse:sample=full,lazy=cumsum");
   v.push_back("probsparse:measure=lse,factor=2");
   v.push_back("sparse:window=-1,stride=4,globals=0,random=3");
+  v.push_back("sparse:window=3,stride=5,globals=3,random=4");  // every part overlapping the others
   v.push_back("reformer:buckets=4,rounds=3,chunk=16");
   return v;
 }
