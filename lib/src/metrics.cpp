@@ -59,14 +59,18 @@ MatrixErrors matrix_errors(const AttentionOperator<T>& exact, const AttentionOpe
     e.mean_tv = tv / double(n);
   }
   if (opts.spectral) {
-    const double ref = spectral_norm(exact).value;
-    double diff = 0;
+    const SpectralNormResult ref = spectral_norm(exact);
+    SpectralNormResult diff;
+    diff.converged = true;
     if (e.fro > 0) {
       DifferenceOperator<T> dop(exact, approx);
-      diff = spectral_norm(dop).value;
+      diff = spectral_norm(dop);
     }
-    e.spectral = diff;
-    e.rel_spectral = diff / ref;
+    e.spectral = diff.value;
+    e.rel_spectral = diff.value / ref.value;
+    if (!ref.converged || !diff.converged)
+      e.spectral_residual = std::max(ref.converged ? 0.0 : ref.residual, diff.converged ? 0.0 : diff.residual) /
+                            ref.value;
   }
   return e;
 }
@@ -105,6 +109,7 @@ std::vector<std::pair<std::string, double>> named_metrics(const OutputErrors& e)
 std::vector<std::pair<std::string, double>> named_metrics(const MatrixErrors& e) {
   std::vector<std::pair<std::string, double>> v = {{"P_rel_fro", e.rel_fro}, {"P_max_abs", e.max_abs}};
   if (e.rel_spectral) v.emplace_back("P_rel_spectral", *e.rel_spectral);
+  if (e.spectral_residual) v.emplace_back("P_spectral_residual", *e.spectral_residual);
   if (e.mean_kl) v.emplace_back("P_mean_kl", *e.mean_kl);
   if (e.mean_tv) v.emplace_back("P_mean_tv", *e.mean_tv);
   return v;

@@ -24,11 +24,14 @@ struct MatrixErrors {
   std::optional<double> mean_tv;
   std::optional<double> spectral;      ///< ‖P − P̃‖₂ (when asked for)
   std::optional<double> rel_spectral;  ///< ‖P − P̃‖₂ / ‖P‖₂
+  /// When a spectral norm stopped short of its tolerance: the larger residual of the two, over ‖P‖₂ (a bound on
+  /// the absolute error of rel_spectral's numerator and denominator alike).
+  std::optional<double> spectral_residual;
 };
 
 struct MatrixErrorOptions {
   Index block_rows = 256;     ///< rows evaluated at a time
-  bool spectral = true;       ///< also the spectral norms (matrix-free Lanczos)
+  bool spectral = true;       ///< also the spectral norms (matrix-free, block Krylov)
   /// Tolerance for calling P̃'s rows distributions: entries ≥ −tol and |row sum − 1| ≤ tol.
   double distribution_tol = -1;  ///< −1: 1e-4 in float32, 1e-9 in float64
 };
