@@ -200,8 +200,17 @@ for src, var in {(x["source"], x["variant"]) for x in rows if x["metric"] == "cu
                                               and x["variant"] == var), key=lambda x: int(x["step"]))]
     c.check(all(b >= a - 1e-12 for a, b in zip(cum, cum[1:])) and abs(cum[-1] - 1) < 1e-12,
             f"cumulative spectrum of {src} {var} rises to 1")
-top = [float(x["value"]) for x in rows if x["metric"] == "top_singular_value"]
+top = [float(x["value"]) for x in rows if x["metric"] == "top_singular_value" and x["source"] == "gaussian"]
 c.check(len(top) == 12 and all(t > 0 for t in top), f"matrix-free top-k rows: {len(top)}")
+# The user's heads also get the matrix-free top k (block solver), equal to numpy's SVD, with residuals ≤ tolerance.
+for h in (0, 1):
+    ref = np.linalg.svd(softmax_rows(q[h] @ k[h].T / 4.0), compute_uv=False)[:6]
+    sel = [x for x in rows if x["source"] == "files" and x["variant"] == f"head={h}"]
+    got = np.array([float(x["value"]) for x in sorted((x for x in sel if x["metric"] == "top_singular_value"),
+                                                       key=lambda x: int(x["step"]))])
+    res = [float(x["value"]) for x in sel if x["metric"] == "residual"]
+    c.check(got.shape == ref.shape and np.allclose(got, ref, rtol=1e-9, atol=0) and max(res) <= 1e-9,
+            f"matrix-free top 6 of head {h} against numpy: {got} vs {ref}, residuals {res}")
 
 # error_vs_budget on the user's files agrees with numpy's own computation of the same error.
 r = run("run", "error_vs_budget", "--sources", "gaussian", "--n", 48, "--d", 16, "--families", "linformer_pool",
