@@ -59,51 +59,116 @@ class ScatterbrainMethod final : public Method<T> {
   Index rank_bound() const override { return -1; }  // rank-M plus a sparse part: not rank-limited
 
  protected:
+  /// The O(n·M) parts: features, each row's reference log-scale R_i and row sum of Ã in units of e^{R_i}. The
+  /// band's correction is formed by output() in dense blocks, and as a sparse matrix only when P̃ is asked for.
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
     const Index nq = q.rows(), nk = k.rows(), off = nk - nq, w = Index(this->params().integer("window"));
     Rng rng(std::uint64_t(this->params().integer("seed")));
     const MatrixR<T> omega = performer_projection<T>(Index(this->params().integer("features")), q.cols(), true, true, rng);
     const T root = T(std::sqrt(opts.scale));
-    const MatrixR<T> xq = q * root, xk = k * root;
-    const RandomFeatures<T> fq = performer_features<T>(xq, omega, PerformerKernel::Positive);
-    const RandomFeatures<T> fk = performer_features<T>(xk, omega, PerformerKernel::Positive);
+    xq_ = q * root;
+    xk_ = k * root;
+    fq_ = performer_features<T>(xq_, omega, PerformerKernel::Positive);
+    const RandomFeatures<T> fk = performer_features<T>(xk_, omega, PerformerKernel::Positive);
     // The estimate of exp(s·q_iᵀk_j) is e^{lq_i + lk_j}·(fq_i·fk_j), with fq, fk ∈ (0, 1].
-    const T gk = fk.logscale.maxCoeff();
-    const MatrixR<T> kscaled = (fk.logscale.array() - gk).exp().matrix().asDiagonal() * fk.f;  // e^{lk − gk}·fk
-    std::vector<Eigen::Triplet<T, Index>> trips;
-    VectorX<T> ref(nq), den(nq);
-    const VectorX<T> colsum = kscaled.colwise().sum().transpose();
-    for (Index i = 0; i < nq; ++i) {
-      const Index c = i + off, lo = std::max<Index>(0, c - w), hi = std::min(nk - 1, c + w);
-      const VectorX<T> logits = (xk.middleRows(lo, hi - lo + 1) * xq.row(i).transpose());
-      const T base = fq.logscale(i) + gk;  // log-scale of the estimated entries of this row
-      ref(i) = std::max(base, logits.maxCoeff());
-      const T est_scale = std::exp(base - ref(i));
-      // Row sum of Ã in units of e^{ref}: the estimate over all keys, corrected on the support.
-      T sum = est_scale * fq.f.row(i).dot(colsum);
-      for (Index j = lo; j <= hi; ++j) {
-        const T est = est_scale * fq.f.row(i).dot(kscaled.row(j));
-        const T exact = std::exp(logits(j - lo) - ref(i));
-        trips.emplace_back(i, j, exact - est);
-        sum += exact - est;
+    gk_ = fk.logscale.maxCoeff();
+    kscaled_ = (fk.logscale.array() - gk_).exp().matrix().asDiagonal() * fk.f;  // e^{lk − gk}·fk
+    const VectorX<T> colsum = kscaled_.colwise().sum().transpose();
+    w_ = w;
+    off_ = off;
+    ref_.resize(nq);
+    den_.resize(nq);
+    // Per block of queries, the band's exact logits and estimates as two GEMMs (as local attention's kernel).
+    band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
+      for (Index r = 0; r < bi; ++r) {
+        const Index i = i0 + r;
+        den_(i) = std::exp(fq_.logscale(i) + gk_ - ref_(i)) * fq_.f.row(i).dot(colsum) + corr.row(r).sum();
       }
-      require(sum > 0, "scatterbrain: a row sum vanished");
-      den(i) = sum;
-    }
-    typename SparseOperator<T>::Sparse s(nq, nk);
-    s.setFromTriplets(trips.begin(), trips.end());
-    const VectorX<T> inv = den.cwiseInverse();
-    s = inv.asDiagonal() * s;
-    VectorX<T> arow(nq);
-    for (Index i = 0; i < nq; ++i) arow(i) = std::exp(fq.logscale(i) + gk - ref(i)) * inv(i);
-    MatrixR<T> a = arow.asDiagonal() * fq.f;
-    op_.emplace(std::move(a), kscaled, std::move(s));
+      (void)lo;
+      (void)bj;
+    }, &ref_);
+    // (Checked here, not inside the parallel blocks: an exception must not leave an OpenMP region.)
+    require((den_.array() > T(0)).all(), "scatterbrain: a row sum vanished");
+    op_.reset();
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
+  /// O = D⁻¹(A·(Btᵀ·V) + S·V), the band part S·V by blocks: never the sparse matrix.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override {
+    const MatrixR<T> ktv = kscaled_.transpose() * v;  // M × d_v
+    MatrixR<T> out(xq_.rows(), v.cols());
+    band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
+      auto o = out.middleRows(i0, bi);
+      o.noalias() = fq_.f.middleRows(i0, bi) * ktv;
+      for (Index r = 0; r < bi; ++r) o.row(r) *= std::exp(fq_.logscale(i0 + r) + gk_ - ref_(i0 + r));
+      o.noalias() += corr * v.middleRows(lo, bj);
+      for (Index r = 0; r < bi; ++r) o.row(r) /= den_(i0 + r);
+    }, nullptr);
+    return out;
+  }
+  const AttentionOperator<T>& do_op() const override {
+    if (!op_) {
+      std::vector<Eigen::Triplet<T, Index>> trips;
+      band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
+        for (Index r = 0; r < bi; ++r) {
+          const Index i = i0 + r, c = i + off_;
+          const Index first = std::max<Index>(0, c - w_), last = std::min(xk_.rows() - 1, c + w_);
+          for (Index j = first; j <= last; ++j) trips.emplace_back(i, j, corr(r, j - lo) / den_(i));
+        }
+        (void)bj;
+      }, nullptr, /*serial=*/true);
+      typename SparseOperator<T>::Sparse s(xq_.rows(), xk_.rows());
+      s.setFromTriplets(trips.begin(), trips.end());
+      VectorX<T> arow(xq_.rows());
+      for (Index i = 0; i < arow.size(); ++i) arow(i) = std::exp(fq_.logscale(i) + gk_ - ref_(i)) / den_(i);
+      op_.emplace(MatrixR<T>(arow.asDiagonal() * fq_.f), kscaled_, std::move(s));
+    }
+    return *op_;
+  }
 
  private:
-  std::optional<SparseLowRankOperator<T>> op_;
+  /// For each block of 64 queries, the keys [lo, lo + bj) its bands span and the correction block
+  /// C_ij = e^{s·q_iᵀk_j − R_i} − e^{lq_i + lk_j − R_i}·(fq_i·fk_j) on each row's band (0 off it), in units of
+  /// e^{R_i}; with set_ref, R_i = max(the row's largest exact logit on its band, the log-scale of its estimated
+  /// entries) is computed into *set_ref first. f(i0, bi, lo, bj, C) is called per block (in parallel unless serial).
+  template <typename F>
+  void band_blocks(F&& f, VectorX<T>* set_ref, bool serial = false) const {
+    const Index nq = xq_.rows(), nk = xk_.rows(), block = 64, blocks = (nq + block - 1) / block;
+    const VectorX<T>& ref = set_ref ? *set_ref : ref_;
+#pragma omp parallel if (!serial)
+    {
+      MatrixR<T> logits, est;
+#pragma omp for schedule(static)
+      for (Index b = 0; b < blocks; ++b) {
+        const Index i0 = b * block, bi = std::min(block, nq - i0);
+        const Index lo = std::max<Index>(0, i0 + off_ - w_);
+        const Index hi = std::min(nk - 1, i0 + bi - 1 + off_ + w_);
+        const Index bj = hi - lo + 1;
+        logits.noalias() = xq_.middleRows(i0, bi) * xk_.middleRows(lo, bj).transpose();
+        est.noalias() = fq_.f.middleRows(i0, bi) * kscaled_.middleRows(lo, bj).transpose();
+        for (Index r = 0; r < bi; ++r) {
+          const Index i = i0 + r, c = i + off_;
+          const Index first = std::max<Index>(0, c - w_) - lo, last = std::min(nk - 1, c + w_) - lo;
+          const Index len = last - first + 1;
+          const T base = fq_.logscale(i) + gk_;  // log-scale of the estimated entries of this row
+          if (set_ref) (*set_ref)(i) = std::max(base, logits.row(r).segment(first, len).maxCoeff());
+          const T est_scale = std::exp(base - ref(i));
+          auto lrow = logits.row(r);
+          lrow.segment(first, len) = (lrow.segment(first, len).array() - ref(i)).exp().matrix() -
+                                     est_scale * est.row(r).segment(first, len);
+          lrow.head(first).setZero();
+          lrow.tail(bj - last - 1).setZero();
+        }
+        f(i0, bi, lo, bj, logits);
+      }
+    }
+  }
+
+  MatrixR<T> xq_, xk_, kscaled_;
+  RandomFeatures<T> fq_;
+  VectorX<T> ref_, den_;
+  T gk_ = 0;
+  Index w_ = 0, off_ = 0;
+  mutable std::optional<SparseLowRankOperator<T>> op_;
 };
 
 }  // namespace
