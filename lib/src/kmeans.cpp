@@ -50,7 +50,24 @@ KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, R
   r.centroids.row(0) = x.row(Index(rng.below(std::uint64_t(n))));
   // Sums in double, from one conversion of the points (not one per iteration).
   const MatrixR<double> xd = x.template cast<double>();
-  VectorX<double> dist = (x.rowwise() - r.centroids.row(0)).rowwise().squaredNorm().template cast<double>();
+  // D(x)² to the newest centre, min-ed into dist: in parallel over blocks of rows, each row's squared norm computed
+  // exactly as a whole-matrix expression would (the same per-row reduction), so the picks do not depend on threads.
+  VectorX<double> dist(n);
+  const auto update = [&](Index c, bool first) {
+    const Index block = 512;
+#pragma omp parallel for schedule(static)
+    for (Index b0 = 0; b0 < n; b0 += block) {
+      const Index bi = std::min(block, n - b0);
+      const VectorX<double> d =
+          (x.middleRows(b0, bi).rowwise() - r.centroids.row(c)).rowwise().squaredNorm().template cast<double>();
+      if (first) {
+        dist.segment(b0, bi) = d;
+      } else {
+        dist.segment(b0, bi) = dist.segment(b0, bi).cwiseMin(d);
+      }
+    }
+  };
+  update(0, true);
   for (Index c = 1; c < clusters; ++c) {
     const double total = dist.sum();
     Index pick = 0;
@@ -65,15 +82,20 @@ KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, R
       pick = Index(rng.below(std::uint64_t(n)));  // all points coincide with centres
     }
     r.centroids.row(c) = x.row(pick);
-    dist = dist.cwiseMin((x.rowwise() - r.centroids.row(c)).rowwise().squaredNorm().template cast<double>());
+    update(c, false);
   }
   r.assignment = nearest<T>(x, r.centroids);
   for (Index it = 0; it < iterations; ++it) {
     MatrixR<double> sum = MatrixR<double>::Zero(clusters, dim);
     std::vector<Index> count(static_cast<std::size_t>(clusters), 0);
-    for (Index i = 0; i < n; ++i) {
-      sum.row(r.assignment[std::size_t(i)]) += xd.row(i);
-      ++count[std::size_t(r.assignment[std::size_t(i)])];
+    for (Index i = 0; i < n; ++i) ++count[std::size_t(r.assignment[std::size_t(i)])];
+    // Cluster sums in parallel over column ranges: every (cluster, column) still adds its points in index order,
+    // so the sums are the same bits whatever the number of threads.
+    const Index cols_per = 16;
+#pragma omp parallel for schedule(static)
+    for (Index c0 = 0; c0 < dim; c0 += cols_per) {
+      const Index cw = std::min(cols_per, dim - c0);
+      for (Index i = 0; i < n; ++i) sum.row(r.assignment[std::size_t(i)]).segment(c0, cw) += xd.row(i).segment(c0, cw);
     }
     // Distances to the old centroids are needed only to refill an empty cluster.
     const bool empty = std::find(count.begin(), count.end(), Index(0)) != count.end();
