@@ -81,6 +81,8 @@ def main():
         nb = nbf.v4.new_notebook()
         nb.cells = [nbf.v4.new_markdown_cell(findings.render(t, items, name)) if k == "md" else nbf.v4.new_code_cell(t)
                     for k, t in cells]
+        for i, cell in enumerate(nb.cells):   # stable cell ids: a re-render changes a notebook only where its text does
+            cell["id"] = f"{os.path.splitext(name)[0]}-{i}"
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbf.write(nb, os.path.join(findings.ROOT, "notebooks", name))
         print(name)
