@@ -79,13 +79,11 @@ class ScatterbrainMethod final : public Method<T> {
     ref_.resize(nq);
     den_.resize(nq);
     // Per block of queries, the band's exact logits and estimates as two GEMMs (as local attention's kernel).
-    band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
+    band_blocks([&](Index i0, Index bi, Index, Index, const MatrixR<T>& corr) {
       for (Index r = 0; r < bi; ++r) {
         const Index i = i0 + r;
-        den_(i) = std::exp(fq_.logscale(i) + gk_ - ref_(i)) * fq_.f.row(i).dot(colsum) + corr.row(r).sum();
+        den_(i) = est_scale(i) * fq_.f.row(i).dot(colsum) + corr.row(r).sum();
       }
-      (void)lo;
-      (void)bj;
     }, &ref_);
     // (Checked here, not inside the parallel blocks: an exception must not leave an OpenMP region.)
     require((den_.array() > T(0)).all(), "scatterbrain: a row sum vanished");
@@ -99,7 +97,7 @@ class ScatterbrainMethod final : public Method<T> {
     band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
       auto o = out.middleRows(i0, bi);
       o.noalias() = fq_.f.middleRows(i0, bi) * ktv;
-      for (Index r = 0; r < bi; ++r) o.row(r) *= std::exp(fq_.logscale(i0 + r) + gk_ - ref_(i0 + r));
+      for (Index r = 0; r < bi; ++r) o.row(r) *= est_scale(i0 + r);
       o.noalias() += corr * v.middleRows(lo, bj);
       for (Index r = 0; r < bi; ++r) o.row(r) /= den_(i0 + r);
     }, nullptr);
@@ -108,24 +106,25 @@ class ScatterbrainMethod final : public Method<T> {
   const AttentionOperator<T>& do_op() const override {
     if (!op_) {
       std::vector<Eigen::Triplet<T, Index>> trips;
-      band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
+      band_blocks([&](Index i0, Index bi, Index lo, Index, const MatrixR<T>& corr) {
         for (Index r = 0; r < bi; ++r) {
           const Index i = i0 + r, c = i + off_;
           const Index first = std::max<Index>(0, c - w_), last = std::min(xk_.rows() - 1, c + w_);
           for (Index j = first; j <= last; ++j) trips.emplace_back(i, j, corr(r, j - lo) / den_(i));
         }
-        (void)bj;
       }, nullptr, /*serial=*/true);
       typename SparseOperator<T>::Sparse s(xq_.rows(), xk_.rows());
       s.setFromTriplets(trips.begin(), trips.end());
       VectorX<T> arow(xq_.rows());
-      for (Index i = 0; i < arow.size(); ++i) arow(i) = std::exp(fq_.logscale(i) + gk_ - ref_(i)) / den_(i);
+      for (Index i = 0; i < arow.size(); ++i) arow(i) = est_scale(i) / den_(i);
       op_.emplace(MatrixR<T>(arow.asDiagonal() * fq_.f), kscaled_, std::move(s));
     }
     return *op_;
   }
 
  private:
+  /// e^{lq_i + gk − R_i}: the Performer estimates of row i in units of e^{R_i}.
+  T est_scale(Index i) const { return std::exp(fq_.logscale(i) + gk_ - ref_(i)); }
   /// For each block of 64 queries, the keys [lo, lo + bj) its bands span and the correction block
   /// C_ij = e^{s·q_iᵀk_j − R_i} − e^{lq_i + lk_j − R_i}·(fq_i·fk_j) on each row's band (0 off it), in units of
   /// e^{R_i}; with set_ref, R_i = max(the row's largest exact logit on its band, the log-scale of its estimated
@@ -151,10 +150,10 @@ class ScatterbrainMethod final : public Method<T> {
           const Index len = last - first + 1;
           const T base = fq_.logscale(i) + gk_;  // log-scale of the estimated entries of this row
           if (set_ref) (*set_ref)(i) = std::max(base, logits.row(r).segment(first, len).maxCoeff());
-          const T est_scale = std::exp(base - ref(i));
+          const T scale = std::exp(base - ref(i));  // est_scale(i), with R_i possibly just set
           auto lrow = logits.row(r);
           lrow.segment(first, len) = (lrow.segment(first, len).array() - ref(i)).exp().matrix() -
-                                     est_scale * est.row(r).segment(first, len);
+                                     scale * est.row(r).segment(first, len);
           lrow.head(first).setZero();
           lrow.tail(bj - last - 1).setZero();
         }

@@ -171,6 +171,23 @@ struct SoftmaxState {
 ///   strided: queries at positions c ≡ ρ (mod S) share the strided keys j ≡ ρ (mod S): per residue ρ one GEMM of
 ///            the (n/S) queries against the (n/S) keys (a strided view, no copy), O(n²d/S) in all;
 ///   globals and random keys: a few dot products per query.
+/// BigBird's random keys: for each query in turn, min(R, pool_i) distinct keys of [0, pool_i) by Floyd's algorithm,
+/// all from one generator — so the pattern and the blocked kernel draw the same keys.
+template <typename PoolOf>
+std::vector<std::vector<Index>> random_keys(Index nq, Index r, std::uint64_t seed, PoolOf pool_of) {
+  std::vector<std::vector<Index>> keys(static_cast<std::size_t>(nq));
+  Rng rng(seed);
+  for (Index i = 0; i < nq; ++i) {
+    const Index pool = pool_of(i), take = std::min(r, pool);
+    auto& chosen = keys[std::size_t(i)];
+    for (Index t = pool - take; t < pool; ++t) {
+      const Index x = Index(rng.below(std::uint64_t(t + 1)));
+      chosen.push_back(std::find(chosen.begin(), chosen.end(), x) == chosen.end() ? x : t);
+    }
+  }
+  return keys;
+}
+
 /// ⌊a / b⌋ for b > 0 (C++ division truncates towards zero).
 inline Index floor_div(Index a, Index b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -262,18 +279,7 @@ MatrixR<T> sparse_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRe
   }
   // 3, 4. Global keys and random keys not in an earlier part: a few dot products per query. The random keys are
   // drawn in the pattern's order (one generator over the queries in turn), so they are the pattern's keys.
-  std::vector<std::vector<Index>> random_keys(static_cast<std::size_t>(nq));
-  if (r > 0) {
-    Rng rng(seed);
-    for (Index i = 0; i < nq; ++i) {
-      const Index pool = last(i) + 1, take = std::min(r, pool);
-      auto& chosen = random_keys[std::size_t(i)];
-      for (Index t = pool - take; t < pool; ++t) {
-        const Index x = Index(rng.below(std::uint64_t(t + 1)));
-        chosen.push_back(std::find(chosen.begin(), chosen.end(), x) == chosen.end() ? x : t);
-      }
-    }
-  }
+  const std::vector<std::vector<Index>> rand = random_keys(nq, r, seed, [&](Index i) { return last(i) + 1; });
 #pragma omp parallel
   {
     std::vector<Index> extra;
@@ -283,7 +289,7 @@ MatrixR<T> sparse_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRe
       extra.clear();
       for (Index j = 0; j < std::min(g, last(i) + 1); ++j)
         if (!in_dense(i, j) && !in_strided(i, j)) extra.push_back(j);
-      for (Index j : random_keys[std::size_t(i)])
+      for (Index j : rand[std::size_t(i)])
         if (!in_dense(i, j) && !in_strided(i, j) && !in_global(i, j)) extra.push_back(j);
       if (extra.empty()) continue;
       logit.resize(Index(extra.size()));
@@ -332,10 +338,12 @@ class SparseMethod final : public PatternMethod<T> {
                 g = Index(this->params().integer("globals")), r = Index(this->params().integer("random"));
     Pattern p(static_cast<std::size_t>(nq));
     if (w >= 0) add_band(p, nq, nk, w, opts.causal);
-    Rng rng(std::uint64_t(this->params().integer("seed")));
+    const auto last_of = [&](Index i) { return opts.causal ? i + off : nk - 1; };
+    const std::vector<std::vector<Index>> rand =
+        random_keys(nq, r, std::uint64_t(this->params().integer("seed")), [&](Index i) { return last_of(i) + 1; });
     for (Index i = 0; i < nq; ++i) {
       auto& row = p[std::size_t(i)];
-      const Index c = i + off, last = opts.causal ? c : nk - 1;  // the last key query i may see
+      const Index c = i + off, last = last_of(i);  // the last key query i may see
       row.push_back(std::min(c, nk - 1));                        // every query sees its own position
       if (stride > 0)
         for (Index j = c % stride; j <= last; j += stride) row.push_back(j);
@@ -343,14 +351,8 @@ class SparseMethod final : public PatternMethod<T> {
       for (Index j = 0; j < std::min(g, last + 1); ++j) row.push_back(j);
       if (i < g)
         for (Index j = 0; j <= last; ++j) row.push_back(j);
-      // R random keys among the visible ones, without replacement (Floyd's algorithm).
-      const Index pool = last + 1, take = std::min(r, pool);
-      std::vector<Index> chosen;
-      for (Index t = pool - take; t < pool; ++t) {
-        const Index x = Index(rng.below(std::uint64_t(t + 1)));
-        chosen.push_back(std::find(chosen.begin(), chosen.end(), x) == chosen.end() ? x : t);
-      }
-      row.insert(row.end(), chosen.begin(), chosen.end());
+      // R random keys among the visible ones, without replacement.
+      row.insert(row.end(), rand[std::size_t(i)].begin(), rand[std::size_t(i)].end());
     }
     return p;
   }
