@@ -1,8 +1,7 @@
 // `attnlab compare`: run methods against exact attention on the user's arrays or a generated problem, print
 // the error metrics, and write them as tidy CSV.
+#include "attnlab/compare.hpp"
 #include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
-#include "attnlab/metrics.hpp"
 #include "attnlab/random.hpp"
 #include "attnlab/sources.hpp"
 #include "attnlab/registry.hpp"
@@ -12,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -36,10 +34,6 @@ struct CompareOptions {
   std::string matrix_metrics = "auto";
   Index matrix_limit = 4096;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string opt(const std::optional<double>& x) { return x ? fmt::format("{:.3e}", *x) : "-"; }
 
@@ -93,40 +87,35 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
     const ConstRef<T> k = files ? head_view<T>(files->k, h, kc) : ConstRef<T>(ks);
     const ConstRef<T> v = files ? head_view<T>(files->v, h, vc) : ConstRef<T>(vs);
 
-    auto t0 = std::chrono::steady_clock::now();
-    const MatrixR<T> exact_out = exact_output<T>(q, k, v, aopts);
-    const double exact_time = seconds_since(t0);
-    const bool matrix_metrics = o.matrix_metrics == "on" ||
-                                (o.matrix_metrics == "auto" && q.rows() <= o.matrix_limit && k.rows() <= o.matrix_limit);
-    std::optional<ExactOperator<T>> exact_op;
-    if (matrix_metrics) exact_op.emplace(q, k, aopts);
-
-    for (auto& m : methods) {
-      t0 = std::chrono::steady_clock::now();
-      m->compute(q, k, aopts);
-      const MatrixR<T> out = m->output(v);
-      const double t = seconds_since(t0);
-      require_finite_output(out, fmt::format("the output of {}", m->spec()));
-      const OutputErrors oe = output_errors<T>(exact_out, out);
-      std::optional<MatrixErrors> me;
-      if (matrix_metrics) me = matrix_errors<T>(*exact_op, m->op());
-
-      fmt::print("{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.4f} {:>8.2f}\n", m->spec(), width,
-                 oe.rel_fro, oe.mean_cosine, me ? opt(me->rel_fro) : "-", me ? opt(me->rel_spectral) : "-",
-                 me ? opt(me->mean_kl) : "-", me ? opt(me->mean_tv) : "-", t, t / exact_time);
-      if (!csv) continue;
+    attnlab::CompareOptions copts;
+    copts.attention = aopts;
+    copts.matrix_metrics = o.matrix_metrics == "on" ||
+                           (o.matrix_metrics == "auto" && q.rows() <= o.matrix_limit && k.rows() <= o.matrix_limit);
+    const auto print_row = [&](const CompareRow& r) {
+      const auto metric = [&](const char* name) -> std::optional<double> {
+        for (const auto& [n, v] : r.metrics)
+          if (n == name) return v;
+        return std::nullopt;
+      };
+      fmt::print("{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.4f} {:>8.2f}\n", r.spec, width,
+                 *metric("out_rel_fro"), *metric("out_mean_cosine"), opt(metric("P_rel_fro")),
+                 opt(metric("P_rel_spectral")), opt(metric("P_mean_kl")), opt(metric("P_mean_tv")), r.time_s,
+                 r.time_s / r.exact_time_s);
+      if (!csv) return;
       const std::vector<std::string> keys = {
-          "compare", source, m->name(), m->spec(), dtype_name(dtype_of<T>()), std::to_string(q.rows()),
+          "compare", source, r.method, r.spec, dtype_name(dtype_of<T>()), std::to_string(q.rows()),
           std::to_string(k.rows()), std::to_string(q.cols()), std::to_string(v.cols()), o.causal ? "true" : "false",
           std::to_string(o.seed), std::to_string(h)};
-      for (const auto& [name, value] : named_metrics(oe)) csv->write(keys, name, value);
-      csv->write(keys, "time_s", t);
-      csv->write(keys, "exact_time_s", exact_time);
-      for (const auto& [name, value] : m->diagnostics())
-        if (!std::isnan(value)) csv->write(keys, name, value);
-      if (me)
-        for (const auto& [name, value] : named_metrics(*me)) csv->write(keys, name, value);
-    }
+      // The output's four errors, the times, then the diagnostics and the P̃ metrics (the files' order).
+      for (std::size_t i = 0; i < r.metrics.size() + 1; ++i) {
+        if (i == 4) {
+          csv->write(keys, "time_s", r.time_s);
+          csv->write(keys, "exact_time_s", r.exact_time_s);
+        }
+        if (i < r.metrics.size()) csv->write(keys, r.metrics[i].first, r.metrics[i].second);
+      }
+    };
+    compare_methods<T>(q, k, v, methods, copts, print_row);
   }
   if (csv) fmt::print("wrote {}\n", csv->path());
 }

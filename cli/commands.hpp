@@ -17,5 +17,6 @@ CLI::Validator positive_finite();
 void add_apply(CLI::App& app);
 void add_compare(CLI::App& app);
 void add_methods(CLI::App& app);
+void add_report(CLI::App& app);
 
 }  // namespace attnlab::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   attnlab::cli::add_apply(app);
   attnlab::cli::add_compare(app);
   attnlab::cli::add_methods(app);
+  attnlab::cli::add_report(app);
   attnlab::experiments::add_run_command(app);
   try {
     // `run NAME --config FILE` becomes the options FILE holds; CLI11 takes the arguments in reverse order.

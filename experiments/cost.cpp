@@ -54,13 +54,13 @@ Cost measure_call(const std::function<void()>& f) {
 }
 
 Cost measure_cost(const std::string& spec, const MatrixR<float>& q, const MatrixR<float>& k, const MatrixR<float>& v,
-                  std::uint64_t seed, Index repeats) {
+                  std::uint64_t seed, Index repeats, const AttentionOptions& opts) {
   auto m = make_method<float>(spec, seed);
   Cost c;
   c.seconds = 1e300;
   for (Index rep = 0; rep < std::max<Index>(1, repeats); ++rep) {
     const Cost one = measure_call([&] {
-      m->compute(q, k);
+      m->compute(q, k, opts);
       const MatrixR<float> out = m->output(v);
     });
     if (one.refused) return one;

@@ -3,6 +3,7 @@
 // (error against cost, with each method's Pareto frontier).
 #pragma once
 
+#include "attnlab/options.hpp"
 #include "attnlab/types.hpp"
 
 #include <cstdint>
@@ -26,6 +27,6 @@ Cost measure_call(const std::function<void()>& f);
 /// from memory still resident are not seen, so it is a lower bound, exact for the large mmap-served buffers that
 /// dominate at large n.
 Cost measure_cost(const std::string& spec, const MatrixR<float>& q, const MatrixR<float>& k, const MatrixR<float>& v,
-                  std::uint64_t seed, Index repeats);
+                  std::uint64_t seed, Index repeats, const AttentionOptions& opts = {});
 
 }  // namespace attnlab::experiments

@@ -4,6 +4,7 @@
 // the speed-up over exact streaming attention timed in the same point), for the error-against-cost figure. Sources: generated, the trained/initialised transformer's heads (`trained`, `initialized`;
 // source column "trained/L{layer}H{head}", seed column = held-out sequence) and the user's .npy files.
 #include "attnlab/npy.hpp"
+#include "budget_families.hpp"
 #include "common.hpp"
 #include "cost.hpp"
 #include "model_data.hpp"
@@ -15,28 +16,8 @@
 namespace attnlab::experiments {
 namespace {
 
-struct Family {
-  std::string label, spec, param;  // spec prefix (may hold fixed options), the budget parameter
-  std::vector<Index> budgets;
-};
-
-std::vector<Family> families() {
-  const std::vector<Index> ranks = {8, 16, 32, 64, 128};
-  return {
-      {"svd", "svd", "rank", ranks},
-      {"nystrom", "nystrom", "landmarks", ranks},
-      {"nystrom_svd", "nystrom:pinv=svd", "landmarks", ranks},
-      {"linformer_pool", "linformer:projection=pool", "k", ranks},
-      {"linformer_gaussian", "linformer:projection=gaussian", "k", ranks},
-      {"cur", "cur", "columns", ranks},
-      {"performer", "performer", "features", {16, 32, 64, 128, 256}},
-      {"vq", "vq", "codes", ranks},
-      {"local", "local", "window", {4, 8, 16, 32, 64}},
-      {"reformer", "reformer:rounds=2", "chunk", {8, 16, 32, 64, 128}},
-      {"probsparse", "probsparse", "factor", {1, 2, 5, 10, 20}},
-      {"scatterbrain", "scatterbrain:features=64", "window", {4, 8, 16, 32, 64}},
-  };
-}
+using Family = BudgetFamily;
+const auto families = budget_families;
 
 class ErrorVsBudget final : public Experiment {
  public:
@@ -164,8 +145,7 @@ class ErrorVsBudget final : public Experiment {
       key.seed = seed;
       key.variant = f.label;
       key.step = b;
-      const std::string spec = f.spec + (f.spec.find(':') == std::string::npos ? ":" : ",") + f.param + "=" +
-                               std::to_string(b);
+      const std::string spec = f.spec_at(b);
       method_rows(rows, key, spec, q, k, v, exact_out, exact, q.rows() <= spectral_limit_);
       if (repeats_ == 0) continue;  // no cost asked for
       const Cost c = measure_cost(spec, qf, kf, vf, seed, repeats_);

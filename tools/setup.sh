@@ -23,9 +23,9 @@ while [ $# -gt 0 ]; do
 done
 
 packages=(g++ make cmake git zlib1g-dev libeigen3-dev libspectra-dev libfmt-dev libcli11-dev libgtest-dev libbenchmark-dev
-          libopenblas-dev python3 python3-numpy time)
+          libopenblas-dev python3 python3-numpy python3-dev pybind11-dev time)
 if [ "$python_stack" = 1 ]; then
-  packages+=(python3-matplotlib python3-pandas python3-nbconvert python3-nbformat python3-ipykernel python3-torch)
+  packages+=(python3-matplotlib python3-pandas python3-nbconvert python3-nbformat python3-ipykernel python3-torch python3-pytest)
 fi
 
 missing=()

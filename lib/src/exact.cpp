@@ -3,6 +3,7 @@
 // mask and scale identically. Parallel over tiles of the output (OpenMP).
 #include "attnlab/exact.hpp"
 
+#include "attnlab/cancel.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/memory.hpp"
 
@@ -119,6 +120,7 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
     VectorX<T> m(tile), l(tile);
 #pragma omp for schedule(dynamic)
     for (Index it = 0; it < ntiles; ++it) {
+      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
       const Index i0 = it * tile, bi = std::min(tile, nq - i0);
       m.head(bi).setConstant(-std::numeric_limits<T>::infinity());
       l.head(bi).setZero();
@@ -143,6 +145,7 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
       out.middleRows(i0, bi) = acc.topRows(bi).array().colwise() / l.head(bi).array();
     }
   }
+  throw_if_cancelled();
   return out;
 }
 
@@ -160,6 +163,7 @@ VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const Atten
     MatrixR<T> s;
 #pragma omp for schedule(dynamic)
     for (Index it = 0; it < ntiles; ++it) {
+      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
       const Index i0 = it * tile, bi = std::min(tile, nq - i0);
       VectorX<T> m = VectorX<T>::Constant(bi, -std::numeric_limits<T>::infinity());
       VectorX<T> l = VectorX<T>::Zero(bi);
@@ -177,6 +181,7 @@ VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const Atten
       lse.segment(i0, bi) = m.array() + l.array().log();
     }
   }
+  throw_if_cancelled();
   return lse;
 }
 
@@ -208,6 +213,7 @@ MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
     MatrixR<T> s;
 #pragma omp for schedule(dynamic)
     for (Index it = 0; it < ntiles; ++it) {
+      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
       const Index i0 = it * tile, bi = std::min(tile, nq - i0);
       const Index kend = t.key_end(i0, bi);
       for (Index j0 = 0; j0 < kend; j0 += tile) {
@@ -219,6 +225,7 @@ MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
       }
     }
   }
+  throw_if_cancelled();
   return y;
 }
 
@@ -238,6 +245,7 @@ MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
     MatrixR<T> s;
 #pragma omp for schedule(dynamic)
     for (Index jt = 0; jt < ntiles; ++jt) {
+      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
       const Index j0 = jt * tile, bj = std::min(tile, nk - j0);
       for (Index i0 = (t.query_begin(j0) / tile) * tile; i0 < nq; i0 += tile) {
         const Index bi = std::min(tile, nq - i0);
@@ -247,6 +255,7 @@ MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
       }
     }
   }
+  throw_if_cancelled();
   return y;
 }
 

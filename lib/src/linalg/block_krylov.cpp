@@ -2,6 +2,7 @@
 // Everything but the operator's products is in double: the basis, the Ritz problem and the residuals.
 #include "attnlab/linalg/block_krylov.hpp"
 
+#include "attnlab/cancel.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/random.hpp"
 
@@ -87,6 +88,7 @@ BlockKrylovSvd<T>& BlockKrylovSvd<T>::compute(const AttentionOperator<T>& a, Ind
   Mat y;              // nb×nb: right singular vectors of W, the Ritz coordinates
   Eigen::VectorXd s;  // Ritz values, descending
   while (true) {
+    throw_if_cancelled();
     // Two block products: W_new = A·V_new, Z_new = Aᵀ·W_new.
     const Index bn = vnew.cols();
     {

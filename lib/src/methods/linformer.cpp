@@ -7,6 +7,7 @@
 #include "attnlab/exact.hpp"
 #include "attnlab/methods/descriptors.hpp"
 #include "lowrank_method.hpp"
+#include "../tall_products.hpp"
 #include "attnlab/landmarks.hpp"
 
 #include <fmt/format.h>
@@ -50,21 +51,32 @@ class LinformerMethod final : public LowRankMethod<T> {
       f_ = this->params().boolean("share_kv") ? e_ : draw();
       drawn_n_ = n;
     }
-    const MatrixR<T>& e = e_;
-    const MatrixR<T>& f = f_;
-    const MatrixR<T> ek = e * k;  // k × d
-    AttentionOptions plain = opts;
-    plain.causal = false;
-    MatrixR<T> s = exact_matrix<T>(q, ek, plain);  // n_q × k
+    ek_ = detail::tall_transpose_product<T>(e_.transpose(), k);  // E·K, k × d, summed over n
+    q_ = q;
+    plain_ = opts;
+    plain_.causal = false;
     // Rows of P̃ are distributions exactly when F's rows are (pooling; the identity).
-    const bool distributions = proj == "pool" || proj == "identity";
-    this->set_factors(std::move(s), f.transpose(), distributions);
+    this->defer_factors(kk, proj == "pool" || proj == "identity");
     return Status::Success;
+  }
+
+  /// Eq. (7) is exact attention over k projected keys EK and values FV: O = softmax(s·Q(EK)ᵀ)·(FV), by the
+  /// streaming kernel, never forming the n×k matrix.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override {
+    require(v.rows() == f_.cols(), "linformer: V has the wrong number of rows");
+    const MatrixR<T> fv = detail::tall_transpose_product<T>(f_.transpose(), v);  // k × d
+    return exact_output<T>(q_, ek_, fv, plain_);
+  }
+
+  std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override {
+    return {exact_matrix<T>(q_, ek_, plain_), f_.transpose()};
   }
 
  private:
   Index drawn_n_ = -1;  // the n_k that E and F were drawn for
-  MatrixR<T> e_, f_;
+  MatrixR<T> e_, f_;    // the parameters, k × n_k
+  MatrixR<T> q_, ek_;   // the queries (kept for the output) and E·K
+  AttentionOptions plain_;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "attnlab/linalg/pinv.hpp"
 #include "attnlab/methods/descriptors.hpp"
 #include "lowrank_method.hpp"
+#include "../tall_products.hpp"
 #include "attnlab/landmarks.hpp"
 
 #include <fmt/format.h>
@@ -43,21 +44,40 @@ class NystromMethod final : public LowRankMethod<T> {
     }
     AttentionOptions plain = opts;
     plain.causal = false;
-    const MatrixR<T> f = exact_matrix<T>(q, kl, plain);   // n_q × m
+    q_ = q;
+    kl_ = kl;
+    plain_ = plain;
     const MatrixR<T> a = exact_matrix<T>(ql, kl, plain);  // m × m
-    MatrixR<T> b = exact_matrix<T>(ql, k, plain);         // m × n_k
+    b_ = exact_matrix<T>(ql, k, plain);                   // m × n_k
     Pseudoinverse<T> pinv;
     pinv.setMethod(parse_pinv_method(this->params().choice("pinv")))
         .setIterations(Index(this->params().integer("iters")))
         .compute(a);
     residual_ = pinv.residuals().back();
-    MatrixR<T> fz = f * pinv.pseudoinverse();
-    this->set_factors(std::move(fz), b.transpose(), false);  // F·Z has negative entries
+    z_ = pinv.pseudoinverse();
+    this->defer_factors(m, false);  // F·Z has negative entries
     return pinv.info() == Status::NumericalIssue ? Status::NumericalIssue : Status::Success;
+  }
+
+  /// O = F·(Z·(B·V)) with F = softmax(s·QK̃ᵀ): m×d intermediates only (the factored form (F·Z)·(B·V) adds an
+  /// n·m² product), and F·W is exact attention over the m landmark keys with values W = Z·B·V, so the streaming
+  /// kernel computes it tile by tile without forming F.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override {
+    require(v.rows() == b_.cols(), "nystrom: V has the wrong number of rows");
+    const MatrixR<T> bv = detail::tall_transpose_product<T>(b_.transpose(), v);  // m × d, summed over n
+    const MatrixR<T> w = z_ * bv;
+    return exact_output<T>(q_, kl_, w, plain_);
+  }
+
+  std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override {
+    return {exact_matrix<T>(q_, kl_, plain_) * z_, b_.transpose()};
   }
 
  private:
   double residual_ = 0;
+  MatrixR<T> q_, kl_;   // the queries (kept for the output) and the key landmarks K̃
+  MatrixR<T> z_, b_;    // Z ≈ A⁺ (m × m), softmax(s·Q̃Kᵀ) (m × n_k)
+  AttentionOptions plain_;
 };
 
 }  // namespace

@@ -1,0 +1,64 @@
+// `attnlab report`: which approximation for my model, head by head (experiments/report.hpp does the work; the
+// Python module's attnlab.report() calls the same code).
+#include "attnlab/error.hpp"
+#include "commands.hpp"
+#include "inputs.hpp"
+#include "report.hpp"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace attnlab::cli {
+
+void add_report(CLI::App& app) {
+  struct Flags {
+    std::string q, k, v, model_dir, layers = "all";
+    Index seq = 0;
+    attnlab::report::Options opts;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* sub = app.add_subcommand(
+      "report", "per head: entropy, spectrum, every method's error against its cost, and the method to use");
+  auto* qo = sub->add_option("--q", f->q, "queries .npy, (heads, n, d) or (n, d)");
+  auto* ko = sub->add_option("--k", f->k, "keys .npy");
+  auto* vo = sub->add_option("--v", f->v, "values .npy");
+  qo->needs(ko, vo);
+  ko->needs(qo, vo);
+  vo->needs(qo, ko);
+  auto* mo = sub->add_option("--model-dir", f->model_dir,
+                             "a model export (tools/trained_attention.py: data/attention, or data/attention/trained)");
+  mo->excludes(qo);
+  sub->add_option("--layers", f->layers, "with --model-dir: 'all' or a comma list of layer indices")->capture_default_str();
+  sub->add_option("--seq", f->seq, "with --model-dir: which exported sequence")->capture_default_str();
+  sub->add_option("--out", f->opts.out, "report directory (index.html, report.csv, summary.md)")->required();
+  sub->add_option("--target", f->opts.target, "largest output error ‖O − Õ‖_F/‖O‖_F a recommendation may have")
+      ->check(positive_finite())
+      ->capture_default_str();
+  sub->add_option("--families", f->opts.families, "method families (error_vs_budget's labels; default: every "
+                                                  "deployable one)")
+      ->delimiter(',');
+  sub->add_option("--repeats", f->opts.repeats, "timing: best of this many calls")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sub->add_flag("--causal", f->opts.causal, "causal mask (only the methods that honour one)");
+  sub->add_option("--title", f->opts.title, "the report's title")->capture_default_str();
+  sub->callback([f] {
+    std::vector<attnlab::report::Layer> layers;
+    if (!f->model_dir.empty()) {
+      layers = attnlab::report::load_model_export(f->model_dir, f->layers, f->seq);
+    } else {
+      require(!f->q.empty(), "report: give --q/--k/--v or --model-dir");
+      const QkvFiles files = load_qkv(f->q, f->k, f->v);
+      attnlab::report::Layer layer;
+      layer.name = "input";
+      for (Index h = 0; h < files.heads(); ++h)
+        layer.heads.push_back({files.q.head_as<double>(h), files.k.head_as<double>(h), files.v.head_as<double>(h)});
+      layers.push_back(std::move(layer));
+    }
+    const auto s = attnlab::report::write_report(layers, f->opts);
+    fmt::print("wrote {} ({} heads; {} keep exact), {}, {}\n", s.index_html, s.heads, s.keep_exact, s.csv, s.summary_md);
+  });
+}
+
+}  // namespace attnlab::cli

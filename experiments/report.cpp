@@ -1,0 +1,449 @@
+// The per-model report (see report.hpp). Errors in float64 against exact attention; cost as a user runs it:
+// float32 compute() + output(), best of `repeats`, with exact streaming attention timed on the same head.
+#include "report.hpp"
+
+#include "attnlab/cancel.hpp"
+#include "attnlab/error.hpp"
+#include "attnlab/exact.hpp"
+#include "attnlab/metrics.hpp"
+#include "attnlab/registry.hpp"
+#include "attnlab/spectrum.hpp"
+#include "attnlab/tidy_csv.hpp"
+#include "budget_families.hpp"
+#include "common.hpp"
+#include "cost.hpp"
+#include "model_data.hpp"
+#include "svg.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace attnlab::report {
+namespace {
+
+namespace fs = std::filesystem;
+using experiments::BudgetFamily;
+
+struct Point {
+  std::string family, spec;
+  Index budget = 0;
+  double error = 0, p_error = NAN, seconds = NAN, speedup = NAN;
+  bool pareto = false;
+};
+
+struct HeadResult {
+  std::string layer;
+  Index head = 0, n = 0, d = 0;
+  double entropy = 0, entropy_max = 0, stable_rank = 0, exact_seconds = 0;
+  Index r90 = -1, r99 = -1;  // ranks holding 90% / 99% of ‖P‖_F² (-1: beyond the values computed)
+  std::vector<double> sigma;
+  bool sigma_complete = false;
+  std::vector<Point> points;
+  const Point* best = nullptr;  // the recommendation; null: keep exact
+  const Point* fit = nullptr;   // the fastest point under the target, faster than exact or not
+  std::string why;             // when keeping exact
+};
+
+std::vector<BudgetFamily> chosen_families(const Options& o) {
+  std::vector<BudgetFamily> out;
+  const auto all = experiments::budget_families();
+  for (const auto& f : all) {
+    const bool asked = o.families.empty() ? f.deployable
+                                          : std::find(o.families.begin(), o.families.end(), f.label) != o.families.end();
+    if (!asked) continue;
+    const std::string name = f.spec.substr(0, f.spec.find(':'));
+    if (o.causal && !find_method(name).causal) continue;
+    out.push_back(f);
+  }
+  for (const auto& label : o.families)
+    if (std::none_of(all.begin(), all.end(), [&](const BudgetFamily& f) { return f.label == label; })) {
+      std::string names;
+      for (const auto& f : all) names += (names.empty() ? "" : ", ") + f.label;
+      throw Error(fmt::format("report: unknown family '{}'; valid: {}", label, names));
+    }
+  require(!out.empty(), "report: no method family left to evaluate (a causal mask keeps only causal methods)");
+  return out;
+}
+
+HeadResult analyse(const std::string& layer, Index head, const HeadData& h, const std::vector<BudgetFamily>& families,
+                   const Options& o) {
+  HeadResult r;
+  r.layer = layer;
+  r.head = head;
+  r.n = h.q.rows();
+  r.d = h.q.cols();
+  AttentionOptions aopts;
+  aopts.causal = o.causal;
+  const ExactOperator<double> exact(h.q, h.k, aopts);
+  const MatrixR<double> exact_out = exact_output<double>(h.q, h.k, h.v, aopts);
+
+  // Entropy and ‖P‖_F², block of rows by block of rows (P is never formed whole).
+  double fro2 = 0, ent = 0;
+  for (Index i0 = 0; i0 < r.n; i0 += 256) {
+    const MatrixR<double> p = exact.row_block(i0, std::min<Index>(256, r.n - i0));
+    ent += experiments::entropy_sum(p);
+    fro2 += p.squaredNorm();
+  }
+  r.entropy = ent / double(r.n);
+  r.entropy_max = std::log(double(h.k.rows()));
+
+  // Spectrum: every value up to dense_limit, else the top ones matrix-free.
+  if (std::max(r.n, h.k.rows()) <= o.dense_limit) {
+    const VectorX<double> s = singular_values<double>(exact_matrix<double>(h.q, h.k, aopts));
+    r.sigma.assign(s.data(), s.data() + s.size());
+    r.sigma_complete = true;
+  } else {
+    const TopSingular t = top_singular<double>(exact, std::min<Index>(o.top, std::min(r.n, h.k.rows())));
+    r.sigma.assign(t.values.data(), t.values.data() + t.values.size());
+  }
+  r.stable_rank = fro2 / (r.sigma[0] * r.sigma[0]);
+  double acc = 0;
+  for (std::size_t i = 0; i < r.sigma.size(); ++i) {
+    acc += r.sigma[i] * r.sigma[i];
+    if (r.r90 < 0 && acc >= 0.90 * fro2) r.r90 = Index(i + 1);
+    if (r.r99 < 0 && acc >= 0.99 * fro2) r.r99 = Index(i + 1);
+  }
+
+  const MatrixR<float> qf = h.q.cast<float>(), kf = h.k.cast<float>(), vf = h.v.cast<float>();
+  r.exact_seconds = experiments::measure_cost("exact", qf, kf, vf, 0, o.repeats, aopts).seconds;
+  MatrixErrorOptions mo;
+  mo.spectral = false;
+  const bool matrix = r.n <= o.dense_limit;
+  for (const auto& f : families)
+    for (Index b : f.budgets) {
+      throw_if_cancelled();
+      if (b > std::min(r.n, h.k.rows())) continue;
+      Point p;
+      p.family = f.label;
+      p.budget = b;
+      auto m = make_method<double>(f.spec_at(b), 0);
+      p.spec = m->spec();
+      m->compute(h.q, h.k, aopts);
+      p.error = output_errors<double>(exact_out, m->output(h.v)).rel_fro;
+      if (matrix) p.p_error = matrix_errors<double>(exact, m->op(), mo).rel_fro;
+      const experiments::Cost c = experiments::measure_cost(p.spec, qf, kf, vf, 0, o.repeats, aopts);
+      if (!c.refused) {
+        p.seconds = c.seconds;
+        p.speedup = r.exact_seconds / c.seconds;
+      }
+      r.points.push_back(p);
+    }
+  // Pareto frontier in (time, error): no other point is both faster and more accurate.
+  std::vector<Point*> by_time;
+  for (auto& p : r.points)
+    if (std::isfinite(p.seconds)) by_time.push_back(&p);
+  std::sort(by_time.begin(), by_time.end(), [](const Point* a, const Point* b) {
+    return a->seconds != b->seconds ? a->seconds < b->seconds : a->error < b->error;
+  });
+  double best_err = INFINITY;
+  for (Point* p : by_time)
+    if (p->error < best_err) {
+      p->pareto = true;
+      best_err = p->error;
+    }
+  // Recommendation: the fastest point under the target (on the frontier by construction), if it beats exact.
+  for (const Point* p : by_time)
+    if (p->error <= o.target) {
+      r.fit = p;
+      if (p->seconds < r.exact_seconds) r.best = p;
+      else
+        r.why = fmt::format("{} meets the target ({:.3g}) but is not faster than exact ({:.3g} ms against {:.3g} ms)",
+                            p->spec, p->error, p->seconds * 1e3, r.exact_seconds * 1e3);
+      break;
+    }
+  if (!r.best && r.why.empty()) {
+    const auto it = std::min_element(r.points.begin(), r.points.end(),
+                                     [](const Point& a, const Point& b) { return a.error < b.error; });
+    r.why = it == r.points.end() ? "no method ran"
+                                 : fmt::format("no method stays under {:.3g} (best: {} at {:.3g})", o.target,
+                                               it->spec, it->error);
+  }
+  return r;
+}
+
+std::string fmt_rank(Index r, bool complete) { return r > 0 ? std::to_string(r) : complete ? "–" : "> computed"; }
+
+std::string recommendation(const HeadResult& h) {
+  return h.best ? h.best->spec : std::string("keep exact");
+}
+
+/// Colour of a family on every figure (by its position in error_vs_budget's list).
+std::string family_colour(const std::string& label) {
+  const auto all = experiments::budget_families();
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (all[i].label == label) return svg::colour(i);
+  return "#000";
+}
+
+std::string head_plot(const HeadResult& h, const std::vector<BudgetFamily>& families, double target) {
+  svg::Plot p(fmt::format("{} head {}: output error against time", h.layer, h.head), {"time per call (s, float32)", true},
+              {"‖O − Õ‖_F / ‖O‖_F", true}, 420, 300);
+  for (const auto& f : families) {
+    svg::Series s;
+    s.label = f.label;
+    s.colour = family_colour(f.label);
+    for (const auto& pt : h.points)
+      if (pt.family == f.label && std::isfinite(pt.seconds)) s.points.emplace_back(pt.seconds, std::max(pt.error, 1e-17));
+    std::sort(s.points.begin(), s.points.end());
+    p.add(s);
+  }
+  svg::Series front;
+  front.label = "Pareto frontier";
+  front.colour = "#000";
+  front.markers = false;
+  front.dashed = true;
+  front.width = 1;
+  for (const auto& pt : h.points)
+    if (pt.pareto) front.points.emplace_back(pt.seconds, std::max(pt.error, 1e-17));
+  std::sort(front.points.begin(), front.points.end());
+  p.add(front);
+  p.hline(target, fmt::format("target {:g}", target));
+  p.vline(h.exact_seconds, "exact");
+  return p.render();
+}
+
+std::string spectrum_plot(const std::vector<const HeadResult*>& heads, const std::string& layer) {
+  svg::Plot p(fmt::format("{}: cumulative spectrum of P", layer), {"rank r", true}, {"Σ_{i≤r} σ_i² / ‖P‖_F²", false, 0, 1},
+              420, 300);
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    const HeadResult& h = *heads[i];
+    double total = 0;
+    for (double s : h.sigma) total += s * s;
+    const double fro2 = h.stable_rank * h.sigma[0] * h.sigma[0];
+    svg::Series s;
+    s.label = fmt::format("head {}", h.head);
+    s.colour = svg::colour(i);
+    s.markers = false;
+    double acc = 0;
+    for (std::size_t r = 0; r < h.sigma.size(); ++r) {
+      acc += h.sigma[r] * h.sigma[r];
+      s.points.emplace_back(double(r + 1), acc / fro2);
+    }
+    (void)total;
+    p.add(s);
+  }
+  return p.render();
+}
+
+std::string speedup_colour(double s) {
+  // White at 1×, deepening green to ≥ 100× (log scale).
+  const double t = std::clamp(std::log10(std::max(s, 1.0)) / 2.0, 0.0, 1.0);
+  const int g = int(255 - 120 * t), rb = int(255 - 200 * t);
+  return fmt::format("#{:02x}{:02x}{:02x}", rb, g, rb);
+}
+
+}  // namespace
+
+std::vector<Layer> load_model_export(const std::string& dir_in, const std::string& layers, Index seq) {
+  fs::path dir(dir_in), model = "trained";
+  if (!fs::exists(dir / "meta.json")) {
+    require(fs::exists(dir.parent_path() / "meta.json"),
+            fmt::format("report: {} is not a model export (no meta.json in it or its parent; make one with "
+                        "tools/trained_attention.py)", dir_in));
+    model = dir.filename();
+    dir = dir.parent_path();
+  }
+  const experiments::ModelData data(dir.string(), model.string());
+  require(seq >= 0 && seq < data.sequences(),
+          fmt::format("report: sequence {} out of range (the export has {})", seq, data.sequences()));
+  std::vector<Index> which;
+  if (layers == "all") {
+    for (Index l = 0; l < data.layers(); ++l) which.push_back(l);
+  } else {
+    std::stringstream ss(layers);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      Index l = -1;
+      try {
+        std::size_t used = 0;
+        l = std::stol(item, &used);
+        if (used != item.size()) l = -1;
+      } catch (const std::exception&) {
+      }
+      require(l >= 0 && l < data.layers(),
+              fmt::format("report: layer '{}' is not in 0..{} (or 'all')", item, data.layers() - 1));
+      which.push_back(l);
+    }
+  }
+  std::vector<Layer> out;
+  for (Index l : which) {
+    Layer layer;
+    layer.name = fmt::format("L{}", l);
+    for (Index h = 0; h < data.heads(); ++h) {
+      const Qkv<double> p = data.load({seq, l, h});
+      layer.heads.push_back({p.q, p.k, p.v});
+    }
+    out.push_back(std::move(layer));
+  }
+  return out;
+}
+
+Summary write_report(const std::vector<Layer>& layers, const Options& o) {
+  require(o.target > 0 && std::isfinite(o.target), fmt::format("report: target must be > 0, got {}", o.target));
+  require(o.repeats >= 1, "report: repeats must be ≥ 1");
+  require(!layers.empty() && !layers.front().heads.empty(), "report: no heads given");
+  for (const auto& l : layers)
+    for (const auto& h : l.heads)
+      require(h.q.cols() == h.k.cols() && h.k.rows() == h.v.rows() && h.q.rows() >= 1,
+              fmt::format("report: {}: Q, K, V shapes disagree", l.name));
+  const auto families = chosen_families(o);
+  fs::create_directories(o.out);
+
+  std::vector<HeadResult> results;
+  Index total = 0, done = 0;
+  for (const auto& l : layers) total += Index(l.heads.size());
+  for (const auto& l : layers)
+    for (std::size_t h = 0; h < l.heads.size(); ++h) {
+      results.push_back(analyse(l.name, Index(h), l.heads[h], families, o));
+      ++done;
+      if (o.progress)
+        fmt::print(stderr, "report: [{}/{}] {} head {}: {} \n", done, total, l.name, h, recommendation(results.back()));
+    }
+
+  Summary sum;
+  sum.heads = Index(results.size());
+  // report.csv: tidy, one value per row.
+  sum.csv = (fs::path(o.out) / "report.csv").string();
+  {
+    TidyCsvWriter csv(sum.csv, {"experiment", "layer", "head", "n", "d", "family", "spec", "budget"});
+    for (const auto& h : results) {
+      const auto keys = [&](const std::string& fam, const std::string& spec, Index b) {
+        return std::vector<std::string>{"report", h.layer, std::to_string(h.head), std::to_string(h.n), std::to_string(h.d),
+                                        fam, spec, b ? std::to_string(b) : ""};
+      };
+      const auto hk = keys("", "exact", 0);
+      csv.write(hk, "entropy", h.entropy);
+      csv.write(hk, "entropy_max", h.entropy_max);
+      csv.write(hk, "stable_rank", h.stable_rank);
+      if (h.r90 > 0) csv.write(hk, "rank_90", double(h.r90));
+      if (h.r99 > 0) csv.write(hk, "rank_99", double(h.r99));
+      csv.write(hk, "time_s", h.exact_seconds);
+      for (std::size_t i = 0; i < h.sigma.size(); ++i)
+        csv.write(keys("", "exact", Index(i + 1)), "singular_value", h.sigma[i]);
+      for (const auto& p : h.points) {
+        const auto k = keys(p.family, p.spec, p.budget);
+        csv.write(k, "out_rel_fro", p.error);
+        if (std::isfinite(p.p_error)) csv.write(k, "P_rel_fro", p.p_error);
+        if (std::isfinite(p.seconds)) {
+          csv.write(k, "time_s", p.seconds);
+          csv.write(k, "speedup_vs_exact", p.speedup);
+        }
+        csv.write(k, "pareto", p.pareto ? 1.0 : 0.0);
+        csv.write(k, "recommended", &p == h.best ? 1.0 : 0.0);
+      }
+    }
+  }
+  std::ofstream(sum.csv + ".config.txt") << fmt::format(
+      "report of {} heads; target {}; repeats {}; causal {}; families {}\ncode_version: {}\n", results.size(), o.target,
+      o.repeats, o.causal, [&] {
+        std::string s;
+        for (const auto& f : families) s += (s.empty() ? "" : ",") + f.label;
+        return s;
+      }(), code_version());
+
+  // summary.md
+  for (const auto& h : results) sum.keep_exact += h.best ? 0 : 1;
+  std::map<std::string, int> by_family;
+  for (const auto& h : results) ++by_family[h.best ? h.best->family : "keep exact"];
+  std::string md = fmt::format("# {}\n\n{} heads (n = {}, d = {}); target output error ‖O − Õ‖_F/‖O‖_F ≤ {:g}; "
+                               "cost: float32 compute + output, best of {} calls, against exact streaming attention "
+                               "timed on the same head.\n\n",
+                               o.title, results.size(), results[0].n, results[0].d, o.target, o.repeats);
+  md += "Recommendations: ";
+  for (const auto& [f, c] : by_family) md += fmt::format("{} × {}; ", c, f);
+  md += "\n\n| layer | head | entropy (nats) | stable rank | rank for 90% | recommendation | error | speed-up | "
+        "fastest under the target (error, speed-up) |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& h : results)
+    md += fmt::format("| {} | {} | {:.2f} / {:.2f} | {:.1f} | {} | {} | {} | {} | {} |\n", h.layer, h.head, h.entropy,
+                      h.entropy_max, h.stable_rank, fmt_rank(h.r90, h.sigma_complete), recommendation(h),
+                      h.best ? fmt::format("{:.3g}", h.best->error) : "–",
+                      h.best ? fmt::format("{:.1f}×", h.best->speedup) : "1×",
+                      h.fit ? fmt::format("{} {} ({:.3g}, {:.2f}×)", h.fit->family, h.fit->budget, h.fit->error,
+                                          h.fit->speedup)
+                            : "none");
+  sum.summary_md = (fs::path(o.out) / "summary.md").string();
+  std::ofstream(sum.summary_md) << md;
+
+  // index.html: maps, table, then per layer the spectra and per head error against cost.
+  std::vector<std::string> row_labels;
+  Index max_heads = 0;
+  for (const auto& l : layers) {
+    row_labels.push_back(l.name);
+    max_heads = std::max(max_heads, Index(l.heads.size()));
+  }
+  std::vector<std::string> col_labels;
+  for (Index h = 0; h < max_heads; ++h) col_labels.push_back(fmt::format("head {}", h));
+  std::vector<std::vector<std::pair<std::string, std::string>>> rec_cells(layers.size()), speed_cells(layers.size());
+  {
+    std::size_t i = 0;
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      for (std::size_t h = 0; h < layers[l].heads.size(); ++h, ++i) {
+        const HeadResult& r = results[i];
+        const std::string fam = r.best ? r.best->family : "";
+        rec_cells[l].emplace_back(r.best ? family_colour(fam) + "55" : "#eeeeee",
+                                  r.best ? fmt::format("{} {}", fam, r.best->budget) : "keep exact");
+        speed_cells[l].emplace_back(speedup_colour(r.best ? r.best->speedup : 1.0),
+                                    r.best ? fmt::format("{:.1f}× ({:.2g})", r.best->speedup, r.best->error) : "1×");
+      }
+  }
+  std::string html = fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0}</title>\n<style>"
+      "body{{font-family:sans-serif;max-width:1400px;margin:1em auto;padding:0 1em;color:#222}}"
+      "table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}"
+      "th{{background:#f3f3f3}}td.l{{text-align:left}}.figs{{display:flex;flex-wrap:wrap;gap:8px}}"
+      ".legend span{{margin-right:12px;font-size:12px;white-space:nowrap}}.legend i{{display:inline-block;width:10px;"
+      "height:10px;margin-right:4px}}.note{{color:#555;font-size:13px}}</style></head><body>\n<h1>{0}</h1>\n",
+      svg::escape(o.title));
+  html += fmt::format(
+      "<p>{} heads, n = {}, d = {}. For each head: every efficient method at several budgets, its output error "
+      "‖O − Õ‖<sub>F</sub>/‖O‖<sub>F</sub> against exact attention (float64), and its cost as run (float32 compute + "
+      "output, best of {} calls, exact streaming attention timed on the same head). <b>Recommendation</b>: the fastest "
+      "method and budget under the target error {:g} that is faster than exact attention; otherwise <i>keep "
+      "exact</i>. Times are this machine's, at this sequence length: speed-ups grow with n for the sub-quadratic "
+      "methods.</p>\n<p>{}</p>\n",
+      results.size(), results[0].n, results[0].d, o.repeats, o.target, svg::escape(md.substr(md.find("Recommendations"),
+                                                                                        md.find("\n\n|") - md.find("Recommendations"))));
+  html += "<div class=\"figs\">" + svg::heat_map("Recommended method (family, budget)", row_labels, col_labels, rec_cells) +
+          svg::heat_map("Its speed-up over exact (its output error)", row_labels, col_labels, speed_cells) + "</div>\n";
+  html += "<h2>Heads</h2>\n<table><tr><th>layer</th><th>head</th><th>entropy / max (nats)</th><th>stable rank</th>"
+          "<th>rank for 90% / 99% of ‖P‖²<sub>F</sub></th><th>exact (ms)</th><th>recommendation</th><th>error</th>"
+          "<th>speed-up</th><th class=\"l\">fastest under the target (faster than exact or not)</th>"
+          "<th class=\"l\">note</th></tr>\n";
+  for (const auto& h : results)
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2f} / {:.2f}</td><td>{:.1f}</td><td>{} / {}</td><td>{:.3f}</td>"
+                        "<td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l note\">{}</td></tr>\n",
+                        h.layer, h.head, h.entropy, h.entropy_max, h.stable_rank, fmt_rank(h.r90, h.sigma_complete),
+                        fmt_rank(h.r99, h.sigma_complete), h.exact_seconds * 1e3, svg::escape(recommendation(h)),
+                        h.best ? fmt::format("{:.3g}", h.best->error) : "–",
+                        h.best ? fmt::format("{:.1f}×", h.best->speedup) : "1×",
+                        h.fit ? svg::escape(fmt::format("{} {} ({:.3g}, {:.2f}×)", h.fit->family, h.fit->budget,
+                                                        h.fit->error, h.fit->speedup))
+                              : "none",
+                        svg::escape(h.why));
+  html += "</table>\n";
+  std::vector<std::pair<std::string, std::string>> legend;
+  for (const auto& f : families) legend.emplace_back(f.label, family_colour(f.label));
+  legend.emplace_back("Pareto frontier (dashed)", "#000");
+  std::size_t i = 0;
+  for (const auto& l : layers) {
+    std::vector<const HeadResult*> lh;
+    for (std::size_t h = 0; h < l.heads.size(); ++h) lh.push_back(&results[i + h]);
+    html += fmt::format("<h2>{}</h2>\n", svg::escape(l.name)) + svg::Plot::legend(legend) + "<div class=\"figs\">" +
+            spectrum_plot(lh, l.name);
+    for (const HeadResult* h : lh) html += head_plot(*h, families, o.target);
+    html += "</div>\n";
+    i += l.heads.size();
+  }
+  html += fmt::format("<p class=\"note\">attnlab {}; data in report.csv (tidy: one value per row), summary in "
+                      "summary.md.</p>\n</body></html>\n",
+                      code_version());
+  sum.index_html = (fs::path(o.out) / "index.html").string();
+  std::ofstream(sum.index_html) << html;
+  return sum;
+}
+
+}  // namespace attnlab::report

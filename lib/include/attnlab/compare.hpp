@@ -1,0 +1,40 @@
+// Methods against exact attention on one head: the errors of each method's output (and of its P̃ when asked) and
+// what it cost, one row per method. Shared by `attnlab compare`, the Python module's compare() and the report.
+#pragma once
+
+#include "attnlab/method.hpp"
+#include "attnlab/options.hpp"
+#include "attnlab/types.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnlab {
+
+struct CompareOptions {
+  AttentionOptions attention;  ///< causal mask, scale (NaN: 1/√d)
+  bool matrix_metrics = true;  ///< also the errors of P̃ against P (Frobenius, KL, TV; matrix-free, O(n²) time)
+  bool spectral = true;        ///< with matrix_metrics: also the spectral norms (block Krylov)
+};
+
+struct CompareRow {
+  std::string method, spec;
+  double time_s = 0;        ///< compute() + output(), once
+  double exact_time_s = 0;  ///< exact streaming attention on the same head, once, in the same call
+  /// out_rel_fro, out_max_abs, out_mean_cosine, out_min_cosine, the method's diagnostics, then the P_* metrics.
+  std::vector<std::pair<std::string, double>> metrics;
+};
+
+/// Runs every method on (Q, K, V) against exact streaming attention; on_row (if given) sees each row as soon as it
+/// is computed (progress). Throws Error for a method that cannot honour the causal mask, shape mismatches, and an
+/// output that is not finite.
+template <typename T>
+std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                        const std::vector<std::unique_ptr<Method<T>>>& methods,
+                                        const CompareOptions& opts,
+                                        const std::function<void(const CompareRow&)>& on_row = {});
+
+}  // namespace attnlab

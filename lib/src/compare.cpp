@@ -1,0 +1,74 @@
+// Methods against exact attention on one head (see compare.hpp).
+#include "attnlab/compare.hpp"
+
+#include "attnlab/cancel.hpp"
+#include "attnlab/error.hpp"
+#include "attnlab/exact.hpp"
+#include "attnlab/metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+namespace attnlab {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+template <typename T>
+std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                        const std::vector<std::unique_ptr<Method<T>>>& methods,
+                                        const CompareOptions& opts,
+                                        const std::function<void(const CompareRow&)>& on_row) {
+  for (const auto& m : methods)
+    if (opts.attention.causal && !m->supports_causal())
+      throw Error(fmt::format("method '{}' cannot honour a causal mask", m->name()));
+  auto t0 = std::chrono::steady_clock::now();
+  const MatrixR<T> exact_out = exact_output<T>(q, k, v, opts.attention);
+  const double exact_time = seconds_since(t0);
+  std::optional<ExactOperator<T>> exact_op;
+  if (opts.matrix_metrics) exact_op.emplace(q, k, opts.attention);
+  MatrixErrorOptions mopts;
+  mopts.spectral = opts.spectral;
+
+  std::vector<CompareRow> rows;
+  for (const auto& m : methods) {
+    throw_if_cancelled();
+    CompareRow row;
+    row.method = m->name();
+    row.spec = m->spec();
+    t0 = std::chrono::steady_clock::now();
+    m->compute(q, k, opts.attention);
+    const MatrixR<T> out = m->output(v);
+    row.time_s = seconds_since(t0);
+    row.exact_time_s = exact_time;
+    if (!all_finite(out)) throw Error(fmt::format("the output of {} has non-finite values: a numerical failure", row.spec));
+    row.metrics = named_metrics(output_errors<T>(exact_out, out));
+    for (const auto& [name, value] : m->diagnostics())
+      if (!std::isnan(value)) row.metrics.emplace_back(name, value);
+    if (exact_op)
+      for (const auto& nv : named_metrics(matrix_errors<T>(*exact_op, m->op(), mopts))) row.metrics.push_back(nv);
+    if (on_row) on_row(row);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+template std::vector<CompareRow> compare_methods<float>(const ConstRef<float>&, const ConstRef<float>&,
+                                                        const ConstRef<float>&,
+                                                        const std::vector<std::unique_ptr<Method<float>>>&,
+                                                        const CompareOptions&,
+                                                        const std::function<void(const CompareRow&)>&);
+template std::vector<CompareRow> compare_methods<double>(const ConstRef<double>&, const ConstRef<double>&,
+                                                         const ConstRef<double>&,
+                                                         const std::vector<std::unique_ptr<Method<double>>>&,
+                                                         const CompareOptions&,
+                                                         const std::function<void(const CompareRow&)>&);
+
+}  // namespace attnlab
