@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -151,16 +152,16 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
       r.fit = p;
       if (p->seconds < r.exact_seconds) r.best = p;
       else
-        r.why = fmt::format("{} meets the target ({:.3g}) but is not faster than exact ({:.3g} ms against {:.3g} ms)",
-                            p->spec, p->error, p->seconds * 1e3, r.exact_seconds * 1e3);
+        r.why = fmt::format("{} {} meets the target ({:.3g}) but is not faster than exact ({:.3g} ms against {:.3g} ms)",
+                            p->family, p->budget, p->error, p->seconds * 1e3, r.exact_seconds * 1e3);
       break;
     }
   if (!r.best && r.why.empty()) {
     const auto it = std::min_element(r.points.begin(), r.points.end(),
                                      [](const Point& a, const Point& b) { return a.error < b.error; });
     r.why = it == r.points.end() ? "no method ran"
-                                 : fmt::format("no method stays under {:.3g} (best: {} at {:.3g})", o.target,
-                                               it->spec, it->error);
+                                 : fmt::format("no method stays under {:.3g} (best: {} {} at {:.3g})", o.target,
+                                               it->family, it->budget, it->error);
   }
   return r;
 }
@@ -207,7 +208,10 @@ std::string head_plot(const HeadResult& h, const std::vector<BudgetFamily>& fami
 }
 
 std::string spectrum_plot(const std::vector<const HeadResult*>& heads, const std::string& layer) {
-  svg::Plot p(fmt::format("{}: cumulative spectrum of P", layer), {"rank r", true}, {"Σ_{i≤r} σ_i² / ‖P‖_F²", false, 0, 1},
+  std::string names;
+  for (std::size_t i = 0; i < heads.size() && i < 4; ++i)
+    names += fmt::format("{}{}", i ? ", " : " (heads ", std::array<const char*, 4>{"blue", "orange", "red", "teal"}[i]);
+  svg::Plot p(fmt::format("{}: cumulative spectrum of P{}", layer, names.empty() ? "" : names + ")"), {"rank r", true}, {"Σ_{i≤r} σ_i² / ‖P‖_F²", false, 0, 1},
               420, 300);
   for (std::size_t i = 0; i < heads.size(); ++i) {
     const HeadResult& h = *heads[i];

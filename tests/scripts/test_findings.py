@@ -54,8 +54,11 @@ def tree_size(top, skip=()):
 
 # The quick preset's results (what README quotes) within 5 MB; the paper preset's (docs/paper.md) within 7 MB.
 paper_dir = os.path.join(ROOT, "results", "paper")
-size = tree_size(os.path.join(ROOT, "results"), skip=(paper_dir + os.sep,))
+report_dir = os.path.join(ROOT, "results", "report")  # attnlab report on the trained model: its own budget
+size = tree_size(os.path.join(ROOT, "results"), skip=(paper_dir + os.sep, report_dir + os.sep))
 paper_size = tree_size(paper_dir)
+report_size = tree_size(report_dir)
+check(0 < report_size <= 2_000_000, f"committed results/report/ is {report_size / 1e6:.2f} MB (≤ 2 MB)")
 check(paper_size <= 7_000_000, f"committed results/paper/ is {paper_size / 1e6:.2f} MB (≤ 7 MB)")
 check(size <= 5_000_000, f"committed results/ without paper/ is {size / 1e6:.2f} MB (≤ 5 MB)")
 plain = [f for f in os.listdir(os.path.join(ROOT, "results")) if f.endswith(".csv") and f not in ("compare_default.csv", "timings.csv")]
