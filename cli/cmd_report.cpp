@@ -41,6 +41,8 @@ void add_report(CLI::App& app) {
   sub->add_option("--repeats", f->opts.repeats, "timing: best of this many calls")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  sub->add_option("--threads", f->opts.threads, "threads (default: OMP_NUM_THREADS, else every core)")
+      ->check(CLI::Range(1, 4096));
   sub->add_flag("--causal", f->opts.causal, "causal mask (only the methods that honour one)");
   sub->add_option("--title", f->opts.title, "the report's title")->capture_default_str();
   sub->callback([f] {

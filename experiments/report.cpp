@@ -16,6 +16,7 @@
 #include "svg.hpp"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <array>
 #include <filesystem>
@@ -295,7 +296,16 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       require(h.q.cols() == h.k.cols() && h.k.rows() == h.v.rows() && h.q.rows() >= 1,
               fmt::format("report: {}: Q, K, V shapes disagree", l.name));
   const auto families = chosen_families(o);
+  require(o.threads >= 0, fmt::format("report: threads must be ≥ 0, got {}", o.threads));
   fs::create_directories(o.out);
+  // The thread count for this report only: restored on return, also when an error or Ctrl-C ends it.
+  struct Threads {
+    int saved = omp_get_max_threads();
+    explicit Threads(int n) {
+      if (n > 0) omp_set_num_threads(n);
+    }
+    ~Threads() { omp_set_num_threads(saved); }
+  } threads_guard(o.threads);
 
   std::vector<HeadResult> results;
   Index total = 0, done = 0;
@@ -342,8 +352,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
     }
   }
   std::ofstream(sum.csv + ".config.txt") << fmt::format(
-      "report of {} heads; target {}; repeats {}; causal {}; families {}\ncode_version: {}\n", results.size(), o.target,
-      o.repeats, o.causal, [&] {
+      "report of {} heads; target {}; repeats {}; causal {}; threads {}; families {}\ncode_version: {}\n", results.size(),
+      o.target, o.repeats, o.causal, omp_get_max_threads(), [&] {
         std::string s;
         for (const auto& f : families) s += (s.empty() ? "" : ",") + f.label;
         return s;

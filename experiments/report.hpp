@@ -32,6 +32,7 @@ struct Options {
   Index dense_limit = 2048;           ///< full spectrum up to this n; above it the top `top` values, matrix-free
   Index top = 64;
   bool progress = true;               ///< a line per head on stderr
+  int threads = 0;                    ///< OpenMP threads for the whole report (0: the default, OMP_NUM_THREADS or all)
   std::string title = "attnlab report";
 };
 

@@ -16,6 +16,7 @@
 #include "report.hpp"
 
 #include <fmt/format.h>
+#include <omp.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -410,7 +411,7 @@ PYBIND11_MODULE(attnlab, m) {
       "report",
       [](const py::handle& q, const py::handle& k, const py::handle& v, const std::string& model_dir,
          const std::string& out, double target, std::optional<std::vector<std::string>> families,
-         const std::string& layers, Index seq, Index repeats, bool causal, bool quiet) {
+         const std::string& layers, Index seq, Index repeats, bool causal, bool quiet, int threads) {
         report::Options o;
         o.out = out;
         o.target = target;
@@ -418,6 +419,7 @@ PYBIND11_MODULE(attnlab, m) {
         o.repeats = repeats;
         o.causal = causal;
         o.progress = !quiet;
+        o.threads = threads;
         std::vector<report::Layer> input;
         if (!model_dir.empty()) {
           if (!q.is_none() || !k.is_none() || !v.is_none())
@@ -451,12 +453,21 @@ PYBIND11_MODULE(attnlab, m) {
       py::arg("q") = py::none(), py::arg("k") = py::none(), py::arg("v") = py::none(), py::kw_only(),
       py::arg("model_dir") = "", py::arg("out") = "attnlab_report", py::arg("target") = 0.05,
       py::arg("families") = py::none(), py::arg("layers") = "all", py::arg("seq") = 0, py::arg("repeats") = 3,
-      py::arg("causal") = false, py::arg("quiet") = false,
+      py::arg("causal") = false, py::arg("quiet") = false, py::arg("threads") = 0,
       "Writes a report directory (index.html, report.csv, summary.md) answering 'which approximation for my "
       "model?': per head the entropy, spectrum, every method's error against its measured cost at several budgets, "
       "the Pareto frontier and the cheapest method under `target` output error; per layer × head the "
       "recommendation and its speed-up. Input: q, k, v ((heads, n, d), one layer) or model_dir (an export such "
       "as data/attention/trained, several layers). Returns the path of index.html.");
+
+  m.def("threads", [] { return omp_get_max_threads(); }, "OpenMP threads the library uses.");
+  m.def(
+      "set_threads",
+      [](int n) {
+        if (n < 1) throw Error(fmt::format("set_threads: n must be ≥ 1, got {}", n));
+        omp_set_num_threads(n);
+      },
+      py::arg("n"), "Sets the OpenMP threads the library uses (for calls from this thread).");
 
   // For the tests: the address the C++ side reads an array at (equal to the array's own when it is not copied).
   m.def(

@@ -201,7 +201,8 @@ def main(argv):
                         continue
                     secs, calls = best_time(lambda: METHODS[name](q, k, v, p))
                     rows.append({"method": name, "n": n, "d": 64, "dtype": dt, "seconds": secs, "calls": calls,
-                                 "threads": a.threads, "torch": torch.__version__, "openblas_coretype": coretype})
+                                 "threads": a.threads, "torch": torch.__version__, "openblas_coretype": coretype,
+                                 "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")})
                     print(f"torch {name:10s} {dt} n={n:6d}: {secs * 1e3:9.3f} ms", file=sys.stderr, flush=True)
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")

@@ -21,6 +21,24 @@ def show(paths):
     for p in paths:
         display(Image(filename=p))"""
 
+MODULE_CELL = """# The module is built by tools/test.sh (or tools/setup.sh) into build/python.
+sys.path.insert(0, os.path.join(os.environ.get("ATTNLAB_BUILD", os.path.join(ROOT, "build")), "python"))
+try:
+    import attnlab
+except ImportError:
+    attnlab = None
+    print("attnlab's Python module is not built here: bash tools/test.sh builds build/python/attnlab*.so")
+if attnlab:
+    import numpy as np
+    head = os.path.join(ROOT, "data", "attention", "trained", "seq0_layer2_{}.npy")
+    if os.path.exists(head.format("q")):
+        q, k, v = (np.load(head.format(x))[0] for x in "qkv")
+    else:
+        q, k, v = attnlab.generate("clustered", 512, 32, seed=0)
+    df = attnlab.compare(q, k, v, ["local:window=4", "reformer:rounds=2,chunk=64", "nystrom:landmarks=64", "performer:features=64"], matrix_metrics="off")
+    display(df[["method", "spec", "out_rel_fro", "out_mean_cosine", "time_s", "exact_time_s"]])"""
+
+
 def books():
     """{notebook file: [(kind, text)]}, text with {{finding}} placeholders."""
     return BOOKS
@@ -68,6 +86,8 @@ BOOKS = {
         ("code", "show(plot.plot_regimes(RESULTS, FIGS))\nd = plot.load(RESULTS, 'regimes')\nt = d[d.source == 'trained']\nx = t[t.metric == 'out_rel_fro'].pivot_table(index='variant', columns='method', values='value')\nx['entropy'] = t[t.metric == 'entropy'].groupby('variant')['value'].mean()\nx.sort_values('entropy').round(3)"),
         ("md", "## Scaling\n\nTime and peak memory against n, measured in one run, with log-log slopes."),
         ("code", "show(plot.plot_scaling(RESULTS, FIGS))"),
+        ("md", "## One head, directly, with the Python module\n\nThe regimes above on one trained head without files or CSVs: `attnlab.compare` runs methods against exact attention on numpy arrays (layer 2, head 0 of the exported trained model when `data/attention` exists — a sharp, near-diagonal head — else a generated clustered problem). `attnlab report` does this for every head with budgets, costs and a recommendation (`results/report/`)."),
+        ("code", MODULE_CELL),
     ],
 }
 

@@ -6,6 +6,7 @@ method against exact streaming attention and against its PyTorch transcription, 
     tools/plot_bench.py [--dir results/bench]
 """
 import argparse
+import math
 import json
 import os
 import sys
@@ -28,8 +29,10 @@ def load(dirname):
         rows.append({"method": name, "dtype": dtype, "n": int(n.split(":")[1]), "attnlab_s": b["real_time"] * unit})
     ours = pd.DataFrame(rows)
     peers = pd.read_csv(os.path.join(dirname, "peers.csv")).rename(columns={"seconds": "torch_s"})
-    both = ours.merge(peers[["method", "dtype", "n", "torch_s", "openblas_coretype"]], on=["method", "dtype", "n"],
-                      how="left")
+    if "glibc_tunables" not in peers:
+        peers["glibc_tunables"] = ""
+    both = ours.merge(peers[["method", "dtype", "n", "torch_s", "openblas_coretype", "glibc_tunables"]],
+                      on=["method", "dtype", "n"], how="left")
     exact = ours[ours.method == "exact"].set_index(["dtype", "n"])["attnlab_s"]
     both["speedup_vs_exact"] = [exact.get((r.dtype, r.n), float("nan")) / r.attnlab_s for r in both.itertuples()]
     both["torch_over_attnlab"] = both.torch_s / both.attnlab_s
@@ -38,7 +41,9 @@ def load(dirname):
 
 def table(both, context):
     lines = [f"Machine: {context.get('num_cpus', '?')} CPUs at {context.get('mhz_per_cpu', '?')} MHz; "
-             f"OpenBLAS core type for PyTorch: {', '.join(sorted(set(both.openblas_coretype.dropna())))}.", ""]
+             f"OpenBLAS core type for PyTorch: {', '.join(sorted(set(both.openblas_coretype.dropna())))}; "
+             f"allocator for both: GLIBC_TUNABLES={', '.join(sorted(set(both.glibc_tunables.fillna('')) - {''})) or '(default)'} "
+             "(freed buffers stay mapped: steady-state kernels, not first-touch page faults).", ""]
     for dtype in sorted(both.dtype.unique()):
         d = both[(both.dtype == dtype) & both.n.isin([4096, 16384])]
         lines += [f"### {dtype}", "", "| method | n | attnlab (s) | PyTorch eager (s) | PyTorch / attnlab | exact / method |",
@@ -49,6 +54,16 @@ def table(both, context):
             vs = f"{r.speedup_vs_exact:.2f}" if r.speedup_vs_exact == r.speedup_vs_exact else "–"
             lines.append(f"| {r.method} | {r.n} | {r.attnlab_s:.4g} | {torch_s} | {ratio} | {vs} |")
         lines.append("")
+    # Log-log slope of attnlab's time between the two largest lengths (linear-time methods: ≤ 1.15 is the target).
+    lines += ["### Time slope between n = 16384 and 65536 (log-log)", "", "| method | f32 | f64 |", "|---|---|---|"]
+    for m in sorted(both.method.unique()):
+        cells = []
+        for dtype in ("f32", "f64"):
+            g = both[(both.method == m) & (both.dtype == dtype)].set_index("n")["attnlab_s"]
+            cells.append(f"{math.log(g[65536] / g[16384]) / math.log(4):.2f}" if 16384 in g and 65536 in g else "–")
+        if cells != ["–", "–"]:
+            lines.append(f"| {m} | {cells[0]} | {cells[1]} |")
+    lines.append("")
     return "\n".join(lines)
 
 

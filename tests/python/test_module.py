@@ -258,3 +258,19 @@ def test_report_writes_html_csv_and_summary(tmp_path, qkv):
         attnlab.report(q, k, v, out=str(tmp_path / "x"), families=["nope"], quiet=True)
     with pytest.raises(ValueError, match="target"):
         attnlab.report(q, k, v, out=str(tmp_path / "x"), target=-1, quiet=True)
+
+
+def test_threads_setting_and_same_result():
+    q, k, v = attnlab.generate("gaussian", 600, 16, seed=5)
+    saved = attnlab.threads()
+    try:
+        attnlab.set_threads(1)
+        assert attnlab.threads() == 1
+        one = attnlab.apply("nystrom:landmarks=32", q, k, v)
+        attnlab.set_threads(2)
+        two = attnlab.apply("nystrom:landmarks=32", q, k, v)
+        np.testing.assert_allclose(one, two, rtol=0, atol=1e-12)
+        with pytest.raises(ValueError, match="must be"):
+            attnlab.set_threads(0)
+    finally:
+        attnlab.set_threads(saved)

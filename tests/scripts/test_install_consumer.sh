@@ -34,3 +34,13 @@ CPP
 cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/consumer/build" -j2 >/dev/null
 "$work/consumer/build/consumer"
+# The Python module, when built, installs under the prefix where Debian's python3 looks (lib/python3.X/dist-packages).
+if ls "$build"/python/attnlab*.so >/dev/null 2>&1; then
+  site=$(ls -d "$work"/prefix/lib/python3.*/dist-packages)
+  ls "$site"/attnlab*.so >/dev/null
+  PYTHONPATH="$site" /usr/bin/python3 -c "
+import attnlab, numpy as np
+q = np.eye(4); o = attnlab.apply('exact', q, q, q)
+assert o.shape == (4, 4) and attnlab.__file__.startswith('$site'), attnlab.__file__
+print('module installed:', attnlab.__file__)"
+fi
