@@ -5,19 +5,55 @@
 #include <fmt/format.h>
 
 namespace attnlab::cli {
+namespace {
+
+std::string cell(std::string s) {
+  std::string o;
+  for (char c : s) o += c == '|' ? std::string("\\|") : std::string(1, c);
+  return o;
+}
+
+}  // namespace
+
+std::string methods_markdown() {
+  std::string t = "| spec (defaults; choices after the default) | what | causal mask | budget | implements |\n"
+                  "|---|---|---|---|---|\n";
+  for (const auto& d : registered_methods()) {
+    std::string spec = d.name;
+    char sep = ':';
+    for (const auto& p : d.params) {
+      if (p.name == "seed") continue;  // every randomized method takes one
+      std::string value = p.default_value;
+      for (const auto& c : p.choices)
+        if (c != p.default_value) value += "|" + c;
+      spec += sep + p.name + "=" + value;
+      sep = ',';
+    }
+    t += fmt::format("| `{}` | {} | {} | {} | {} |\n", cell(spec), cell(d.summary), cell(d.causal_note),
+                     d.budget.empty() ? "–" : "`" + d.budget + "`", cell(d.reference));
+  }
+  return t;
+}
 
 void add_methods(CLI::App& app) {
   auto* sub = app.add_subcommand("methods", "list every registered method, its parameters and defaults");
   auto names_only = std::make_shared<bool>(false);
   sub->add_flag("--names", *names_only, "print the names only, one per line");
-  sub->callback([names_only] {
+  auto markdown = std::make_shared<bool>(false);
+  sub->add_flag("--markdown", *markdown, "print the README's methods table (a test checks README.md against it)");
+  sub->callback([names_only, markdown] {
+    if (*markdown) {
+      fmt::print("{}", methods_markdown());
+      return;
+    }
     for (const auto& d : registered_methods()) {
       if (*names_only) {
         fmt::print("{}\n", d.name);
         continue;
       }
       fmt::print("{}  —  {}\n", d.name, d.summary);
-      fmt::print("    causal: {}\n", d.causal ? "supported" : "refused");
+      fmt::print("    causal: {}\n", d.causal_note);
+      if (!d.budget.empty()) fmt::print("    budget: {}\n", d.budget);
       fmt::print("    implements: {}\n", d.reference);
       for (const auto& p : d.params)
         fmt::print("    {}={}  ({}): {}\n", p.name, p.default_value, p.describe_type(), p.help);

@@ -17,6 +17,8 @@ CLI::Validator positive_finite();
 void add_apply(CLI::App& app);
 void add_compare(CLI::App& app);
 void add_methods(CLI::App& app);
+/// The README's methods table, from the registry.
+std::string methods_markdown();
 void add_report(CLI::App& app);
 
 }  // namespace attnlab::cli

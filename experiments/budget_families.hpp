@@ -2,6 +2,8 @@
 // shared by `error_vs_budget` and `attnlab report`, so both sweep the same specs.
 #pragma once
 
+#include "attnlab/error.hpp"
+#include "attnlab/registry.hpp"
 #include "attnlab/types.hpp"
 
 #include <string>
@@ -10,32 +12,39 @@
 namespace attnlab::experiments {
 
 struct BudgetFamily {
-  std::string label, spec, param;  // spec prefix (may hold fixed options), the budget parameter
+  std::string label, spec;  // spec prefix (may hold fixed options)
   std::vector<Index> budgets;
   /// An efficient method one would deploy; false for the analysis baselines (the Eckart–Young floor by SVD,
   /// classical CUR), which form or sweep all of P.
   bool deployable = true;
+  /// The budget parameter: the method's own (its descriptor names it, see registry.hpp).
+  std::string param() const {
+    const std::string name = spec.substr(0, spec.find(':'));
+    const std::string& p = find_method(name).budget;
+    require(!p.empty(), "budget family " + label + ": method " + name + " names no budget parameter");
+    return p;
+  }
   /// The spec at one budget: prefix + "param=budget".
   std::string spec_at(Index budget) const {
-    return spec + (spec.find(':') == std::string::npos ? ":" : ",") + param + "=" + std::to_string(budget);
+    return spec + (spec.find(':') == std::string::npos ? ":" : ",") + param() + "=" + std::to_string(budget);
   }
 };
 
 inline std::vector<BudgetFamily> budget_families() {
   const std::vector<Index> ranks = {8, 16, 32, 64, 128};
   return {
-      {"svd", "svd", "rank", ranks, false},
-      {"nystrom", "nystrom", "landmarks", ranks},
-      {"nystrom_svd", "nystrom:pinv=svd", "landmarks", ranks},
-      {"linformer_pool", "linformer:projection=pool", "k", ranks},
-      {"linformer_gaussian", "linformer:projection=gaussian", "k", ranks},
-      {"cur", "cur", "columns", ranks, false},
-      {"performer", "performer", "features", {16, 32, 64, 128, 256}},
-      {"vq", "vq", "codes", ranks},
-      {"local", "local", "window", {4, 8, 16, 32, 64}},
-      {"reformer", "reformer:rounds=2", "chunk", {8, 16, 32, 64, 128}},
-      {"probsparse", "probsparse", "factor", {1, 2, 5, 10, 20}},
-      {"scatterbrain", "scatterbrain:features=64", "window", {4, 8, 16, 32, 64}},
+      {"svd", "svd", ranks, false},
+      {"nystrom", "nystrom", ranks},
+      {"nystrom_svd", "nystrom:pinv=svd", ranks},
+      {"linformer_pool", "linformer:projection=pool", ranks},
+      {"linformer_gaussian", "linformer:projection=gaussian", ranks},
+      {"cur", "cur", ranks, false},
+      {"performer", "performer", {16, 32, 64, 128, 256}},
+      {"vq", "vq", ranks},
+      {"local", "local", {4, 8, 16, 32, 64}},
+      {"reformer", "reformer:rounds=2", {8, 16, 32, 64, 128}},
+      {"probsparse", "probsparse", {1, 2, 5, 10, 20}},
+      {"scatterbrain", "scatterbrain:features=64", {4, 8, 16, 32, 64}},
   };
 }
 

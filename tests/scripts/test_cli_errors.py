@@ -160,9 +160,24 @@ if r.returncode == 0:
     # Non-causal methods are skipped (with a note) under --causal; the causal ones run.
     r = run("compare", "--all", "--causal", "--n", 96, "--d", 16, "--csv", path("cc.csv"))
     causal_rows = list(csv.DictReader(open(path("cc.csv")))) if r.returncode == 0 else []
-    non_causal = {"efficient", "nystrom", "linformer", "svd", "cur", "scatterbrain"}
+    # The registry says which methods refuse a mask (`attnlab methods`: "causal: refused: why").
+    listing, current, non_causal = run("methods").stdout.splitlines(), None, set()
+    for line in listing:
+        if line and not line.startswith(" "):
+            current = line.split()[0]
+        elif line.strip().startswith("causal: refused"):
+            non_causal.add(current)
+    c.check({"nystrom", "linformer"} <= non_causal and "exact" not in non_causal,
+            f"methods lists the non-causal ones: {sorted(non_causal)}")
     c.check(r.returncode == 0 and all(f"skipping {m}:" in r.stderr for m in non_causal) and
             {x["method"] for x in causal_rows} == set(names) - non_causal,
             f"compare --all --causal: {r.returncode} {r.stderr!r}")
+
+# README's methods table is the registry's (attnlab methods --markdown): a new method, parameter or default shows.
+table = run("methods", "--markdown").stdout
+readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md"), encoding="utf-8").read()
+c.check(table.count("\n") >= 17 and table in readme,
+        "README.md's methods table differs from `attnlab methods --markdown`: paste its output into "
+        "docs/README.template.md and run tools/findings.py")
 
 c.finish()

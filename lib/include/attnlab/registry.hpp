@@ -20,6 +20,8 @@ struct MethodDescriptor {
   std::string summary;    // one line
   std::string reference;  // the equation / paper it implements
   bool causal = false;    // supports a causal mask
+  std::string causal_note;  // how a causal mask is honoured, or why it is refused (the README's table)
+  std::string budget;       // the parameter that trades accuracy for cost (landmarks, features, ...); "" if none
   std::vector<ParamSpec> params;
   std::function<std::unique_ptr<Method<float>>(const MethodDescriptor&, Params)> make_f32;
   std::function<std::unique_ptr<Method<double>>(const MethodDescriptor&, Params)> make_f64;

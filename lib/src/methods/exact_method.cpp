@@ -50,6 +50,8 @@ MethodDescriptor exact_descriptor() {
   d.summary = "softmax attention, streaming (online softmax) or materialized";
   d.reference = "P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. 1); online softmax (Milakov & Gimelshein 2018)";
   d.causal = true;
+  d.causal_note = "yes";
+  d.budget = "";
   d.params = {
       ParamSpec::choice("impl", {"streaming", "materialized"},
                         "output path: tiled online softmax (O(n·d) memory) or the full matrix P"),

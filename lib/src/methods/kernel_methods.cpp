@@ -96,6 +96,8 @@ MethodDescriptor linear_descriptor() {
   d.summary = "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)";
   d.reference = "seed 003 eqs. (3)-(4), causal (9)-(10); Katharopoulos et al. 2020 (elu+1)";
   d.causal = true;
+  d.causal_note = "yes: recurrent or chunked prefix sums";
+  d.budget = "";
   d.params = {ParamSpec::choice("feature", {"elu", "relu"}, "feature map φ on raw q and k: elu(x)+1 or relu(x)")};
   for (auto& p : causal_form_params()) d.params.push_back(p);
   set_factories<LinearMethod>(d);
@@ -108,6 +110,8 @@ MethodDescriptor taylor_descriptor() {
   d.summary = "first-order Taylor attention, sim = 1 + cos(q, k)";
   d.reference = "seed 003 eqs. (6)-(7)";
   d.causal = true;
+  d.causal_note = "yes: recurrent or chunked prefix sums";
+  d.budget = "";
   d.params = causal_form_params();
   set_factories<TaylorMethod>(d);
   return d;
@@ -119,6 +123,8 @@ MethodDescriptor efficient_descriptor() {
   d.summary = "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)";
   d.reference = "seed 003 eq. (5); Shen et al. 2021";
   d.causal = false;
+  d.causal_note = "refused: the softmax over keys mixes every position";
+  d.budget = "";
   set_factories<EfficientMethod>(d);
   return d;
 }

@@ -87,6 +87,8 @@ MethodDescriptor linformer_descriptor() {
   d.summary = "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)";
   d.reference = "Wang et al. 2020 eq. (7), Theorem 2; seed 001; seed 003 eq. (8)";
   d.causal = false;
+  d.causal_note = "refused: E and F mix every position";
+  d.budget = "k";
   d.params = {
       ParamSpec::integer("k", 256, 1, 1 << 20, "projected length k"),
       ParamSpec::choice("projection", {"gaussian", "uniform", "pool", "identity"},

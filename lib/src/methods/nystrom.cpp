@@ -88,6 +88,8 @@ MethodDescriptor nystrom_descriptor() {
   d.summary = "Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal)";
   d.reference = "seed 000 eqs. (8), (10), (11); Xiong et al. 2021 eq. (14)";
   d.causal = false;
+  d.causal_note = "refused: landmarks pool every position";
+  d.budget = "landmarks";
   d.params = {
       ParamSpec::integer("landmarks", 64, 1, 1 << 20, "number of landmarks m (≤ n)"),
       ParamSpec::choice("pinv", {"iterative", "newton", "svd"},

@@ -137,6 +137,8 @@ MethodDescriptor performer_descriptor() {
   d.summary = "Performer / FAVOR+ random features estimating exp(s·qᵀk)";
   d.reference = "Choromanski et al. 2021 Lemma 1, eq. (7); seed 002 eqs. (4)-(5); Lemma 2 for the variances";
   d.causal = true;
+  d.causal_note = "yes: recurrent or chunked prefix sums";
+  d.budget = "features";
   d.params = {
       ParamSpec::integer("features", 256, 1, 1 << 16, "number of random projections M (trig/hyperbolic use 2M features)"),
       ParamSpec::choice("kernel", {"positive", "trig", "hyperbolic"}, "feature map"),

@@ -178,6 +178,8 @@ MethodDescriptor scatterbrain_descriptor() {
   d.summary = "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)";
   d.reference = "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1";
   d.causal = false;
+  d.causal_note = "refused: its Performer part mixes every position";
+  d.budget = "window";
   d.params = {ParamSpec::integer("features", 64, 1, 1 << 16, "Performer features M (positive, orthogonal)"),
               ParamSpec::integer("window", 16, 0, 1 << 24, "half-width of the band where entries are exact"),
               ParamSpec::seed()};

@@ -550,6 +550,8 @@ MethodDescriptor local_descriptor() {
   d.summary = "sliding-window attention, |j − i| ≤ W";
   d.reference = "Beltagy et al. 2020 (sliding window); seed 003 (sparse attention)";
   d.causal = true;
+  d.causal_note = "yes";
+  d.budget = "window";
   d.params = {ParamSpec::integer("window", 64, 0, 1 << 24, "half-width W of the band")};
   set_factories<LocalMethod>(d);
   return d;
@@ -561,6 +563,8 @@ MethodDescriptor sparse_descriptor() {
   d.summary = "fixed sparse patterns: band + strided + global tokens + random keys";
   d.reference = "Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random)";
   d.causal = true;
+  d.causal_note = "yes";
+  d.budget = "window";
   d.params = {ParamSpec::integer("window", 16, -1, 1 << 24, "half-width of the band (−1: no band)"),
               ParamSpec::integer("stride", 32, 0, 1 << 24, "strided keys (c_i − j) mod S = 0 (0: none)"),
               ParamSpec::integer("globals", 2, 0, 1 << 24, "number of global tokens"),
@@ -575,6 +579,8 @@ MethodDescriptor reformer_descriptor() {
   d.summary = "Reformer LSH attention: angular hashing, sorted chunks, multi-round union";
   d.reference = "Kitaev et al. 2020 §2-3 (angular LSH, chunking, multi-round); seed 003";
   d.causal = true;
+  d.causal_note = "yes: the most recent same-bucket keys";
+  d.budget = "chunk";
   d.params = {ParamSpec::integer("buckets", 8, 1, 1 << 16, "number of hash buckets (1 or even)"),
               ParamSpec::integer("rounds", 2, 1, 64, "hashing rounds"),
               ParamSpec::integer("chunk", 64, 1, 1 << 24, "keys per chunk (each query sees its chunk and the previous)"),

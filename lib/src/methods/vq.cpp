@@ -287,6 +287,10 @@ MethodDescriptor vq_descriptor() {
   d.summary = "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard";
   d.reference = "seed 002 eqs. (1)-(3), soft assignment eqs. (8)-(9); Lingle 2023";
   d.causal = true;
+  d.causal_note =
+      "assign=hard, quantize=keys: the attention is causal; the codebook is fitted on all keys (a look-ahead in the "
+      "codebook)";
+  d.budget = "codes";
   d.params = {ParamSpec::integer("codes", 64, 1, 1 << 20, "codebook size c"),
               ParamSpec::integer("iters", 20, 0, 10000, "Lloyd iterations after k-means++"),
               ParamSpec::choice("assign", {"hard", "soft"}, "nearest code, or GMM responsibilities at temperature T"),
