@@ -16,9 +16,7 @@ add_executable(consumer main.cpp)
 target_link_libraries(consumer PRIVATE attnlab::attnlab)
 CM
 cat > "$work/consumer/main.cpp" <<'CPP'
-#include <attnlab/exact.hpp>
-#include <attnlab/registry.hpp>
-#include <attnlab/random.hpp>
+#include <attnlab/attnlab.hpp>  // the umbrella header compiles on its own from the installed tree
 #include <cstdio>
 int main() {
   attnlab::Rng rng(1);

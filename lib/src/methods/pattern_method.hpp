@@ -3,6 +3,7 @@
 // as a row-major sparse matrix (operator: sparse products).
 #pragma once
 
+#include "attnlab/operators/sparse.hpp"
 #include "lazy_method.hpp"
 
 #include <Eigen/SparseCore>
@@ -12,22 +13,6 @@ namespace attnlab {
 
 /// For each query, the keys it attends to (any order, duplicates allowed: they are merged).
 using Pattern = std::vector<std::vector<Index>>;
-
-template <typename T>
-class SparseOperator final : public AttentionOperator<T> {
- public:
-  using Sparse = Eigen::SparseMatrix<T, Eigen::RowMajor, Index>;
-  explicit SparseOperator(Sparse p) : p_(std::move(p)) {}
-  Index rows() const override { return p_.rows(); }
-  Index cols() const override { return p_.cols(); }
-  MatrixR<T> apply(const ConstRef<T>& x) const override { return p_ * x; }
-  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override { return p_.transpose() * x; }
-  MatrixR<T> row_block(Index first, Index count) const override { return MatrixR<T>(p_.middleRows(first, count)); }
-  const Sparse& matrix() const { return p_; }
-
- private:
-  Sparse p_;
-};
 
 /// P̃_ij = exp(s·q_iᵀk_j) / Σ_{j' ∈ pattern(i)} exp(s·q_iᵀk_j') for j in pattern(i), 0 elsewhere (stable).
 template <typename T>

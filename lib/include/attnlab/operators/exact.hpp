@@ -1,0 +1,54 @@
+// The exact softmax attention matrix P = softmax(scale·QKᵀ [+ causal mask]) as an operator: keeps Q, K and the
+// row log-sum-exp ℓ_i, applies P and Pᵀ tile by tile with P_ij = exp(s·q_iᵀk_j − ℓ_i), never forms P.
+#pragma once
+
+#include "attnlab/operators/operator.hpp"
+#include "attnlab/options.hpp"
+#include "attnlab/types.hpp"
+#include <mutex>
+#include <vector>
+
+namespace attnlab {
+
+/// Where the rows of Q sit in the full query sequence, for the causal mask: row r is query positions[r] of
+/// n_q_full (ascending). Empty: row r is query r of Q itself. Used by methods that compute exact rows for a
+/// subset of the queries (ProbSparse).
+struct QueryLayout {
+  std::vector<Index> positions;
+  Index n_q_full = -1;
+};
+
+/// Default tile edge of the streaming kernels: a tile² logit block of float64 is 512 KiB.
+constexpr Index kDefaultTile = 256;
+
+/// The exact attention matrix as an operator; keeps copies of Q and K (O((n_q + n_k)·d)) and the row
+/// log-sum-exp, never P.
+template <typename T>
+class ExactOperator final : public AttentionOperator<T> {
+ public:
+  ExactOperator(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                Index tile = kDefaultTile, QueryLayout layout = {});
+  Index rows() const override { return q_.rows(); }
+  Index cols() const override { return k_.rows(); }
+  MatrixR<T> apply(const ConstRef<T>& x) const override;
+  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
+  MatrixR<T> row_block(Index first, Index count) const override;
+  /// The row log-sum-exp ℓ, computed on first use (one streaming pass) and kept.
+  const VectorX<T>& row_lse() const;
+  const MatrixR<T>& queries() const { return q_; }
+  const MatrixR<T>& keys() const { return k_; }
+  const AttentionOptions& options() const { return opts_; }
+
+ private:
+  MatrixR<T> q_, k_;
+  AttentionOptions opts_;
+  Index tile_;
+  QueryLayout layout_;
+  mutable std::once_flag lse_once_;
+  mutable VectorX<T> lse_;
+};
+
+extern template class ExactOperator<float>;
+extern template class ExactOperator<double>;
+
+}  // namespace attnlab

@@ -1,0 +1,27 @@
+// A sparse attention matrix (row-major, Eigen's SparseMatrix) as an operator: the form of the pattern methods' P̃
+// (local window, fixed sparse patterns, Reformer's buckets), O(nnz) per applied vector.
+#pragma once
+
+#include "attnlab/operators/operator.hpp"
+
+#include <Eigen/SparseCore>
+
+namespace attnlab {
+
+template <typename T>
+class SparseOperator final : public AttentionOperator<T> {
+ public:
+  using Sparse = Eigen::SparseMatrix<T, Eigen::RowMajor, Index>;
+  explicit SparseOperator(Sparse p) : p_(std::move(p)) {}
+  Index rows() const override { return p_.rows(); }
+  Index cols() const override { return p_.cols(); }
+  MatrixR<T> apply(const ConstRef<T>& x) const override { return p_ * x; }
+  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override { return p_.transpose() * x; }
+  MatrixR<T> row_block(Index first, Index count) const override { return MatrixR<T>(p_.middleRows(first, count)); }
+  const Sparse& matrix() const { return p_; }
+
+ private:
+  Sparse p_;
+};
+
+}  // namespace attnlab
