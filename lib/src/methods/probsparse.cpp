@@ -36,15 +36,24 @@ VectorX<double> sparsity_measure(const ConstRef<T>& q, const ConstRef<T>& k, con
   const double s = opts.resolved_scale(q.cols());
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
   VectorX<double> m(nq);
-  std::vector<Index> idx;
+  // The sampled keys of every query drawn first, in query order (the same draws as one query at a time), so that the
+  // measure can then be computed in parallel over queries: each thread's gathered rows of K are cache misses at
+  // large n, and two threads keep twice as many in flight.
+  const bool sampled = samples > 0 && kind == SparsityMeasure::MaxMean;
+  std::vector<Index> idx(sampled ? std::size_t(nq) * std::size_t(samples) : 0);
+  if (sampled)
+    for (Index i = 0; i < nq; ++i) {
+      const Index visible = opts.causal ? i + off + 1 : nk;
+      for (Index t = 0; t < samples; ++t) idx[std::size_t(i * samples + t)] = Index(rng.below(std::uint64_t(visible)));
+    }
+#pragma omp parallel for schedule(static)
   for (Index i = 0; i < nq; ++i) {
     const Index visible = opts.causal ? i + off + 1 : nk;
     VectorX<double> logits;
-    if (samples > 0 && kind == SparsityMeasure::MaxMean) {
-      idx.resize(std::size_t(samples));
-      for (auto& j : idx) j = Index(rng.below(std::uint64_t(visible)));
+    if (sampled) {
       logits.resize(samples);
-      for (Index t = 0; t < samples; ++t) logits(t) = s * double(q.row(i).dot(k.row(idx[std::size_t(t)])));
+      for (Index t = 0; t < samples; ++t)
+        logits(t) = s * double(q.row(i).dot(k.row(idx[std::size_t(i * samples + t)])));
     } else {
       logits = (k.topRows(visible) * q.row(i).transpose()).template cast<double>() * s;
     }
