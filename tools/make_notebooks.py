@@ -9,17 +9,9 @@ import os
 import sys
 
 SETUP = """import os, sys
-# The notebooks live in notebooks/; the CSVs and tools/plot.py one level up (or ATTNLAB_ROOT, ATTNLAB_RESULTS).
-ROOT = os.environ.get("ATTNLAB_ROOT") or (os.path.abspath(os.path.join(os.getcwd(), "..")) if os.path.basename(os.getcwd()) == "notebooks" else os.getcwd())
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-RESULTS = os.environ.get("ATTNLAB_RESULTS", os.path.join(ROOT, "results"))
-FIGS = os.path.join(os.environ.get("ATTNLAB_FIGURES", "/tmp/attnlab_notebook_figures"))
-import pandas as pd
-import plot
-from IPython.display import Image, display
-def show(paths):
-    for p in paths:
-        display(Image(filename=p))"""
+# The shared set-up (paths, pandas, plot, show) is tools/notebook_setup.py, one level up from notebooks/.
+sys.path.insert(0, os.path.join(os.environ.get("ATTNLAB_ROOT") or (os.path.abspath("..") if os.path.basename(os.getcwd()) == "notebooks" else os.getcwd()), "tools"))
+from notebook_setup import *"""
 
 MODULE_CELL = """# The module is built by tools/test.sh (or tools/setup.sh) into build/python.
 sys.path.insert(0, os.path.join(os.environ.get("ATTNLAB_BUILD", os.path.join(ROOT, "build")), "python"))

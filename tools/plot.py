@@ -75,6 +75,14 @@ def caption(fig, text):
     fig.text(0.01, 0.005, text, fontsize=8, style="italic", ha="left", va="bottom")
 
 
+def finish(fig, out, name, text, bottom=0.04):
+    """Every figure ends the same way: its caption (the paper figure it redraws) along the bottom, the layout
+    above it, the PNG saved (compact, deterministic) as OUT/NAME.png. Returns the path."""
+    caption(fig, text)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return save(fig, out, name)
+
+
 def plot_pinv(results, out):
     df = load(results, "pinv")
     saved = []
@@ -93,10 +101,9 @@ def plot_pinv(results, out):
         ax.set(title=src + (f" (median of {heads} heads)" if heads > 1 else ""), xlabel="iteration k",
                ylabel="‖I − A Z_k‖_F")
         ax.legend(fontsize=7)
-    caption(fig, "Nyströmformer Lemma 1: iterative pseudo-inverse of softmax landmark matrices; red: the paper's 6 "
-                 "iterations; solid order-3, dashed Newton–Schulz.")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    saved.append(save(fig, out, "pinv_residuals"))
+    saved.append(finish(fig, out, "pinv_residuals",
+           "Nyströmformer Lemma 1: iterative pseudo-inverse of softmax landmark matrices; red: the paper's 6 "
+           "iterations; solid order-3, dashed Newton–Schulz."))
     # Iterations to 1e-6 against the condition number.
     fig, ax = plt.subplots(figsize=(5.5, 4))
     cond = df[df.metric == "cond"].set_index("point")["value"]
@@ -108,9 +115,8 @@ def plot_pinv(results, out):
                         else None, label=f"{src} {variant}")
     ax.set(xlabel="condition number of A", ylabel="iterations to ‖I − AZ‖_F < 1e-6")
     ax.legend(fontsize=7)
-    caption(fig, "Iterations needed against the landmark matrix's condition number (the paper uses 6).")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    saved.append(save(fig, out, "pinv_iterations_vs_cond"))
+    saved.append(finish(fig, out, "pinv_iterations_vs_cond",
+           "Iterations needed against the landmark matrix's condition number (the paper uses 6)."))
     # Nyström's attention error against the iteration count, with the SVD pseudo-inverse.
     fig, axes = panels(len(sources))
     for ax, src in zip(axes, sources):
@@ -122,10 +128,9 @@ def plot_pinv(results, out):
             ax.axhline(svd, color=line.get_color(), ls=":", lw=1)
         ax.set(title=src, xlabel="order-3 iterations", ylabel="relative output error")
         ax.legend(fontsize=7)
-    caption(fig, "Does an unconverged pseudo-inverse help? Nyström's output error against the iteration count; "
-                 "dotted: the SVD pseudo-inverse; model sources: median over heads.")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    saved.append(save(fig, out, "pinv_nystrom_error"))
+    saved.append(finish(fig, out, "pinv_nystrom_error",
+           "Does an unconverged pseudo-inverse help? Nyström's output error against the iteration count; "
+           "dotted: the SVD pseudo-inverse; model sources: median over heads."))
     return saved
 
 
@@ -151,9 +156,8 @@ def plot_error_vs_budget(results, out):
         else:
             text = ("Error of the outputs O = P̃V against budget; black: the rank-R SVD of P applied to V — a reference, "
                     "not a floor: the best approximation of O is not the best of P, and methods can go below it.")
-        caption(fig, text)
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
-        saved.append(save(fig, out, f"error_vs_budget_{metric}"))
+        saved.append(finish(fig, out, f"error_vs_budget_{metric}",
+               text))
     saved += plot_error_vs_cost(df, out)
     return saved
 
@@ -212,11 +216,10 @@ def plot_error_vs_cost(df, out):
             ax.set(title=src + (f" (median of {heads} heads)" if heads > 1 else ""), xlabel=xlabel,
                    ylabel="‖O − Õ‖_F / ‖O‖_F")
             ax.legend(fontsize=6, ncol=2)
-        caption(fig, "Output error against measured cost per method and budget: faint dots, every budget; solid, each "
-                     "method's Pareto frontier; black, the frontier over all methods; errors above 10 are off the chart" +
-                     ("; dashed, exact attention's time." if cost_metric == "cost_time_s" else "."))
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
-        saved.append(save(fig, out, name))
+        saved.append(finish(fig, out, name,
+               "Output error against measured cost per method and budget: faint dots, every budget; solid, each "
+               "method's Pareto frontier; black, the frontier over all methods; errors above 10 are off the chart" +
+               ("; dashed, exact attention's time." if cost_metric == "cost_time_s" else ".")))
     return saved
 
 
@@ -242,10 +245,9 @@ def plot_spectrum(results, out):
         ax.axvline(128, color="gray", lw=0.8, ls=":")
         ax.set(title=src, xlabel="singular value index", ylabel="normalized cumulative singular value", ylim=(0, 1.02))
         ax.legend(fontsize=7)
-    caption(fig, "Linformer Fig. 1: normalized cumulative singular values of P (n = 512; model sources: one line per "
-                 "head, mean over held-out sequences); dotted: index 128.")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    saved.append(save(fig, out, "spectrum_cumulative"))
+    saved.append(finish(fig, out, "spectrum_cumulative",
+           "Linformer Fig. 1: normalized cumulative singular values of P (n = 512; model sources: one line per "
+           "head, mean over held-out sequences); dotted: index 128."))
     at = df[df.metric == "cumulative_at_128"]
     gen = at[~at["variant"].map(is_head)]
     if len(gen):
@@ -257,9 +259,8 @@ def plot_spectrum(results, out):
         for (i, j), v in pd.DataFrame(table.values).stack().items():
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
         fig.colorbar(im, ax=ax)
-        caption(fig, "Cumulative singular value at index 128 per generated source and temperature (n = 512).")
-        fig.tight_layout(rect=(0, 0.06, 1, 1))
-        saved.append(save(fig, out, "spectrum_at_128"))
+        saved.append(finish(fig, out, "spectrum_at_128",
+               "Cumulative singular value at index 128 per generated source and temperature (n = 512).", bottom=0.06))
     heads = at[at["variant"].map(is_head)].copy()
     if len(heads):   # Linformer Fig. 1 (right): layer x head heatmap of the value at index 128, per model
         heads["layer"] = heads["variant"].map(lambda v: head_of(v)[0])
@@ -290,10 +291,9 @@ def plot_spectrum(results, out):
             ax.semilogy(g.index, g.values / g.values[0], label=f"{src} {variant} n={n}")
         ax.set(xlabel="index", ylabel="σ_i / σ_1")
         ax.legend(fontsize=6, ncol=2)
-        caption(fig, f"Top singular values at large n, matrix-free on the exact attention operator ({solver} solver; "
-                     "mean over seeds).")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
-        saved.append(save(fig, out, "spectrum_topk"))
+        saved.append(finish(fig, out, "spectrum_topk",
+               f"Top singular values at large n, matrix-free on the exact attention operator ({solver} solver; "
+               "mean over seeds)."))
     return saved
 
 
@@ -314,9 +314,8 @@ def lines_per_source(d, x, xlabel, ylabel, width=5, legend_size=6):
 def plot_error_vs_length(results, out):
     df = load(results, "error_vs_length")
     fig = lines_per_source(df[df.metric == "P_rel_fro"], "n", "sequence length n", "‖P − P̃‖_F / ‖P‖_F")
-    caption(fig, "Error against n at a fixed budget (64): can Linformer's k and Nyström's m stay constant as n grows?")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return [save(fig, out, "error_vs_length")]
+    return [finish(fig, out, "error_vs_length",
+           "Error against n at a fixed budget (64): can Linformer's k and Nyström's m stay constant as n grows?")]
 
 
 def plot_performer_mse(results, out):
@@ -333,9 +332,8 @@ def plot_performer_mse(results, out):
                 ax.loglog(g.index, g.values, ":", color="gray")
         ax.set(xlabel="number of random features M", ylabel=label)
         ax.legend(fontsize=7)
-    caption(fig, "Performer Fig. 4: MSE against M (L, d = 16); dotted gray: Lemma 2's closed forms (iid).")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    saved.append(save(fig, out, "performer_mse"))
+    saved.append(finish(fig, out, "performer_mse",
+           "Performer Fig. 4: MSE against M (L, d = 16); dotted gray: Lemma 2's closed forms (iid)."))
     g = df[df.metric == "mse_ratio_trig_over_positive"]
     if len(g):
         table = g.pivot_table(index="variant", columns="step", values="value")
@@ -348,9 +346,8 @@ def plot_performer_mse(results, out):
         mesh = ax.pcolormesh(table.columns, lengths, z, cmap="magma", shading="nearest", vmin=-2, vmax=min(10, z.max()))
         ax.set(xlabel="angle between x and y (degrees)", ylabel="length ‖x‖ = ‖y‖")
         fig.colorbar(mesh, ax=ax, label="log10(MSE_trig / MSE_+)")
-        caption(fig, "Performer Fig. 2: the trig/positive MSE ratio (Lemma 2) explodes where the kernel is small.")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
-        saved.append(save(fig, out, "performer_mse_ratio"))
+        saved.append(finish(fig, out, "performer_mse_ratio",
+               "Performer Fig. 2: the trig/positive MSE ratio (Lemma 2) explodes where the kernel is small."))
     return saved
 
 
@@ -358,10 +355,9 @@ def plot_vq(results, out):
     df = load(results, "vq")
     fig = lines_per_source(df[df.metric == "out_rel_fro"], "step", "codes (Performer: features)",
                            "‖O − Õ‖_F / ‖O‖_F", width=5.5, legend_size=7)
-    caption(fig, "Transformer-VQ (seed 002): error against codebook size; soft assignment over T; Q and K both "
-                 "quantized (mean-field); Performer read as a soft VQ at equal size.")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return [save(fig, out, "vq")]
+    return [finish(fig, out, "vq",
+           "Transformer-VQ (seed 002): error against codebook size; soft assignment over T; Q and K both "
+           "quantized (mean-field); Performer read as a soft VQ at equal size.")]
 
 
 def plot_regimes(results, out):
@@ -382,10 +378,9 @@ def plot_regimes(results, out):
         ax.set(title=src + (" (one point per head)" if heads else ""), xlabel="mean row entropy of P (nats)",
                ylabel="‖O − Õ‖_F / ‖O‖_F")
         ax.legend(fontsize=7)
-    caption(fig, "Scatterbrain Fig. 1: low-rank (performer, svd), sparse (reformer, local) and sparse + low-rank "
-                 "(scatterbrain) against the attention's entropy (temperature sweep; trained heads at their own entropy).")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return [save(fig, out, "regimes")]
+    return [finish(fig, out, "regimes",
+           "Scatterbrain Fig. 1: low-rank (performer, svd), sparse (reformer, local) and sparse + low-rank "
+           "(scatterbrain) against the attention's entropy (temperature sweep; trained heads at their own entropy).")]
 
 
 def plot_probsparse(results, out):
@@ -405,10 +400,9 @@ def plot_probsparse(results, out):
         axes[1].plot(g.index / 100, g.values, "-o", ms=3, label=f"{src} n={int(n)}")
     axes[1].set(xlabel="sampling factor c", ylabel="‖O − Õ‖_F / ‖O‖_F")
     axes[1].legend(fontsize=7)
-    caption(fig, "Informer: recall of the top-u queries ranked by M̄ (all keys, or U = c·ln n sampled) and ProbSparse's "
-                 "output error against c; model sources: median over heads.")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    saved.append(save(fig, out, "probsparse_recall_error"))
+    saved.append(finish(fig, out, "probsparse_recall_error",
+           "Informer: recall of the top-u queries ranked by M̄ (all keys, or U = c·ln n sampled) and ProbSparse's "
+           "output error against c; model sources: median over heads."))
     q = df[df.metric == "M_quantile"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, ((src, n), g) in enumerate(q.groupby(["family", "n"])):
@@ -420,9 +414,8 @@ def plot_probsparse(results, out):
                     if j == 0 else None)
     ax.set(xlabel="percentile of queries", ylabel="sparsity measure M = LSE − mean", yscale="symlog")
     ax.legend(fontsize=7)
-    caption(fig, "The distribution of Informer's M over queries (quantiles): the long tail ProbSparse relies on.")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    saved.append(save(fig, out, "probsparse_measure_quantiles"))
+    saved.append(finish(fig, out, "probsparse_measure_quantiles",
+           "The distribution of Informer's M over queries (quantiles): the long tail ProbSparse relies on."))
     return saved
 
 
@@ -443,10 +436,9 @@ def plot_scaling(results, out):
         axes[1].loglog(m.index, m[col].clip(lower=1e-2), "-o", ms=3, label=col)
     axes[1].set(xlabel="n", ylabel="peak memory above inputs (MiB, lower bound)")
     axes[1].legend(fontsize=6)
-    caption(fig, "Nyströmformer Table 1 / Linformer Table 3 analogues (float32, d = 64, 2 cores): time and peak memory "
-                 "against n, with fitted log-log slopes.")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return [save(fig, out, "scaling")]
+    return [finish(fig, out, "scaling",
+           "Nyströmformer Table 1 / Linformer Table 3 analogues (float32, d = 64, 2 cores): time and peak memory "
+           "against n, with fitted log-log slopes.")]
 
 
 def save(fig, out, name):
