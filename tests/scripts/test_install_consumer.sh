@@ -25,8 +25,16 @@ int main() {
   auto m = attnlab::make_method<double>("exact");
   m->compute(q, k);
   const double err = (m->output(v) - attnlab::exact_matrix<double>(q, k, {}) * v).norm();
-  std::printf("consumer: %s err=%g\n", m->spec().c_str(), err);
-  return err < 1e-12 ? 0 : 1;
+  // A typed class with its options struct (attnlab/methods/nystrom.hpp): the same method as the spec.
+  attnlab::NystromOptions o;
+  o.landmarks = 10;
+  attnlab::Nystrom<double> nys(o);
+  nys.compute(q, k);
+  auto by_spec = attnlab::make_method<double>("nystrom:landmarks=10");
+  by_spec->compute(q, k);
+  const double same = (nys.output(v) - by_spec->output(v)).norm();
+  std::printf("consumer: %s err=%g; %s same=%g\n", m->spec().c_str(), err, nys.spec().c_str(), same);
+  return err < 1e-12 && same == 0 ? 0 : 1;
 }
 CPP
 cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null

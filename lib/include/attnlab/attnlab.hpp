@@ -35,3 +35,4 @@
 #include "attnlab/operators/low_rank.hpp"
 #include "attnlab/operators/operator.hpp"
 #include "attnlab/operators/sparse.hpp"
+#include "attnlab/methods/all.hpp"

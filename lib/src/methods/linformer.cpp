@@ -6,6 +6,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/linformer.hpp"
 #include "lowrank_method.hpp"
 #include "../tall_products.hpp"
 #include "attnlab/landmarks.hpp"
@@ -25,9 +26,10 @@ class LinformerMethod final : public LowRankMethod<T> {
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    const Index kk = Index(this->params().integer("k")), n = k.rows();
-    const std::string& proj = this->params().choice("projection");
-    Rng rng(std::uint64_t(this->params().integer("seed")));
+    const LinformerOptions o = LinformerOptions::from(this->params());  // the spec's values, typed
+    const Index kk = o.k, n = k.rows();
+    const std::string& proj = o.projection;
+    Rng rng(o.seed);
     const auto draw = [&]() -> MatrixR<T> {
       if (proj == "gaussian") return gaussian_matrix<T>(kk, n, rng) / T(std::sqrt(double(kk)));
       if (proj == "uniform") {
@@ -48,7 +50,7 @@ class LinformerMethod final : public LowRankMethod<T> {
     // Gaussians, cost more than the attention itself at n = 4096).
     if (n != drawn_n_) {
       e_ = draw();
-      f_ = this->params().boolean("share_kv") ? e_ : draw();
+      f_ = o.share_kv ? e_ : draw();
       drawn_n_ = n;
     }
     ek_ = detail::tall_transpose_product<T>(e_.transpose(), k);  // E·K, k × d, summed over n

@@ -7,6 +7,7 @@
 #include "attnlab/exact.hpp"
 #include "attnlab/linalg/pinv.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/nystrom.hpp"
 #include "lowrank_method.hpp"
 #include "../tall_products.hpp"
 #include "attnlab/landmarks.hpp"
@@ -28,15 +29,16 @@ class NystromMethod final : public LowRankMethod<T> {
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    const Index m = Index(this->params().integer("landmarks"));
+    const NystromOptions o = NystromOptions::from(this->params());  // the spec's values, typed
+    const Index m = o.landmarks;
     require(m <= q.rows() && m <= k.rows(),
             fmt::format("nystrom: landmarks = {} exceeds the sequence (n_q = {}, n_k = {})", m, q.rows(), k.rows()));
     MatrixR<T> ql, kl;
-    if (this->params().choice("select") == "segments") {
+    if (o.select == "segments") {
       ql = segment_means<T>(q, m);
       kl = segment_means<T>(k, m);
     } else {
-      Rng rng(std::uint64_t(this->params().integer("seed")));
+      Rng rng(o.seed);
       const auto iq = sample_without_replacement(q.rows(), m, rng);
       const auto ik = q.rows() == k.rows() ? iq : sample_without_replacement(k.rows(), m, rng);
       ql = take_rows<T>(q, iq);
@@ -50,8 +52,8 @@ class NystromMethod final : public LowRankMethod<T> {
     const MatrixR<T> a = exact_matrix<T>(ql, kl, plain);  // m × m
     b_ = exact_matrix<T>(ql, k, plain);                   // m × n_k
     Pseudoinverse<T> pinv;
-    pinv.setMethod(parse_pinv_method(this->params().choice("pinv")))
-        .setIterations(Index(this->params().integer("iters")))
+    pinv.setMethod(parse_pinv_method(o.pinv))
+        .setIterations(o.iters)
         .compute(a);
     residual_ = pinv.residuals().back();
     z_ = pinv.pseudoinverse();

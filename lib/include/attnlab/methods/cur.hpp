@@ -1,0 +1,35 @@
+// `cur` — classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal).
+// Implements: seed 000 eqs. (12)-(13); Drineas, Mahoney & Muthukrishnan 2008 (leverage sampling).
+// Typed use (the same method as make_method<double>("cur:...") from a spec string):
+//   attnlab::CurOptions o;  o.columns = 64;
+//   attnlab::Cur<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+#pragma once
+
+#include "attnlab/methods/typed.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// The options of `cur`, with the registry's defaults (a test checks that they agree).
+struct CurOptions {
+  static constexpr const char* kName = "cur";
+  Index columns = 64;  ///< number of sampled columns (and rows) C (integer in [1, 1048576])
+  std::string select = "uniform";  ///< sampling of J (and I) (one of uniform|leverage)
+  double rcond = 1e-10;  ///< relative singular-value cutoff of pinv(P[I,J]) (0: eps·C) (number in [0, 1])
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+
+  /// The options held by validated parameters (what the spec parser produces).
+  static CurOptions from(const Params& p);
+  /// This struct as a spec string, every parameter written out: "cur:key=value,...".
+  std::string spec() const;
+};
+
+template <typename T>
+using Cur = TypedMethod<T, CurOptions>;
+
+extern template class TypedMethod<float, CurOptions>;
+extern template class TypedMethod<double, CurOptions>;
+
+}  // namespace attnlab

@@ -1,0 +1,35 @@
+// `linear` — linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k).
+// Implements: seed 003 eqs. (3)-(4), causal (9)-(10); Katharopoulos et al. 2020 (elu+1).
+// Typed use (the same method as make_method<double>("linear:...") from a spec string):
+//   attnlab::LinearOptions o;  o.feature = "elu";
+//   attnlab::Linear<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+#pragma once
+
+#include "attnlab/methods/typed.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// The options of `linear`, with the registry's defaults (a test checks that they agree).
+struct LinearOptions {
+  static constexpr const char* kName = "linear";
+  std::string feature = "elu";  ///< feature map φ on raw q and k: elu(x)+1 or relu(x) (one of elu|relu)
+  /// causal prefix sums: blocks of matrix products, or the RNN form one position at a time (one of chunked|recurrent)
+  std::string causal_form = "chunked";
+  Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
+
+  /// The options held by validated parameters (what the spec parser produces).
+  static LinearOptions from(const Params& p);
+  /// This struct as a spec string, every parameter written out: "linear:key=value,...".
+  std::string spec() const;
+};
+
+template <typename T>
+using Linear = TypedMethod<T, LinearOptions>;
+
+extern template class TypedMethod<float, LinearOptions>;
+extern template class TypedMethod<double, LinearOptions>;
+
+}  // namespace attnlab

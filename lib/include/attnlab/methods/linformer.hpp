@@ -1,0 +1,36 @@
+// `linformer` — Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal).
+// Implements: Wang et al. 2020 eq. (7), Theorem 2; seed 001; seed 003 eq. (8).
+// Typed use (the same method as make_method<double>("linformer:...") from a spec string):
+//   attnlab::LinformerOptions o;  o.k = 256;
+//   attnlab::Linformer<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+#pragma once
+
+#include "attnlab/methods/typed.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// The options of `linformer`, with the registry's defaults (a test checks that they agree).
+struct LinformerOptions {
+  static constexpr const char* kName = "linformer";
+  Index k = 256;  ///< projected length k (integer in [1, 1048576])
+  /// E, F: N(0, 1/k) entries, ±1/√k, mean pooling over k segments, or I (k = n) (one of gaussian|uniform|pool|identity)
+  std::string projection = "gaussian";
+  bool share_kv = false;  ///< E = F (key-value sharing) (true|false)
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+
+  /// The options held by validated parameters (what the spec parser produces).
+  static LinformerOptions from(const Params& p);
+  /// This struct as a spec string, every parameter written out: "linformer:key=value,...".
+  std::string spec() const;
+};
+
+template <typename T>
+using Linformer = TypedMethod<T, LinformerOptions>;
+
+extern template class TypedMethod<float, LinformerOptions>;
+extern template class TypedMethod<double, LinformerOptions>;
+
+}  // namespace attnlab

@@ -1,0 +1,32 @@
+// `local` — sliding-window attention, |j − i| ≤ W.
+// Implements: Beltagy et al. 2020 (sliding window); seed 003 (sparse attention).
+// Typed use (the same method as make_method<double>("local:...") from a spec string):
+//   attnlab::LocalOptions o;  o.window = 64;
+//   attnlab::Local<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+#pragma once
+
+#include "attnlab/methods/typed.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// The options of `local`, with the registry's defaults (a test checks that they agree).
+struct LocalOptions {
+  static constexpr const char* kName = "local";
+  Index window = 64;  ///< half-width W of the band (integer in [0, 16777216])
+
+  /// The options held by validated parameters (what the spec parser produces).
+  static LocalOptions from(const Params& p);
+  /// This struct as a spec string, every parameter written out: "local:key=value,...".
+  std::string spec() const;
+};
+
+template <typename T>
+using Local = TypedMethod<T, LocalOptions>;
+
+extern template class TypedMethod<float, LocalOptions>;
+extern template class TypedMethod<double, LocalOptions>;
+
+}  // namespace attnlab

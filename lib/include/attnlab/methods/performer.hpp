@@ -1,0 +1,39 @@
+// `performer` — Performer / FAVOR+ random features estimating exp(s·qᵀk).
+// Implements: Choromanski et al. 2021 Lemma 1, eq. (7); seed 002 eqs. (4)-(5); Lemma 2 for the variances.
+// Typed use (the same method as make_method<double>("performer:...") from a spec string):
+//   attnlab::PerformerOptions o;  o.features = 256;
+//   attnlab::Performer<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+#pragma once
+
+#include "attnlab/methods/typed.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// The options of `performer`, with the registry's defaults (a test checks that they agree).
+struct PerformerOptions {
+  static constexpr const char* kName = "performer";
+  Index features = 256;  ///< number of random projections M (trig/hyperbolic use 2M features) (integer in [1, 65536])
+  std::string kernel = "positive";  ///< feature map (one of positive|trig|hyperbolic)
+  bool orthogonal = true;  ///< orthogonal random features (blocks of d) instead of iid (true|false)
+  std::string norms = "chi";  ///< row norms of orthogonal features: χ(d) (unbiased) or √d (one of chi|sqrt_d)
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+  /// causal prefix sums: blocks of matrix products, or the RNN form one position at a time (one of chunked|recurrent)
+  std::string causal_form = "chunked";
+  Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
+
+  /// The options held by validated parameters (what the spec parser produces).
+  static PerformerOptions from(const Params& p);
+  /// This struct as a spec string, every parameter written out: "performer:key=value,...".
+  std::string spec() const;
+};
+
+template <typename T>
+using Performer = TypedMethod<T, PerformerOptions>;
+
+extern template class TypedMethod<float, PerformerOptions>;
+extern template class TypedMethod<double, PerformerOptions>;
+
+}  // namespace attnlab

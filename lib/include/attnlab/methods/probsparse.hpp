@@ -1,0 +1,39 @@
+// `probsparse` — Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest.
+// Implements: Zhou et al. 2021 eqs. (2)-(4), Lemma 1; seed 004.
+// Typed use (the same method as make_method<double>("probsparse:...") from a spec string):
+//   attnlab::ProbsparseOptions o;  o.factor = 5;
+//   attnlab::Probsparse<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+#pragma once
+
+#include "attnlab/methods/typed.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// The options of `probsparse`, with the registry's defaults (a test checks that they agree).
+struct ProbsparseOptions {
+  static constexpr const char* kName = "probsparse";
+  /// sampling factor c: u = c·⌈ln n_q⌉ queries, U = c·⌈ln n_k⌉ keys (number in [0.001, 1000000000])
+  double factor = 5.0;
+  Index samples = 0;  ///< keys sampled per query for M̄ (0: c·⌈ln n_k⌉) (integer in [0, 1073741824])
+  std::string sample = "random";  ///< M̄ on sampled keys (with replacement) or on all keys (one of random|full)
+  std::string measure = "maxmean";  ///< M̄ = max − mean (the paper's estimate) or M = LSE − mean (one of maxmean|lse)
+  /// causal lazy rows: mean of visible V, or the reference's unnormalized cumulative sum (one of mean|cumsum)
+  std::string lazy = "mean";
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+
+  /// The options held by validated parameters (what the spec parser produces).
+  static ProbsparseOptions from(const Params& p);
+  /// This struct as a spec string, every parameter written out: "probsparse:key=value,...".
+  std::string spec() const;
+};
+
+template <typename T>
+using Probsparse = TypedMethod<T, ProbsparseOptions>;
+
+extern template class TypedMethod<float, ProbsparseOptions>;
+extern template class TypedMethod<double, ProbsparseOptions>;
+
+}  // namespace attnlab

@@ -1,0 +1,34 @@
+// `scatterbrain` — Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal).
+// Implements: Chen et al. 2021 (Scatterbrain) §3, Algorithm 1.
+// Typed use (the same method as make_method<double>("scatterbrain:...") from a spec string):
+//   attnlab::ScatterbrainOptions o;  o.features = 64;
+//   attnlab::Scatterbrain<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+#pragma once
+
+#include "attnlab/methods/typed.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// The options of `scatterbrain`, with the registry's defaults (a test checks that they agree).
+struct ScatterbrainOptions {
+  static constexpr const char* kName = "scatterbrain";
+  Index features = 64;  ///< Performer features M (positive, orthogonal) (integer in [1, 65536])
+  Index window = 16;  ///< half-width of the band where entries are exact (integer in [0, 16777216])
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+
+  /// The options held by validated parameters (what the spec parser produces).
+  static ScatterbrainOptions from(const Params& p);
+  /// This struct as a spec string, every parameter written out: "scatterbrain:key=value,...".
+  std::string spec() const;
+};
+
+template <typename T>
+using Scatterbrain = TypedMethod<T, ScatterbrainOptions>;
+
+extern template class TypedMethod<float, ScatterbrainOptions>;
+extern template class TypedMethod<double, ScatterbrainOptions>;
+
+}  // namespace attnlab

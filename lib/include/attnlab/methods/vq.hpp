@@ -1,0 +1,37 @@
+// `vq` — Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard.
+// Implements: seed 002 eqs. (1)-(3), soft assignment eqs. (8)-(9); Lingle 2023.
+// Typed use (the same method as make_method<double>("vq:...") from a spec string):
+//   attnlab::VqOptions o;  o.codes = 64;
+//   attnlab::Vq<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+#pragma once
+
+#include "attnlab/methods/typed.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace attnlab {
+
+/// The options of `vq`, with the registry's defaults (a test checks that they agree).
+struct VqOptions {
+  static constexpr const char* kName = "vq";
+  Index codes = 64;  ///< codebook size c (integer in [1, 1048576])
+  Index iters = 20;  ///< Lloyd iterations after k-means++ (integer in [0, 10000])
+  std::string assign = "hard";  ///< nearest code, or GMM responsibilities at temperature T (one of hard|soft)
+  double temperature = 1.0;  ///< T of the soft assignment (number in [1e-12, 1000000000000])
+  std::string quantize = "keys";  ///< quantize K, or K and Q (mean-field form) (one of keys|both)
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+
+  /// The options held by validated parameters (what the spec parser produces).
+  static VqOptions from(const Params& p);
+  /// This struct as a spec string, every parameter written out: "vq:key=value,...".
+  std::string spec() const;
+};
+
+template <typename T>
+using Vq = TypedMethod<T, VqOptions>;
+
+extern template class TypedMethod<float, VqOptions>;
+extern template class TypedMethod<double, VqOptions>;
+
+}  // namespace attnlab
