@@ -8,6 +8,7 @@
 #include "attnlab/tidy_csv.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "sweep.hpp"
 
 #include <fmt/format.h>
 
@@ -61,8 +62,9 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   const std::string source = files ? "files" : o.source.kind;
   std::optional<TidyCsvWriter> csv;
   if (!o.csv.empty()) {
-    csv.emplace(o.csv, std::vector<std::string>{"experiment", "source", "method", "spec", "dtype", "n_q", "n_k",
-                                                 "d", "d_v", "causal", "seed", "head"});
+    // The experiments' schema (sweep.hpp): one tidy format for every results file. n is n_q; the variant holds the
+    // dtype (and "causal"), the step the head; the point id names everything else.
+    csv.emplace(o.csv, experiments::result_columns());
     std::ofstream side(o.csv + ".config.txt");
     side << "command: " << command_line() << "\ncode_version: " << code_version() << "\n";
   }
@@ -102,10 +104,13 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
                  opt(metric("P_rel_spectral")), opt(metric("P_mean_kl")), opt(metric("P_mean_tv")), r.time_s,
                  r.time_s / r.exact_time_s);
       if (!csv) return;
+      const std::string variant = std::string(dtype_name(dtype_of<T>())) + (o.causal ? ",causal" : "");
       const std::vector<std::string> keys = {
-          "compare", source, r.method, r.spec, dtype_name(dtype_of<T>()), std::to_string(q.rows()),
-          std::to_string(k.rows()), std::to_string(q.cols()), std::to_string(v.cols()), o.causal ? "true" : "false",
-          std::to_string(o.seed), std::to_string(h)};
+          "compare",
+          fmt::format("source={} dtype={} causal={} n_q={} n_k={} d={} d_v={} seed={} head={}", source,
+                      dtype_name(dtype_of<T>()), o.causal, q.rows(), k.rows(), q.cols(), v.cols(), o.seed, h),
+          source, r.method, r.spec, std::to_string(q.rows()), std::to_string(q.cols()), std::to_string(o.seed),
+          variant, std::to_string(h)};
       // The output's four errors, the times, then the diagnostics and the P̃ metrics (the files' order).
       for (std::size_t i = 0; i < r.metrics.size() + 1; ++i) {
         if (i == 4) {

@@ -1,6 +1,7 @@
 """Bad input to the attnlab command: every case exits non-zero with one line on stderr naming the problem,
 never a crash (signal), a hang, a NaN output, or a half-written output file."""
 import os
+import sys
 
 import numpy as np
 
@@ -172,6 +173,20 @@ if r.returncode == 0:
     c.check(r.returncode == 0 and all(f"skipping {m}:" in r.stderr for m in non_causal) and
             {x["method"] for x in causal_rows} == set(names) - non_causal,
             f"compare --all --causal: {r.returncode} {r.stderr!r}")
+
+# One schema for every results file: compare's CSV has the experiments' columns, and plot.py reads it.
+if os.path.exists(path("cc.csv")):
+    header = open(path("cc.csv")).readline().strip().split(",")
+    c.check(header == ["schema_version", "code_version", "experiment", "point", "source", "method", "spec", "n", "d",
+                       "seed", "variant", "step", "metric", "value"], f"compare CSV schema: {header}")
+    try:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+        import plot
+        df = plot.load(os.path.dirname(path("cc.csv")), "cc")
+        c.check(set(df.variant) == {"float64,causal"} and set(df.step) == {0} and (df.n == 96).all(),
+                "plot.load reads compare's CSV (variant = dtype,causal; step = head)")
+    except ImportError as e:  # pandas or matplotlib missing: the test stack installs them
+        c.check(False, f"plot.py could not be imported: {e}")
 
 # README's methods table is the registry's (attnlab methods --markdown): a new method, parameter or default shows.
 table = run("methods", "--markdown").stdout
