@@ -1,6 +1,7 @@
 // `exact:impl=streaming|materialized,tile=T` — P = softmax(s·QKᵀ [+ causal mask]), O = P·V.
 // The fast path streams over key tiles (online softmax) or forms P; the operator uses the row log-sum-exp.
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/exact.hpp"
 
 #include "attnlab/exact.hpp"
 
@@ -13,8 +14,9 @@ template <typename T>
 class ExactMethod final : public Method<T> {
  public:
   ExactMethod(const MethodDescriptor& d, Params p) : Method<T>(d, std::move(p)) {
-    materialized_ = this->params().choice("impl") == "materialized";
-    tile_ = Index(this->params().integer("tile"));
+    const ExactOptions o = ExactOptions::from(this->params());  // the spec's values, typed
+    materialized_ = o.impl == "materialized";
+    tile_ = o.tile;
   }
 
  protected:

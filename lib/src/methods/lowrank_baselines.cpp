@@ -11,6 +11,8 @@
 #include "attnlab/exact.hpp"
 #include "attnlab/linalg/pinv.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/cur.hpp"
+#include "attnlab/methods/svd.hpp"
 #include "lowrank_method.hpp"
 #include "attnlab/spectrum.hpp"
 #include "attnlab/landmarks.hpp"
@@ -30,13 +32,14 @@ class SvdMethod final : public LowRankMethod<T> {
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    const Index r = Index(this->params().integer("rank"));
+    const SvdOptions o = SvdOptions::from(this->params());  // the spec's values, typed
+    const Index r = o.rank;
     require(r <= std::min(q.rows(), k.rows()),
             fmt::format("svd: rank = {} exceeds min(n_q, n_k) = {}", r, std::min(q.rows(), k.rows())));
     const ExactOperator<T> p(q, k, opts);
     TopSingularOptions so;
-    so.solver = parse_spectrum_solver(this->params().choice("solver"));
-    so.dense_limit = Index(this->params().integer("dense_limit"));
+    so.solver = parse_spectrum_solver(o.solver);
+    so.dense_limit = o.dense_limit;
     const TopSingular top = top_singular(p, r, so);
     const MatrixR<T> v = top.right.template cast<T>();
     this->set_factors(p.apply(v), v, false);
@@ -65,13 +68,14 @@ class CurMethod final : public LowRankMethod<T> {
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    const Index c = Index(this->params().integer("columns"));
+    const CurOptions o = CurOptions::from(this->params());  // the spec's values, typed
+    const Index c = o.columns;
     require(c <= std::min(q.rows(), k.rows()),
             fmt::format("cur: columns = {} exceeds min(n_q, n_k) = {}", c, std::min(q.rows(), k.rows())));
     const ExactOperator<T> p(q, k, opts);
-    Rng rng(std::uint64_t(this->params().integer("seed")));
+    Rng rng(o.seed);
     std::vector<Index> cols, rows;
-    if (this->params().choice("select") == "uniform") {
+    if (o.select == "uniform") {
       cols = sample_without_replacement(k.rows(), c, rng);
       rows = q.rows() == k.rows() ? cols : sample_without_replacement(q.rows(), c, rng);
     } else {
@@ -96,7 +100,7 @@ class CurMethod final : public LowRankMethod<T> {
     for (Index j = 0; j < c; ++j) w.col(j) = rm.col(cols[std::size_t(j)]);
     // pinv(P[I,J]) with singular values below rcond·σ_max dropped: with rcond at rounding level (the formula
     // as written) a nearly singular P[I,J] — clustered attention has rank ≈ clusters < C — amplifies noise.
-    MatrixR<T> a = cm * svd_pinv<T>(w, this->params().real("rcond"));
+    MatrixR<T> a = cm * svd_pinv<T>(w, o.rcond);
     this->set_factors(std::move(a), rm.transpose(), false);
     return Status::Success;
   }

@@ -10,6 +10,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/probsparse.hpp"
 
 #include <fmt/format.h>
 
@@ -209,18 +210,19 @@ class ProbSparseMethod final : public Method<T> {
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    const double c = this->params().real("factor");
-    const bool lse = this->params().choice("measure") == "lse";
+    const ProbsparseOptions o = ProbsparseOptions::from(this->params());  // the spec's values, typed
+    const double c = o.factor;
+    const bool lse = o.measure == "lse";
     Index samples = 0;  // all keys
-    if (!lse && this->params().choice("sample") == "random") {
-      samples = Index(this->params().integer("samples"));
+    if (!lse && o.sample == "random") {
+      samples = o.samples;
       if (samples == 0) samples = probsparse_default_samples(k.rows(), c);
     }
-    Rng rng(std::uint64_t(this->params().integer("seed")));
+    Rng rng(o.seed);
     const VectorX<double> m =
         sparsity_measure<T>(q, k, opts, lse ? SparsityMeasure::Lse : SparsityMeasure::MaxMean, samples, rng);
     op_.emplace(q, k, opts, select_queries(m, probsparse_u(q.rows(), c), opts.causal),
-                this->params().choice("lazy") == "cumsum");
+                o.lazy == "cumsum");
     return Status::Success;
   }
   const AttentionOperator<T>& do_op() const override { return *op_; }

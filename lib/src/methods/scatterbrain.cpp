@@ -9,6 +9,7 @@
 // support, the log-scale of its largest estimated entry), so nothing overflows. Non-causal.
 #include "attnlab/error.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/scatterbrain.hpp"
 #include "attnlab/performer.hpp"
 #include "pattern_method.hpp"
 
@@ -62,9 +63,10 @@ class ScatterbrainMethod final : public Method<T> {
   /// The O(n·M) parts: features, each row's reference log-scale R_i and row sum of Ã in units of e^{R_i}. The
   /// band's correction is formed by output() in dense blocks, and as a sparse matrix only when P̃ is asked for.
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    const Index nq = q.rows(), nk = k.rows(), off = nk - nq, w = Index(this->params().integer("window"));
-    Rng rng(std::uint64_t(this->params().integer("seed")));
-    const MatrixR<T> omega = performer_projection<T>(Index(this->params().integer("features")), q.cols(), true, true, rng);
+    const ScatterbrainOptions o = ScatterbrainOptions::from(this->params());  // the spec's values, typed
+    const Index nq = q.rows(), nk = k.rows(), off = nk - nq, w = o.window;
+    Rng rng(o.seed);
+    const MatrixR<T> omega = performer_projection<T>(o.features, q.cols(), true, true, rng);
     const T root = T(std::sqrt(opts.scale));
     xq_ = q * root;
     xk_ = k * root;

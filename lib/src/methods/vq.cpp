@@ -12,6 +12,7 @@
 #include "attnlab/kmeans.hpp"
 #include "attnlab/vq.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/vq.hpp"
 #include "lowrank_method.hpp"
 
 #include <fmt/format.h>
@@ -216,8 +217,9 @@ template <typename T>
 class VqMethod final : public Method<T> {
  public:
   VqMethod(const MethodDescriptor& d, Params p) : Method<T>(d, std::move(p)) {
-    hard_ = this->params().choice("assign") == "hard";
-    both_ = this->params().choice("quantize") == "both";
+    o_ = VqOptions::from(this->params());  // the spec's values, typed
+    hard_ = o_.assign == "hard";
+    both_ = o_.quantize == "both";
   }
   bool supports_causal() const override { return hard_ && !both_; }
   std::string lookahead() const override { return "the codebook is fitted by k-means on all keys"; }
@@ -227,10 +229,10 @@ class VqMethod final : public Method<T> {
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    const Index codes = Index(this->params().integer("codes"));
+    const Index codes = o_.codes;
     require(codes <= k.rows(), fmt::format("vq: codes = {} exceeds the {} keys", codes, k.rows()));
-    Rng rng(std::uint64_t(this->params().integer("seed")));
-    const Index iters = Index(this->params().integer("iters"));
+    Rng rng(o_.seed);
+    const Index iters = o_.iters;
     const KMeansResult<T> km = kmeans<T>(k, codes, iters, rng);
     inertia_ = km.inertia;
     iterations_ = km.iterations;
@@ -248,7 +250,7 @@ class VqMethod final : public Method<T> {
     } else {
       // Responsibilities R_jy = softmax_y(−‖k_j − c_y‖²/(2T)) (seed 002 eq. (8)), then
       // P̃_ij = Σ_y exp(ℓ_iy − L_i) R_jy with L_i = log Σ_y exp(ℓ_iy)·Σ_j R_jy.
-      const T temp = T(this->params().real("temperature"));
+      const T temp = T(o_.temperature);
       MatrixR<T> r = (k * km.centroids.transpose()) * T(2);
       r.colwise() -= k.rowwise().squaredNorm();
       r.rowwise() -= km.centroids.rowwise().squaredNorm().transpose();  // −‖k − c‖²
@@ -273,6 +275,7 @@ class VqMethod final : public Method<T> {
   const AttentionOperator<T>& do_op() const override { return *op_; }
 
  private:
+  VqOptions o_;  // the spec's values, typed
   bool hard_ = true, both_ = false;
   double inertia_ = 0;
   Index iterations_ = 0;
