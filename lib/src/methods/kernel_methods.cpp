@@ -6,6 +6,7 @@
 //            positions of each key feature. Pooling over all positions mixes the future in: causal is refused.
 // The scale does not enter these methods (as in their papers): they act on raw q and k.
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/linear.hpp"
 #include "lowrank_method.hpp"
 #include "kernel_method.hpp"
 
@@ -18,7 +19,7 @@ template <typename T>
 class LinearMethod final : public KernelMethod<T> {
  public:
   LinearMethod(const MethodDescriptor& d, Params p) : KernelMethod<T>(d, std::move(p)) {
-    relu_ = this->params().choice("feature") == "relu";
+    relu_ = LinearOptions::from(this->params()).feature == "relu";  // the spec's values, typed
   }
 
  protected:

@@ -7,6 +7,7 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/performer.hpp"
 #include "kernel_method.hpp"
 
 #include <Eigen/QR>
@@ -95,7 +96,8 @@ template <typename T>
 class PerformerMethod final : public KernelMethod<T> {
  public:
   PerformerMethod(const MethodDescriptor& d, Params p) : KernelMethod<T>(d, std::move(p)) {
-    const auto& k = this->params().choice("kernel");
+    o_ = PerformerOptions::from(this->params());  // the spec's values, typed
+    const auto& k = o_.kernel;
     kernel_ = k == "trig" ? PerformerKernel::Trig : k == "hyperbolic" ? PerformerKernel::Hyperbolic
                                                                       : PerformerKernel::Positive;
   }
@@ -104,10 +106,8 @@ class PerformerMethod final : public KernelMethod<T> {
   void prepare(const ConstRef<T>& q, const ConstRef<T>&, const AttentionOptions&) override {
     // ω is the method's parameter: drawn once per d (QR of Gaussian blocks) and reused by later calls.
     if (q.cols() != omega_d_) {
-      Rng rng(std::uint64_t(this->params().integer("seed")));
-      omega_ = performer_projection<T>(Index(this->params().integer("features")), q.cols(),
-                                       this->params().boolean("orthogonal"), this->params().choice("norms") == "chi",
-                                       rng);
+      Rng rng(o_.seed);
+      omega_ = performer_projection<T>(o_.features, q.cols(), o_.orthogonal, o_.norms == "chi", rng);
       omega_d_ = q.cols();
     }
   }
@@ -124,6 +124,7 @@ class PerformerMethod final : public KernelMethod<T> {
   bool nonnegative() const override { return kernel_ != PerformerKernel::Trig; }
 
  private:
+  PerformerOptions o_;  // the spec's values, typed
   PerformerKernel kernel_ = PerformerKernel::Positive;
   Index omega_d_ = -1;  // the dimension ω was drawn for
   MatrixR<T> omega_;

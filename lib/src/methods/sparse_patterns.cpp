@@ -17,6 +17,9 @@
 //                    bucket (what its sorted chunk and the previous one hold, restricted to the past), and to c_i.
 #include "attnlab/error.hpp"
 #include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/local.hpp"
+#include "attnlab/methods/reformer.hpp"
+#include "attnlab/methods/sparse.hpp"
 #include "attnlab/random.hpp"
 #include "pattern_method.hpp"
 
@@ -129,14 +132,16 @@ template <typename T>
 class LocalMethod final : public PatternMethod<T> {
  public:
   using PatternMethod<T>::PatternMethod;
+  /// The spec's values, typed (attnlab/methods/local.hpp).
+  LocalOptions typed() const { return LocalOptions::from(this->params()); }
 
  protected:
   MatrixR<T> do_output(const ConstRef<T>& v) const override {
-    return local_output<T>(this->queries(), this->keys(), v, this->options(), Index(this->params().integer("window")));
+    return local_output<T>(this->queries(), this->keys(), v, this->options(), typed().window);
   }
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override {
     Pattern p(static_cast<std::size_t>(q.rows()));
-    const Index w = Index(this->params().integer("window"));
+    const Index w = typed().window;
     add_band(p, q.rows(), k.rows(), w, opts.causal);
     // Without a mask and with n_k > n_q + W the first queries' bands can miss every key: keep c_i at least.
     for (Index i = 0; i < q.rows(); ++i)
@@ -320,6 +325,8 @@ template <typename T>
 class SparseMethod final : public PatternMethod<T> {
  public:
   using PatternMethod<T>::PatternMethod;
+  /// The spec's values, typed (attnlab/methods/sparse.hpp).
+  SparseOptions typed() const { return SparseOptions::from(this->params()); }
 
  protected:
   MatrixR<T> do_output(const ConstRef<T>& v) const override {
@@ -328,19 +335,18 @@ class SparseMethod final : public PatternMethod<T> {
     // With more queries than keys (non-causal), early queries' aligned positions fall before the first key: the
     // pattern path handles (and refuses) those; the blocked kernel assumes c_i ≥ 0.
     if (q.rows() > k.rows()) return PatternMethod<T>::do_output(v);
-    return sparse_output<T>(q, k, v, this->options(), Index(this->params().integer("window")),
-                            Index(this->params().integer("stride")), Index(this->params().integer("globals")),
-                            Index(this->params().integer("random")), std::uint64_t(this->params().integer("seed")));
+    const SparseOptions o = typed();
+    return sparse_output<T>(q, k, v, this->options(), o.window, o.stride, o.globals, o.random, o.seed);
   }
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override {
     const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
-    const Index w = Index(this->params().integer("window")), stride = Index(this->params().integer("stride")),
-                g = Index(this->params().integer("globals")), r = Index(this->params().integer("random"));
+    const SparseOptions o = typed();
+    const Index w = o.window, stride = o.stride, g = o.globals, r = o.random;
     Pattern p(static_cast<std::size_t>(nq));
     if (w >= 0) add_band(p, nq, nk, w, opts.causal);
     const auto last_of = [&](Index i) { return opts.causal ? i + off : nk - 1; };
     const std::vector<std::vector<Index>> rand =
-        random_keys(nq, r, std::uint64_t(this->params().integer("seed")), [&](Index i) { return last_of(i) + 1; });
+        random_keys(nq, r, o.seed, [&](Index i) { return last_of(i) + 1; });
     for (Index i = 0; i < nq; ++i) {
       auto& row = p[std::size_t(i)];
       const Index c = i + off, last = last_of(i);  // the last key query i may see
@@ -397,6 +403,8 @@ template <typename T>
 class ReformerMethod final : public PatternMethod<T> {
  public:
   using PatternMethod<T>::PatternMethod;
+  /// The spec's values, typed (attnlab/methods/reformer.hpp).
+  ReformerOptions typed() const { return ReformerOptions::from(this->params()); }
 
  protected:
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override {
@@ -409,7 +417,7 @@ class ReformerMethod final : public PatternMethod<T> {
             p[std::size_t(i)].push_back(r.key_order[std::size_t(t)]);
     } else {
       // Per bucket, the keys in position order; query i takes the 2·chunk latest ones with j ≤ c_i.
-      const Index buckets = Index(this->params().integer("buckets")), chunk = Index(this->params().integer("chunk"));
+      const Index buckets = typed().buckets, chunk = typed().chunk;
       for (const auto& [hk, hq] : hashes(q, k)) {
         std::vector<std::vector<Index>> members(static_cast<std::size_t>(std::max<Index>(1, buckets)));
         for (Index j = 0; j < nk; ++j) members[std::size_t(hk[std::size_t(j)])].push_back(j);
@@ -508,9 +516,9 @@ class ReformerMethod final : public PatternMethod<T> {
   /// order (the causal and the non-causal forms hash alike).
   std::vector<std::pair<std::vector<Index>, std::vector<Index>>> hashes(const ConstRef<T>& q,
                                                                         const ConstRef<T>& k) const {
-    const Index buckets = Index(this->params().integer("buckets")), rounds = Index(this->params().integer("rounds"));
+    const Index buckets = typed().buckets, rounds = typed().rounds;
     require(buckets == 1 || buckets % 2 == 0, fmt::format("reformer: buckets must be 1 or even, got {}", buckets));
-    Rng rng(std::uint64_t(this->params().integer("seed")));
+    Rng rng(typed().seed);
     std::vector<std::pair<std::vector<Index>, std::vector<Index>>> out;
     for (Index round = 0; round < rounds; ++round) {
       const MatrixR<T> w = gaussian_matrix<T>(q.cols(), std::max<Index>(1, buckets / 2), rng);
@@ -520,7 +528,7 @@ class ReformerMethod final : public PatternMethod<T> {
   }
 
   std::vector<ReformerRound> rounds(const ConstRef<T>& q, const ConstRef<T>& k) const {
-    const Index nq = q.rows(), nk = k.rows(), chunk = Index(this->params().integer("chunk"));
+    const Index nq = q.rows(), nk = k.rows(), chunk = typed().chunk;
     const Index chunks = (nk + chunk - 1) / chunk;
     std::vector<ReformerRound> out;
     for (const auto& [hk, hq] : hashes(q, k)) {
