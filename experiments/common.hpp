@@ -18,6 +18,28 @@
 
 namespace attnlab::experiments {
 
+/// A generated problem of the experiments' square shape (n queries and keys, d everywhere; d_v = d unless given).
+inline Qkv<double> generated(const std::string& source, Index n, Index d, std::uint64_t seed, double temperature = 1.0,
+                             Index d_v = -1) {
+  SourceOptions so;
+  so.kind = source;
+  so.temperature = temperature;
+  return generate_problem<double>(so, n, n, d, d_v < 0 ? d : d_v, seed);
+}
+
+/// The identifying columns of a point's rows (method, spec, metric and value are filled per row).
+inline Row row_key(const std::string& source, Index n, Index d, std::uint64_t seed, std::string variant = "",
+                   std::int64_t step = -1) {
+  Row r;
+  r.source = source;
+  r.n = n;
+  r.d = d;
+  r.seed = seed;
+  r.variant = std::move(variant);
+  r.step = step;
+  return r;
+}
+
 /// The rows every method comparison writes: output errors, matrix errors (spectral optional), time, diagnostics.
 inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const MatrixR<double>& q,
                         const MatrixR<double>& k, const MatrixR<double>& v, const MatrixR<double>& exact_out,

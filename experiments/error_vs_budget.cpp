@@ -122,9 +122,7 @@ class ErrorVsBudget final : public Experiment {
 
  private:
   std::vector<Row> run(const Family& f, const std::string& src, Index n, Index d, std::uint64_t seed) const {
-    SourceOptions so;
-    so.kind = src;
-    const Qkv<double> p = generate_problem<double>(so, n, n, d, d, seed);
+    const Qkv<double> p = generated(src, n, d, seed);
     return evaluate(f, src, p.q, p.k, p.v, seed);
   }
   std::vector<Row> evaluate(const Family& f, const std::string& src, const MatrixR<double>& q,
@@ -138,13 +136,7 @@ class ErrorVsBudget final : public Experiment {
     const Cost exact_cost = repeats_ > 0 ? measure_cost("exact", qf, kf, vf, seed, repeats_) : Cost{};
     for (Index b : f.budgets) {
       if (b > n) continue;
-      Row key;
-      key.source = src;
-      key.n = q.rows();
-      key.d = q.cols();
-      key.seed = seed;
-      key.variant = f.label;
-      key.step = b;
+      const Row key = row_key(src, q.rows(), q.cols(), seed, f.label, b);
       const std::string spec = f.spec_at(b);
       method_rows(rows, key, spec, q, k, v, exact_out, exact, q.rows() <= spectral_limit_);
       if (repeats_ == 0) continue;  // no cost asked for

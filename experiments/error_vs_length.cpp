@@ -48,9 +48,7 @@ class ErrorVsLength final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
-    SourceOptions so;
-    so.kind = src;
-    const Qkv<double> p = generate_problem<double>(so, n, n, d_, d_, seed);
+    const Qkv<double> p = generated(src, n, d_, seed);
     const ExactOperator<double> exact(p.q, p.k, {});
     const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
     std::vector<Row> rows;
@@ -58,13 +56,7 @@ class ErrorVsLength final : public Experiment {
       if (budget_ > n) continue;
       // "name:param" or "name:fixed,...,param": the budget fills the last key.
       const std::string spec = m + "=" + std::to_string(budget_);
-      Row key;
-      key.source = src;
-      key.n = n;
-      key.d = d_;
-      key.seed = seed;
-      key.variant = m;
-      key.step = budget_;
+      const Row key = row_key(src, n, d_, seed, m, budget_);
       method_rows(rows, key, spec, p.q, p.k, p.v, exact_out, exact, false);
     }
     return rows;

@@ -75,9 +75,7 @@ class PinvExperiment final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, Index n, Index m, std::uint64_t seed) const {
-    SourceOptions so;
-    so.kind = src;
-    return evaluate(src, generate_problem<double>(so, n, n, d_, d_, seed), m, seed);
+    return evaluate(src, generated(src, n, d_, seed), m, seed);
   }
   std::vector<Row> evaluate(const std::string& src, const Qkv<double>& p, Index m, std::uint64_t seed) const {
     const MatrixR<double> a =
@@ -85,11 +83,7 @@ class PinvExperiment final : public Experiment {
     const VectorX<double> sv = singular_values<double>(a);
     const MatrixR<double> ref = svd_pinv<double>(a);
     std::vector<Row> rows;
-    Row key;
-    key.source = src;
-    key.n = p.q.rows();
-    key.d = p.q.cols();
-    key.seed = seed;
+    Row key = row_key(src, p.q.rows(), p.q.cols(), seed);
     key.method = "nystrom";
     const auto add = [&](const std::string& variant, Index step, const std::string& metric, double value) {
       Row r = key;

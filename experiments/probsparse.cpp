@@ -64,9 +64,7 @@ class ProbSparseExperiment final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
-    SourceOptions so;
-    so.kind = src;
-    return evaluate(src, generate_problem<double>(so, n, n, d_, d_, seed), seed);
+    return evaluate(src, generated(src, n, d_, seed), seed);
   }
   std::vector<Row> evaluate(const std::string& src, const Qkv<double>& p, std::uint64_t seed) const {
     const Index n = p.q.rows();
@@ -74,11 +72,7 @@ class ProbSparseExperiment final : public Experiment {
     const VectorX<double> m = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::Lse, 0, rng);
     const VectorX<double> mbar = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::MaxMean, 0, rng);
     std::vector<Row> rows;
-    Row key;
-    key.source = src;
-    key.n = n;
-    key.d = p.q.cols();
-    key.seed = seed;
+    Row key = row_key(src, n, p.q.cols(), seed);
     key.method = "probsparse";
     const auto add = [&](const std::string& variant, Index step, const std::string& metric, double value) {
       Row r = key;

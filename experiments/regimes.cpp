@@ -67,10 +67,7 @@ class Regimes final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, double t, std::uint64_t seed) const {
-    SourceOptions so;
-    so.kind = src;
-    so.temperature = t;
-    return evaluate(src, fmt::format("T={}", t), generate_problem<double>(so, n_, n_, d_, d_, seed), seed);
+    return evaluate(src, fmt::format("T={}", t), generated(src, n_, d_, seed, t), seed);
   }
   std::vector<Row> evaluate(const std::string& src, const std::string& variant, const Qkv<double>& p,
                             std::uint64_t seed) const {
@@ -82,12 +79,7 @@ class Regimes final : public Experiment {
     for (Index i = 0; i < n; i += 128) entropy += entropy_sum(exact.row_block(i, std::min<Index>(128, n - i)));
     entropy /= double(n);
     std::vector<Row> rows;
-    Row key;
-    key.source = src;
-    key.n = n;
-    key.d = p.q.cols();
-    key.seed = seed;
-    key.variant = variant;
+    const Row key = row_key(src, n, p.q.cols(), seed, variant);
     {
       Row r = key;
       r.method = "exact";

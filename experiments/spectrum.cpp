@@ -130,10 +130,7 @@ class SpectrumExperiment final : public Experiment {
     rows.push_back(r);
   }
   Qkv<double> generated(const std::string& src, double t, Index n, std::uint64_t seed) const {
-    SourceOptions so;
-    so.kind = src;
-    so.temperature = t;
-    return generate_problem<double>(so, n, n, d_, 1, seed);
+    return experiments::generated(src, n, d_, seed, t, /*d_v=*/1);
   }
   Row key(const std::string& src, double t, Index n, std::uint64_t seed) const {
     Row k;

@@ -47,18 +47,11 @@ class VqExperiment final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, Index c, std::uint64_t seed) const {
-    SourceOptions so;
-    so.kind = src;
-    const Qkv<double> p = generate_problem<double>(so, n_, n_, d_, d_, seed);
+    const Qkv<double> p = generated(src, n_, d_, seed);
     const ExactOperator<double> exact(p.q, p.k, {});
     const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
     std::vector<Row> rows;
-    Row key;
-    key.source = src;
-    key.n = n_;
-    key.d = d_;
-    key.seed = seed;
-    key.step = c;
+    const Row key = row_key(src, n_, d_, seed, "", c);
     const auto add = [&](const std::string& variant, const std::string& spec) {
       Row k = key;
       k.variant = variant;
