@@ -20,16 +20,9 @@ struct CurOptions {
   double rcond = 1e-10;  ///< relative singular-value cutoff of pinv(P[I,J]) (0: eps·C) (number in [0, 1])
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static CurOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "cur:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(CurOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Cur = TypedMethod<T, CurOptions>;
-
-extern template class TypedMethod<float, CurOptions>;
-extern template class TypedMethod<double, CurOptions>;
+ATTNLAB_TYPED_METHOD(Cur)  // Cur<T>: a Method<T> built from CurOptions
 
 }  // namespace attnlab

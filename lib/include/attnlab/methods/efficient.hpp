@@ -16,16 +16,9 @@ struct EfficientOptions {
   static constexpr const char* kName = "efficient";
 
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static EfficientOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "efficient:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(EfficientOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Efficient = TypedMethod<T, EfficientOptions>;
-
-extern template class TypedMethod<float, EfficientOptions>;
-extern template class TypedMethod<double, EfficientOptions>;
+ATTNLAB_TYPED_METHOD(Efficient)  // Efficient<T>: a Method<T> built from EfficientOptions
 
 }  // namespace attnlab

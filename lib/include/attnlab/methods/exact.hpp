@@ -19,16 +19,9 @@ struct ExactOptions {
   std::string impl = "streaming";
   Index tile = 256;  ///< tile edge of the streaming kernels (integer in [8, 8192])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static ExactOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "exact:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(ExactOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Exact = TypedMethod<T, ExactOptions>;
-
-extern template class TypedMethod<float, ExactOptions>;
-extern template class TypedMethod<double, ExactOptions>;
+ATTNLAB_TYPED_METHOD(Exact)  // Exact<T>: a Method<T> built from ExactOptions
 
 }  // namespace attnlab

@@ -20,16 +20,9 @@ struct LinearOptions {
   std::string causal_form = "chunked";
   Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static LinearOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "linear:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(LinearOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Linear = TypedMethod<T, LinearOptions>;
-
-extern template class TypedMethod<float, LinearOptions>;
-extern template class TypedMethod<double, LinearOptions>;
+ATTNLAB_TYPED_METHOD(Linear)  // Linear<T>: a Method<T> built from LinearOptions
 
 }  // namespace attnlab

@@ -21,16 +21,9 @@ struct LinformerOptions {
   bool share_kv = false;  ///< E = F (key-value sharing) (true|false)
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static LinformerOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "linformer:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(LinformerOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Linformer = TypedMethod<T, LinformerOptions>;
-
-extern template class TypedMethod<float, LinformerOptions>;
-extern template class TypedMethod<double, LinformerOptions>;
+ATTNLAB_TYPED_METHOD(Linformer)  // Linformer<T>: a Method<T> built from LinformerOptions
 
 }  // namespace attnlab

@@ -17,16 +17,9 @@ struct LocalOptions {
   static constexpr const char* kName = "local";
   Index window = 64;  ///< half-width W of the band (integer in [0, 16777216])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static LocalOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "local:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(LocalOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Local = TypedMethod<T, LocalOptions>;
-
-extern template class TypedMethod<float, LocalOptions>;
-extern template class TypedMethod<double, LocalOptions>;
+ATTNLAB_TYPED_METHOD(Local)  // Local<T>: a Method<T> built from LocalOptions
 
 }  // namespace attnlab

@@ -22,16 +22,9 @@ struct NystromOptions {
   std::string select = "segments";  ///< landmarks: segment means, or uniformly sampled rows (one of segments|random)
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static NystromOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "nystrom:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(NystromOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Nystrom = TypedMethod<T, NystromOptions>;
-
-extern template class TypedMethod<float, NystromOptions>;
-extern template class TypedMethod<double, NystromOptions>;
+ATTNLAB_TYPED_METHOD(Nystrom)  // Nystrom<T>: a Method<T> built from NystromOptions
 
 }  // namespace attnlab

@@ -24,16 +24,9 @@ struct PerformerOptions {
   std::string causal_form = "chunked";
   Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static PerformerOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "performer:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(PerformerOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Performer = TypedMethod<T, PerformerOptions>;
-
-extern template class TypedMethod<float, PerformerOptions>;
-extern template class TypedMethod<double, PerformerOptions>;
+ATTNLAB_TYPED_METHOD(Performer)  // Performer<T>: a Method<T> built from PerformerOptions
 
 }  // namespace attnlab

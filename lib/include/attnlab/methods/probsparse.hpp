@@ -24,16 +24,9 @@ struct ProbsparseOptions {
   std::string lazy = "mean";
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static ProbsparseOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "probsparse:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(ProbsparseOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Probsparse = TypedMethod<T, ProbsparseOptions>;
-
-extern template class TypedMethod<float, ProbsparseOptions>;
-extern template class TypedMethod<double, ProbsparseOptions>;
+ATTNLAB_TYPED_METHOD(Probsparse)  // Probsparse<T>: a Method<T> built from ProbsparseOptions
 
 }  // namespace attnlab

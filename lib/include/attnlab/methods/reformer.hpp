@@ -20,16 +20,9 @@ struct ReformerOptions {
   Index chunk = 64;  ///< keys per chunk (each query sees its chunk and the previous) (integer in [1, 16777216])
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static ReformerOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "reformer:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(ReformerOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Reformer = TypedMethod<T, ReformerOptions>;
-
-extern template class TypedMethod<float, ReformerOptions>;
-extern template class TypedMethod<double, ReformerOptions>;
+ATTNLAB_TYPED_METHOD(Reformer)  // Reformer<T>: a Method<T> built from ReformerOptions
 
 }  // namespace attnlab

@@ -19,16 +19,9 @@ struct ScatterbrainOptions {
   Index window = 16;  ///< half-width of the band where entries are exact (integer in [0, 16777216])
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static ScatterbrainOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "scatterbrain:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(ScatterbrainOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Scatterbrain = TypedMethod<T, ScatterbrainOptions>;
-
-extern template class TypedMethod<float, ScatterbrainOptions>;
-extern template class TypedMethod<double, ScatterbrainOptions>;
+ATTNLAB_TYPED_METHOD(Scatterbrain)  // Scatterbrain<T>: a Method<T> built from ScatterbrainOptions
 
 }  // namespace attnlab

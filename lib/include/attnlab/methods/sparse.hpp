@@ -21,16 +21,9 @@ struct SparseOptions {
   Index random = 8;  ///< random keys per query (integer in [0, 16777216])
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static SparseOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "sparse:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(SparseOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Sparse = TypedMethod<T, SparseOptions>;
-
-extern template class TypedMethod<float, SparseOptions>;
-extern template class TypedMethod<double, SparseOptions>;
+ATTNLAB_TYPED_METHOD(Sparse)  // Sparse<T>: a Method<T> built from SparseOptions
 
 }  // namespace attnlab

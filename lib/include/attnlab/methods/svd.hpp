@@ -22,16 +22,9 @@ struct SvdOptions {
   /// auto|block|lanczos|dense)
   std::string solver = "auto";
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static SvdOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "svd:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(SvdOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Svd = TypedMethod<T, SvdOptions>;
-
-extern template class TypedMethod<float, SvdOptions>;
-extern template class TypedMethod<double, SvdOptions>;
+ATTNLAB_TYPED_METHOD(Svd)  // Svd<T>: a Method<T> built from SvdOptions
 
 }  // namespace attnlab

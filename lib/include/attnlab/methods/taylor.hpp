@@ -19,16 +19,9 @@ struct TaylorOptions {
   std::string causal_form = "chunked";
   Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static TaylorOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "taylor:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(TaylorOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Taylor = TypedMethod<T, TaylorOptions>;
-
-extern template class TypedMethod<float, TaylorOptions>;
-extern template class TypedMethod<double, TaylorOptions>;
+ATTNLAB_TYPED_METHOD(Taylor)  // Taylor<T>: a Method<T> built from TaylorOptions
 
 }  // namespace attnlab

@@ -49,3 +49,17 @@ class TypedMethod final : public Method<T> {
 };
 
 }  // namespace attnlab
+
+/// Inside an options struct: from() (what the spec parser's validated parameters hold) and spec() (the struct written
+/// back as a spec, every parameter given), both defined in lib/src/methods/typed_options.cpp.
+#define ATTNLAB_OPTIONS_IO(Options)     \
+  static Options from(const Params& p); \
+  std::string spec() const;
+
+/// After an options struct NameOptions: the typed class Name<T> and its two instantiations (compiled once, in
+/// typed_options.cpp).
+#define ATTNLAB_TYPED_METHOD(Name)                                    \
+  template <typename T>                                               \
+  using Name = TypedMethod<T, Name##Options>;                         \
+  extern template class TypedMethod<float, Name##Options>;            \
+  extern template class TypedMethod<double, Name##Options>;

@@ -22,16 +22,9 @@ struct VqOptions {
   std::string quantize = "keys";  ///< quantize K, or K and Q (mean-field form) (one of keys|both)
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  /// The options held by validated parameters (what the spec parser produces).
-  static VqOptions from(const Params& p);
-  /// This struct as a spec string, every parameter written out: "vq:key=value,...".
-  std::string spec() const;
+  ATTNLAB_OPTIONS_IO(VqOptions)  // from(params): the spec parser's values; spec(): back to a spec
 };
 
-template <typename T>
-using Vq = TypedMethod<T, VqOptions>;
-
-extern template class TypedMethod<float, VqOptions>;
-extern template class TypedMethod<double, VqOptions>;
+ATTNLAB_TYPED_METHOD(Vq)  // Vq<T>: a Method<T> built from VqOptions
 
 }  // namespace attnlab
