@@ -132,12 +132,7 @@ void add_compare(CLI::App& app) {
   auto* sub = app.add_subcommand("compare", "run methods against exact attention and report the error metrics");
   sub->add_option("--method", o->methods, "method spec (repeatable), name[:key=value,...]");
   sub->add_flag("--all", o->all, "every registered method at its defaults");
-  auto* qo = sub->add_option("--q", o->q, "queries .npy (with --k and --v)");
-  auto* ko = sub->add_option("--k", o->k, "keys .npy");
-  auto* vo = sub->add_option("--v", o->v, "values .npy");
-  qo->needs(ko, vo);
-  ko->needs(qo, vo);
-  vo->needs(qo, ko);
+  auto* qo = add_qkv_files(sub, o->q, o->k, o->v, "queries .npy (with --k and --v)");
   auto* no = sub->add_option("--n", o->n, "generated problem: number of queries")->check(CLI::Range(1, 1 << 20))
                  ->capture_default_str();
   auto* nko = sub->add_option("--nk", o->n_k, "generated problem: number of keys (default n)")

@@ -20,12 +20,7 @@ void add_report(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   auto* sub = app.add_subcommand(
       "report", "per head: entropy, spectrum, every method's error against its cost, and the method to use");
-  auto* qo = sub->add_option("--q", f->q, "queries .npy, (heads, n, d) or (n, d)");
-  auto* ko = sub->add_option("--k", f->k, "keys .npy");
-  auto* vo = sub->add_option("--v", f->v, "values .npy");
-  qo->needs(ko, vo);
-  ko->needs(qo, vo);
-  vo->needs(qo, ko);
+  auto* qo = add_qkv_files(sub, f->q, f->k, f->v, "queries .npy, (heads, n, d) or (n, d)");
   auto* mo = sub->add_option("--model-dir", f->model_dir,
                              "a model export (tools/trained_attention.py: data/attention, or data/attention/trained)");
   mo->excludes(qo);

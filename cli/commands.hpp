@@ -13,6 +13,8 @@ const std::string& command_line();
 
 /// Validator: a finite number > 0 (CLI11 would let "nan" and "inf" through).
 CLI::Validator positive_finite();
+/// --q, --k, --v (.npy), each requiring the other two; returns --q (for excludes). q_help describes --q's shapes.
+CLI::Option* add_qkv_files(CLI::App* sub, std::string& q, std::string& k, std::string& v, const std::string& q_help);
 
 void add_apply(CLI::App& app);
 void add_compare(CLI::App& app);

@@ -40,6 +40,16 @@ CLI::Validator positive_finite() {
       "POSITIVE");
 }
 
+CLI::Option* add_qkv_files(CLI::App* sub, std::string& q, std::string& k, std::string& v, const std::string& q_help) {
+  auto* qo = sub->add_option("--q", q, q_help);
+  auto* ko = sub->add_option("--k", k, "keys .npy");
+  auto* vo = sub->add_option("--v", v, "values .npy");
+  qo->needs(ko, vo);
+  ko->needs(qo, vo);
+  vo->needs(qo, ko);
+  return qo;
+}
+
 QkvFiles load_qkv(const std::string& q, const std::string& k, const std::string& v) {
   QkvFiles f{NpyArray::read(q), NpyArray::read(k), NpyArray::read(v)};
   if (f.q.ndim() != f.k.ndim() || f.q.ndim() != f.v.ndim())
@@ -64,12 +74,5 @@ DType resolve_dtype(const std::string& flag, const NpyArray& q) {
   return q.dtype();
 }
 
-template <typename T>
-void require_finite_output(const MatrixR<T>& m, const std::string& what) {
-  if (!all_finite(m)) throw Error(fmt::format("{} has non-finite values: a numerical failure", what));
-}
-
-template void require_finite_output<float>(const MatrixR<float>&, const std::string&);
-template void require_finite_output<double>(const MatrixR<double>&, const std::string&);
 
 }  // namespace attnlab::cli

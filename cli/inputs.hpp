@@ -30,8 +30,5 @@ ConstRef<T> head_view(const NpyArray& a, Index h, MatrixR<T>& storage) {
   return ConstRef<T>(storage);
 }
 
-/// Checks a computed output for NaN/Inf (a method's numerical failure is an error, never a silent NaN).
-template <typename T>
-void require_finite_output(const MatrixR<T>& m, const std::string& what);
 
 }  // namespace attnlab::cli

@@ -68,6 +68,22 @@ inline void method_rows(std::vector<Row>& rows, const Row& key, const std::strin
 /// −Σ_ij P_ij log P_ij (nats; 0 log 0 = 0) over a block of rows of P: divided by the rows, the mean row entropy.
 inline double entropy_sum(const MatrixR<double>& p) { return -(p.array() * p.array().max(1e-300).log()).sum(); }
 
+/// P's mean row entropy (nats) and ‖P‖_F², read `block` rows at a time (P is never formed whole).
+struct RowStats {
+  double mean_entropy = 0, fro2 = 0;
+};
+inline RowStats row_stats(const AttentionOperator<double>& p, Index block = 128) {
+  RowStats s;
+  const Index n = p.rows();
+  for (Index i = 0; i < n; i += block) {
+    const MatrixR<double> rows = p.row_block(i, std::min(block, n - i));
+    s.mean_entropy += entropy_sum(rows);
+    s.fro2 += rows.squaredNorm();
+  }
+  s.mean_entropy /= double(n);
+  return s;
+}
+
 inline std::string csv_list(const std::vector<Index>& v) {
   std::string s;
   for (Index x : v) s += (s.empty() ? "" : ",") + std::to_string(x);

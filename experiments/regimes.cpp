@@ -75,9 +75,7 @@ class Regimes final : public Experiment {
     const ExactOperator<double> exact(p.q, p.k, {});
     const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
     // Mean row entropy of P, −Σ_j P_ij log P_ij (nats), read block by block.
-    double entropy = 0;
-    for (Index i = 0; i < n; i += 128) entropy += entropy_sum(exact.row_block(i, std::min<Index>(128, n - i)));
-    entropy /= double(n);
+    const double entropy = row_stats(exact).mean_entropy;
     std::vector<Row> rows;
     const Row key = row_key(src, n, p.q.cols(), seed, variant);
     {

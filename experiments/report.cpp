@@ -40,7 +40,7 @@ struct Point {
 struct HeadResult {
   std::string layer;
   Index head = 0, n = 0, d = 0;
-  double entropy = 0, entropy_max = 0, stable_rank = 0, exact_seconds = 0;
+  double entropy = 0, entropy_max = 0, fro2 = 0, exact_seconds = 0;  // fro2 = ‖P‖_F²
   Index r90 = -1, r99 = -1;  // ranks holding 90% / 99% of ‖P‖_F² (-1: beyond the values computed)
   std::vector<double> sigma;
   bool sigma_complete = false;
@@ -49,6 +49,9 @@ struct HeadResult {
   const Point* fit = nullptr;   // the fastest point under the target, faster than exact or not
   std::string why;             // when keeping exact
 };
+
+/// ‖P‖_F² / σ₁²: how many singular values P's energy is spread over.
+double stable_rank(const HeadResult& h) { return h.fro2 / (h.sigma[0] * h.sigma[0]); }
 
 std::vector<BudgetFamily> chosen_families(const Options& o) {
   std::vector<BudgetFamily> out;
@@ -83,14 +86,9 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
   const ExactOperator<double> exact(h.q, h.k, aopts);
   const MatrixR<double> exact_out = exact_output<double>(h.q, h.k, h.v, aopts);
 
-  // Entropy and ‖P‖_F², block of rows by block of rows (P is never formed whole).
-  double fro2 = 0, ent = 0;
-  for (Index i0 = 0; i0 < r.n; i0 += 256) {
-    const MatrixR<double> p = exact.row_block(i0, std::min<Index>(256, r.n - i0));
-    ent += experiments::entropy_sum(p);
-    fro2 += p.squaredNorm();
-  }
-  r.entropy = ent / double(r.n);
+  const experiments::RowStats rs = experiments::row_stats(exact, 256);
+  r.entropy = rs.mean_entropy;
+  r.fro2 = rs.fro2;
   r.entropy_max = std::log(double(h.k.rows()));
 
   // Spectrum: every value up to dense_limit, else the top ones matrix-free.
@@ -102,12 +100,11 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
     const TopSingular t = top_singular<double>(exact, std::min<Index>(o.top, std::min(r.n, h.k.rows())));
     r.sigma.assign(t.values.data(), t.values.data() + t.values.size());
   }
-  r.stable_rank = fro2 / (r.sigma[0] * r.sigma[0]);
   double acc = 0;
   for (std::size_t i = 0; i < r.sigma.size(); ++i) {
     acc += r.sigma[i] * r.sigma[i];
-    if (r.r90 < 0 && acc >= 0.90 * fro2) r.r90 = Index(i + 1);
-    if (r.r99 < 0 && acc >= 0.99 * fro2) r.r99 = Index(i + 1);
+    if (r.r90 < 0 && acc >= 0.90 * r.fro2) r.r90 = Index(i + 1);
+    if (r.r99 < 0 && acc >= 0.99 * r.fro2) r.r99 = Index(i + 1);
   }
 
   const MatrixR<float> qf = h.q.cast<float>(), kf = h.k.cast<float>(), vf = h.v.cast<float>();
@@ -216,9 +213,6 @@ std::string spectrum_plot(const std::vector<const HeadResult*>& heads, const std
               420, 300);
   for (std::size_t i = 0; i < heads.size(); ++i) {
     const HeadResult& h = *heads[i];
-    double total = 0;
-    for (double s : h.sigma) total += s * s;
-    const double fro2 = h.stable_rank * h.sigma[0] * h.sigma[0];
     svg::Series s;
     s.label = fmt::format("head {}", h.head);
     s.colour = svg::colour(i);
@@ -226,9 +220,8 @@ std::string spectrum_plot(const std::vector<const HeadResult*>& heads, const std
     double acc = 0;
     for (std::size_t r = 0; r < h.sigma.size(); ++r) {
       acc += h.sigma[r] * h.sigma[r];
-      s.points.emplace_back(double(r + 1), acc / fro2);
+      s.points.emplace_back(double(r + 1), acc / h.fro2);
     }
-    (void)total;
     p.add(s);
   }
   return p.render();
@@ -332,7 +325,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       const auto hk = keys("", "exact", 0);
       csv.write(hk, "entropy", h.entropy);
       csv.write(hk, "entropy_max", h.entropy_max);
-      csv.write(hk, "stable_rank", h.stable_rank);
+      csv.write(hk, "stable_rank", stable_rank(h));
       if (h.r90 > 0) csv.write(hk, "rank_90", double(h.r90));
       if (h.r99 > 0) csv.write(hk, "rank_99", double(h.r99));
       csv.write(hk, "time_s", h.exact_seconds);
@@ -373,7 +366,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
         "fastest under the target (error, speed-up) |\n|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& h : results)
     md += fmt::format("| {} | {} | {:.2f} / {:.2f} | {:.1f} | {} | {} | {} | {} | {} |\n", h.layer, h.head, h.entropy,
-                      h.entropy_max, h.stable_rank, fmt_rank(h.r90, h.sigma_complete), recommendation(h),
+                      h.entropy_max, stable_rank(h), fmt_rank(h.r90, h.sigma_complete), recommendation(h),
                       h.best ? fmt::format("{:.3g}", h.best->error) : "–",
                       h.best ? fmt::format("{:.1f}×", h.best->speedup) : "1×",
                       h.fit ? fmt::format("{} {} ({:.3g}, {:.2f}×)", h.fit->family, h.fit->budget, h.fit->error,
@@ -430,7 +423,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
   for (const auto& h : results)
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2f} / {:.2f}</td><td>{:.1f}</td><td>{} / {}</td><td>{:.3f}</td>"
                         "<td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l note\">{}</td></tr>\n",
-                        h.layer, h.head, h.entropy, h.entropy_max, h.stable_rank, fmt_rank(h.r90, h.sigma_complete),
+                        h.layer, h.head, h.entropy, h.entropy_max, stable_rank(h), fmt_rank(h.r90, h.sigma_complete),
                         fmt_rank(h.r99, h.sigma_complete), h.exact_seconds * 1e3, svg::escape(recommendation(h)),
                         h.best ? fmt::format("{:.3g}", h.best->error) : "–",
                         h.best ? fmt::format("{:.1f}×", h.best->speedup) : "1×",

@@ -186,7 +186,6 @@ py::object apply_t(const std::string& spec, const py::handle& qo, const py::hand
   py::array_t<T> out = new_array<T>(q.batched, q.heads, q.rows, v.cols);
   py::array_t<T> p;
   if (matrix) p = new_array<T>(q.batched, q.heads, q.rows, k.rows);
-  Eigen::Map<MatrixR<T>> dummy(nullptr, 0, 0);
   {
     SigintGuard guard;
     py::gil_scoped_release release;

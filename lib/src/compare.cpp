@@ -48,7 +48,7 @@ std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
     const MatrixR<T> out = m->output(v);
     row.time_s = seconds_since(t0);
     row.exact_time_s = exact_time;
-    if (!all_finite(out)) throw Error(fmt::format("the output of {} has non-finite values: a numerical failure", row.spec));
+    require_finite_output(out, fmt::format("the output of {}", row.spec));
     row.metrics = named_metrics(output_errors<T>(exact_out, out));
     for (const auto& [name, value] : m->diagnostics())
       if (!std::isnan(value)) row.metrics.emplace_back(name, value);
@@ -60,6 +60,13 @@ std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
   return rows;
 }
 
+template <typename T>
+void require_finite_output(const MatrixR<T>& m, const std::string& what) {
+  if (!all_finite(m)) throw Error(fmt::format("{} has non-finite values: a numerical failure", what));
+}
+
+template void require_finite_output<float>(const MatrixR<float>&, const std::string&);
+template void require_finite_output<double>(const MatrixR<double>&, const std::string&);
 template std::vector<CompareRow> compare_methods<float>(const ConstRef<float>&, const ConstRef<float>&,
                                                         const ConstRef<float>&,
                                                         const std::vector<std::unique_ptr<Method<float>>>&,

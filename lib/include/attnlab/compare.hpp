@@ -28,6 +28,11 @@ struct CompareRow {
   std::vector<std::pair<std::string, double>> metrics;
 };
 
+/// Throws Error("WHAT has non-finite values: a numerical failure") unless every entry of m is finite: a method's
+/// numerical failure is an error, never a silent NaN in an output or a results file.
+template <typename T>
+void require_finite_output(const MatrixR<T>& m, const std::string& what);
+
 /// Runs every method on (Q, K, V) against exact streaming attention; on_row (if given) sees each row as soon as it
 /// is computed (progress). Throws Error for a method that cannot honour the causal mask, shape mismatches, and an
 /// output that is not finite.

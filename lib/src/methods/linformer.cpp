@@ -65,7 +65,6 @@ class LinformerMethod final : public LowRankMethod<T> {
   /// Eq. (7) is exact attention over k projected keys EK and values FV: O = softmax(s·Q(EK)ᵀ)·(FV), by the
   /// streaming kernel, never forming the n×k matrix.
   MatrixR<T> do_output(const ConstRef<T>& v) const override {
-    require(v.rows() == f_.cols(), "linformer: V has the wrong number of rows");
     const MatrixR<T> fv = detail::tall_transpose_product<T>(f_.transpose(), v);  // k × d
     return exact_output<T>(q_, ek_, fv, plain_);
   }

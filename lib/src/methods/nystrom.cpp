@@ -65,7 +65,6 @@ class NystromMethod final : public LowRankMethod<T> {
   /// n·m² product), and F·W is exact attention over the m landmark keys with values W = Z·B·V, so the streaming
   /// kernel computes it tile by tile without forming F.
   MatrixR<T> do_output(const ConstRef<T>& v) const override {
-    require(v.rows() == b_.cols(), "nystrom: V has the wrong number of rows");
     const MatrixR<T> bv = detail::tall_transpose_product<T>(b_.transpose(), v);  // m × d, summed over n
     const MatrixR<T> w = z_ * bv;
     return exact_output<T>(q_, kl_, w, plain_);
