@@ -13,6 +13,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -77,13 +78,21 @@ void vq_attend(benchmark::State& state) {
   state.SetComplexityN(n);
 }
 
+/// The yardstick: S = QKᵀ (n×d by d×n), by the build's own product (Eigen's kernels, or OpenBLAS in an
+/// ATTNLAB_USE_BLAS build), split into row blocks over the OpenMP threads as attnlab's kernels split their work —
+/// the rate this machine and this build reach on the attention's GEMM.
 template <typename T>
 void gemm(benchmark::State& state) {
   const Index n = state.range(0);
   const Problem<T> p(n);
   MatrixR<T> s(n, n);
+  const Index block = 256;
   for (auto _ : state) {
-    s.noalias() = p.q * p.k.transpose();
+#pragma omp parallel for schedule(static)
+    for (Index r0 = 0; r0 < n; r0 += block) {
+      const Index rb = std::min(block, n - r0);
+      s.middleRows(r0, rb).noalias() = p.q.middleRows(r0, rb) * p.k.transpose();
+    }
     benchmark::DoNotOptimize(s.data());
   }
   state.SetComplexityN(n);
@@ -122,6 +131,9 @@ void register_all(const char* dtype) {
 
 int main(int argc, char** argv) {
   attnlab::pin_eigen_blocking();
+  // Which build made these timings: its instruction set and what computes its products (plot_bench.py reads them).
+  benchmark::AddCustomContext("attnlab_arch", ATTNLAB_BENCH_ARCH);
+  benchmark::AddCustomContext("attnlab_products", attnlab::product_backend());
   register_all<float>("f32");
   register_all<double>("f64");
   benchmark::Initialize(&argc, argv);

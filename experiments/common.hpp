@@ -84,18 +84,6 @@ inline RowStats row_stats(const AttentionOperator<double>& p, Index block = 128)
   return s;
 }
 
-inline std::string csv_list(const std::vector<Index>& v) {
-  std::string s;
-  for (Index x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
-inline std::string csv_list(const std::vector<double>& v) {
-  std::string s;
-  for (double x : v) s += (s.empty() ? "" : ",") + fmt::format("{}", x);
-  return s;
-}
-
 inline std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ",") + x;

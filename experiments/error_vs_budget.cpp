@@ -23,46 +23,24 @@ class ErrorVsBudget final : public Experiment {
  public:
   std::string name() const override { return "error_vs_budget"; }
   std::string question() const override { return "each method's error against its budget, with the Eckart–Young floor"; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
-    app.add_option("--d", d_, "head dimensions")->delimiter(',');
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
-    app.add_option("--families", families_, "method families (default: all)")->delimiter(',');
-    app.add_option("--seeds", seeds_, "number of seeds");
-    app.add_option("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
-    app.add_option("--repeats", repeats_, "timed float32 repetitions per method for the cost (0: no cost rows)");
-    app.add_option("--q", q_file_, "the user's queries .npy, (n, d) or (h, n, d): adds source 'files' (one point per head)");
-    app.add_option("--k", k_file_, "keys .npy, same layout");
-    app.add_option("--v", v_file_, "values .npy, same layout");
-    model_.add(app);
-  }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--n")) n_ = paper ? std::vector<Index>{512, 2048} : std::vector<Index>{512};
-    if (!given(app, "--d")) d_ = {64};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank", "trained", "initialized"};
-    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+  void declare(Options& o) override {
+    std::vector<std::string> all_families;
+    for (const auto& f : families()) all_families.push_back(f.label);
+    const auto files = [this] { return !q_file_.empty(); };
+    o.add("--n", n_, "sequence lengths").preset({512}, {512, 2048});
+    o.add("--d", d_, "head dimensions").preset({64});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
+    o.add("--families", families_, "method families (default: all)").preset(all_families);
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    o.add("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
+    o.add("--repeats", repeats_, "timed float32 repetitions per method for the cost (0: no cost rows)");
     // Quick: one head per layer (the diagonal) of one sequence; paper: every head of every exported sequence.
-    if (!given(app, "--model-heads")) model_.heads = paper ? std::vector<std::string>{"all"}
-                                                           : std::vector<std::string>{"diagonal"};
-    if (!given(app, "--model-seqs")) model_.seqs = paper ? 0 : 1;
-    if (!given(app, "--families")) {
-      families_.clear();
-      for (const auto& f : families()) families_.push_back(f.label);
-    }
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::vector<std::pair<std::string, std::string>> s = {
-        {"n", csv_list(n_)}, {"d", csv_list(d_)}, {"sources", join(sources_)}, {"families", join(families_)},
-        {"seeds", std::to_string(seeds_)}, {"spectral-limit", std::to_string(spectral_limit_)},
-        {"repeats", std::to_string(repeats_)}};
-    model_.settings(s);
-    if (!q_file_.empty()) {
-      s.emplace_back("q", q_file_);
-      s.emplace_back("k", k_file_);
-      s.emplace_back("v", v_file_);
-    }
-    return s;
+    model_.declare(o, {"diagonal"}, {"all"}, 1, 0);
+    o.add("--q", q_file_, "the user's queries .npy, (n, d) or (h, n, d): adds source 'files' (one point per head)")
+        .recorded_if(files);
+    o.add("--k", k_file_, "keys .npy, same layout").recorded_if(files);
+    o.add("--v", v_file_, "values .npy, same layout").recorded_if(files);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

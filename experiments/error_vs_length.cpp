@@ -12,29 +12,16 @@ class ErrorVsLength final : public Experiment {
  public:
   std::string name() const override { return "error_vs_length"; }
   std::string question() const override { return "error against n at a fixed budget (can k, m stay constant?)"; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
-    app.add_option("--d", d_, "head dimension");
-    app.add_option("--budget", budget_, "the fixed budget (rank, landmarks, k, features, codes)");
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
-    app.add_option("--methods", methods_, "method specs without the budget parameter")->delimiter(';');
-    app.add_option("--seeds", seeds_, "number of seeds");
-  }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--n"))
-      n_ = paper ? std::vector<Index>{256, 512, 1024, 2048, 4096, 8192} : std::vector<Index>{256, 512, 1024, 2048};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank"};
-    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
-    if (!given(app, "--methods"))
-      methods_ = {"svd:rank", "nystrom:landmarks", "linformer:projection=pool,k", "linformer:k",
-                  "performer:features", "vq:codes"};
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::string m;
-    for (const auto& x : methods_) m += (m.empty() ? "" : ";") + x;
-    return {{"n", csv_list(n_)}, {"d", std::to_string(d_)}, {"budget", std::to_string(budget_)},
-            {"sources", join(sources_)}, {"methods", m}, {"seeds", std::to_string(seeds_)}};
+  void declare(Options& o) override {
+    o.add("--n", n_, "sequence lengths").preset({256, 512, 1024, 2048}, {256, 512, 1024, 2048, 4096, 8192});
+    o.add("--d", d_, "head dimension");
+    o.add("--budget", budget_, "the fixed budget (rank, landmarks, k, features, codes)");
+    o.add("--sources", sources_, "gaussian, clustered, lowrank").preset({"gaussian", "clustered", "lowrank"});
+    o.add("--methods", methods_, "method specs without the budget parameter")
+        .separator(';')
+        .preset({"svd:rank", "nystrom:landmarks", "linformer:projection=pool,k", "linformer:k", "performer:features",
+                 "vq:codes"});
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

@@ -109,18 +109,12 @@ MatrixR<double> ModelData::model_attention(Index layer, Index head) const {
   return a.head_as<double>(head);
 }
 
-void ModelOptions::add(CLI::App& app) {
-  app.add_option("--model-data", dir, "directory of tools/trained_attention.py's export (sources trained, initialized)");
-  app.add_option("--model-heads", heads, "heads of the model sources: all, diagonal (one per layer), or LAYER:HEAD,...")->delimiter(',');
-  app.add_option("--model-seqs", seqs, "held-out sequences of the model sources (0: all)");
-}
-
-void ModelOptions::settings(std::vector<std::pair<std::string, std::string>>& s) const {
-  std::string h;
-  for (const auto& x : heads) h += (h.empty() ? "" : ",") + x;
-  s.emplace_back("model-data", dir);
-  s.emplace_back("model-heads", h);
-  s.emplace_back("model-seqs", std::to_string(seqs));
+void ModelOptions::declare(Options& o, std::vector<std::string> heads_quick, std::vector<std::string> heads_paper,
+                           Index seqs_quick, Index seqs_paper) {
+  o.add("--model-data", dir, "directory of tools/trained_attention.py's export (sources trained, initialized)");
+  o.add("--model-heads", heads, "heads of the model sources: all, diagonal (one per layer), or LAYER:HEAD,...")
+      .preset(std::move(heads_quick), std::move(heads_paper));
+  o.add("--model-seqs", seqs, "held-out sequences of the model sources (0: all)").preset(seqs_quick, seqs_paper);
 }
 
 std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions::open(const std::string& source) const {

@@ -9,6 +9,8 @@
 #include "attnlab/sources.hpp"
 #include "attnlab/types.hpp"
 
+#include "options.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <string>
@@ -66,8 +68,10 @@ struct ModelOptions {
   std::string dir = ModelData::default_dir();
   std::vector<std::string> heads = {"all"};
   Index seqs = 0;
-  void add(CLI::App& app);
-  void settings(std::vector<std::pair<std::string, std::string>>& s) const;
+  /// Declares --model-data, --model-heads and --model-seqs; heads and seqs take the presets' values given here
+  /// (quick, paper; by default every head of every sequence under both).
+  void declare(Options& o, std::vector<std::string> heads_quick = {"all"}, std::vector<std::string> heads_paper = {"all"},
+               Index seqs_quick = 0, Index seqs_paper = 0);
   /// The selected heads of `source` ("trained" or "initialized"), with the data they come from.
   std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open(const std::string& source) const;
   /// As open(), but refuses a causal model's export: `experiment` runs non-causal methods (Nyström, Linformer,

@@ -19,22 +19,12 @@ class PerformerMse final : public Experiment {
  public:
   std::string name() const override { return "performer_mse"; }
   std::string question() const override { return "Performer kernel and output MSE against M, and Lemma 2"; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--length", length_, "sequence length L");
-    app.add_option("--d", d_, "head dimension");
-    app.add_option("--features", features_, "numbers of random features M")->delimiter(',');
-    app.add_option("--draws", draws_, "independent feature draws per point");
-    app.add_option("--pairs", pairs_, "(q, k) pairs whose kernel MSE is averaged");
-  }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--length")) length_ = paper ? 4096 : 1024;
-    if (!given(app, "--features")) features_ = {16, 32, 64, 128, 256};
-    if (!given(app, "--draws")) draws_ = paper ? 50 : 12;
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    return {{"length", std::to_string(length_)}, {"d", std::to_string(d_)}, {"features", csv_list(features_)},
-            {"draws", std::to_string(draws_)}, {"pairs", std::to_string(pairs_)}};
+  void declare(Options& o) override {
+    o.add("--length", length_, "sequence length L").preset(1024, 4096);
+    o.add("--d", d_, "head dimension");
+    o.add("--features", features_, "numbers of random features M").preset({16, 32, 64, 128, 256});
+    o.add("--draws", draws_, "independent feature draws per point").preset(12, 50);
+    o.add("--pairs", pairs_, "(q, k) pairs whose kernel MSE is averaged");
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

@@ -21,32 +21,15 @@ class PinvExperiment final : public Experiment {
   std::string question() const override {
     return "pseudo-inverse convergence on landmark matrices, and Nyström's error against the iteration count";
   }
-  void add_options(CLI::App& app) override {
-    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
-    app.add_option("--m", m_, "landmark counts")->delimiter(',');
-    app.add_option("--d", d_, "head dimension");
-    app.add_option("--iters", iters_, "iterations of each pseudo-inverse iteration");
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
-    app.add_option("--seeds", seeds_, "number of seeds");
-    model_.add(app);
-  }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--n")) n_ = paper ? std::vector<Index>{512, 4096} : std::vector<Index>{512};
-    if (!given(app, "--m")) m_ = paper ? std::vector<Index>{8, 16, 32, 64, 128, 256, 512} : std::vector<Index>{8, 32, 64, 128};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank", "trained", "initialized"};
-    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
-    if (!given(app, "--iters")) iters_ = paper ? 60 : 40;
-    if (!given(app, "--model-heads")) model_.heads = paper ? std::vector<std::string>{"all"}
-                                                           : std::vector<std::string>{"diagonal"};
-    if (!given(app, "--model-seqs")) model_.seqs = 1;
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::vector<std::pair<std::string, std::string>> s = {
-        {"n", csv_list(n_)},           {"m", csv_list(m_)},          {"d", std::to_string(d_)},
-        {"iters", std::to_string(iters_)}, {"sources", join(sources_)}, {"seeds", std::to_string(seeds_)}};
-    model_.settings(s);
-    return s;
+  void declare(Options& o) override {
+    o.add("--n", n_, "sequence lengths").preset({512}, {512, 4096});
+    o.add("--m", m_, "landmark counts").preset({8, 32, 64, 128}, {8, 16, 32, 64, 128, 256, 512});
+    o.add("--d", d_, "head dimension");
+    o.add("--iters", iters_, "iterations of each pseudo-inverse iteration").preset(40, 60);
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    model_.declare(o, {"diagonal"}, {"all"}, 1, 1);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

@@ -20,29 +20,14 @@ class ProbSparseExperiment final : public Experiment {
  public:
   std::string name() const override { return "probsparse"; }
   std::string question() const override { return "Informer's sparsity measure: M vs M̄, top-u recall, error vs c"; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
-    app.add_option("--d", d_, "head dimension");
-    app.add_option("--factors", factors_, "sampling factors c")->delimiter(',');
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
-    app.add_option("--seeds", seeds_, "number of seeds");
-    model_.add(app);
-  }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--n")) n_ = paper ? std::vector<Index>{512, 2048, 8192} : std::vector<Index>{512, 2048};
-    if (!given(app, "--factors")) factors_ = {1, 2, 3, 5, 8, 12};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank", "trained", "initialized"};
-    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
-    if (!given(app, "--model-seqs")) model_.seqs = paper ? 0 : 1;
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    const std::string f = csv_list(factors_);
-    std::vector<std::pair<std::string, std::string>> s = {{"n", csv_list(n_)},         {"d", std::to_string(d_)},
-                                                          {"factors", f},               {"sources", join(sources_)},
-                                                          {"seeds", std::to_string(seeds_)}};
-    model_.settings(s);
-    return s;
+  void declare(Options& o) override {
+    o.add("--n", n_, "sequence lengths").preset({512, 2048}, {512, 2048, 8192});
+    o.add("--d", d_, "head dimension");
+    o.add("--factors", factors_, "sampling factors c").preset({1, 2, 3, 5, 8, 12});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    model_.declare(o, {"all"}, {"all"}, 1, 0);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

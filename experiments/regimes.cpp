@@ -17,35 +17,19 @@ class Regimes final : public Experiment {
  public:
   std::string name() const override { return "regimes"; }
   std::string question() const override { return "which of low-rank, sparse, sparse+low-rank wins at which entropy"; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--n", n_, "sequence length");
-    app.add_option("--d", d_, "head dimension");
-    app.add_option("--temperatures", temps_, "logit temperatures (small: sharp attention)")->delimiter(',');
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
-    app.add_option("--methods", methods_, "method specs at matched budgets")->delimiter(';');
-    app.add_option("--seeds", seeds_, "number of seeds");
-    model_.add(app);
-  }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--n")) n_ = paper ? 1024 : 512;
-    if (!given(app, "--temperatures")) temps_ = {0.125, 0.25, 0.5, 1, 2, 4, 8};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "trained"};
-    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
-    if (!given(app, "--model-seqs")) model_.seqs = paper ? 0 : 1;
-    if (!given(app, "--methods"))
-      methods_ = {"svd:rank=64", "performer:features=64", "reformer:buckets=8,rounds=2,chunk=32", "local:window=32",
-                  "scatterbrain:features=64,window=16"};
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::string m;
-    const std::string t = csv_list(temps_);
-    for (const auto& x : methods_) m += (m.empty() ? "" : ";") + x;
-    std::vector<std::pair<std::string, std::string>> s = {
-        {"n", std::to_string(n_)},   {"d", std::to_string(d_)}, {"temperatures", t},
-        {"sources", join(sources_)}, {"methods", m},            {"seeds", std::to_string(seeds_)}};
-    model_.settings(s);
-    return s;
+  void declare(Options& o) override {
+    o.add("--n", n_, "sequence length").preset(512, 1024);
+    o.add("--d", d_, "head dimension");
+    o.add("--temperatures", temps_, "logit temperatures (small: sharp attention)")
+        .preset({0.125, 0.25, 0.5, 1, 2, 4, 8});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
+        .preset({"gaussian", "clustered", "trained"});
+    o.add("--methods", methods_, "method specs at matched budgets")
+        .separator(';')
+        .preset({"svd:rank=64", "performer:features=64", "reformer:buckets=8,rounds=2,chunk=32", "local:window=32",
+                 "scatterbrain:features=64,window=16"});
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    model_.declare(o, {"all"}, {"all"}, 1, 0);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

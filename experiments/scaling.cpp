@@ -17,27 +17,15 @@ class Scaling final : public Experiment {
  public:
   std::string name() const override { return "scaling"; }
   std::string question() const override { return "time and peak memory against n, relative to exact attention"; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--n", n_, "sequence lengths")->delimiter(',');
-    app.add_option("--d", d_, "head dimension");
-    app.add_option("--methods", methods_, "method specs (default: exact both ways and every method's default)")
-        ->delimiter(';');
-    app.add_option("--repeats", repeats_, "timed repetitions (the minimum is kept)");
-  }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--n"))
-      n_ = paper ? std::vector<Index>{512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}
-                 : std::vector<Index>{512, 1024, 2048, 4096};
-    if (!given(app, "--methods"))
-      methods_ = {"exact:impl=materialized", "exact", "linear", "performer", "nystrom", "linformer:k=128",
-                  "vq", "probsparse", "local", "reformer"};
-    if (!given(app, "--repeats")) repeats_ = paper ? 3 : 2;
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::string m;
-    for (const auto& x : methods_) m += (m.empty() ? "" : ";") + x;
-    return {{"n", csv_list(n_)}, {"d", std::to_string(d_)}, {"methods", m}, {"repeats", std::to_string(repeats_)}};
+  void declare(Options& o) override {
+    o.add("--n", n_, "sequence lengths")
+        .preset({512, 1024, 2048, 4096}, {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536});
+    o.add("--d", d_, "head dimension");
+    o.add("--methods", methods_, "method specs (default: exact both ways and every method's default)")
+        .separator(';')
+        .preset({"exact:impl=materialized", "exact", "linear", "performer", "nystrom", "linformer:k=128", "vq",
+                 "probsparse", "local", "reformer"});
+    o.add("--repeats", repeats_, "timed repetitions (the minimum is kept)").preset(2, 3);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

@@ -20,53 +20,33 @@ class SpectrumExperiment final : public Experiment {
  public:
   std::string name() const override { return "spectrum"; }
   std::string question() const override { return "is attention low-rank? singular-value spectra of P (Linformer Fig. 1)"; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--n", n_, "sequence length of the dense spectra");
-    app.add_option("--d", d_, "head dimension");
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")->delimiter(',');
-    app.add_option("--temperatures", temps_, "logit temperatures of the generated sources")->delimiter(',');
-    app.add_option("--large-n", large_n_, "lengths of the matrix-free top-k spectra")->delimiter(',');
-    app.add_option("--top", top_, "k of the matrix-free spectra");
-    app.add_option("--solvers", solvers_, "matrix-free solvers: block (block Krylov), lanczos (Spectra on PᵀP)")
-        ->delimiter(',');
-    app.add_option("--tol", tol_, "residual tolerance of the matrix-free solvers, relative to σ_1");
-    app.add_option("--seeds", seeds_, "number of seeds");
-    app.add_option("--q", q_file_, "queries .npy of the user's model, (n, d) or (h, n, d)");
-    app.add_option("--k", k_file_, "keys .npy, same layout");
-    app.add_option("--causal", causal_, "causal mask for the files (true/false)");
-    app.add_option("--dense-limit", dense_limit_, "files: largest length with a dense (every value) spectrum; "
-                                                  "the matrix-free top k is computed at any length");
-    model_.add(app);
+  void declare(Options& o) override {
+    const auto files = [this] { return !q_file_.empty(); };
+    o.add("--n", n_, "sequence length of the dense spectra");
+    o.add("--d", d_, "head dimension");
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
+    o.add("--temperatures", temps_, "logit temperatures of the generated sources").preset({0.25, 0.5, 1.0, 2.0});
+    o.add("--large-n", large_n_, "lengths of the matrix-free top-k spectra").preset({2048}, {4096, 16384});
+    o.add("--top", top_, "k of the matrix-free spectra");
+    o.add("--solvers", solvers_, "matrix-free solvers: block (block Krylov), lanczos (Spectra on PᵀP)");
+    o.add("--tol", tol_, "residual tolerance of the matrix-free solvers, relative to σ_1");
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    model_.declare(o);
+    o.add("--q", q_file_, "queries .npy of the user's model, (n, d) or (h, n, d)").recorded_if(files);
+    o.add("--k", k_file_, "keys .npy, same layout").recorded_if(files);
+    o.add("--causal", causal_, "causal mask for the files (true/false)").recorded_if(files);
+    o.add("--dense-limit", dense_limit_, "files: largest length with a dense (every value) spectrum; "
+                                         "the matrix-free top k is computed at any length")
+        .recorded_if(files);
   }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered", "lowrank", "trained", "initialized"};
-    if (!given(app, "--temperatures")) temps_ = {0.25, 0.5, 1.0, 2.0};
-    if (!given(app, "--large-n")) large_n_ = paper ? std::vector<Index>{4096, 16384} : std::vector<Index>{2048};
-    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
+  void check() const override {
     for (const std::string& s : solvers_) {
       const SpectrumSolver solver = parse_spectrum_solver(s);
       require(solver == SpectrumSolver::Block || solver == SpectrumSolver::Lanczos,
               fmt::format("spectrum: --solvers takes block and lanczos, not '{}'", s));
     }
     require(tol_ > 0 && tol_ < 1, fmt::format("spectrum: --tol must be in (0, 1), got {}", tol_));
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    std::vector<std::pair<std::string, std::string>> s = {
-        {"n", std::to_string(n_)},           {"d", std::to_string(d_)},
-        {"sources", join(sources_)},          {"large-n", csv_list(large_n_)},
-        {"top", std::to_string(top_)},        {"seeds", std::to_string(seeds_)},
-        {"solvers", join(solvers_)},          {"tol", fmt::format("{}", tol_)}};
-    const std::string t = csv_list(temps_);
-    s.emplace_back("temperatures", t);
-    model_.settings(s);
-    if (!q_file_.empty()) {
-      s.emplace_back("q", q_file_);
-      s.emplace_back("k", k_file_);
-      s.emplace_back("causal", causal_ ? "true" : "false");
-      s.emplace_back("dense-limit", std::to_string(dense_limit_));
-    }
-    return s;
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

@@ -94,7 +94,7 @@ std::string format_seconds(double s) {
   return fmt::format("{:.1f}h", s / 3600);
 }
 
-std::string dump(const Experiment& e, const RunOptions& o) {
+std::string dump(Experiment& e, const RunOptions& o) {
   std::string s = fmt::format("# attnlab run {} --config FILE replays this run (code version {})\n", e.name(),
                               code_version());
   s += fmt::format("preset = {}\nshard = {}\n", o.preset, o.shard);

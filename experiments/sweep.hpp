@@ -4,6 +4,8 @@
 // a progress line (points done, elapsed, estimated remaining) goes to the terminal.
 #pragma once
 
+#include "options.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -33,20 +35,38 @@ struct Point {
   std::function<std::vector<Row>()> run;
 };
 
-/// An experiment: its name, the question it answers, its options and presets, and its grid.
+/// An experiment: its name, the question it answers, its options with their presets, and its grid.
 class Experiment {
  public:
   virtual ~Experiment() = default;
   virtual std::string name() const = 0;
   virtual std::string question() const = 0;
-  /// Grid axes and other options, registered on the `attnlab run NAME` subcommand.
-  virtual void add_options(CLI::App& app) = 0;
-  /// Sets the grid for a preset ("quick": the whole set in minutes on 2 cores; "paper": the papers' sizes); options
-  /// given on the command line win over the preset.
-  virtual void apply_preset(const std::string& preset, const CLI::App& app) = 0;
   virtual std::vector<Point> grid() = 0;
-  /// The effective grid after the preset, as option → value ("--n" → "512,2048"): what --dump-config writes.
-  virtual std::vector<std::pair<std::string, std::string>> settings() const = 0;
+
+  /// Registers the options on the `attnlab run NAME` subcommand.
+  void add_options(CLI::App& app) { options().register_on(app); }
+  /// Sets the grid for a preset ("quick": the whole set in minutes on 2 cores; "paper": the papers' sizes); options
+  /// given on the command line win over the preset. Then check()s the result.
+  void apply_preset(const std::string& preset, const CLI::App& app) {
+    options().apply(preset, app);
+    check();
+  }
+  /// The effective grid after the preset, as option → value ("n" → "512,2048"): what --dump-config writes.
+  std::vector<std::pair<std::string, std::string>> settings() { return options().values(); }
+
+ protected:
+  /// Declares every option once: flag, variable, help, and preset values (options.hpp).
+  virtual void declare(Options& o) = 0;
+  /// Checks that need the whole configuration, after the preset and the command line (throws Error).
+  virtual void check() const {}
+
+ private:
+  Options& options() {
+    if (!declared_) declare(options_), declared_ = true;
+    return options_;
+  }
+  Options options_;
+  bool declared_ = false;
 };
 
 /// Expands `attnlab run NAME --config FILE` into the options FILE holds (lines `key = value` as --dump-config
@@ -58,8 +78,5 @@ std::vector<std::unique_ptr<Experiment>> all_experiments();
 
 /// Registers `attnlab run NAME ...` for every experiment.
 void add_run_command(CLI::App& app);
-
-/// True when the option was given on the command line or in --config (presets do not override it).
-bool given(const CLI::App& app, const std::string& option);
 
 }  // namespace attnlab::experiments

@@ -12,26 +12,13 @@ class VqExperiment final : public Experiment {
  public:
   std::string name() const override { return "vq"; }
   std::string question() const override { return "Transformer-VQ against codebook size, soft vs hard, vs Performer"; }
-  void add_options(CLI::App& app) override {
-    app.add_option("--n", n_, "sequence length");
-    app.add_option("--d", d_, "head dimension");
-    app.add_option("--codes", codes_, "codebook sizes (and Performer feature counts)")->delimiter(',');
-    app.add_option("--temperatures", temps_, "soft-assignment temperatures")->delimiter(',');
-    app.add_option("--sources", sources_, "gaussian, clustered, lowrank")->delimiter(',');
-    app.add_option("--seeds", seeds_, "number of seeds");
-  }
-  void apply_preset(const std::string& preset, const CLI::App& app) override {
-    const bool paper = preset == "paper";
-    if (!given(app, "--n")) n_ = paper ? 2048 : 512;
-    if (!given(app, "--codes")) codes_ = {8, 16, 32, 64, 128, 256};
-    if (!given(app, "--temperatures")) temps_ = {0.1, 1, 10};
-    if (!given(app, "--sources")) sources_ = {"gaussian", "clustered"};
-    if (!given(app, "--seeds")) seeds_ = paper ? 3 : 1;
-  }
-  std::vector<std::pair<std::string, std::string>> settings() const override {
-    const std::string t = csv_list(temps_);
-    return {{"n", std::to_string(n_)}, {"d", std::to_string(d_)}, {"codes", csv_list(codes_)},
-            {"temperatures", t}, {"sources", join(sources_)}, {"seeds", std::to_string(seeds_)}};
+  void declare(Options& o) override {
+    o.add("--n", n_, "sequence length").preset(512, 2048);
+    o.add("--d", d_, "head dimension");
+    o.add("--codes", codes_, "codebook sizes (and Performer feature counts)").preset({8, 16, 32, 64, 128, 256});
+    o.add("--temperatures", temps_, "soft-assignment temperatures").preset({0.1, 1, 10});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank").preset({"gaussian", "clustered"});
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

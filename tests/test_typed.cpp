@@ -5,6 +5,7 @@
 #include "attnlab/methods/all.hpp"
 #include "attnlab/random.hpp"
 #include "attnlab/registry.hpp"
+#include "method_list.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +14,16 @@
 namespace attnlab {
 namespace {
 
-using AllOptions = std::tuple<ExactOptions, LinearOptions, EfficientOptions, TaylorOptions, PerformerOptions,
-                              NystromOptions, LinformerOptions, SvdOptions, CurOptions, VqOptions, ProbsparseOptions,
-                              LocalOptions, SparseOptions, ReformerOptions, ScatterbrainOptions>;
+// Every method of attnlab/methods/all.hpp (the build's list of it, as the registry reads it).
+template <typename T>
+struct Tail;
+template <typename H, typename... R>
+struct Tail<std::tuple<H, R...>> {
+  using type = std::tuple<R...>;
+};
+#define ATTNLAB_OPTIONS_OF(Name) , Name##Options
+using AllOptions = Tail<std::tuple<void ATTNLAB_METHODS(ATTNLAB_OPTIONS_OF)>>::type;
+#undef ATTNLAB_OPTIONS_OF
 
 template <typename F, std::size_t... I>
 void each_options(F&& f, std::index_sequence<I...>) {

@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark in one job: attnlab's Google Benchmark suite (every registered method at its defaults,
-# the GEMM yardstick, f32 and f64) and the PyTorch eager transcriptions (tools/bench_peers.py), then the table and
-# the figure. Writes results/bench/{attnlab.json,peers.csv,table.md,bench.png} and re-renders README.md (its table).
+# the GEMM yardstick, f32 and f64) from two builds, and the PyTorch eager transcriptions (tools/bench_peers.py), then
+# the table and the figure. Writes results/bench/{attnlab.json,attnlab_fast.json,peers.csv,merged.csv,table.md,
+# bench.png} and re-renders README.md (its table).
 #   tools/bench.sh [--quick]     (--quick: n ≤ 4096, float32 only, a few minutes)
-# OpenBLAS (PyTorch's BLAS here) mis-detects some virtual CPUs and then runs generic kernels: OPENBLAS_CORETYPE is set
-# to the real core (Haswell for AVX2, SkylakeX for AVX-512) unless already set, and recorded in the results.
+# The two attnlab builds:
+#   default  build/ as tools/setup.sh makes it: x86-64-v3, Eigen's own kernels — the same bits on every CPU, the
+#            build that makes the committed results;
+#   fast     build-bench/: -march=native, Eigen's products through OpenBLAS (ATTNLAB_USE_BLAS) — the BLAS PyTorch
+#            uses here, with the same core type, so that the comparison measures the methods' kernels, not two GEMM
+#            libraries. Its bits follow this CPU's kernels: for cost figures only.
+# OpenBLAS mis-detects some virtual CPUs and then runs generic kernels: OPENBLAS_CORETYPE is set to the best core
+# this CPU runs (SkylakeX with AVX-512, else Haswell with AVX2), for PyTorch and the fast build alike, and recorded;
+# BENCH_OPENBLAS_CORETYPE=… chooses another (an inherited OPENBLAS_CORETYPE is not trusted: shells set Haswell).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 "$ATTNLAB_ROOT/tools/setup.sh" --python-stack --bench --target attnlab_bench_methods
+fast_build="${ATTNLAB_BENCH_BUILD:-$ATTNLAB_ROOT/build-bench}"
+cmake -S "$ATTNLAB_ROOT" -B "$fast_build" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_USE_BLAS=ON -DATTNLAB_NATIVE=ON \
+  -DATTNLAB_BUILD_BENCH=ON -DATTNLAB_BUILD_TESTS=OFF -DATTNLAB_BUILD_CLI=OFF -DATTNLAB_BUILD_PYTHON=OFF \
+  -DATTNLAB_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$fast_build" --target attnlab_bench_methods -j"$(nproc)" >/dev/null
 out="$ATTNLAB_ROOT/results/bench"
 mkdir -p "$out"
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX; else export OPENBLAS_CORETYPE=Haswell; fi
+if grep -q avx512f /proc/cpuinfo; then best=SkylakeX; else best=Haswell; fi
+if [ -n "${OPENBLAS_CORETYPE:-}" ] && [ "$OPENBLAS_CORETYPE" != "${BENCH_OPENBLAS_CORETYPE:-$best}" ]; then
+  echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE inherited; using ${BENCH_OPENBLAS_CORETYPE:-$best}" >&2
 fi
+export OPENBLAS_CORETYPE="${BENCH_OPENBLAS_CORETYPE:-$best}"
 # Both processes keep freed buffers mapped (glibc's allocator otherwise returns every large buffer to the kernel,
 # and the next call pays a page fault per 4 KiB to get it back: half of Nyström's time at n = 65536 in float64).
 # The benchmark then measures the methods' kernels in steady state, the same way for attnlab and PyTorch; recorded.
@@ -24,8 +39,12 @@ filter='.*'
 ns=1024,4096,16384
 dtypes=f32,f64
 if [ "$quick" = 1 ]; then filter='/f32/n:(1024|4096)/'; ns=1024,4096; dtypes=f32; fi
-"$ATTNLAB_BUILD/bin/attnlab_bench_methods" --benchmark_filter="$filter" --benchmark_out="$out/attnlab.json" \
-  --benchmark_out_format=json --benchmark_min_time=0.2
+for build in default fast; do
+  if [ "$build" = default ]; then bin="$ATTNLAB_BUILD/bin"; json="$out/attnlab.json"; else bin="$fast_build/bin"; json="$out/attnlab_fast.json"; fi
+  echo "bench: attnlab, $build build"
+  "$bin/attnlab_bench_methods" --benchmark_filter="$filter" --benchmark_out="$json" \
+    --benchmark_out_format=json --benchmark_min_time=0.2
+done
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers.csv" --n "$ns" --dtype "$dtypes"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/plot_bench.py" --dir "$out"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/findings.py"   # README quotes the float32 table

@@ -298,16 +298,21 @@ def bench(F, results):
         return
     d = pd.read_csv(path)
     d = d[(d.dtype == "f32") & d.n.isin([4096, 16384]) & (d.method != "gemm")]
+    if "build" not in d:
+        d = d.assign(build="default")
     num = lambda x: "–" if x != x else f"{x:.3g}"  # noqa: E731
-    rows = ["| method | n = 4096 (s) | exact / method | n = 16384 (s) | PyTorch eager (s) | PyTorch / attnlab |",
-            "|---|---|---|---|---|---|"]
+    builds = [b for b in ("default", "fast") if b in set(d.build)]
+    both = lambda col, g: " / ".join(num(g[g.build == b][col].iloc[0]) if (g.build == b).any() else "–"  # noqa: E731
+                                     for b in builds)
+    head = " / ".join(builds)
+    rows = [f"| method | n = 4096 (s), {head} | exact / method, {head} | n = 16384 (s), {head} | PyTorch eager (s) | "
+            f"PyTorch / attnlab, {head} |", "|---|---|---|---|---|---|"]
     for m, g in d.groupby("method"):
         a, b = g[g.n == 4096], g[g.n == 16384]
         if a.empty or b.empty:
             continue
-        a, b = a.iloc[0], b.iloc[0]
-        rows.append(f"| {m} | {num(a.attnlab_s)} | {num(a.speedup_vs_exact)} | {num(b.attnlab_s)} | {num(b.torch_s)} | "
-                    f"{num(b.torch_over_attnlab)} |")
+        rows.append(f"| {m} | {both('attnlab_s', a)} | {both('speedup_vs_exact', a)} | {both('attnlab_s', b)} | "
+                    f"{num(b.torch_s.iloc[0])} | {both('torch_over_attnlab', b)} |")
     F.add("bench.table_f32", "\n".join(rows), str, "the float32 table of results/bench (timing)", "bench")
 
 

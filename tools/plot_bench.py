@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The side-by-side benchmark's table and figure from results/bench/attnlab.json (Google Benchmark) and peers.csv
-(tools/bench_peers.py): time against n per method, attnlab beside PyTorch eager, and the ratios that matter (each
-method against exact streaming attention and against its PyTorch transcription, both measured in the same job).
+"""The side-by-side benchmark's table and figure from results/bench/attnlab.json and attnlab_fast.json (Google
+Benchmark: the default and the fast build, tools/bench.sh) and peers.csv (tools/bench_peers.py): time against n per
+method, attnlab beside PyTorch eager, and the ratios that matter (each method against exact streaming attention and
+against its PyTorch transcription, all measured in the same job).
 
     tools/plot_bench.py [--dir results/bench]
 """
@@ -18,51 +19,89 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
-def load(dirname):
-    bm = json.load(open(os.path.join(dirname, "attnlab.json")))
+BUILDS = {"default": "attnlab.json", "fast": "attnlab_fast.json"}
+
+
+def read_suite(path, build):
+    bm = json.load(open(path))
     rows = []
     for b in bm["benchmarks"]:
         if b.get("run_type") != "iteration" or b.get("error_occurred"):
             continue
         name, dtype, n = b["name"].split("/")[:3]
         unit = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[b["time_unit"]]
-        rows.append({"method": name, "dtype": dtype, "n": int(n.split(":")[1]), "attnlab_s": b["real_time"] * unit})
-    ours = pd.DataFrame(rows)
+        rows.append({"build": build, "method": name, "dtype": dtype, "n": int(n.split(":")[1]),
+                     "attnlab_s": b["real_time"] * unit})
+    return pd.DataFrame(rows), bm.get("context", {})
+
+
+def load(dirname):
+    """One row per (build, method, dtype, n): attnlab's time, PyTorch's, their ratio, the speed-up over exact
+    attention in the same build and run."""
+    frames, contexts = [], {}
+    for build, fname in BUILDS.items():
+        if os.path.exists(os.path.join(dirname, fname)):
+            f, contexts[build] = read_suite(os.path.join(dirname, fname), build)
+            frames.append(f)
+    ours = pd.concat(frames, ignore_index=True)
     peers = pd.read_csv(os.path.join(dirname, "peers.csv")).rename(columns={"seconds": "torch_s"})
     if "glibc_tunables" not in peers:
         peers["glibc_tunables"] = ""
     both = ours.merge(peers[["method", "dtype", "n", "torch_s", "openblas_coretype", "glibc_tunables"]],
                       on=["method", "dtype", "n"], how="left")
-    exact = ours[ours.method == "exact"].set_index(["dtype", "n"])["attnlab_s"]
-    both["speedup_vs_exact"] = [exact.get((r.dtype, r.n), float("nan")) / r.attnlab_s for r in both.itertuples()]
+    exact = ours[ours.method == "exact"].set_index(["build", "dtype", "n"])["attnlab_s"]
+    both["speedup_vs_exact"] = [exact.get((r.build, r.dtype, r.n), float("nan")) / r.attnlab_s
+                                for r in both.itertuples()]
     both["torch_over_attnlab"] = both.torch_s / both.attnlab_s
-    return both, bm.get("context", {})
+    for build, c in contexts.items():
+        both.loc[both.build == build, "arch"] = c.get("attnlab_arch", "")
+        both.loc[both.build == build, "products"] = c.get("attnlab_products", "")
+    return both, contexts
 
 
-def table(both, context):
-    lines = [f"Machine: {context.get('num_cpus', '?')} CPUs at {context.get('mhz_per_cpu', '?')} MHz; "
-             f"OpenBLAS core type for PyTorch: {', '.join(sorted(set(both.openblas_coretype.dropna())))}; "
-             f"allocator for both: GLIBC_TUNABLES={', '.join(sorted(set(both.glibc_tunables.fillna('')) - {''})) or '(default)'} "
+def fmt(x, spec=".3g"):
+    return "–" if x != x else format(x, spec)
+
+
+def table(both, contexts):
+    c = next(iter(contexts.values()))
+    lines = [f"Machine: {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz; "
+             f"OpenBLAS core type (PyTorch and the fast build): {', '.join(sorted(set(both.openblas_coretype.dropna())))}; "
+             f"allocator for all: GLIBC_TUNABLES={', '.join(sorted(set(both.glibc_tunables.fillna('')) - {''})) or '(default)'} "
              "(freed buffers stay mapped: steady-state kernels, not first-touch page faults).", ""]
+    for build, ctx in contexts.items():
+        lines.append(f"- attnlab {build} build: -march={ctx.get('attnlab_arch', '?')}, products by "
+                     f"{ctx.get('attnlab_products', '?')}")
+    lines.append("")
+    wide = both.pivot_table(index=["dtype", "method", "n"], columns="build",
+                            values=["attnlab_s", "torch_over_attnlab", "speedup_vs_exact"])
+    torch_s = both.groupby(["dtype", "method", "n"]).torch_s.first()
+    builds = [b for b in BUILDS if b in contexts]
     for dtype in sorted(both.dtype.unique()):
-        d = both[(both.dtype == dtype) & both.n.isin([4096, 16384])]
-        lines += [f"### {dtype}", "", "| method | n | attnlab (s) | PyTorch eager (s) | PyTorch / attnlab | exact / method |",
-                  "|---|---|---|---|---|---|"]
-        for r in d.sort_values(["method", "n"]).itertuples():
-            torch_s = f"{r.torch_s:.4g}" if r.torch_s == r.torch_s else "–"
-            ratio = f"{r.torch_over_attnlab:.2f}" if r.torch_over_attnlab == r.torch_over_attnlab else "–"
-            vs = f"{r.speedup_vs_exact:.2f}" if r.speedup_vs_exact == r.speedup_vs_exact else "–"
-            lines.append(f"| {r.method} | {r.n} | {r.attnlab_s:.4g} | {torch_s} | {ratio} | {vs} |")
+        lines += [f"### {dtype}", "",
+                  "| method | n | " + " | ".join(f"attnlab {b} (s)" for b in builds) + " | PyTorch eager (s) | "
+                  + " | ".join(f"PyTorch / {b}" for b in builds) + " | "
+                  + " | ".join(f"exact / method ({b})" for b in builds) + " |",
+                  "|---|---|" + "---|" * (3 * len(builds) + 1)]
+        for (dt, m, n), r in wide.iterrows():
+            if dt != dtype or n not in (4096, 16384):
+                continue
+            cells = [fmt(r[("attnlab_s", b)], ".4g") for b in builds] + [fmt(torch_s[(dt, m, n)], ".4g")]
+            cells += [fmt(r[("torch_over_attnlab", b)], ".2f") for b in builds]
+            cells += [fmt(r[("speedup_vs_exact", b)], ".2f") for b in builds]
+            lines.append(f"| {m} | {n} | " + " | ".join(cells) + " |")
         lines.append("")
     # Log-log slope of attnlab's time between the two largest lengths (linear-time methods: ≤ 1.15 is the target).
-    lines += ["### Time slope between n = 16384 and 65536 (log-log)", "", "| method | f32 | f64 |", "|---|---|---|"]
+    cols = [(b, dt) for b in builds for dt in ("f32", "f64")]
+    lines += ["### Time slope between n = 16384 and 65536 (log-log)", "",
+              "| method | " + " | ".join(f"{dt} {b}" for b, dt in cols) + " |", "|---|" + "---|" * len(cols)]
     for m in sorted(both.method.unique()):
         cells = []
-        for dtype in ("f32", "f64"):
-            g = both[(both.method == m) & (both.dtype == dtype)].set_index("n")["attnlab_s"]
+        for b, dtype in cols:
+            g = both[(both.method == m) & (both.dtype == dtype) & (both.build == b)].set_index("n")["attnlab_s"]
             cells.append(f"{math.log(g[65536] / g[16384]) / math.log(4):.2f}" if 16384 in g and 65536 in g else "–")
-        if cells != ["–", "–"]:
-            lines.append(f"| {m} | {cells[0]} | {cells[1]} |")
+        if set(cells) != {"–"}:
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
     lines.append("")
     return "\n".join(lines)
 
@@ -71,17 +110,27 @@ def figure(both, path):
     d = both[both.dtype == "f32"]
     methods = sorted(set(d.method) & set(d[d.torch_s.notna()].method))
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    style = {"fast": "-o", "default": ":"}
+    labelled = "fast" if (d.build == "fast").any() else "default"
     for i, m in enumerate(methods):
-        g = d[d.method == m].sort_values("n")
         color = plt.get_cmap("tab10")(i % 10)
-        axes[0].loglog(g.n, g.attnlab_s, "-o", color=color, ms=3, label=f"{m}")
+        for build, ls in style.items():
+            g = d[(d.method == m) & (d.build == build)].sort_values("n")
+            if g.empty:
+                continue
+            label = m if build == labelled else None
+            axes[0].loglog(g.n, g.attnlab_s, ls, color=color, ms=3, label=label)
+            axes[1].semilogx(g.n, g.torch_over_attnlab, ls, color=color, ms=3, label=label)
+        g = d[(d.method == m)].drop_duplicates("n").sort_values("n")
         axes[0].loglog(g.n, g.torch_s, "--", color=color, lw=1)
-        axes[1].semilogx(g.n, g.torch_over_attnlab, "-o", color=color, ms=3, label=m)
-    axes[0].set(xlabel="n", ylabel="time per call (s)", title="attnlab (solid) and PyTorch eager (dashed), float32, d = 64")
+    axes[0].set(xlabel="n", ylabel="time per call (s)",
+                title="attnlab fast build (solid), default build (dotted), PyTorch eager (dashed); float32, d = 64")
     axes[1].axhline(1, color="gray", lw=1)
-    axes[1].set(xlabel="n", ylabel="PyTorch time / attnlab time", title="above 1: attnlab faster")
+    axes[1].set(xlabel="n", ylabel="PyTorch time / attnlab time",
+                title="above 1: attnlab faster (solid: fast build, dotted: default build)")
     for ax in axes:
         ax.legend(fontsize=7, ncol=2)
+        ax.title.set_fontsize(9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -94,10 +143,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="results/bench")
     a = ap.parse_args()
-    both, context = load(a.dir)
+    both, contexts = load(a.dir)
     both.to_csv(os.path.join(a.dir, "merged.csv"), index=False)
     with open(os.path.join(a.dir, "table.md"), "w") as f:
-        f.write(table(both, context))
+        f.write(table(both, contexts))
     figure(both, os.path.join(a.dir, "bench.png"))
     print(os.path.join(a.dir, "table.md"))
 

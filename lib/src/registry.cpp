@@ -1,9 +1,12 @@
 // The registry: an explicit list of method descriptors (no static self-registration, which a static
-// library's linker may silently drop), and the factory from spec strings.
+// library's linker may silently drop) — the methods of attnlab/methods/all.hpp in its order, through the list the
+// build derives from it (method_list.hpp: ATTNLAB_METHODS(X) calls X(Name) per method) — and the factory from spec
+// strings.
 #include "attnlab/registry.hpp"
 
 #include "attnlab/error.hpp"
-#include "attnlab/methods/descriptors.hpp"
+#include "attnlab/methods/all.hpp"
+#include "method_list.hpp"
 
 #include <fmt/format.h>
 
@@ -12,21 +15,9 @@ namespace attnlab {
 const std::vector<MethodDescriptor>& registered_methods() {
   static const std::vector<MethodDescriptor> all = [] {
     std::vector<MethodDescriptor> v;
-    v.push_back(exact_descriptor());
-    v.push_back(linear_descriptor());
-    v.push_back(efficient_descriptor());
-    v.push_back(taylor_descriptor());
-    v.push_back(performer_descriptor());
-    v.push_back(nystrom_descriptor());
-    v.push_back(linformer_descriptor());
-    v.push_back(svd_descriptor());
-    v.push_back(cur_descriptor());
-    v.push_back(vq_descriptor());
-    v.push_back(probsparse_descriptor());
-    v.push_back(local_descriptor());
-    v.push_back(sparse_descriptor());
-    v.push_back(reformer_descriptor());
-    v.push_back(scatterbrain_descriptor());
+#define ATTNLAB_REGISTER(Name) v.push_back(Name##Options::descriptor());
+    ATTNLAB_METHODS(ATTNLAB_REGISTER)
+#undef ATTNLAB_REGISTER
     return v;
   }();
   return all;

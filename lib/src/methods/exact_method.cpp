@@ -1,9 +1,10 @@
 // `exact:impl=streaming|materialized,tile=T` — P = softmax(s·QKᵀ [+ causal mask]), O = P·V.
 // The fast path streams over key tiles (online softmax) or forms P; the operator uses the row log-sum-exp.
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/exact.hpp"
 
 #include "attnlab/exact.hpp"
+
+#include <fmt/format.h>
 
 #include <optional>
 
@@ -46,7 +47,7 @@ class ExactMethod final : public Method<T> {
 
 }  // namespace
 
-MethodDescriptor exact_descriptor() {
+MethodDescriptor ExactOptions::descriptor() {
   MethodDescriptor d;
   d.name = "exact";
   d.summary = "softmax attention, streaming (online softmax) or materialized";
@@ -62,5 +63,21 @@ MethodDescriptor exact_descriptor() {
   set_factories<ExactMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+ExactOptions ExactOptions::from(const Params& p) {
+  ExactOptions o;
+  o.impl = p.choice("impl");
+  o.tile = Index(p.integer("tile"));
+  return o;
+}
+
+std::string ExactOptions::spec() const {
+  return fmt::format("exact:impl={},tile={}", impl, tile);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Exact)
 
 }  // namespace attnlab

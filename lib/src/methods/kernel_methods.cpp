@@ -5,10 +5,13 @@
 //   efficient: softmax₂(Q)·softmax₁(K)ᵀ·V (seed 003 eq. (5)): softmax over features of each query, over
 //            positions of each key feature. Pooling over all positions mixes the future in: causal is refused.
 // The scale does not enter these methods (as in their papers): they act on raw q and k.
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/linear.hpp"
+#include "attnlab/methods/taylor.hpp"
+#include "attnlab/methods/efficient.hpp"
 #include "lowrank_method.hpp"
 #include "kernel_method.hpp"
+
+#include <fmt/format.h>
 
 #include <cmath>
 
@@ -104,7 +107,7 @@ class EfficientMethod final : public LowRankMethod<T> {
 
 }  // namespace
 
-MethodDescriptor linear_descriptor() {
+MethodDescriptor LinearOptions::descriptor() {
   MethodDescriptor d;
   d.name = "linear";
   d.summary = "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)";
@@ -118,7 +121,7 @@ MethodDescriptor linear_descriptor() {
   return d;
 }
 
-MethodDescriptor taylor_descriptor() {
+MethodDescriptor TaylorOptions::descriptor() {
   MethodDescriptor d;
   d.name = "taylor";
   d.summary = "first-order Taylor attention, sim = 1 + cos(q, k)";
@@ -131,7 +134,7 @@ MethodDescriptor taylor_descriptor() {
   return d;
 }
 
-MethodDescriptor efficient_descriptor() {
+MethodDescriptor EfficientOptions::descriptor() {
   MethodDescriptor d;
   d.name = "efficient";
   d.summary = "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)";
@@ -142,5 +145,44 @@ MethodDescriptor efficient_descriptor() {
   set_factories<EfficientMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+LinearOptions LinearOptions::from(const Params& p) {
+  LinearOptions o;
+  o.feature = p.choice("feature");
+  o.causal_form = p.choice("causal_form");
+  o.chunk = Index(p.integer("chunk"));
+  return o;
+}
+
+std::string LinearOptions::spec() const {
+  return fmt::format("linear:feature={},causal_form={},chunk={}", feature, causal_form, chunk);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Linear)
+
+EfficientOptions EfficientOptions::from(const Params&) {  // no parameters
+  EfficientOptions o;
+  return o;
+}
+
+std::string EfficientOptions::spec() const { return kName; }
+
+ATTNLAB_TYPED_METHOD_DEFINE(Efficient)
+
+TaylorOptions TaylorOptions::from(const Params& p) {
+  TaylorOptions o;
+  o.causal_form = p.choice("causal_form");
+  o.chunk = Index(p.integer("chunk"));
+  return o;
+}
+
+std::string TaylorOptions::spec() const {
+  return fmt::format("taylor:causal_form={},chunk={}", causal_form, chunk);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Taylor)
 
 }  // namespace attnlab

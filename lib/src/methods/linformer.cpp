@@ -5,7 +5,6 @@
 // share_kv uses E = F. The projections mix every position: a causal mask is refused.
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/linformer.hpp"
 #include "lowrank_method.hpp"
 #include "../tall_products.hpp"
@@ -82,7 +81,7 @@ class LinformerMethod final : public LowRankMethod<T> {
 
 }  // namespace
 
-MethodDescriptor linformer_descriptor() {
+MethodDescriptor LinformerOptions::descriptor() {
   MethodDescriptor d;
   d.name = "linformer";
   d.summary = "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)";
@@ -100,5 +99,23 @@ MethodDescriptor linformer_descriptor() {
   set_factories<LinformerMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+LinformerOptions LinformerOptions::from(const Params& p) {
+  LinformerOptions o;
+  o.k = Index(p.integer("k"));
+  o.projection = p.choice("projection");
+  o.share_kv = p.boolean("share_kv");
+  o.seed = std::uint64_t(p.integer("seed"));
+  return o;
+}
+
+std::string LinformerOptions::spec() const {
+  return fmt::format("linformer:k={},projection={},share_kv={},seed={}", k, projection, share_kv ? "true" : "false", seed);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Linformer)
 
 }  // namespace attnlab

@@ -10,7 +10,6 @@
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/linalg/pinv.hpp"
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/cur.hpp"
 #include "attnlab/methods/svd.hpp"
 #include "lowrank_method.hpp"
@@ -108,7 +107,7 @@ class CurMethod final : public LowRankMethod<T> {
 
 }  // namespace
 
-MethodDescriptor svd_descriptor() {
+MethodDescriptor SvdOptions::descriptor() {
   MethodDescriptor d;
   d.name = "svd";
   d.summary = "best rank-R approximation of the exact P (Eckart–Young floor; non-causal)";
@@ -126,7 +125,7 @@ MethodDescriptor svd_descriptor() {
   return d;
 }
 
-MethodDescriptor cur_descriptor() {
+MethodDescriptor CurOptions::descriptor() {
   MethodDescriptor d;
   d.name = "cur";
   d.summary = "classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal)";
@@ -141,5 +140,37 @@ MethodDescriptor cur_descriptor() {
   set_factories<CurMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+SvdOptions SvdOptions::from(const Params& p) {
+  SvdOptions o;
+  o.rank = Index(p.integer("rank"));
+  o.dense_limit = Index(p.integer("dense_limit"));
+  o.solver = p.choice("solver");
+  return o;
+}
+
+std::string SvdOptions::spec() const {
+  return fmt::format("svd:rank={},dense_limit={},solver={}", rank, dense_limit, solver);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Svd)
+
+CurOptions CurOptions::from(const Params& p) {
+  CurOptions o;
+  o.columns = Index(p.integer("columns"));
+  o.select = p.choice("select");
+  o.rcond = p.real("rcond");
+  o.seed = std::uint64_t(p.integer("seed"));
+  return o;
+}
+
+std::string CurOptions::spec() const {
+  return fmt::format("cur:columns={},select={},rcond={},seed={}", columns, select, rcond, seed);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Cur)
 
 }  // namespace attnlab

@@ -6,7 +6,6 @@
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/linalg/pinv.hpp"
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/nystrom.hpp"
 #include "lowrank_method.hpp"
 #include "../tall_products.hpp"
@@ -83,7 +82,7 @@ class NystromMethod final : public LowRankMethod<T> {
 
 }  // namespace
 
-MethodDescriptor nystrom_descriptor() {
+MethodDescriptor NystromOptions::descriptor() {
   MethodDescriptor d;
   d.name = "nystrom";
   d.summary = "Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal)";
@@ -102,5 +101,24 @@ MethodDescriptor nystrom_descriptor() {
   set_factories<NystromMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+NystromOptions NystromOptions::from(const Params& p) {
+  NystromOptions o;
+  o.landmarks = Index(p.integer("landmarks"));
+  o.pinv = p.choice("pinv");
+  o.iters = Index(p.integer("iters"));
+  o.select = p.choice("select");
+  o.seed = std::uint64_t(p.integer("seed"));
+  return o;
+}
+
+std::string NystromOptions::spec() const {
+  return fmt::format("nystrom:landmarks={},pinv={},iters={},select={},seed={}", landmarks, pinv, iters, select, seed);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Nystrom)
 
 }  // namespace attnlab

@@ -6,7 +6,6 @@
 #include "attnlab/performer.hpp"
 
 #include "attnlab/error.hpp"
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/performer.hpp"
 #include "kernel_method.hpp"
 
@@ -132,7 +131,7 @@ class PerformerMethod final : public KernelMethod<T> {
 
 }  // namespace
 
-MethodDescriptor performer_descriptor() {
+MethodDescriptor PerformerOptions::descriptor() {
   MethodDescriptor d;
   d.name = "performer";
   d.summary = "Performer / FAVOR+ random features estimating exp(s·qᵀk)";
@@ -151,5 +150,26 @@ MethodDescriptor performer_descriptor() {
   set_factories<PerformerMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+PerformerOptions PerformerOptions::from(const Params& p) {
+  PerformerOptions o;
+  o.features = Index(p.integer("features"));
+  o.kernel = p.choice("kernel");
+  o.orthogonal = p.boolean("orthogonal");
+  o.norms = p.choice("norms");
+  o.seed = std::uint64_t(p.integer("seed"));
+  o.causal_form = p.choice("causal_form");
+  o.chunk = Index(p.integer("chunk"));
+  return o;
+}
+
+std::string PerformerOptions::spec() const {
+  return fmt::format("performer:features={},kernel={},orthogonal={},norms={},seed={},causal_form={},chunk={}", features, kernel, orthogonal ? "true" : "false", norms, seed, causal_form, chunk);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Performer)
 
 }  // namespace attnlab

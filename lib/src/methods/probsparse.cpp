@@ -9,7 +9,6 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/probsparse.hpp"
 
 #include <fmt/format.h>
@@ -234,7 +233,7 @@ class ProbSparseMethod final : public Method<T> {
 
 }  // namespace
 
-MethodDescriptor probsparse_descriptor() {
+MethodDescriptor ProbsparseOptions::descriptor() {
   MethodDescriptor d;
   d.name = "probsparse";
   d.summary = "Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest";
@@ -252,5 +251,25 @@ MethodDescriptor probsparse_descriptor() {
   set_factories<ProbSparseMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+ProbsparseOptions ProbsparseOptions::from(const Params& p) {
+  ProbsparseOptions o;
+  o.factor = p.real("factor");
+  o.samples = Index(p.integer("samples"));
+  o.sample = p.choice("sample");
+  o.measure = p.choice("measure");
+  o.lazy = p.choice("lazy");
+  o.seed = std::uint64_t(p.integer("seed"));
+  return o;
+}
+
+std::string ProbsparseOptions::spec() const {
+  return fmt::format("probsparse:factor={},samples={},sample={},measure={},lazy={},seed={}", factor, samples, sample, measure, lazy, seed);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Probsparse)
 
 }  // namespace attnlab

@@ -8,7 +8,6 @@
 // every row sum positive. Each row is computed in units of e^{R_i}, R_i = max(the row's largest exact logit on the
 // support, the log-scale of its largest estimated entry), so nothing overflows. Non-causal.
 #include "attnlab/error.hpp"
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/scatterbrain.hpp"
 #include "attnlab/performer.hpp"
 #include "pattern_method.hpp"
@@ -174,7 +173,7 @@ class ScatterbrainMethod final : public Method<T> {
 
 }  // namespace
 
-MethodDescriptor scatterbrain_descriptor() {
+MethodDescriptor ScatterbrainOptions::descriptor() {
   MethodDescriptor d;
   d.name = "scatterbrain";
   d.summary = "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)";
@@ -188,5 +187,22 @@ MethodDescriptor scatterbrain_descriptor() {
   set_factories<ScatterbrainMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+ScatterbrainOptions ScatterbrainOptions::from(const Params& p) {
+  ScatterbrainOptions o;
+  o.features = Index(p.integer("features"));
+  o.window = Index(p.integer("window"));
+  o.seed = std::uint64_t(p.integer("seed"));
+  return o;
+}
+
+std::string ScatterbrainOptions::spec() const {
+  return fmt::format("scatterbrain:features={},window={},seed={}", features, window, seed);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Scatterbrain)
 
 }  // namespace attnlab

@@ -16,7 +16,6 @@
 //                    leak. With a mask, query i instead attends to the 2·chunk most recent keys j ≤ c_i of its own
 //                    bucket (what its sorted chunk and the previous one hold, restricted to the past), and to c_i.
 #include "attnlab/error.hpp"
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/local.hpp"
 #include "attnlab/methods/reformer.hpp"
 #include "attnlab/methods/sparse.hpp"
@@ -552,7 +551,7 @@ class ReformerMethod final : public PatternMethod<T> {
 
 }  // namespace
 
-MethodDescriptor local_descriptor() {
+MethodDescriptor LocalOptions::descriptor() {
   MethodDescriptor d;
   d.name = "local";
   d.summary = "sliding-window attention, |j − i| ≤ W";
@@ -565,7 +564,7 @@ MethodDescriptor local_descriptor() {
   return d;
 }
 
-MethodDescriptor sparse_descriptor() {
+MethodDescriptor SparseOptions::descriptor() {
   MethodDescriptor d;
   d.name = "sparse";
   d.summary = "fixed sparse patterns: band + strided + global tokens + random keys";
@@ -581,7 +580,7 @@ MethodDescriptor sparse_descriptor() {
   return d;
 }
 
-MethodDescriptor reformer_descriptor() {
+MethodDescriptor ReformerOptions::descriptor() {
   MethodDescriptor d;
   d.name = "reformer";
   d.summary = "Reformer LSH attention: angular hashing, sorted chunks, multi-round union";
@@ -596,5 +595,51 @@ MethodDescriptor reformer_descriptor() {
   set_factories<ReformerMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+LocalOptions LocalOptions::from(const Params& p) {
+  LocalOptions o;
+  o.window = Index(p.integer("window"));
+  return o;
+}
+
+std::string LocalOptions::spec() const {
+  return fmt::format("local:window={}", window);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Local)
+
+SparseOptions SparseOptions::from(const Params& p) {
+  SparseOptions o;
+  o.window = Index(p.integer("window"));
+  o.stride = Index(p.integer("stride"));
+  o.globals = Index(p.integer("globals"));
+  o.random = Index(p.integer("random"));
+  o.seed = std::uint64_t(p.integer("seed"));
+  return o;
+}
+
+std::string SparseOptions::spec() const {
+  return fmt::format("sparse:window={},stride={},globals={},random={},seed={}", window, stride, globals, random, seed);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Sparse)
+
+ReformerOptions ReformerOptions::from(const Params& p) {
+  ReformerOptions o;
+  o.buckets = Index(p.integer("buckets"));
+  o.rounds = Index(p.integer("rounds"));
+  o.chunk = Index(p.integer("chunk"));
+  o.seed = std::uint64_t(p.integer("seed"));
+  return o;
+}
+
+std::string ReformerOptions::spec() const {
+  return fmt::format("reformer:buckets={},rounds={},chunk={},seed={}", buckets, rounds, chunk, seed);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Reformer)
 
 }  // namespace attnlab

@@ -11,7 +11,6 @@
 #include "attnlab/error.hpp"
 #include "attnlab/kmeans.hpp"
 #include "attnlab/vq.hpp"
-#include "attnlab/methods/descriptors.hpp"
 #include "attnlab/methods/vq.hpp"
 #include "lowrank_method.hpp"
 
@@ -284,7 +283,7 @@ class VqMethod final : public Method<T> {
 
 }  // namespace
 
-MethodDescriptor vq_descriptor() {
+MethodDescriptor VqOptions::descriptor() {
   MethodDescriptor d;
   d.name = "vq";
   d.summary = "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard";
@@ -303,5 +302,25 @@ MethodDescriptor vq_descriptor() {
   set_factories<VqMethod>(d);
   return d;
 }
+
+// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
+// struct back; and the typed class's two instantiations.
+
+VqOptions VqOptions::from(const Params& p) {
+  VqOptions o;
+  o.codes = Index(p.integer("codes"));
+  o.iters = Index(p.integer("iters"));
+  o.assign = p.choice("assign");
+  o.temperature = p.real("temperature");
+  o.quantize = p.choice("quantize");
+  o.seed = std::uint64_t(p.integer("seed"));
+  return o;
+}
+
+std::string VqOptions::spec() const {
+  return fmt::format("vq:codes={},iters={},assign={},temperature={},quantize={},seed={}", codes, iters, assign, temperature, quantize, seed);
+}
+
+ATTNLAB_TYPED_METHOD_DEFINE(Vq)
 
 }  // namespace attnlab

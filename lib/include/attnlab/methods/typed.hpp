@@ -50,16 +50,23 @@ class TypedMethod final : public Method<T> {
 
 }  // namespace attnlab
 
-/// Inside an options struct: from() (what the spec parser's validated parameters hold) and spec() (the struct written
-/// back as a spec, every parameter given), both defined in lib/src/methods/typed_options.cpp.
+/// Inside an options struct: from() (what the spec parser's validated parameters hold), spec() (the struct written
+/// back as a spec, every parameter given) and descriptor() (the method's entry in the registry: name, parameters,
+/// causal support, factories), all three defined in the method's own .cpp.
 #define ATTNLAB_OPTIONS_IO(Options)     \
   static Options from(const Params& p); \
-  std::string spec() const;
+  std::string spec() const;             \
+  static MethodDescriptor descriptor();
 
-/// After an options struct NameOptions: the typed class Name<T> and its two instantiations (compiled once, in
-/// typed_options.cpp).
+/// After an options struct NameOptions: the typed class Name<T> and its two instantiations (compiled once, in the
+/// method's .cpp by ATTNLAB_TYPED_METHOD_DEFINE).
 #define ATTNLAB_TYPED_METHOD(Name)                                    \
   template <typename T>                                               \
   using Name = TypedMethod<T, Name##Options>;                         \
   extern template class TypedMethod<float, Name##Options>;            \
   extern template class TypedMethod<double, Name##Options>;
+
+/// In the method's .cpp: the float and double instantiations of Name<T>.
+#define ATTNLAB_TYPED_METHOD_DEFINE(Name)          \
+  template class TypedMethod<float, Name##Options>; \
+  template class TypedMethod<double, Name##Options>;

@@ -1,0 +1,123 @@
+// Every option of an experiment declared once: its flag, the variable it fills, its help text and its value under
+// each preset. That one declaration registers the flag on `attnlab run NAME` (CLI11), applies the preset (a value
+// given on the command line or in --config wins over it) and records the effective value for --dump-config and the
+// results' .config sidecar, which --config replays.
+//   o.add("--n", n_, "sequence lengths").preset({512}, {512, 2048});   // quick, paper
+//   o.add("--methods", methods_, "method specs").separator(';').preset(defaults);
+#pragma once
+
+#include "attnlab/types.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace attnlab::experiments {
+
+/// True when the option was given on the command line or in --config (presets do not override it).
+bool given(const CLI::App& app, const std::string& option);
+
+class Options {
+  struct Entry {
+    std::string flag, help;
+    char separator = ',';
+    std::function<void(CLI::App&, const Entry&)> add;  // registers the flag
+    std::function<void(bool paper)> preset;            // sets the preset's value (empty: none)
+    std::function<std::string(char)> text;             // the effective value as --config reads it
+    std::function<bool()> recorded = [] { return true; };
+  };
+
+  template <typename V>
+  struct is_vector : std::false_type {};
+  template <typename V>
+  struct is_vector<std::vector<V>> : std::true_type {};
+
+  template <typename V>
+  static std::string text(const V& v, char separator) {
+    if constexpr (is_vector<V>::value) {
+      std::string s;
+      for (const auto& x : v) s += (s.empty() ? "" : std::string(1, separator)) + text(x, separator);
+      return s;
+    } else if constexpr (std::is_same_v<V, bool>) {
+      return v ? "true" : "false";
+    } else if constexpr (std::is_same_v<V, std::string>) {
+      return v;
+    } else {
+      return fmt::format("{}", v);  // integers as integers, doubles in their shortest round-trip form
+    }
+  }
+
+ public:
+  /// The handle add() returns, to give the option a preset, a list separator or a condition on its recording.
+  template <typename V>
+  class Declared {
+   public:
+    Declared(Options& o, std::size_t i, V& target) : o_(o), i_(i), target_(target) {}
+    /// Its value under the quick preset (the whole set in minutes on 2 cores) and the paper preset.
+    Declared& preset(V quick, V paper) {
+      V& t = target_;
+      o_.entries_[i_].preset = [&t, quick = std::move(quick), paper = std::move(paper)](bool p) { t = p ? paper : quick; };
+      return *this;
+    }
+    /// The same value under both presets.
+    Declared& preset(V both) { return preset(both, both); }
+    /// A list's separator on the command line and in the recorded value (default ','; method specs, whose own
+    /// parameters are comma-separated, use ';').
+    Declared& separator(char c) {
+      o_.entries_[i_].separator = c;
+      return *this;
+    }
+    /// Recorded in the settings only when `when()` holds (the options of a user's files, say).
+    Declared& recorded_if(std::function<bool()> when) {
+      o_.entries_[i_].recorded = std::move(when);
+      return *this;
+    }
+
+   private:
+    Options& o_;
+    std::size_t i_;
+    V& target_;
+  };
+
+  /// Declares `flag` (with its dashes), filling `target`; without preset() it keeps target's initial value.
+  template <typename V>
+  Declared<V> add(std::string flag, V& target, std::string help) {
+    Entry e;
+    e.flag = std::move(flag);
+    e.help = std::move(help);
+    e.add = [&target](CLI::App& app, const Entry& self) {
+      CLI::Option* opt = app.add_option(self.flag, target, self.help);
+      if constexpr (is_vector<V>::value) opt->delimiter(self.separator);
+    };
+    e.text = [&target](char separator) { return text(target, separator); };
+    entries_.push_back(std::move(e));
+    return Declared<V>(*this, entries_.size() - 1, target);
+  }
+
+  /// Registers every flag on the subcommand.
+  void register_on(CLI::App& app) const {
+    for (const Entry& e : entries_) e.add(app, e);
+  }
+  /// Sets every option not given on the command line (or in --config) to its value under `preset`.
+  void apply(const std::string& preset, const CLI::App& app) const {
+    for (const Entry& e : entries_)
+      if (e.preset && !given(app, e.flag)) e.preset(preset == "paper");
+  }
+  /// The effective values, as (key, value) in declaration order: key is the flag without its dashes.
+  std::vector<std::pair<std::string, std::string>> values() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const Entry& e : entries_)
+      if (e.recorded()) out.emplace_back(e.flag.substr(e.flag.find_first_not_of('-')), e.text(e.separator));
+    return out;
+  }
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+}  // namespace attnlab::experiments
