@@ -64,20 +64,6 @@ MethodDescriptor ExactOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-ExactOptions ExactOptions::from(const Params& p) {
-  ExactOptions o;
-  o.impl = p.choice("impl");
-  o.tile = Index(p.integer("tile"));
-  return o;
-}
-
-std::string ExactOptions::spec() const {
-  return fmt::format("exact:impl={},tile={}", impl, tile);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Exact)
 
 }  // namespace attnlab

@@ -146,42 +146,9 @@ MethodDescriptor EfficientOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-LinearOptions LinearOptions::from(const Params& p) {
-  LinearOptions o;
-  o.feature = p.choice("feature");
-  o.causal_form = p.choice("causal_form");
-  o.chunk = Index(p.integer("chunk"));
-  return o;
-}
-
-std::string LinearOptions::spec() const {
-  return fmt::format("linear:feature={},causal_form={},chunk={}", feature, causal_form, chunk);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Linear)
 
-EfficientOptions EfficientOptions::from(const Params&) {  // no parameters
-  EfficientOptions o;
-  return o;
-}
-
-std::string EfficientOptions::spec() const { return kName; }
-
 ATTNLAB_TYPED_METHOD_DEFINE(Efficient)
-
-TaylorOptions TaylorOptions::from(const Params& p) {
-  TaylorOptions o;
-  o.causal_form = p.choice("causal_form");
-  o.chunk = Index(p.integer("chunk"));
-  return o;
-}
-
-std::string TaylorOptions::spec() const {
-  return fmt::format("taylor:causal_form={},chunk={}", causal_form, chunk);
-}
 
 ATTNLAB_TYPED_METHOD_DEFINE(Taylor)
 

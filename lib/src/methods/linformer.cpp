@@ -100,22 +100,6 @@ MethodDescriptor LinformerOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-LinformerOptions LinformerOptions::from(const Params& p) {
-  LinformerOptions o;
-  o.k = Index(p.integer("k"));
-  o.projection = p.choice("projection");
-  o.share_kv = p.boolean("share_kv");
-  o.seed = std::uint64_t(p.integer("seed"));
-  return o;
-}
-
-std::string LinformerOptions::spec() const {
-  return fmt::format("linformer:k={},projection={},share_kv={},seed={}", k, projection, share_kv ? "true" : "false", seed);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Linformer)
 
 }  // namespace attnlab

@@ -141,35 +141,7 @@ MethodDescriptor CurOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-SvdOptions SvdOptions::from(const Params& p) {
-  SvdOptions o;
-  o.rank = Index(p.integer("rank"));
-  o.dense_limit = Index(p.integer("dense_limit"));
-  o.solver = p.choice("solver");
-  return o;
-}
-
-std::string SvdOptions::spec() const {
-  return fmt::format("svd:rank={},dense_limit={},solver={}", rank, dense_limit, solver);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Svd)
-
-CurOptions CurOptions::from(const Params& p) {
-  CurOptions o;
-  o.columns = Index(p.integer("columns"));
-  o.select = p.choice("select");
-  o.rcond = p.real("rcond");
-  o.seed = std::uint64_t(p.integer("seed"));
-  return o;
-}
-
-std::string CurOptions::spec() const {
-  return fmt::format("cur:columns={},select={},rcond={},seed={}", columns, select, rcond, seed);
-}
 
 ATTNLAB_TYPED_METHOD_DEFINE(Cur)
 

@@ -102,23 +102,6 @@ MethodDescriptor NystromOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-NystromOptions NystromOptions::from(const Params& p) {
-  NystromOptions o;
-  o.landmarks = Index(p.integer("landmarks"));
-  o.pinv = p.choice("pinv");
-  o.iters = Index(p.integer("iters"));
-  o.select = p.choice("select");
-  o.seed = std::uint64_t(p.integer("seed"));
-  return o;
-}
-
-std::string NystromOptions::spec() const {
-  return fmt::format("nystrom:landmarks={},pinv={},iters={},select={},seed={}", landmarks, pinv, iters, select, seed);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Nystrom)
 
 }  // namespace attnlab

@@ -151,25 +151,6 @@ MethodDescriptor PerformerOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-PerformerOptions PerformerOptions::from(const Params& p) {
-  PerformerOptions o;
-  o.features = Index(p.integer("features"));
-  o.kernel = p.choice("kernel");
-  o.orthogonal = p.boolean("orthogonal");
-  o.norms = p.choice("norms");
-  o.seed = std::uint64_t(p.integer("seed"));
-  o.causal_form = p.choice("causal_form");
-  o.chunk = Index(p.integer("chunk"));
-  return o;
-}
-
-std::string PerformerOptions::spec() const {
-  return fmt::format("performer:features={},kernel={},orthogonal={},norms={},seed={},causal_form={},chunk={}", features, kernel, orthogonal ? "true" : "false", norms, seed, causal_form, chunk);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Performer)
 
 }  // namespace attnlab

@@ -252,24 +252,6 @@ MethodDescriptor ProbsparseOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-ProbsparseOptions ProbsparseOptions::from(const Params& p) {
-  ProbsparseOptions o;
-  o.factor = p.real("factor");
-  o.samples = Index(p.integer("samples"));
-  o.sample = p.choice("sample");
-  o.measure = p.choice("measure");
-  o.lazy = p.choice("lazy");
-  o.seed = std::uint64_t(p.integer("seed"));
-  return o;
-}
-
-std::string ProbsparseOptions::spec() const {
-  return fmt::format("probsparse:factor={},samples={},sample={},measure={},lazy={},seed={}", factor, samples, sample, measure, lazy, seed);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Probsparse)
 
 }  // namespace attnlab

@@ -188,21 +188,6 @@ MethodDescriptor ScatterbrainOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-ScatterbrainOptions ScatterbrainOptions::from(const Params& p) {
-  ScatterbrainOptions o;
-  o.features = Index(p.integer("features"));
-  o.window = Index(p.integer("window"));
-  o.seed = std::uint64_t(p.integer("seed"));
-  return o;
-}
-
-std::string ScatterbrainOptions::spec() const {
-  return fmt::format("scatterbrain:features={},window={},seed={}", features, window, seed);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Scatterbrain)
 
 }  // namespace attnlab

@@ -596,49 +596,9 @@ MethodDescriptor ReformerOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-LocalOptions LocalOptions::from(const Params& p) {
-  LocalOptions o;
-  o.window = Index(p.integer("window"));
-  return o;
-}
-
-std::string LocalOptions::spec() const {
-  return fmt::format("local:window={}", window);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Local)
 
-SparseOptions SparseOptions::from(const Params& p) {
-  SparseOptions o;
-  o.window = Index(p.integer("window"));
-  o.stride = Index(p.integer("stride"));
-  o.globals = Index(p.integer("globals"));
-  o.random = Index(p.integer("random"));
-  o.seed = std::uint64_t(p.integer("seed"));
-  return o;
-}
-
-std::string SparseOptions::spec() const {
-  return fmt::format("sparse:window={},stride={},globals={},random={},seed={}", window, stride, globals, random, seed);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Sparse)
-
-ReformerOptions ReformerOptions::from(const Params& p) {
-  ReformerOptions o;
-  o.buckets = Index(p.integer("buckets"));
-  o.rounds = Index(p.integer("rounds"));
-  o.chunk = Index(p.integer("chunk"));
-  o.seed = std::uint64_t(p.integer("seed"));
-  return o;
-}
-
-std::string ReformerOptions::spec() const {
-  return fmt::format("reformer:buckets={},rounds={},chunk={},seed={}", buckets, rounds, chunk, seed);
-}
 
 ATTNLAB_TYPED_METHOD_DEFINE(Reformer)
 

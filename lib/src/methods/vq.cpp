@@ -303,24 +303,6 @@ MethodDescriptor VqOptions::descriptor() {
   return d;
 }
 
-// The typed options (attnlab/methods/*.hpp): from() reads the spec parser's validated parameters, spec() writes the
-// struct back; and the typed class's two instantiations.
-
-VqOptions VqOptions::from(const Params& p) {
-  VqOptions o;
-  o.codes = Index(p.integer("codes"));
-  o.iters = Index(p.integer("iters"));
-  o.assign = p.choice("assign");
-  o.temperature = p.real("temperature");
-  o.quantize = p.choice("quantize");
-  o.seed = std::uint64_t(p.integer("seed"));
-  return o;
-}
-
-std::string VqOptions::spec() const {
-  return fmt::format("vq:codes={},iters={},assign={},temperature={},quantize={},seed={}", codes, iters, assign, temperature, quantize, seed);
-}
-
 ATTNLAB_TYPED_METHOD_DEFINE(Vq)
 
 }  // namespace attnlab

@@ -20,7 +20,7 @@ struct CurOptions {
   double rcond = 1e-10;  ///< relative singular-value cutoff of pinv(P[I,J]) (0: eps·C) (number in [0, 1])
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  ATTNLAB_OPTIONS_IO(CurOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(CurOptions, columns, select, rcond, seed)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Cur)  // Cur<T>: a Method<T> built from CurOptions

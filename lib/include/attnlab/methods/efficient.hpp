@@ -16,7 +16,7 @@ struct EfficientOptions {
   static constexpr const char* kName = "efficient";
 
 
-  ATTNLAB_OPTIONS_IO(EfficientOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS_NONE(EfficientOptions)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Efficient)  // Efficient<T>: a Method<T> built from EfficientOptions

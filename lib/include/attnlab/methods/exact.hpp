@@ -19,7 +19,7 @@ struct ExactOptions {
   std::string impl = "streaming";
   Index tile = 256;  ///< tile edge of the streaming kernels (integer in [8, 8192])
 
-  ATTNLAB_OPTIONS_IO(ExactOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(ExactOptions, impl, tile)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Exact)  // Exact<T>: a Method<T> built from ExactOptions

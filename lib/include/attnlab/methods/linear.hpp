@@ -20,7 +20,7 @@ struct LinearOptions {
   std::string causal_form = "chunked";
   Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
 
-  ATTNLAB_OPTIONS_IO(LinearOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(LinearOptions, feature, causal_form, chunk)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Linear)  // Linear<T>: a Method<T> built from LinearOptions

@@ -21,7 +21,7 @@ struct LinformerOptions {
   bool share_kv = false;  ///< E = F (key-value sharing) (true|false)
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  ATTNLAB_OPTIONS_IO(LinformerOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(LinformerOptions, k, projection, share_kv, seed)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Linformer)  // Linformer<T>: a Method<T> built from LinformerOptions

@@ -17,7 +17,7 @@ struct LocalOptions {
   static constexpr const char* kName = "local";
   Index window = 64;  ///< half-width W of the band (integer in [0, 16777216])
 
-  ATTNLAB_OPTIONS_IO(LocalOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(LocalOptions, window)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Local)  // Local<T>: a Method<T> built from LocalOptions

@@ -22,7 +22,7 @@ struct NystromOptions {
   std::string select = "segments";  ///< landmarks: segment means, or uniformly sampled rows (one of segments|random)
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  ATTNLAB_OPTIONS_IO(NystromOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(NystromOptions, landmarks, pinv, iters, select, seed)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Nystrom)  // Nystrom<T>: a Method<T> built from NystromOptions

@@ -24,7 +24,8 @@ struct PerformerOptions {
   std::string causal_form = "chunked";
   Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
 
-  ATTNLAB_OPTIONS_IO(PerformerOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  // from(params), spec(), descriptor()
+  ATTNLAB_OPTIONS(PerformerOptions, features, kernel, orthogonal, norms, seed, causal_form, chunk)
 };
 
 ATTNLAB_TYPED_METHOD(Performer)  // Performer<T>: a Method<T> built from PerformerOptions

@@ -24,7 +24,8 @@ struct ProbsparseOptions {
   std::string lazy = "mean";
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  ATTNLAB_OPTIONS_IO(ProbsparseOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  // from(params), spec(), descriptor()
+  ATTNLAB_OPTIONS(ProbsparseOptions, factor, samples, sample, measure, lazy, seed)
 };
 
 ATTNLAB_TYPED_METHOD(Probsparse)  // Probsparse<T>: a Method<T> built from ProbsparseOptions

@@ -20,7 +20,7 @@ struct ReformerOptions {
   Index chunk = 64;  ///< keys per chunk (each query sees its chunk and the previous) (integer in [1, 16777216])
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  ATTNLAB_OPTIONS_IO(ReformerOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(ReformerOptions, buckets, rounds, chunk, seed)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Reformer)  // Reformer<T>: a Method<T> built from ReformerOptions

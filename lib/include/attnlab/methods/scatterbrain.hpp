@@ -19,7 +19,7 @@ struct ScatterbrainOptions {
   Index window = 16;  ///< half-width of the band where entries are exact (integer in [0, 16777216])
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  ATTNLAB_OPTIONS_IO(ScatterbrainOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(ScatterbrainOptions, features, window, seed)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Scatterbrain)  // Scatterbrain<T>: a Method<T> built from ScatterbrainOptions

@@ -21,7 +21,7 @@ struct SparseOptions {
   Index random = 8;  ///< random keys per query (integer in [0, 16777216])
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  ATTNLAB_OPTIONS_IO(SparseOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(SparseOptions, window, stride, globals, random, seed)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Sparse)  // Sparse<T>: a Method<T> built from SparseOptions

@@ -22,7 +22,7 @@ struct SvdOptions {
   /// auto|block|lanczos|dense)
   std::string solver = "auto";
 
-  ATTNLAB_OPTIONS_IO(SvdOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(SvdOptions, rank, dense_limit, solver)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Svd)  // Svd<T>: a Method<T> built from SvdOptions

@@ -19,7 +19,7 @@ struct TaylorOptions {
   std::string causal_form = "chunked";
   Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
 
-  ATTNLAB_OPTIONS_IO(TaylorOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(TaylorOptions, causal_form, chunk)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Taylor)  // Taylor<T>: a Method<T> built from TaylorOptions

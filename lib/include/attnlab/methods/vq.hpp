@@ -22,7 +22,7 @@ struct VqOptions {
   std::string quantize = "keys";  ///< quantize K, or K and Q (mean-field form) (one of keys|both)
   std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
 
-  ATTNLAB_OPTIONS_IO(VqOptions)  // from(params): the spec parser's values; spec(): back to a spec
+  ATTNLAB_OPTIONS(VqOptions, codes, iters, assign, temperature, quantize, seed)  // from(params), spec(), descriptor()
 };
 
 ATTNLAB_TYPED_METHOD(Vq)  // Vq<T>: a Method<T> built from VqOptions
