@@ -4,6 +4,9 @@
 #   tools/test.sh               the suite (what CI runs)
 #   tools/test.sh --sanitize    the C++ suite, the command's script tests and the fuzz driver again, built with
 #                               AddressSanitizer + UndefinedBehaviorSanitizer in build-sanitize/ (every finding fatal)
+#   tools/test.sh --fast-build  the GoogleTest suite on tools/bench.sh's fast build (build-bench-tests/: -march=native,
+#                               products through OpenBLAS): its bits follow the CPU, its results must hold the same
+#                               tolerances
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 if [ "${1:-}" = "--sanitize" ]; then
@@ -27,6 +30,18 @@ if [ "${1:-}" = "--sanitize" ]; then
         -R '^(AllMethods|[A-Za-z]+\.|script\.(exact_numpy|cli_errors|experiments)|fuzz\.)' \
         -E '^(script\.(findings|notebooks|install_consumer|trained_attention|bench_peers)|python\.|example\.)'
   echo "test.sh --sanitize: passed in $(( $(date +%s) - start )) s of tests"
+  exit 0
+fi
+if [ "${1:-}" = "--fast-build" ]; then
+  "$ATTNLAB_ROOT/tools/setup.sh" --no-build
+  build="$ATTNLAB_ROOT/build-bench-tests"
+  cmake -S "$ATTNLAB_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_USE_BLAS=ON -DATTNLAB_NATIVE=ON \
+        -DATTNLAB_TEST_ISA_VARIANT=OFF -DATTNLAB_BUILD_PYTHON=OFF -DATTNLAB_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build "$build" -j "$ATTNLAB_JOBS" --target attnlab_tests
+  if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX; else export OPENBLAS_CORETYPE=Haswell; fi
+  fi
+  "$build/tests/attnlab_tests"
   exit 0
 fi
 "$ATTNLAB_ROOT/tools/setup.sh" --python-stack
