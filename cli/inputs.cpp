@@ -74,5 +74,4 @@ DType resolve_dtype(const std::string& flag, const NpyArray& q) {
   return q.dtype();
 }
 
-
 }  // namespace attnlab::cli

@@ -30,5 +30,4 @@ ConstRef<T> head_view(const NpyArray& a, Index h, MatrixR<T>& storage) {
   return ConstRef<T>(storage);
 }
 
-
 }  // namespace attnlab::cli

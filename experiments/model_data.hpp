@@ -11,8 +11,6 @@
 
 #include "options.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 #include <utility>
 #include <vector>

@@ -19,13 +19,11 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 "$ATTNLAB_ROOT/tools/setup.sh" --python-stack --bench --target attnlab_bench_methods
 fast_build="${ATTNLAB_BENCH_BUILD:-$ATTNLAB_ROOT/build-bench}"
-cmake -S "$ATTNLAB_ROOT" -B "$fast_build" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_USE_BLAS=ON -DATTNLAB_NATIVE=ON \
-  -DATTNLAB_BUILD_BENCH=ON -DATTNLAB_BUILD_TESTS=OFF -DATTNLAB_BUILD_CLI=OFF -DATTNLAB_BUILD_PYTHON=OFF \
-  -DATTNLAB_BUILD_EXAMPLES=OFF >/dev/null
+configure_fast_build "$fast_build" -DATTNLAB_BUILD_BENCH=ON -DATTNLAB_BUILD_TESTS=OFF -DATTNLAB_BUILD_CLI=OFF
 cmake --build "$fast_build" --target attnlab_bench_methods -j"$(nproc)" >/dev/null
 out="$ATTNLAB_ROOT/results/bench"
 mkdir -p "$out"
-if grep -q avx512f /proc/cpuinfo; then best=SkylakeX; else best=Haswell; fi
+best=$(best_openblas_coretype)
 if [ -n "${OPENBLAS_CORETYPE:-}" ] && [ "$OPENBLAS_CORETYPE" != "${BENCH_OPENBLAS_CORETYPE:-$best}" ]; then
   echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE inherited; using ${BENCH_OPENBLAS_CORETYPE:-$best}" >&2
 fi

@@ -14,3 +14,17 @@ attnlab_python() {
   done
   echo /usr/bin/python3
 }
+
+# The best OpenBLAS core type this CPU runs (OpenBLAS mis-detects some virtual CPUs and then runs generic kernels).
+best_openblas_coretype() {
+  if grep -q avx512f /proc/cpuinfo; then echo SkylakeX; else echo Haswell; fi
+}
+
+# The fast build (tools/bench.sh's cost figures, tools/test.sh --fast-build): -march=native and Eigen's products
+# through OpenBLAS. Configures DIR with these flags and any given after it.
+configure_fast_build() {
+  local dir=$1
+  shift
+  cmake -S "$ATTNLAB_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_USE_BLAS=ON -DATTNLAB_NATIVE=ON \
+        -DATTNLAB_BUILD_PYTHON=OFF -DATTNLAB_BUILD_EXAMPLES=OFF "$@" >/dev/null
+}

@@ -35,12 +35,9 @@ fi
 if [ "${1:-}" = "--fast-build" ]; then
   "$ATTNLAB_ROOT/tools/setup.sh" --no-build
   build="$ATTNLAB_ROOT/build-bench-tests"
-  cmake -S "$ATTNLAB_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_USE_BLAS=ON -DATTNLAB_NATIVE=ON \
-        -DATTNLAB_TEST_ISA_VARIANT=OFF -DATTNLAB_BUILD_PYTHON=OFF -DATTNLAB_BUILD_EXAMPLES=OFF >/dev/null
+  configure_fast_build "$build" -DATTNLAB_TEST_ISA_VARIANT=OFF
   cmake --build "$build" -j "$ATTNLAB_JOBS" --target attnlab_tests
-  if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX; else export OPENBLAS_CORETYPE=Haswell; fi
-  fi
+  export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$(best_openblas_coretype)}"
   "$build/tests/attnlab_tests"
   exit 0
 fi

@@ -12,8 +12,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
