@@ -27,6 +27,13 @@ inline Qkv<double> generated(const std::string& source, Index n, Index d, std::u
   return generate_problem<double>(so, n, n, d, d_v < 0 ? d : d_v, seed);
 }
 
+/// Exact attention on a problem, what every method is measured against: P as an operator, and O = P·V.
+struct Reference {
+  explicit Reference(const Qkv<double>& p) : op(p.q, p.k, {}), out(exact_output<double>(p.q, p.k, p.v, {})) {}
+  ExactOperator<double> op;
+  MatrixR<double> out;
+};
+
 /// The identifying columns of a point's rows (method, spec, metric and value are filled per row).
 inline Row row_key(const std::string& source, Index n, Index d, std::uint64_t seed, std::string variant = "",
                    std::int64_t step = -1) {
@@ -63,6 +70,12 @@ inline void method_rows(std::vector<Row>& rows, const Row& key, const std::strin
   for (const auto& [name, value] : named_metrics(matrix_errors<double>(exact_op, m->op(), mo))) add(name, value);
   add("time_s", t);
   for (const auto& [name, value] : m->diagnostics()) add(name, value);
+}
+
+/// method_rows() on a problem and its exact reference.
+inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const Qkv<double>& p,
+                        const Reference& ref, bool spectral) {
+  method_rows(rows, key, spec, p.q, p.k, p.v, ref.out, ref.op, spectral);
 }
 
 /// −Σ_ij P_ij log P_ij (nats; 0 log 0 = 0) over a block of rows of P: divided by the rows, the mean row entropy.

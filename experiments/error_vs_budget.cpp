@@ -21,8 +21,6 @@ const auto families = budget_families;
 
 class ErrorVsBudget final : public Experiment {
  public:
-  std::string name() const override { return "error_vs_budget"; }
-  std::string question() const override { return "each method's error against its budget, with the Eckart–Young floor"; }
   void declare(Options& o) override {
     std::vector<std::string> all_families;
     for (const auto& f : families()) all_families.push_back(f.label);
@@ -48,7 +46,7 @@ class ErrorVsBudget final : public Experiment {
     // Each model source is opened (meta.json, shapes) once, not once per family.
     std::map<std::string, std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>>> models;
     for (const auto& src : sources_)
-      if (ModelData::is_model_source(src)) models.emplace(src, model_.open_bidirectional(src, "error_vs_budget"));
+      if (ModelData::is_model_source(src)) models.emplace(src, model_.open_bidirectional(src, name()));
     for (const auto& label : families_) {
       const auto it = std::find_if(all.begin(), all.end(), [&](const Family& f) { return f.label == label; });
       if (it == all.end()) {

@@ -10,8 +10,6 @@ namespace {
 
 class ErrorVsLength final : public Experiment {
  public:
-  std::string name() const override { return "error_vs_length"; }
-  std::string question() const override { return "error against n at a fixed budget (can k, m stay constant?)"; }
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({256, 512, 1024, 2048}, {256, 512, 1024, 2048, 4096, 8192});
     o.add("--d", d_, "head dimension");
@@ -36,15 +34,14 @@ class ErrorVsLength final : public Experiment {
  private:
   std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
     const Qkv<double> p = generated(src, n, d_, seed);
-    const ExactOperator<double> exact(p.q, p.k, {});
-    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    const Reference ref(p);
     std::vector<Row> rows;
     for (const auto& m : methods_) {
       if (budget_ > n) continue;
       // "name:param" or "name:fixed,...,param": the budget fills the last key.
       const std::string spec = m + "=" + std::to_string(budget_);
       const Row key = row_key(src, n, d_, seed, m, budget_);
-      method_rows(rows, key, spec, p.q, p.k, p.v, exact_out, exact, false);
+      method_rows(rows, key, spec, p, ref, false);
     }
     return rows;
   }

@@ -10,6 +10,7 @@
 #include "attnlab/types.hpp"
 
 #include "options.hpp"
+#include "sweep.hpp"
 
 #include <string>
 #include <utility>
@@ -76,6 +77,14 @@ struct ModelOptions {
   /// ...) on it, which would see the future.
   std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open_bidirectional(
       const std::string& source, const std::string& experiment) const;
+  /// One grid point per selected head of a model source, opened as open_bidirectional() does: id data.point_id(h),
+  /// rows evaluate(data, h) — the head's Q, K, V are loaded when the point runs, not when the grid is made.
+  template <typename Evaluate>
+  void add_head_points(std::vector<Point>& pts, const std::string& source, const std::string& experiment,
+                       Evaluate evaluate) const {
+    const auto [data, heads] = open_bidirectional(source, experiment);
+    for (const ModelHead& h : heads) pts.push_back({data->point_id(h), [=, data = data] { return evaluate(*data, h); }});
+  }
 };
 
 }  // namespace attnlab::experiments

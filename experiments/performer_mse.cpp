@@ -17,8 +17,6 @@ namespace {
 
 class PerformerMse final : public Experiment {
  public:
-  std::string name() const override { return "performer_mse"; }
-  std::string question() const override { return "Performer kernel and output MSE against M, and Lemma 2"; }
   void declare(Options& o) override {
     o.add("--length", length_, "sequence length L").preset(1024, 4096);
     o.add("--d", d_, "head dimension");

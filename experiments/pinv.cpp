@@ -17,10 +17,6 @@ namespace {
 
 class PinvExperiment final : public Experiment {
  public:
-  std::string name() const override { return "pinv"; }
-  std::string question() const override {
-    return "pseudo-inverse convergence on landmark matrices, and Nyström's error against the iteration count";
-  }
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({512}, {512, 4096});
     o.add("--m", m_, "landmark counts").preset({8, 32, 64, 128}, {8, 16, 32, 64, 128, 256, 512});
@@ -35,7 +31,7 @@ class PinvExperiment final : public Experiment {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
       if (ModelData::is_model_source(src)) {
-        const auto [data, heads] = model_.open_bidirectional(src, "pinv");
+        const auto [data, heads] = model_.open_bidirectional(src, name());
         for (const ModelHead& h : heads)
           for (Index m : m_) {
             if (m > data->n()) continue;
@@ -91,8 +87,7 @@ class PinvExperiment final : public Experiment {
       add(variant, m, "order", convergence_order(pi.residuals(), 1e-11, 1.0));
     }
     // Nyström's error against the iteration count (does an unconverged pseudo-inverse help?), and with the SVD.
-    const ExactOperator<double> exact(p.q, p.k, {});
-    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    const Reference exact(p);
     MatrixErrorOptions mo;
     mo.spectral = false;
     for (Index k : {Index(0), Index(1), Index(2), Index(3), Index(4), Index(6), Index(8), Index(12), Index(16),
@@ -102,14 +97,14 @@ class PinvExperiment final : public Experiment {
         auto ny = make_method<double>(fmt::format("nystrom:landmarks={},pinv={},iters={}", m, pinv, k));
         ny->compute(p.q, p.k);
         const std::string variant = pinv == "iterative" ? "order3" : "newton";
-        add(variant, k, "nystrom_out_rel_fro", output_errors<double>(exact_out, ny->output(p.v)).rel_fro);
-        add(variant, k, "nystrom_P_rel_fro", matrix_errors<double>(exact, ny->op(), mo).rel_fro);
+        add(variant, k, "nystrom_out_rel_fro", output_errors<double>(exact.out, ny->output(p.v)).rel_fro);
+        add(variant, k, "nystrom_P_rel_fro", matrix_errors<double>(exact.op, ny->op(), mo).rel_fro);
       }
     }
     auto svd = make_method<double>(fmt::format("nystrom:landmarks={},pinv=svd", m));
     svd->compute(p.q, p.k);
-    add("svd", -1, "nystrom_out_rel_fro", output_errors<double>(exact_out, svd->output(p.v)).rel_fro);
-    add("svd", -1, "nystrom_P_rel_fro", matrix_errors<double>(exact, svd->op(), mo).rel_fro);
+    add("svd", -1, "nystrom_out_rel_fro", output_errors<double>(exact.out, svd->output(p.v)).rel_fro);
+    add("svd", -1, "nystrom_P_rel_fro", matrix_errors<double>(exact.op, svd->op(), mo).rel_fro);
     return rows;
   }
 

@@ -18,8 +18,6 @@ namespace {
 
 class ProbSparseExperiment final : public Experiment {
  public:
-  std::string name() const override { return "probsparse"; }
-  std::string question() const override { return "Informer's sparsity measure: M vs M̄, top-u recall, error vs c"; }
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({512, 2048}, {512, 2048, 8192});
     o.add("--d", d_, "head dimension");
@@ -33,10 +31,9 @@ class ProbSparseExperiment final : public Experiment {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
       if (ModelData::is_model_source(src)) {
-        const auto [data, heads] = model_.open_bidirectional(src, "probsparse");
-        for (const ModelHead& h : heads)
-          pts.push_back({data->point_id(h),
-                         [=, data = data] { return evaluate(data->source_label(h), data->load(h), std::uint64_t(h.seq)); }});
+        model_.add_head_points(pts, src, name(), [this](const ModelData& data, const ModelHead& h) {
+          return evaluate(data.source_label(h), data.load(h), std::uint64_t(h.seq));
+        });
         continue;
       }
       for (Index n : n_)
@@ -81,8 +78,7 @@ class ProbSparseExperiment final : public Experiment {
     std::sort(sorted.data(), sorted.data() + sorted.size());
     for (int q : {1, 5, 10, 25, 50, 75, 90, 95, 99})
       add("full", q, "M_quantile", sorted(std::min<Index>(n - 1, Index(double(q) / 100.0 * double(n)))));
-    const ExactOperator<double> exact(p.q, p.k, {});
-    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    const Reference ref(p);
     for (double c : factors_) {
       const Index u = probsparse_u(n, c), samples = probsparse_default_samples(n, c);
       const std::vector<Index> truth = select_queries(m, u, false);
@@ -98,7 +94,7 @@ class ProbSparseExperiment final : public Experiment {
       Row k2 = key;
       k2.variant = "method";
       k2.step = Index(std::lround(c * 100));  // c × 100, as an integer step
-      method_rows(rows, k2, fmt::format("probsparse:factor={},seed={}", c, seed), p.q, p.k, p.v, exact_out, exact,
+      method_rows(rows, k2, fmt::format("probsparse:factor={},seed={}", c, seed), p, ref,
                   false);
     }
     return rows;

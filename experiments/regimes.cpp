@@ -15,8 +15,6 @@ namespace {
 
 class Regimes final : public Experiment {
  public:
-  std::string name() const override { return "regimes"; }
-  std::string question() const override { return "which of low-rank, sparse, sparse+low-rank wins at which entropy"; }
   void declare(Options& o) override {
     o.add("--n", n_, "sequence length").preset(512, 1024);
     o.add("--d", d_, "head dimension");
@@ -35,10 +33,9 @@ class Regimes final : public Experiment {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
       if (ModelData::is_model_source(src)) {
-        const auto [data, heads] = model_.open_bidirectional(src, "regimes");
-        for (const ModelHead& h : heads)
-          pts.push_back({data->point_id(h),
-                         [=, data = data] { return evaluate(src, h.label(), data->load(h), std::uint64_t(h.seq)); }});
+        model_.add_head_points(pts, src, name(), [this, src](const ModelData& data, const ModelHead& h) {
+          return evaluate(src, h.label(), data.load(h), std::uint64_t(h.seq));
+        });
         continue;
       }
       for (double t : temps_)
@@ -56,10 +53,9 @@ class Regimes final : public Experiment {
   std::vector<Row> evaluate(const std::string& src, const std::string& variant, const Qkv<double>& p,
                             std::uint64_t seed) const {
     const Index n = p.q.rows();
-    const ExactOperator<double> exact(p.q, p.k, {});
-    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    const Reference ref(p);
     // Mean row entropy of P, −Σ_j P_ij log P_ij (nats), read block by block.
-    const double entropy = row_stats(exact).mean_entropy;
+    const double entropy = row_stats(ref.op).mean_entropy;
     std::vector<Row> rows;
     const Row key = row_key(src, n, p.q.cols(), seed, variant);
     {
@@ -69,7 +65,7 @@ class Regimes final : public Experiment {
       r.value = entropy;
       rows.push_back(r);
     }
-    for (const auto& spec : methods_) method_rows(rows, key, spec, p.q, p.k, p.v, exact_out, exact, false);
+    for (const auto& spec : methods_) method_rows(rows, key, spec, p, ref, false);
     return rows;
   }
 

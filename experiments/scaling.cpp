@@ -15,8 +15,6 @@ namespace {
 
 class Scaling final : public Experiment {
  public:
-  std::string name() const override { return "scaling"; }
-  std::string question() const override { return "time and peak memory against n, relative to exact attention"; }
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths")
         .preset({512, 1024, 2048, 4096}, {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536});

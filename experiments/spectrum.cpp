@@ -18,8 +18,6 @@ namespace {
 
 class SpectrumExperiment final : public Experiment {
  public:
-  std::string name() const override { return "spectrum"; }
-  std::string question() const override { return "is attention low-rank? singular-value spectra of P (Linformer Fig. 1)"; }
   void declare(Options& o) override {
     const auto files = [this] { return !q_file_.empty(); };
     o.add("--n", n_, "sequence length of the dense spectra");

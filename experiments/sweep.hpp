@@ -39,8 +39,9 @@ struct Point {
 class Experiment {
  public:
   virtual ~Experiment() = default;
-  virtual std::string name() const = 0;
-  virtual std::string question() const = 0;
+  /// Its name (`attnlab run NAME`) and the question it answers: the registry's table (registry.cpp) gives them.
+  const std::string& name() const { return name_; }
+  const std::string& question() const { return question_; }
   virtual std::vector<Point> grid() = 0;
 
   /// Registers the options on the `attnlab run NAME` subcommand.
@@ -65,6 +66,8 @@ class Experiment {
     if (!declared_) declare(options_), declared_ = true;
     return options_;
   }
+  friend std::vector<std::unique_ptr<Experiment>> all_experiments();
+  std::string name_, question_;
   Options options_;
   bool declared_ = false;
 };

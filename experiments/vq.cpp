@@ -10,8 +10,6 @@ namespace {
 
 class VqExperiment final : public Experiment {
  public:
-  std::string name() const override { return "vq"; }
-  std::string question() const override { return "Transformer-VQ against codebook size, soft vs hard, vs Performer"; }
   void declare(Options& o) override {
     o.add("--n", n_, "sequence length").preset(512, 2048);
     o.add("--d", d_, "head dimension");
@@ -35,14 +33,13 @@ class VqExperiment final : public Experiment {
  private:
   std::vector<Row> run(const std::string& src, Index c, std::uint64_t seed) const {
     const Qkv<double> p = generated(src, n_, d_, seed);
-    const ExactOperator<double> exact(p.q, p.k, {});
-    const MatrixR<double> exact_out = exact_output<double>(p.q, p.k, p.v, {});
+    const Reference ref(p);
     std::vector<Row> rows;
     const Row key = row_key(src, n_, d_, seed, "", c);
     const auto add = [&](const std::string& variant, const std::string& spec) {
       Row k = key;
       k.variant = variant;
-      method_rows(rows, k, spec, p.q, p.k, p.v, exact_out, exact, false);
+      method_rows(rows, k, spec, p, ref, false);
     };
     add("hard", fmt::format("vq:codes={}", c));
     for (double t : temps_) add(fmt::format("soft T={}", t), fmt::format("vq:codes={},assign=soft,temperature={}", c, t));

@@ -42,6 +42,13 @@ struct Case {
   Index nq, nk, d, dv;
   bool causal;
   double logit_mult;
+  /// The case's mask, and its logits scaled ×logit_mult beyond the usual 1/√d.
+  AttentionOptions options() const {
+    AttentionOptions o;
+    o.causal = causal;
+    o.scale = logit_mult / std::sqrt(double(d));
+    return o;
+  }
 };
 
 const std::vector<Case> kCases = {
@@ -54,9 +61,7 @@ TYPED_TEST(ExactTest, MaterializedMatchesDefinition) {
   using T = TypeParam;
   for (const auto& c : kCases) {
     const MatrixR<T> q = randn<T>(c.nq, c.d, 1), k = randn<T>(c.nk, c.d, 2);
-    AttentionOptions o;
-    o.causal = c.causal;
-    o.scale = c.logit_mult / std::sqrt(double(c.d));
+    const AttentionOptions o = c.options();
     const MatrixR<T> p = exact_matrix<T>(q, k, o);
     const MatrixR<double> ref = naive_attention(q, k, o.scale, c.causal);
     // With logits ×100 the rounding of each logit, ~eps·|s|·Σ|q_c k_c| ≈ eps·100·√d, moves P by as much
@@ -77,9 +82,7 @@ TYPED_TEST(ExactTest, StreamingMatchesMaterialized) {
   for (const auto& c : kCases)
     for (Index tile : {Index(8), Index(13), Index(64), Index(256)}) {
       const MatrixR<T> q = randn<T>(c.nq, c.d, 3), k = randn<T>(c.nk, c.d, 4), v = randn<T>(c.nk, c.dv, 5);
-      AttentionOptions o;
-      o.causal = c.causal;
-      o.scale = c.logit_mult / std::sqrt(double(c.d));
+      const AttentionOptions o = c.options();
       const MatrixR<T> streamed = exact_output<T>(q, k, v, o, tile);
       ASSERT_TRUE(streamed.allFinite()) << "tile=" << tile;
       const MatrixR<T> materialized = exact_matrix<T>(q, k, o) * v;
@@ -92,9 +95,7 @@ TYPED_TEST(ExactTest, OperatorReproducesMatrix) {
   using T = TypeParam;
   for (const auto& c : kCases) {
     const MatrixR<T> q = randn<T>(c.nq, c.d, 6), k = randn<T>(c.nk, c.d, 7);
-    AttentionOptions o;
-    o.causal = c.causal;
-    o.scale = c.logit_mult / std::sqrt(double(c.d));
+    const AttentionOptions o = c.options();
     const MatrixR<T> p = exact_matrix<T>(q, k, o);
     const ExactOperator<T> op(q, k, o, 16);
     // Two float computations of P (the materialized path and the operator's tiles) differ by rounding that grows

@@ -23,6 +23,29 @@ const std::vector<MethodDescriptor>& registered_methods() {
   return all;
 }
 
+std::vector<ParamSpec> join_params(std::vector<ParamSpec> a, const std::vector<ParamSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+MethodDescriptor detail::describe(std::string name, std::string summary, std::string reference, Causal causal,
+                                  std::vector<ParamSpec> params) {
+  MethodDescriptor d;
+  d.name = std::move(name);
+  d.summary = std::move(summary);
+  d.reference = std::move(reference);
+  d.causal = causal.supported;
+  d.causal_note = std::move(causal.note);
+  for (const ParamSpec& p : params)
+    if (p.is_budget) {
+      if (!d.budget.empty())
+        throw Error(fmt::format("{}: two budget parameters, {} and {}", d.name, d.budget, p.name));
+      d.budget = p.name;
+    }
+  d.params = std::move(params);
+  return d;
+}
+
 std::string registered_method_names() {
   std::string s;
   for (const auto& d : registered_methods()) s += (s.empty() ? "" : ", ") + d.name;

@@ -40,15 +40,41 @@ template <typename T>
 std::unique_ptr<Method<T>> make_method(const std::string& spec,
                                        std::optional<std::uint64_t> default_seed = std::nullopt);
 
-/// A descriptor's two factories for a method template M<T> constructed as M<T>(descriptor, params).
+/// Whether a method honours a causal mask, and how — or why it refuses one (the README's "causal" column).
+struct Causal {
+  bool supported = false;
+  std::string note;
+  /// Honoured: "yes", or "yes: HOW".
+  static Causal yes(const std::string& how = "") { return {true, how.empty() ? "yes" : "yes: " + how}; }
+  /// Refused, "refused: WHY": the method mixes every position and would see the future.
+  static Causal refused(const std::string& why) { return {false, "refused: " + why}; }
+  /// Honoured under some parameter values only (the method narrows supports_causal()); the note says which.
+  static Causal conditional(std::string note) { return {true, std::move(note)}; }
+};
+
+/// The parameters of `a`, then those of `b` (a family's shared parameters after a method's own).
+std::vector<ParamSpec> join_params(std::vector<ParamSpec> a, const std::vector<ParamSpec>& b);
+
+namespace detail {
+MethodDescriptor describe(std::string name, std::string summary, std::string reference, Causal causal,
+                          std::vector<ParamSpec> params);
+}  // namespace detail
+
+/// The descriptor of method template M, built as M<T>(descriptor, params): its name (the options struct's kName),
+/// a one-line summary, the equations it implements, its causal support and its parameters in spec order, the budget
+/// parameter marked (ParamSpec::budget()). Each method's `NameOptions::descriptor()` is one such call.
 template <template <typename> class M>
-void set_factories(MethodDescriptor& d) {
+MethodDescriptor describe(std::string name, std::string summary, std::string reference, Causal causal,
+                          std::vector<ParamSpec> params = {}) {
+  MethodDescriptor d = detail::describe(std::move(name), std::move(summary), std::move(reference), std::move(causal),
+                                        std::move(params));
   d.make_f32 = [](const MethodDescriptor& desc, Params p) -> std::unique_ptr<Method<float>> {
     return std::make_unique<M<float>>(desc, std::move(p));
   };
   d.make_f64 = [](const MethodDescriptor& desc, Params p) -> std::unique_ptr<Method<double>> {
     return std::make_unique<M<double>>(desc, std::move(p));
   };
+  return d;
 }
 
 }  // namespace attnlab

@@ -20,6 +20,7 @@ struct ParamSpec {
   std::vector<std::string> choices;  // Choice only
   double min = 0;                    // Integer and Real: inclusive range
   double max = 0;
+  bool is_budget = false;            // the parameter that trades accuracy for cost (MethodDescriptor::budget)
 
   static ParamSpec integer(std::string name, long long def, long long lo, long long hi, std::string help);
   static ParamSpec real(std::string name, double def, double lo, double hi, std::string help);
@@ -27,6 +28,12 @@ struct ParamSpec {
   static ParamSpec choice(std::string name, std::vector<std::string> choices, std::string help);
   /// `seed`: the random seed every randomized method takes (default 0).
   static ParamSpec seed();
+  /// This parameter marked as the method's budget: ParamSpec::integer("landmarks", ...).budget().
+  ParamSpec budget() const {
+    ParamSpec p = *this;
+    p.is_budget = true;
+    return p;
+  }
   /// "integer in [1, 4096]", "one of elu|relu", ...
   std::string describe_type() const;
 };

@@ -48,20 +48,13 @@ class ExactMethod final : public Method<T> {
 }  // namespace
 
 MethodDescriptor ExactOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "exact";
-  d.summary = "softmax attention, streaming (online softmax) or materialized";
-  d.reference = "P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. 1); online softmax (Milakov & Gimelshein 2018)";
-  d.causal = true;
-  d.causal_note = "yes";
-  d.budget = "";
-  d.params = {
-      ParamSpec::choice("impl", {"streaming", "materialized"},
-                        "output path: tiled online softmax (O(n·d) memory) or the full matrix P"),
-      ParamSpec::integer("tile", kDefaultTile, 8, 8192, "tile edge of the streaming kernels"),
-  };
-  set_factories<ExactMethod>(d);
-  return d;
+  return describe<ExactMethod>(
+      kName, "softmax attention, streaming (online softmax) or materialized",
+      "P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. 1); online softmax (Milakov & Gimelshein 2018)",
+      Causal::yes(),
+      {ParamSpec::choice("impl", {"streaming", "materialized"},
+                         "output path: tiled online softmax (O(n·d) memory) or the full matrix P"),
+       ParamSpec::integer("tile", kDefaultTile, 8, 8192, "tile edge of the streaming kernels")});
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Exact)

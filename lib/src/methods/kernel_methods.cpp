@@ -108,42 +108,23 @@ class EfficientMethod final : public LowRankMethod<T> {
 }  // namespace
 
 MethodDescriptor LinearOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "linear";
-  d.summary = "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)";
-  d.reference = "seed 003 eqs. (3)-(4), causal (9)-(10); Katharopoulos et al. 2020 (elu+1)";
-  d.causal = true;
-  d.causal_note = "yes: recurrent or chunked prefix sums";
-  d.budget = "";
-  d.params = {ParamSpec::choice("feature", {"elu", "relu"}, "feature map φ on raw q and k: elu(x)+1 or relu(x)")};
-  for (auto& p : causal_form_params()) d.params.push_back(p);
-  set_factories<LinearMethod>(d);
-  return d;
+  return describe<LinearMethod>(
+      kName, "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)",
+      "seed 003 eqs. (3)-(4), causal (9)-(10); Katharopoulos et al. 2020 (elu+1)",
+      Causal::yes("recurrent or chunked prefix sums"),
+      join_params({ParamSpec::choice("feature", {"elu", "relu"}, "feature map φ on raw q and k: elu(x)+1 or relu(x)")},
+           causal_form_params()));
 }
 
 MethodDescriptor TaylorOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "taylor";
-  d.summary = "first-order Taylor attention, sim = 1 + cos(q, k)";
-  d.reference = "seed 003 eqs. (6)-(7)";
-  d.causal = true;
-  d.causal_note = "yes: recurrent or chunked prefix sums";
-  d.budget = "";
-  d.params = causal_form_params();
-  set_factories<TaylorMethod>(d);
-  return d;
+  return describe<TaylorMethod>(kName, "first-order Taylor attention, sim = 1 + cos(q, k)", "seed 003 eqs. (6)-(7)",
+                                Causal::yes("recurrent or chunked prefix sums"), causal_form_params());
 }
 
 MethodDescriptor EfficientOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "efficient";
-  d.summary = "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)";
-  d.reference = "seed 003 eq. (5); Shen et al. 2021";
-  d.causal = false;
-  d.causal_note = "refused: the softmax over keys mixes every position";
-  d.budget = "";
-  set_factories<EfficientMethod>(d);
-  return d;
+  return describe<EfficientMethod>(kName, "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)",
+                                   "seed 003 eq. (5); Shen et al. 2021",
+                                   Causal::refused("the softmax over keys mixes every position"));
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Linear)

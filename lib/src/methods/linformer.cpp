@@ -82,22 +82,13 @@ class LinformerMethod final : public LowRankMethod<T> {
 }  // namespace
 
 MethodDescriptor LinformerOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "linformer";
-  d.summary = "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)";
-  d.reference = "Wang et al. 2020 eq. (7), Theorem 2; seed 001; seed 003 eq. (8)";
-  d.causal = false;
-  d.causal_note = "refused: E and F mix every position";
-  d.budget = "k";
-  d.params = {
-      ParamSpec::integer("k", 256, 1, 1 << 20, "projected length k"),
-      ParamSpec::choice("projection", {"gaussian", "uniform", "pool", "identity"},
-                        "E, F: N(0, 1/k) entries, ±1/√k, mean pooling over k segments, or I (k = n)"),
-      ParamSpec::boolean("share_kv", false, "E = F (key-value sharing)"),
-      ParamSpec::seed(),
-  };
-  set_factories<LinformerMethod>(d);
-  return d;
+  return describe<LinformerMethod>(
+      kName, "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)",
+      "Wang et al. 2020 eq. (7), Theorem 2; seed 001; seed 003 eq. (8)", Causal::refused("E and F mix every position"),
+      {ParamSpec::integer("k", 256, 1, 1 << 20, "projected length k").budget(),
+       ParamSpec::choice("projection", {"gaussian", "uniform", "pool", "identity"},
+                         "E, F: N(0, 1/k) entries, ±1/√k, mean pooling over k segments, or I (k = n)"),
+       ParamSpec::boolean("share_kv", false, "E = F (key-value sharing)"), ParamSpec::seed()});
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Linformer)

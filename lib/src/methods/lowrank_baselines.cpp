@@ -108,37 +108,26 @@ class CurMethod final : public LowRankMethod<T> {
 }  // namespace
 
 MethodDescriptor SvdOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "svd";
-  d.summary = "best rank-R approximation of the exact P (Eckart–Young floor; non-causal)";
-  d.reference = "Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ";
-  d.causal = false;
-  d.causal_note = "refused: a rank-R approximation of all of P";
-  d.budget = "rank";
-  d.params = {ParamSpec::integer("rank", 64, 1, 1 << 20, "rank R"),
-              ParamSpec::integer("dense_limit", 512, 1, 1 << 20,
-                                 "n_k up to which a dense SVD is used; above, the matrix-free solver"),
-              ParamSpec::choice("solver", {"auto", "block", "lanczos", "dense"},
-                                "top-R solver: auto (dense up to dense_limit, else block Krylov), block, lanczos "
-                                "(Spectra on PᵀP), dense")};
-  set_factories<SvdMethod>(d);
-  return d;
+  return describe<SvdMethod>(
+      kName, "best rank-R approximation of the exact P (Eckart–Young floor; non-causal)",
+      "Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ", Causal::refused("a rank-R approximation of all of P"),
+      {ParamSpec::integer("rank", 64, 1, 1 << 20, "rank R").budget(),
+       ParamSpec::integer("dense_limit", 512, 1, 1 << 20,
+                          "n_k up to which a dense SVD is used; above, the matrix-free solver"),
+       ParamSpec::choice("solver", {"auto", "block", "lanczos", "dense"},
+                         "top-R solver: auto (dense up to dense_limit, else block Krylov), block, lanczos "
+                         "(Spectra on PᵀP), dense")});
 }
 
 MethodDescriptor CurOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "cur";
-  d.summary = "classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal)";
-  d.reference = "seed 000 eqs. (12)-(13); Drineas, Mahoney & Muthukrishnan 2008 (leverage sampling)";
-  d.causal = false;
-  d.causal_note = "refused: columns and rows of all of P";
-  d.budget = "columns";
-  d.params = {ParamSpec::integer("columns", 64, 1, 1 << 20, "number of sampled columns (and rows) C"),
-              ParamSpec::choice("select", {"uniform", "leverage"}, "sampling of J (and I)"),
-              ParamSpec::real("rcond", 1e-10, 0, 1, "relative singular-value cutoff of pinv(P[I,J]) (0: eps·C)"),
-              ParamSpec::seed()};
-  set_factories<CurMethod>(d);
-  return d;
+  return describe<CurMethod>(
+      kName, "classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal)",
+      "seed 000 eqs. (12)-(13); Drineas, Mahoney & Muthukrishnan 2008 (leverage sampling)",
+      Causal::refused("columns and rows of all of P"),
+      {ParamSpec::integer("columns", 64, 1, 1 << 20, "number of sampled columns (and rows) C").budget(),
+       ParamSpec::choice("select", {"uniform", "leverage"}, "sampling of J (and I)"),
+       ParamSpec::real("rcond", 1e-10, 0, 1, "relative singular-value cutoff of pinv(P[I,J]) (0: eps·C)"),
+       ParamSpec::seed()});
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Svd)

@@ -83,23 +83,15 @@ class NystromMethod final : public LowRankMethod<T> {
 }  // namespace
 
 MethodDescriptor NystromOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "nystrom";
-  d.summary = "Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal)";
-  d.reference = "seed 000 eqs. (8), (10), (11); Xiong et al. 2021 eq. (14)";
-  d.causal = false;
-  d.causal_note = "refused: landmarks pool every position";
-  d.budget = "landmarks";
-  d.params = {
-      ParamSpec::integer("landmarks", 64, 1, 1 << 20, "number of landmarks m (≤ n)"),
-      ParamSpec::choice("pinv", {"iterative", "newton", "svd"},
-                        "pseudo-inverse: order-3 iteration (seed 000 eq. (10)), Newton–Schulz, or SVD"),
-      ParamSpec::integer("iters", 6, 0, 10000, "iterations of the iterative pseudo-inverses (the paper uses 6)"),
-      ParamSpec::choice("select", {"segments", "random"}, "landmarks: segment means, or uniformly sampled rows"),
-      ParamSpec::seed(),
-  };
-  set_factories<NystromMethod>(d);
-  return d;
+  return describe<NystromMethod>(
+      kName, "Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal)",
+      "seed 000 eqs. (8), (10), (11); Xiong et al. 2021 eq. (14)", Causal::refused("landmarks pool every position"),
+      {ParamSpec::integer("landmarks", 64, 1, 1 << 20, "number of landmarks m (≤ n)").budget(),
+       ParamSpec::choice("pinv", {"iterative", "newton", "svd"},
+                         "pseudo-inverse: order-3 iteration (seed 000 eq. (10)), Newton–Schulz, or SVD"),
+       ParamSpec::integer("iters", 6, 0, 10000, "iterations of the iterative pseudo-inverses (the paper uses 6)"),
+       ParamSpec::choice("select", {"segments", "random"}, "landmarks: segment means, or uniformly sampled rows"),
+       ParamSpec::seed()});
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Nystrom)

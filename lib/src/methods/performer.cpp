@@ -132,23 +132,18 @@ class PerformerMethod final : public KernelMethod<T> {
 }  // namespace
 
 MethodDescriptor PerformerOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "performer";
-  d.summary = "Performer / FAVOR+ random features estimating exp(s·qᵀk)";
-  d.reference = "Choromanski et al. 2021 Lemma 1, eq. (7); seed 002 eqs. (4)-(5); Lemma 2 for the variances";
-  d.causal = true;
-  d.causal_note = "yes: recurrent or chunked prefix sums";
-  d.budget = "features";
-  d.params = {
-      ParamSpec::integer("features", 256, 1, 1 << 16, "number of random projections M (trig/hyperbolic use 2M features)"),
-      ParamSpec::choice("kernel", {"positive", "trig", "hyperbolic"}, "feature map"),
-      ParamSpec::boolean("orthogonal", true, "orthogonal random features (blocks of d) instead of iid"),
-      ParamSpec::choice("norms", {"chi", "sqrt_d"}, "row norms of orthogonal features: χ(d) (unbiased) or √d"),
-      ParamSpec::seed(),
-  };
-  for (auto& p : causal_form_params()) d.params.push_back(p);
-  set_factories<PerformerMethod>(d);
-  return d;
+  return describe<PerformerMethod>(
+      kName, "Performer / FAVOR+ random features estimating exp(s·qᵀk)",
+      "Choromanski et al. 2021 Lemma 1, eq. (7); seed 002 eqs. (4)-(5); Lemma 2 for the variances",
+      Causal::yes("recurrent or chunked prefix sums"),
+      join_params({ParamSpec::integer("features", 256, 1, 1 << 16,
+                               "number of random projections M (trig/hyperbolic use 2M features)")
+                .budget(),
+            ParamSpec::choice("kernel", {"positive", "trig", "hyperbolic"}, "feature map"),
+            ParamSpec::boolean("orthogonal", true, "orthogonal random features (blocks of d) instead of iid"),
+            ParamSpec::choice("norms", {"chi", "sqrt_d"}, "row norms of orthogonal features: χ(d) (unbiased) or √d"),
+            ParamSpec::seed()},
+           causal_form_params()));
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Performer)

@@ -234,22 +234,18 @@ class ProbSparseMethod final : public Method<T> {
 }  // namespace
 
 MethodDescriptor ProbsparseOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "probsparse";
-  d.summary = "Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest";
-  d.reference = "Zhou et al. 2021 eqs. (2)-(4), Lemma 1; seed 004";
-  d.causal = true;
-  d.causal_note = "yes: online top-u selection (query i is exact when its measure is among the u largest so far)";
-  d.budget = "factor";
-  d.params = {ParamSpec::real("factor", 5, 1e-3, 1e9, "sampling factor c: u = c·⌈ln n_q⌉ queries, U = c·⌈ln n_k⌉ keys"),
-              ParamSpec::integer("samples", 0, 0, 1 << 30, "keys sampled per query for M̄ (0: c·⌈ln n_k⌉)"),
-              ParamSpec::choice("sample", {"random", "full"}, "M̄ on sampled keys (with replacement) or on all keys"),
-              ParamSpec::choice("measure", {"maxmean", "lse"}, "M̄ = max − mean (the paper's estimate) or M = LSE − mean"),
-              ParamSpec::choice("lazy", {"mean", "cumsum"},
-                                "causal lazy rows: mean of visible V, or the reference's unnormalized cumulative sum"),
-              ParamSpec::seed()};
-  set_factories<ProbSparseMethod>(d);
-  return d;
+  return describe<ProbSparseMethod>(
+      kName, "Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest",
+      "Zhou et al. 2021 eqs. (2)-(4), Lemma 1; seed 004",
+      Causal::yes("online top-u selection (query i is exact when its measure is among the u largest so far)"),
+      {ParamSpec::real("factor", 5, 1e-3, 1e9, "sampling factor c: u = c·⌈ln n_q⌉ queries, U = c·⌈ln n_k⌉ keys")
+           .budget(),
+       ParamSpec::integer("samples", 0, 0, 1 << 30, "keys sampled per query for M̄ (0: c·⌈ln n_k⌉)"),
+       ParamSpec::choice("sample", {"random", "full"}, "M̄ on sampled keys (with replacement) or on all keys"),
+       ParamSpec::choice("measure", {"maxmean", "lse"}, "M̄ = max − mean (the paper's estimate) or M = LSE − mean"),
+       ParamSpec::choice("lazy", {"mean", "cumsum"},
+                         "causal lazy rows: mean of visible V, or the reference's unnormalized cumulative sum"),
+       ParamSpec::seed()});
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Probsparse)

@@ -174,18 +174,12 @@ class ScatterbrainMethod final : public Method<T> {
 }  // namespace
 
 MethodDescriptor ScatterbrainOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "scatterbrain";
-  d.summary = "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)";
-  d.reference = "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1";
-  d.causal = false;
-  d.causal_note = "refused: its Performer part mixes every position";
-  d.budget = "window";
-  d.params = {ParamSpec::integer("features", 64, 1, 1 << 16, "Performer features M (positive, orthogonal)"),
-              ParamSpec::integer("window", 16, 0, 1 << 24, "half-width of the band where entries are exact"),
-              ParamSpec::seed()};
-  set_factories<ScatterbrainMethod>(d);
-  return d;
+  return describe<ScatterbrainMethod>(
+      kName, "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)",
+      "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1", Causal::refused("its Performer part mixes every position"),
+      {ParamSpec::integer("features", 64, 1, 1 << 16, "Performer features M (positive, orthogonal)"),
+       ParamSpec::integer("window", 16, 0, 1 << 24, "half-width of the band where entries are exact").budget(),
+       ParamSpec::seed()});
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Scatterbrain)

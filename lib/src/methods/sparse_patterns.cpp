@@ -552,48 +552,31 @@ class ReformerMethod final : public PatternMethod<T> {
 }  // namespace
 
 MethodDescriptor LocalOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "local";
-  d.summary = "sliding-window attention, |j − i| ≤ W";
-  d.reference = "Beltagy et al. 2020 (sliding window); seed 003 (sparse attention)";
-  d.causal = true;
-  d.causal_note = "yes";
-  d.budget = "window";
-  d.params = {ParamSpec::integer("window", 64, 0, 1 << 24, "half-width W of the band")};
-  set_factories<LocalMethod>(d);
-  return d;
+  return describe<LocalMethod>(kName, "sliding-window attention, |j − i| ≤ W",
+                               "Beltagy et al. 2020 (sliding window); seed 003 (sparse attention)", Causal::yes(),
+                               {ParamSpec::integer("window", 64, 0, 1 << 24, "half-width W of the band").budget()});
 }
 
 MethodDescriptor SparseOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "sparse";
-  d.summary = "fixed sparse patterns: band + strided + global tokens + random keys";
-  d.reference = "Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random)";
-  d.causal = true;
-  d.causal_note = "yes";
-  d.budget = "window";
-  d.params = {ParamSpec::integer("window", 16, -1, 1 << 24, "half-width of the band (−1: no band)"),
-              ParamSpec::integer("stride", 32, 0, 1 << 24, "strided keys (c_i − j) mod S = 0 (0: none)"),
-              ParamSpec::integer("globals", 2, 0, 1 << 24, "number of global tokens"),
-              ParamSpec::integer("random", 8, 0, 1 << 24, "random keys per query"), ParamSpec::seed()};
-  set_factories<SparseMethod>(d);
-  return d;
+  return describe<SparseMethod>(
+      kName, "fixed sparse patterns: band + strided + global tokens + random keys",
+      "Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random)", Causal::yes(),
+      {ParamSpec::integer("window", 16, -1, 1 << 24, "half-width of the band (−1: no band)").budget(),
+       ParamSpec::integer("stride", 32, 0, 1 << 24, "strided keys (c_i − j) mod S = 0 (0: none)"),
+       ParamSpec::integer("globals", 2, 0, 1 << 24, "number of global tokens"),
+       ParamSpec::integer("random", 8, 0, 1 << 24, "random keys per query"), ParamSpec::seed()});
 }
 
 MethodDescriptor ReformerOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "reformer";
-  d.summary = "Reformer LSH attention: angular hashing, sorted chunks, multi-round union";
-  d.reference = "Kitaev et al. 2020 §2-3 (angular LSH, chunking, multi-round); seed 003";
-  d.causal = true;
-  d.causal_note = "yes: the most recent same-bucket keys";
-  d.budget = "chunk";
-  d.params = {ParamSpec::integer("buckets", 8, 1, 1 << 16, "number of hash buckets (1 or even)"),
-              ParamSpec::integer("rounds", 2, 1, 64, "hashing rounds"),
-              ParamSpec::integer("chunk", 64, 1, 1 << 24, "keys per chunk (each query sees its chunk and the previous)"),
-              ParamSpec::seed()};
-  set_factories<ReformerMethod>(d);
-  return d;
+  return describe<ReformerMethod>(
+      kName, "Reformer LSH attention: angular hashing, sorted chunks, multi-round union",
+      "Kitaev et al. 2020 §2-3 (angular LSH, chunking, multi-round); seed 003",
+      Causal::yes("the most recent same-bucket keys"),
+      {ParamSpec::integer("buckets", 8, 1, 1 << 16, "number of hash buckets (1 or even)"),
+       ParamSpec::integer("rounds", 2, 1, 64, "hashing rounds"),
+       ParamSpec::integer("chunk", 64, 1, 1 << 24, "keys per chunk (each query sees its chunk and the previous)")
+           .budget(),
+       ParamSpec::seed()});
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Local)

@@ -284,23 +284,16 @@ class VqMethod final : public Method<T> {
 }  // namespace
 
 MethodDescriptor VqOptions::descriptor() {
-  MethodDescriptor d;
-  d.name = "vq";
-  d.summary = "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard";
-  d.reference = "seed 002 eqs. (1)-(3), soft assignment eqs. (8)-(9); Lingle 2023";
-  d.causal = true;
-  d.causal_note =
-      "assign=hard, quantize=keys: the attention is causal; the codebook is fitted on all keys (a look-ahead in the "
-      "codebook)";
-  d.budget = "codes";
-  d.params = {ParamSpec::integer("codes", 64, 1, 1 << 20, "codebook size c"),
-              ParamSpec::integer("iters", 20, 0, 10000, "Lloyd iterations after k-means++"),
-              ParamSpec::choice("assign", {"hard", "soft"}, "nearest code, or GMM responsibilities at temperature T"),
-              ParamSpec::real("temperature", 1.0, 1e-12, 1e12, "T of the soft assignment"),
-              ParamSpec::choice("quantize", {"keys", "both"}, "quantize K, or K and Q (mean-field form)"),
-              ParamSpec::seed()};
-  set_factories<VqMethod>(d);
-  return d;
+  return describe<VqMethod>(
+      kName, "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard",
+      "seed 002 eqs. (1)-(3), soft assignment eqs. (8)-(9); Lingle 2023",
+      Causal::conditional("assign=hard, quantize=keys: the attention is causal; the codebook is fitted on all keys "
+                          "(a look-ahead in the codebook)"),
+      {ParamSpec::integer("codes", 64, 1, 1 << 20, "codebook size c").budget(),
+       ParamSpec::integer("iters", 20, 0, 10000, "Lloyd iterations after k-means++"),
+       ParamSpec::choice("assign", {"hard", "soft"}, "nearest code, or GMM responsibilities at temperature T"),
+       ParamSpec::real("temperature", 1.0, 1e-12, 1e12, "T of the soft assignment"),
+       ParamSpec::choice("quantize", {"keys", "both"}, "quantize K, or K and Q (mean-field form)"), ParamSpec::seed()});
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Vq)

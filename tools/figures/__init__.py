@@ -1,0 +1,1 @@
+"""attnlab's figures, one module per figure family (common.py: what they share)."""
