@@ -83,7 +83,8 @@ struct ModelOptions {
   void add_head_points(std::vector<Point>& pts, const std::string& source, const std::string& experiment,
                        Evaluate evaluate) const {
     const auto [data, heads] = open_bidirectional(source, experiment);
-    for (const ModelHead& h : heads) pts.push_back({data->point_id(h), [=, data = data] { return evaluate(*data, h); }});
+    for (const ModelHead& h : heads)
+      pts.push_back({data->point_id(h), [=, data = data] { return evaluate(*data, h); }});
   }
 };
 

@@ -81,5 +81,34 @@ TEST(Factory, BuildsEveryRegisteredMethodAndRefusesUnknownOnes) {
             std::string::npos);
 }
 
+TEST(Factory, DescriptorsNameOneBudgetParameterAndTheirCausalSupport) {
+  for (const auto& d : registered_methods()) {
+    int marked = 0;
+    for (const auto& p : d.params)
+      if (p.is_budget) {
+        ++marked;
+        EXPECT_EQ(p.name, d.budget) << d.name;
+      }
+    EXPECT_EQ(marked, d.budget.empty() ? 0 : 1) << d.name << ": the budget is one of its parameters";
+    // The README's causal column: "refused: why" exactly for the methods that refuse a mask.
+    EXPECT_EQ(d.causal_note.rfind("refused: ", 0) == 0, !d.causal) << d.name << ": " << d.causal_note;
+  }
+  EXPECT_EQ(find_method("nystrom").budget, "landmarks");
+  EXPECT_EQ(find_method("linformer").budget, "k");
+  EXPECT_EQ(find_method("performer").budget, "features");
+  EXPECT_EQ(find_method("exact").budget, "");
+  EXPECT_FALSE(find_method("nystrom").causal);
+  EXPECT_TRUE(find_method("vq").causal);  // with assign=hard; the method narrows it by parameter
+
+  EXPECT_EQ(Causal::yes().note, "yes");
+  EXPECT_EQ(Causal::yes("prefix sums").note, "yes: prefix sums");
+  EXPECT_EQ(Causal::refused("mixes every position").note, "refused: mixes every position");
+  const std::string two = error_of([] {
+    detail::describe("m", "summary", "eq. (1)", Causal::yes(),
+                     {ParamSpec::integer("a", 1, 0, 2, "a").budget(), ParamSpec::integer("b", 1, 0, 2, "b").budget()});
+  });
+  EXPECT_NE(two.find("two budget parameters, a and b"), std::string::npos) << two;
+}
+
 }  // namespace
 }  // namespace attnlab
