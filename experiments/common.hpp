@@ -48,13 +48,12 @@ inline Row row_key(const std::string& source, Index n, Index d, std::uint64_t se
 }
 
 /// The rows every method comparison writes: output errors, matrix errors (spectral optional), time, diagnostics.
-inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const MatrixR<double>& q,
-                        const MatrixR<double>& k, const MatrixR<double>& v, const MatrixR<double>& exact_out,
-                        const ExactOperator<double>& exact_op, bool spectral) {
+inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const Qkv<double>& p,
+                        const Reference& exact, bool spectral) {
   auto m = make_method<double>(spec, key.seed);
   const auto t0 = std::chrono::steady_clock::now();
-  m->compute(q, k);
-  const MatrixR<double> out = m->output(v);
+  m->compute(p.q, p.k);
+  const MatrixR<double> out = m->output(p.v);
   const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto add = [&](const std::string& metric, double value) {
     Row r = key;
@@ -64,18 +63,12 @@ inline void method_rows(std::vector<Row>& rows, const Row& key, const std::strin
     r.value = value;
     rows.push_back(r);
   };
-  for (const auto& [name, value] : named_metrics(output_errors<double>(exact_out, out))) add(name, value);
+  for (const auto& [name, value] : named_metrics(output_errors<double>(exact.out, out))) add(name, value);
   MatrixErrorOptions mo;
   mo.spectral = spectral;
-  for (const auto& [name, value] : named_metrics(matrix_errors<double>(exact_op, m->op(), mo))) add(name, value);
+  for (const auto& [name, value] : named_metrics(matrix_errors<double>(exact.op, m->op(), mo))) add(name, value);
   add("time_s", t);
   for (const auto& [name, value] : m->diagnostics()) add(name, value);
-}
-
-/// method_rows() on a problem and its exact reference.
-inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const Qkv<double>& p,
-                        const Reference& ref, bool spectral) {
-  method_rows(rows, key, spec, p.q, p.k, p.v, ref.out, ref.op, spectral);
 }
 
 /// −Σ_ij P_ij log P_ij (nats; 0 log 0 = 0) over a block of rows of P: divided by the rows, the mean row entropy.

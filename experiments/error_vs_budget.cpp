@@ -66,9 +66,9 @@ class ErrorVsBudget final : public Experiment {
         for (Index h = 0; h < files_->q.heads(); ++h) {
           const Family f = *it;
           pts.push_back({fmt::format("family={} source=files q={} head={}", f.label, q_file_, h), [=] {
-                           const MatrixR<double> q = files_->q.head_as<double>(h), k = files_->k.head_as<double>(h),
-                                                 v = files_->v.head_as<double>(h);
-                           return evaluate(f, fmt::format("files/head{}", h), q, k, v, 0);
+                           const Qkv<double> p{files_->q.head_as<double>(h), files_->k.head_as<double>(h),
+                                               files_->v.head_as<double>(h)};
+                           return evaluate(f, fmt::format("files/head{}", h), p, 0);
                          }});
         }
       }
@@ -78,8 +78,7 @@ class ErrorVsBudget final : public Experiment {
           for (const ModelHead& h : heads) {
             const Family f = *it;
             pts.push_back({fmt::format("family={} {}", f.label, data->point_id(h)), [=, data = data] {
-                             const Qkv<double> p = data->load(h);
-                             return evaluate(f, data->source_label(h), p.q, p.k, p.v, std::uint64_t(h.seq));
+                             return evaluate(f, data->source_label(h), data->load(h), std::uint64_t(h.seq));
                            }});
           }
           continue;
@@ -98,23 +97,20 @@ class ErrorVsBudget final : public Experiment {
 
  private:
   std::vector<Row> run(const Family& f, const std::string& src, Index n, Index d, std::uint64_t seed) const {
-    const Qkv<double> p = generated(src, n, d, seed);
-    return evaluate(f, src, p.q, p.k, p.v, seed);
+    return evaluate(f, src, generated(src, n, d, seed), seed);
   }
-  std::vector<Row> evaluate(const Family& f, const std::string& src, const MatrixR<double>& q,
-                            const MatrixR<double>& k, const MatrixR<double>& v, std::uint64_t seed) const {
-    const ExactOperator<double> exact(q, k, {});
-    const MatrixR<double> exact_out = exact_output<double>(q, k, v, {});
-    const Index n = std::min(q.rows(), k.rows());
+  std::vector<Row> evaluate(const Family& f, const std::string& src, const Qkv<double>& p, std::uint64_t seed) const {
+    const Reference exact(p);
+    const Index n = std::min(p.q.rows(), p.k.rows());
     std::vector<Row> rows;
     // Cost in float32, as users run it; exact streaming attention timed in the same point gives the speed-up.
-    const MatrixR<float> qf = q.cast<float>(), kf = k.cast<float>(), vf = v.cast<float>();
+    const MatrixR<float> qf = p.q.cast<float>(), kf = p.k.cast<float>(), vf = p.v.cast<float>();
     const Cost exact_cost = repeats_ > 0 ? measure_cost("exact", qf, kf, vf, seed, repeats_) : Cost{};
     for (Index b : f.budgets) {
       if (b > n) continue;
-      const Row key = row_key(src, q.rows(), q.cols(), seed, f.label, b);
+      const Row key = row_key(src, p.q.rows(), p.q.cols(), seed, f.label, b);
       const std::string spec = f.spec_at(b);
-      method_rows(rows, key, spec, q, k, v, exact_out, exact, q.rows() <= spectral_limit_);
+      method_rows(rows, key, spec, p, exact, p.q.rows() <= spectral_limit_);
       if (repeats_ == 0) continue;  // no cost asked for
       const Cost c = measure_cost(spec, qf, kf, vf, seed, repeats_);
       if (c.refused) continue;  // the memory guard refused the size

@@ -34,14 +34,14 @@ class ErrorVsLength final : public Experiment {
  private:
   std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
     const Qkv<double> p = generated(src, n, d_, seed);
-    const Reference ref(p);
+    const Reference exact(p);
     std::vector<Row> rows;
     for (const auto& m : methods_) {
       if (budget_ > n) continue;
       // "name:param" or "name:fixed,...,param": the budget fills the last key.
       const std::string spec = m + "=" + std::to_string(budget_);
       const Row key = row_key(src, n, d_, seed, m, budget_);
-      method_rows(rows, key, spec, p, ref, false);
+      method_rows(rows, key, spec, p, exact, false);
     }
     return rows;
   }

@@ -78,7 +78,7 @@ class ProbSparseExperiment final : public Experiment {
     std::sort(sorted.data(), sorted.data() + sorted.size());
     for (int q : {1, 5, 10, 25, 50, 75, 90, 95, 99})
       add("full", q, "M_quantile", sorted(std::min<Index>(n - 1, Index(double(q) / 100.0 * double(n)))));
-    const Reference ref(p);
+    const Reference exact(p);
     for (double c : factors_) {
       const Index u = probsparse_u(n, c), samples = probsparse_default_samples(n, c);
       const std::vector<Index> truth = select_queries(m, u, false);
@@ -94,8 +94,7 @@ class ProbSparseExperiment final : public Experiment {
       Row k2 = key;
       k2.variant = "method";
       k2.step = Index(std::lround(c * 100));  // c × 100, as an integer step
-      method_rows(rows, k2, fmt::format("probsparse:factor={},seed={}", c, seed), p, ref,
-                  false);
+      method_rows(rows, k2, fmt::format("probsparse:factor={},seed={}", c, seed), p, exact, false);
     }
     return rows;
   }

@@ -53,9 +53,9 @@ class Regimes final : public Experiment {
   std::vector<Row> evaluate(const std::string& src, const std::string& variant, const Qkv<double>& p,
                             std::uint64_t seed) const {
     const Index n = p.q.rows();
-    const Reference ref(p);
+    const Reference exact(p);
     // Mean row entropy of P, −Σ_j P_ij log P_ij (nats), read block by block.
-    const double entropy = row_stats(ref.op).mean_entropy;
+    const double entropy = row_stats(exact.op).mean_entropy;
     std::vector<Row> rows;
     const Row key = row_key(src, n, p.q.cols(), seed, variant);
     {
@@ -65,7 +65,7 @@ class Regimes final : public Experiment {
       r.value = entropy;
       rows.push_back(r);
     }
-    for (const auto& spec : methods_) method_rows(rows, key, spec, p, ref, false);
+    for (const auto& spec : methods_) method_rows(rows, key, spec, p, exact, false);
     return rows;
   }
 

@@ -33,13 +33,13 @@ class VqExperiment final : public Experiment {
  private:
   std::vector<Row> run(const std::string& src, Index c, std::uint64_t seed) const {
     const Qkv<double> p = generated(src, n_, d_, seed);
-    const Reference ref(p);
+    const Reference exact(p);
     std::vector<Row> rows;
     const Row key = row_key(src, n_, d_, seed, "", c);
     const auto add = [&](const std::string& variant, const std::string& spec) {
       Row k = key;
       k.variant = variant;
-      method_rows(rows, k, spec, p, ref, false);
+      method_rows(rows, k, spec, p, exact, false);
     };
     add("hard", fmt::format("vq:codes={}", c));
     for (double t : temps_) add(fmt::format("soft T={}", t), fmt::format("vq:codes={},assign=soft,temperature={}", c, t));
