@@ -6,7 +6,7 @@
 #include "attnlab/npy.hpp"
 #include "budget_families.hpp"
 #include "common.hpp"
-#include "cost.hpp"
+#include "attnlab/cost.hpp"
 #include "model_data.hpp"
 
 #include <fmt/format.h>
@@ -105,19 +105,22 @@ class ErrorVsBudget final : public Experiment {
     std::vector<Row> rows;
     // Cost in float32, as users run it; exact streaming attention timed in the same point gives the speed-up.
     const MatrixR<float> qf = p.q.cast<float>(), kf = p.k.cast<float>(), vf = p.v.cast<float>();
-    const Cost exact_cost = repeats_ > 0 ? measure_cost("exact", qf, kf, vf, seed, repeats_) : Cost{};
+    CostOptions co;
+    co.repeats = int(std::max<Index>(1, repeats_));
+    const Cost exact_cost = repeats_ > 0 ? measure_method<float>("exact", qf, kf, vf, seed, {}, co) : Cost{};
     for (Index b : f.budgets) {
       if (b > n) continue;
       const Row key = row_key(src, p.q.rows(), p.q.cols(), seed, f.label, b);
       const std::string spec = f.spec_at(b);
       method_rows(rows, key, spec, p, exact, p.q.rows() <= spectral_limit_);
       if (repeats_ == 0) continue;  // no cost asked for
-      const Cost c = measure_cost(spec, qf, kf, vf, seed, repeats_);
+      const Cost c = measure_method<float>(spec, qf, kf, vf, seed, {}, co);
       if (c.refused) continue;  // the memory guard refused the size
       Row r = rows.back();      // same identifying columns as the method's rows
-      for (const auto& [metric, value] : {std::pair<const char*, double>{"cost_time_s", c.seconds},
+      for (const auto& [metric, value] : {std::pair<const char*, double>{"cost_time_s", c.min_s},
+                                          {"cost_time_median_s", c.median_s},
                                           {"cost_peak_memory_bytes", double(c.peak_bytes)},
-                                          {"cost_speedup_vs_exact", exact_cost.seconds / c.seconds}}) {
+                                          {"cost_speedup_vs_exact", speedup(exact_cost.min_s, c.min_s)}}) {
         r.metric = metric;
         r.value = value;
         rows.push_back(r);

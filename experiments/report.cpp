@@ -11,7 +11,7 @@
 #include "attnlab/tidy_csv.hpp"
 #include "budget_families.hpp"
 #include "common.hpp"
-#include "cost.hpp"
+#include "attnlab/cost.hpp"
 #include "model_data.hpp"
 #include "svg.hpp"
 
@@ -108,7 +108,10 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
   }
 
   const MatrixR<float> qf = h.q.cast<float>(), kf = h.k.cast<float>(), vf = h.v.cast<float>();
-  r.exact_seconds = experiments::measure_cost("exact", qf, kf, vf, 0, o.repeats, aopts).seconds;
+  CostOptions co;
+  co.repeats = int(o.repeats);
+  co.memory = false;
+  r.exact_seconds = measure_method<float>("exact", qf, kf, vf, 0, aopts, co).min_s;
   MatrixErrorOptions mo;
   mo.spectral = false;
   const bool matrix = r.n <= o.dense_limit;
@@ -124,10 +127,10 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
       m->compute(h.q, h.k, aopts);
       p.error = output_errors<double>(exact_out, m->output(h.v)).rel_fro;
       if (matrix) p.p_error = matrix_errors<double>(exact, m->op(), mo).rel_fro;
-      const experiments::Cost c = experiments::measure_cost(p.spec, qf, kf, vf, 0, o.repeats, aopts);
+      const Cost c = measure_method<float>(p.spec, qf, kf, vf, 0, aopts, co);
       if (!c.refused) {
-        p.seconds = c.seconds;
-        p.speedup = r.exact_seconds / c.seconds;
+        p.seconds = c.min_s;
+        p.speedup = speedup(r.exact_seconds, c.min_s);
       }
       r.points.push_back(p);
     }

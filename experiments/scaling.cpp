@@ -1,10 +1,13 @@
 // `scaling` — wall-clock time and peak memory against n for every method at its default budget, with the speed-up
 // and memory saving relative to exact attention measured in the same run (Nyströmformer Table 1, Linformer
 // Table 3 analogues); the log-log slope per method is fitted by tools/plot.py. float32, as the papers.
-// Memory as measure_cost (cost.hpp) takes it: peak − resident before, what the method allocated (inputs
-// excluded). Sizes whose quadratic matrix would not fit are refused by the memory guard and recorded as such.
+// Time and memory by the library's cost harness (attnlab/cost.hpp): a warm-up call, then --repeats timed calls in
+// steady state (minimum, median and largest recorded); memory in a separate untimed call on a fresh method object
+// (peak − resident before: what the method allocated, inputs excluded). Sizes whose quadratic matrix would not fit
+// are refused by the memory guard and recorded as such.
 #include "common.hpp"
-#include "cost.hpp"
+
+#include "attnlab/cost.hpp"
 
 #include "attnlab/random.hpp"
 
@@ -23,7 +26,7 @@ class Scaling final : public Experiment {
         .separator(';')
         .preset({"exact:impl=materialized", "exact", "linear", "performer", "nystrom", "linformer:k=128", "vq",
                  "probsparse", "local", "reformer"});
-    o.add("--repeats", repeats_, "timed repetitions (the minimum is kept)").preset(2, 3);
+    o.add("--repeats", repeats_, "timed repetitions after a warm-up call (minimum, median and largest kept)").preset(5, 7);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
@@ -47,7 +50,9 @@ class Scaling final : public Experiment {
       r.variant = spec;
       r.n = n;
       r.d = d_;
-      const Cost c = measure_cost(spec, q, k, v, 0, repeats_);
+      CostOptions co;
+      co.repeats = int(repeats_);
+      const Cost c = measure_method<float>(spec, q, k, v, 0, {}, co);
       const auto add = [&](const std::string& metric, double value) {
         Row x = r;
         x.metric = metric;
@@ -58,14 +63,16 @@ class Scaling final : public Experiment {
         add("refused_memory", 1);
         continue;
       }
-      add("time_s", c.seconds);
+      add("time_s", c.min_s);
+      add("time_median_s", c.median_s);
+      add("time_max_s", c.max_s);
       add("peak_memory_bytes", double(c.peak_bytes));
     }
     return rows;
   }
 
   std::vector<Index> n_;
-  Index d_ = 64, repeats_ = 2;
+  Index d_ = 64, repeats_ = 5;
   std::vector<std::string> methods_;
 };
 

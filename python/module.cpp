@@ -244,8 +244,8 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
     d["dtype"] = dtype_name(dtype_of<T>());
     d["n_q"] = q.rows;
     d["n_k"] = k.rows;
-    d["time_s"] = r.time_s;
-    d["exact_time_s"] = r.exact_time_s;
+    d["time_s"] = r.time_s();
+    d["exact_time_s"] = r.exact_time_s();
     for (const auto& name : names) d[py::str(name)] = std::numeric_limits<double>::quiet_NaN();
     for (const auto& [name, value] : r.metrics) d[py::str(name)] = value;
     records.append(d);

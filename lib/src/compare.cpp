@@ -8,19 +8,10 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <optional>
 
 namespace attnlab {
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
 template <typename T>
 std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
                                         const std::vector<std::unique_ptr<Method<T>>>& methods,
@@ -29,9 +20,11 @@ std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
   for (const auto& m : methods)
     if (opts.attention.causal && !m->supports_causal())
       throw Error(fmt::format("method '{}' cannot honour a causal mask", m->name()));
-  auto t0 = std::chrono::steady_clock::now();
   const MatrixR<T> exact_out = exact_output<T>(q, k, v, opts.attention);
-  const double exact_time = seconds_since(t0);
+  // Exact attention timed by the same harness as the methods (warm-up, then repeats), so that no row pays the
+  // process's first-call costs and the speed-ups compare like with like.
+  const Cost exact_cost = measure_method<T>("exact", q, k, v, 0, opts.attention, opts.cost);
+  if (exact_cost.refused) throw Error(exact_cost.reason);
   std::optional<ExactOperator<T>> exact_op;
   if (opts.matrix_metrics) exact_op.emplace(q, k, opts.attention);
   MatrixErrorOptions mopts;
@@ -43,17 +36,18 @@ std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
     CompareRow row;
     row.method = m->name();
     row.spec = m->spec();
-    t0 = std::chrono::steady_clock::now();
     m->compute(q, k, opts.attention);
     const MatrixR<T> out = m->output(v);
-    row.time_s = seconds_since(t0);
-    row.exact_time_s = exact_time;
+    row.exact_cost = exact_cost;
     require_finite_output(out, fmt::format("the output of {}", row.spec));
     row.metrics = named_metrics(output_errors<T>(exact_out, out));
     for (const auto& [name, value] : m->diagnostics())
       if (!std::isnan(value)) row.metrics.emplace_back(name, value);
     if (exact_op)
       for (const auto& nv : named_metrics(matrix_errors<T>(*exact_op, m->op(), mopts))) row.metrics.push_back(nv);
+    // Timed last: the harness recomputes the method (same spec, same seed: the same state) in steady state.
+    row.cost = measure_method<T>(*m, q, k, v, opts.attention, opts.cost);
+    if (row.cost.refused) throw Error(row.cost.reason);
     if (on_row) on_row(row);
     rows.push_back(std::move(row));
   }

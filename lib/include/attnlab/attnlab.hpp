@@ -3,6 +3,7 @@
 
 #include "attnlab/cancel.hpp"
 #include "attnlab/compare.hpp"
+#include "attnlab/cost.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/kernel_attention.hpp"

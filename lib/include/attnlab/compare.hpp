@@ -2,6 +2,7 @@
 // what it cost, one row per method. Shared by `attnlab compare`, the Python module's compare() and the report.
 #pragma once
 
+#include "attnlab/cost.hpp"
 #include "attnlab/method.hpp"
 #include "attnlab/options.hpp"
 #include "attnlab/types.hpp"
@@ -18,12 +19,23 @@ struct CompareOptions {
   AttentionOptions attention;  ///< causal mask, scale (NaN: 1/√d)
   bool matrix_metrics = true;  ///< also the errors of P̃ against P (Frobenius, KL, TV; matrix-free, O(n²) time)
   bool spectral = true;        ///< with matrix_metrics: also the spectral norms (block Krylov)
+  /// How each method and exact attention are timed (warm-up, repeats; memory off by default here: compare reports
+  /// errors first, and the memory call would cost one more run of every method).
+  CostOptions cost = [] {
+    CostOptions c;
+    c.memory = false;
+    return c;
+  }();
 };
 
 struct CompareRow {
   std::string method, spec;
-  double time_s = 0;        ///< compute() + output(), once
-  double exact_time_s = 0;  ///< exact streaming attention on the same head, once, in the same call
+  Cost cost;                ///< compute() + output() by the cost harness (cost.hpp)
+  Cost exact_cost;          ///< exact streaming attention on the same head, by the same harness, in the same call
+  double time_s() const { return cost.min_s; }
+  double exact_time_s() const { return exact_cost.min_s; }
+  /// exact time / method time (> 1: faster than exact), minima of both.
+  double speedup() const { return attnlab::speedup(exact_cost.min_s, cost.min_s); }
   /// out_rel_fro, out_max_abs, out_mean_cosine, out_min_cosine, the method's diagnostics, then the P_* metrics.
   std::vector<std::pair<std::string, double>> metrics;
 };
