@@ -27,7 +27,13 @@ README = os.path.join(ROOT, "README.md")
 PAPER_TEMPLATE = os.path.join(ROOT, "docs", "paper.template.md")
 PAPER = os.path.join(ROOT, "docs", "paper.md")
 EXPORT = os.path.join(ROOT, "models", "trained_attention.export.json")
-PLACEHOLDER = re.compile(r"\{\{([a-z0-9_]+\.[a-z0-9_.]+)\}\}")   # {{experiment.name}}; {{name}} stays literal
+# A placeholder is {{experiment.name}}, in any case (evb.P_clustered_vq, regimes.gaussian_svd_lowT). Every {{...}}
+# in a text is checked — not only those of the expected shape — so that a key the pattern does not cover cannot pass
+# through unrendered (an all-lowercase pattern once let 11 such placeholders reach the README). The texts talk about
+# placeholders themselves with LITERAL ones only.
+PLACEHOLDER = re.compile(r"\{\{([^{}\n]*)\}\}")
+LITERAL = {"name", "finding"}
+NO_VALUE = {"nan", "-nan", "inf", "-inf", ""}   # a finding formatted like this has no value to quote
 
 
 def load(results, name):
@@ -388,11 +394,60 @@ def findings_md(items, results):
     return "\n".join(out)
 
 
+def at(where, text, pos):
+    """'WHERE:LINE' of a position in text, or WHERE with '{line}' filled in."""
+    line = 1 + text.count("\n", 0, pos)
+    return where.format(line=line) if "{line}" in where else f"{where}:{line}"
+
+
+def unrendered(text, items, where):
+    """'WHERE:LINE: {{key}} ...' for every placeholder of text that has no value: a key that no finding has, or a
+    finding whose value is NaN or infinite (its rows are missing from the CSVs). Empty when text renders."""
+    out = []
+    for m in PLACEHOLDER.finditer(text):
+        key = m.group(1)
+        if key in LITERAL:
+            continue
+        if key not in items:
+            close = difflib.get_close_matches(key, list(items), n=1)
+            out.append(f"{at(where, text, m.start())}: {m.group(0)} is no finding" + (f" (did you mean {close[0]}?)" if close else ""))
+        elif items[key][0].strip().lower() in NO_VALUE:
+            out.append(f"{at(where, text, m.start())}: {m.group(0)} has no value ({items[key][0]!r}: {items[key][1]})")
+    return out
+
+
 def render(text, items, where):
-    missing = sorted(set(PLACEHOLDER.findall(text)) - set(items))
-    if missing:
-        sys.exit(f"findings: {where} names unknown findings: {', '.join(missing)}")
-    return PLACEHOLDER.sub(lambda m: items[m.group(1)][0], text)
+    """text with each placeholder replaced by its finding's value; exits naming every placeholder without one."""
+    bad = unrendered(text, items, where)
+    if bad:
+        sys.exit("findings: placeholders without a value (tools/findings.py computes the findings):\n  " +
+                 "\n  ".join(bad))
+    return PLACEHOLDER.sub(lambda m: m.group(0) if m.group(1) in LITERAL else items[m.group(1)][0], text)
+
+
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def template_problems(items, paper):
+    """Every placeholder without a value in the texts that are rendered: the README's and the paper page's
+    templates and the notebooks' markdown in tools/make_notebooks.py."""
+    out = unrendered(open(TEMPLATE).read(), items, rel(TEMPLATE))
+    if paper:
+        out += unrendered(open(PAPER_TEMPLATE).read(), items, rel(PAPER_TEMPLATE))
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import make_notebooks
+    for name, cells in make_notebooks.books().items():
+        md = [t for kind, t in cells if kind == "md"]
+        for i, t in enumerate(md):
+            out += unrendered(t, items, f"tools/make_notebooks.py, {name}'s markdown cell {i + 1}, line {{line}}")
+    return out
+
+
+def leftover_placeholders(path, text):
+    """'PATH:LINE: {{key}} left unrendered' for every non-literal placeholder in a committed, rendered text."""
+    return [f"{at(path, text, m.start())}: {m.group(0)} left unrendered"
+            for m in PLACEHOLDER.finditer(text) if m.group(1) not in LITERAL]
 
 
 def notebook_texts(items):
@@ -420,10 +475,19 @@ def main():
     items = compute(a.results)
     md = findings_md(items, a.results)
     md_path = os.path.join(a.results, "findings.md")
-    readme = render(open(TEMPLATE).read(), items, TEMPLATE)
     quick = os.path.abspath(a.results) == os.path.join(ROOT, "results")
     # The paper page exists once the paper preset has run (results/paper/timings.csv).
-    paper_page = render(open(PAPER_TEMPLATE).read(), items, PAPER_TEMPLATE) if "paper.total" in items else None
+    has_paper = "paper.total" in items
+    # Every placeholder without a value, in every text, before anything is written or compared.
+    bad = template_problems(items, has_paper)
+    if bad:
+        print("findings: placeholders without a value (add the finding to tools/findings.py or fix the name):\n  " +
+              "\n  ".join(bad), file=sys.stderr)
+        print(f"findings: {len(items)} numbers computed; {len(bad)} placeholders without a value"
+              + ("" if a.check else "; nothing written"))
+        return 1
+    readme = render(open(TEMPLATE).read(), items, rel(TEMPLATE))
+    paper_page = render(open(PAPER_TEMPLATE).read(), items, rel(PAPER_TEMPLATE)) if has_paper else None
     if not a.check:
         with open(md_path, "w") as f:
             f.write(md)
@@ -441,6 +505,16 @@ def main():
             make_notebooks.main()
         return 0
     problems = []
+    # The committed, rendered texts: a placeholder left in them is named by file and line (the comparisons below
+    # would catch it too, but as a diff).
+    committed = [(README, open(README).read())]
+    if os.path.exists(PAPER):
+        committed.append((PAPER, open(PAPER).read()))
+    for path, text in committed:
+        problems += leftover_placeholders(rel(path), text)
+    for name, cells in committed_notebook_texts().items():
+        for i, t in enumerate(cells):
+            problems += leftover_placeholders(f"notebooks/{name}, markdown cell {i + 1}, line {{line}}", t)
     if not os.path.exists(md_path) or open(md_path).read() != md:
         problems.append(f"{md_path} is not what the CSVs give (run tools/findings.py)")
     if open(README).read() != readme:

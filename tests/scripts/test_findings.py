@@ -4,6 +4,8 @@
     (README.md is docs/README.template.md rendered; the notebooks' text is tools/make_notebooks.py's), and
     results/findings.md is up to date;
   - a changed number is caught: a README with one quoted value altered fails the check;
+  - a placeholder without a value is caught: in README.md (left unrendered) or in the template (unknown key, any
+    case), the check fails naming the placeholder and its file and line, and rendering writes nothing;
   - the committed quick-preset results/ take at most 5 MB, and every CSV there is compressed.
 """
 import os
@@ -41,10 +43,55 @@ readme = open(os.path.join(ROOT, "README.md")).read()
 value = items["evb.floor_trained"][0]
 altered = readme.replace(f"{value} on the\ntrained heads", f"{float(value) + 0.01:.2f} on the\ntrained heads", 1)
 check(altered != readme, "the README quotes evb.floor_trained where the test expects it")
+
+
+def run_copy(*args):
+    return subprocess.run([sys.executable, os.path.join(copy, "tools", "findings.py"), *args], capture_output=True,
+                          text=True, timeout=300)
+
+
 open(os.path.join(copy, "README.md"), "w").write(altered)
-r = subprocess.run([sys.executable, os.path.join(copy, "tools", "findings.py"), "--check"], capture_output=True,
-                   text=True, timeout=300)
+r = run_copy("--check")
 check(r.returncode == 1 and "README.md differs" in r.stderr, f"an altered number is caught: {r.stderr[-500:]}")
+
+# The placeholders' own rules, on a text: a key in any case renders (an all-lowercase pattern once let
+# {{evb.P_clustered_vq}} and ten others through as literal text), an unknown key and a finding without a value (NaN)
+# are named with their line, the literal {{name}} stays.
+text = "VQ {{evb.P_clustered_vq}}, {{name}} stays\nthen {{evb.P_clustered_vqq}} and {{ evb.floor_trained }}\n{{x.nan}}"
+with_nan = dict(items, **{"x.nan": ("nan", "a finding whose rows are missing", "x")})
+bad = findings.unrendered(text, with_nan, "T")
+check(len(bad) == 3 and bad[0].startswith("T:2: {{evb.P_clustered_vqq}} is no finding")
+      and "did you mean evb.P_clustered_vq" in bad[0] and bad[1].startswith("T:2: {{ evb.floor_trained }}")
+      and bad[2].startswith("T:3: {{x.nan}} has no value"), f"unrendered names each placeholder and line: {bad}")
+ok = findings.render(text.split("\n")[0], items, "T")
+check(ok == f"VQ {items['evb.P_clustered_vq'][0]}, {{{{name}}}} stays", f"a mixed-case key renders: {ok!r}")
+try:
+    findings.render(text, with_nan, "T")
+    check(False, "render refuses a text with placeholders without a value")
+except SystemExit as e:
+    check("T:2: {{evb.P_clustered_vqq}}" in str(e) and "T:3: {{x.nan}}" in str(e), f"render names them all: {e}")
+
+# README.md with a placeholder left in it (template unchanged): named by file and line.
+lines = readme.split("\n")
+lines.insert(10, "A sentence quoting {{evb.no_such_finding}} unrendered.")
+open(os.path.join(copy, "README.md"), "w").write("\n".join(lines))
+r = run_copy("--check")
+check(r.returncode == 1 and "README.md:11: {{evb.no_such_finding}} left unrendered" in r.stderr,
+      f"a placeholder left in README.md fails the check with its line: {r.stderr[-800:]}")
+
+# The template with an unknown placeholder: the check fails naming it, and rendering fails before writing anything.
+template = os.path.join(copy, "docs", "README.template.md")
+t_lines = open(template).read().split("\n")
+t_lines.insert(4, "Quoting {{regimes.no_such_finding}} here.")
+open(template, "w").write("\n".join(t_lines))
+open(os.path.join(copy, "README.md"), "w").write(readme)
+r = run_copy("--check")
+check(r.returncode == 1 and "docs/README.template.md:5: {{regimes.no_such_finding}} is no finding" in r.stderr,
+      f"an unknown placeholder in the template fails the check with its line: {r.stderr[-800:]}")
+r = run_copy()
+check(r.returncode == 1 and "{{regimes.no_such_finding}}" in r.stderr
+      and open(os.path.join(copy, "README.md")).read() == readme,
+      f"rendering refuses it and leaves README.md as it was: rc {r.returncode}, {r.stderr[-500:]}")
 shutil.rmtree(copy)
 
 def tree_size(top, skip=()):
