@@ -2,7 +2,21 @@
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .common import load, is_head, head_of, panels, caption, finish, save
+from .common import caption, finish, head_of, is_head, load, panels, save
+
+# Temperatures in one sequential hue (light: cold), so that the order reads off the colour; heads by layer (viridis).
+TEMPS = plt.get_cmap("plasma")
+
+
+def t_colour(variant, variants):
+    """The colour of 'T=x' among the variants' temperatures."""
+    ts = sorted({float(v.split("=")[1]) for v in variants if v.startswith("T=")})
+    t = float(variant.split("=")[1])
+    return TEMPS(0.85 * ts.index(t) / max(1, len(ts) - 1))
+
+
+def by_temperature(variants):
+    return sorted(variants, key=lambda v: float(v.split("=")[1]) if v.startswith("T=") else float("inf"))
 
 
 def plot_spectrum(results, out):
@@ -15,18 +29,23 @@ def plot_spectrum(results, out):
         dd = d[d.source == src]
         heads = sorted(v for v in dd["variant"].unique() if is_head(v))
         layers = sorted({head_of(v)[0] for v in heads})
-        for variant, g in dd.groupby("variant"):
-            g = g.groupby("step")["value"].mean()   # mean over seeds / held-out sequences
+        for variant in by_temperature(dd["variant"].unique()):
+            g = dd[dd.variant == variant].groupby("step")["value"].mean()   # mean over seeds / held-out sequences
             if is_head(variant):   # Linformer Fig. 1 (left): one line per head, coloured by layer
                 layer = head_of(variant)[0]
                 first = variant == next(v for v in heads if v.startswith(f"L{layer}H"))
-                ax.plot(g.index, g.values, lw=0.9, color=plt.get_cmap("viridis")(layer / max(1, len(layers) - 1)),
+                colour = plt.get_cmap("viridis")(0.85 * layer / max(1, len(layers) - 1))   # not the last yellow: unreadable on white
+                ax.plot(g.index, g.values, lw=0.9, color=colour,
                         label=f"layer {layer}" if first else None)
+            elif variant.startswith("T="):
+                ax.plot(g.index, g.values, lw=1.6, color=t_colour(variant, dd["variant"].unique()),
+                        label=variant.replace("=", " = "))
             else:
-                ax.plot(g.index, g.values, label=variant)
+                ax.plot(g.index, g.values, lw=1.6, label=variant)
         ax.axvline(128, color="gray", lw=0.8, ls=":")
         ax.set(title=src, xlabel="singular value index", ylabel="normalized cumulative singular value", ylim=(0, 1.02))
-        ax.legend(fontsize=7)
+        ax.grid(True, lw=0.3, alpha=0.5)
+        ax.legend(loc="lower right")   # the curves rise to 1 at the left: the lower right is empty
     saved.append(finish(fig, out, "spectrum_cumulative",
            "Linformer Fig. 1: normalized cumulative singular values of P (n = 512; model sources: one line per "
            "head, mean over held-out sequences); dotted: index 128."))
@@ -67,13 +86,25 @@ def plot_spectrum(results, out):
         # One solver per line: the block solver when present (a Lanczos run of the same points gives the same values).
         solver = "block" if (top.spec == "block").any() else top.spec.iloc[0]
         top = top[top.spec == solver]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for (src, variant, n), g in top.groupby(["source", "variant", "n"]):
-            g = g.groupby("step")["value"].mean()
-            ax.semilogy(g.index, g.values / g.values[0], label=f"{src} {variant} n={n}")
-        ax.set(xlabel="index", ylabel="σ_i / σ_1")
-        ax.legend(fontsize=6, ncol=2)
+        srcs = sorted(top["source"].unique())
+        fig, axes = plt.subplots(1, len(srcs), figsize=(4.2 * len(srcs), 3.6), squeeze=False, sharey=True)
+        for ax, src in zip(axes[0], srcs):   # one panel per source: a line per temperature (and length)
+            t = top[top.source == src]
+            lengths = sorted(t["n"].unique())
+            for variant in by_temperature(t["variant"].unique()):
+                for j, n in enumerate(lengths):
+                    g = t[(t.variant == variant) & (t.n == n)].groupby("step")["value"].mean()
+                    if g.empty:
+                        continue
+                    colour = t_colour(variant, t["variant"].unique()) if variant.startswith("T=") else None
+                    ax.semilogy(g.index + 1, g.values / g.values[0], ["-", "--", ":"][j % 3], lw=1.6,
+                                color=colour, label=variant.replace("=", " = ") +
+                                (f", n = {int(n)}" if len(lengths) > 1 else ""))
+            ax.set(title=f"{src} (n = {', '.join(str(int(n)) for n in lengths)})", xlabel="index i")
+            ax.grid(True, which="major", lw=0.3, alpha=0.5)
+            ax.legend(loc="lower left")
+        axes[0][0].set_ylabel("σᵢ / σ₁")
         saved.append(finish(fig, out, "spectrum_topk",
-               f"Top singular values at large n, matrix-free on the exact attention operator ({solver} solver; "
-               "mean over seeds)."))
+               f"Top singular values of P at large n, computed matrix-free on the exact attention operator ({solver} "
+               "solver; mean over seeds), relative to the largest."))
     return saved
