@@ -410,7 +410,8 @@ def unrendered(text, items, where):
             continue
         if key not in items:
             close = difflib.get_close_matches(key, list(items), n=1)
-            out.append(f"{at(where, text, m.start())}: {m.group(0)} is no finding" + (f" (did you mean {close[0]}?)" if close else ""))
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            out.append(f"{at(where, text, m.start())}: {m.group(0)} is no finding{hint}")
         elif items[key][0].strip().lower() in NO_VALUE:
             out.append(f"{at(where, text, m.start())}: {m.group(0)} has no value ({items[key][0]!r}: {items[key][1]})")
     return out
