@@ -4,6 +4,7 @@
 // ATTNLAB_BENCH_MAX_QUADRATIC_N, default 16384), d = 64, float32 and float64. Ratios taken from one run survive a
 // noisy machine; absolute times do not. Run (tools/bench.sh does): build/bin/attnlab_bench_methods
 //   --benchmark_out=results/bench/attnlab.json --benchmark_out_format=json
+#include "attnlab/cost.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/kmeans.hpp"
 #include "attnlab/vq.hpp"
@@ -53,11 +54,10 @@ void method(benchmark::State& state, const std::string& spec) {
     state.SkipWithError(e.what());
     return;
   }
-  for (auto _ : state) {
-    m->compute(p.q, p.k);
-    const MatrixR<T> o = m->output(p.v);
-    benchmark::DoNotOptimize(o.data());
-  }
+  // The timed body is the cost harness's call (attnlab/cost.hpp: run_method_once), so that this suite, the
+  // experiments, the report, compare and the module time the same thing; Google Benchmark adds its own warm-up
+  // and repetitions around it.
+  for (auto _ : state) attnlab::run_method_once<T>(*m, p.q, p.k, p.v, {});
   state.SetComplexityN(n);
   if (spec.rfind("exact", 0) == 0)  // 4n²d: QKᵀ and PV
     state.counters["GFLOP/s"] = benchmark::Counter(4.0 * double(n) * double(n) * kD * 1e-9,
@@ -134,6 +134,11 @@ int main(int argc, char** argv) {
   // Which build made these timings: its instruction set and what computes its products (plot_bench.py reads them).
   benchmark::AddCustomContext("attnlab_arch", ATTNLAB_BENCH_ARCH);
   benchmark::AddCustomContext("attnlab_products", attnlab::product_backend());
+  benchmark::AddCustomContext("attnlab_cost_context", attnlab::cost_context());
+  // The allocator configuration the timings were taken under (tools/bench.sh runs the default build with and
+  // without it; users run without).
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  benchmark::AddCustomContext("glibc_tunables", tunables ? tunables : "");
   register_all<float>("f32");
   register_all<double>("f64");
   benchmark::Initialize(&argc, argv);

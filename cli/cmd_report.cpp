@@ -33,8 +33,16 @@ void add_report(CLI::App& app) {
   sub->add_option("--families", f->opts.families, "method families (error_vs_budget's labels; default: every "
                                                   "deployable one)")
       ->delimiter(',');
-  sub->add_option("--repeats", f->opts.repeats, "timing: best of this many calls")
+  sub->add_option("--repeats", f->opts.repeats, "timing: timed calls after a warm-up (the fastest is quoted)")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sub->add_option("--cost-n", f->opts.cost_n,
+                  "measure costs at this sequence length (the length the model will run at; each head's rows "
+                  "repeated to it); errors stay measured on the heads. Default: the heads' own length")
+      ->check(CLI::Range(Index(1), Index(1) << 22));
+  sub->add_option("--noise", f->opts.noise,
+                  "relative timing noise below which two costs count as equal (at least the calls' own spread)")
+      ->check(CLI::Range(0.0, 10.0))
       ->capture_default_str();
   sub->add_option("--threads", f->opts.threads, "threads (default: OMP_NUM_THREADS, else every core)")
       ->check(CLI::Range(1, 4096));

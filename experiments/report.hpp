@@ -27,7 +27,14 @@ struct Options {
   std::string out = "attnlab_report";
   double target = 0.05;               ///< output error ‖O − Õ‖_F/‖O‖_F a recommendation must stay under
   std::vector<std::string> families;  ///< error_vs_budget's family labels; empty: every deployable one
-  Index repeats = 3;                  ///< timing: best of this many calls (float32)
+  Index repeats = 5;                  ///< timing: timed calls after a warm-up (float32; cost harness, attnlab/cost.hpp)
+  /// Costs at this sequence length (0: each head's own). Errors stay measured on the heads themselves; the cost
+  /// inputs are the head's own Q, K, V rows repeated cyclically to this length, so that data-dependent work
+  /// (buckets, clusters) sees the head's distribution. Speed-ups grow with n: cost where the model will run.
+  Index cost_n = 0;
+  /// Timing noise assumed at least this large (relative): candidates whose times are within the noise of the
+  /// fastest are treated as equally fast, and a method must beat exact attention by more than the noise.
+  double noise = 0.10;
   bool causal = false;                ///< causal mask (only the methods that honour it)
   Index dense_limit = 2048;           ///< full spectrum up to this n; above it the top `top` values, matrix-free
   Index top = 64;

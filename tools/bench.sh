@@ -2,7 +2,7 @@
 # The side-by-side benchmark in one job: attnlab's Google Benchmark suite (every registered method at its defaults,
 # the GEMM yardstick, f32 and f64) from two builds, and the PyTorch eager transcriptions (tools/bench_peers.py), then
 # the table and the figure. Writes results/bench/{attnlab.json,attnlab_fast.json,peers.csv,merged.csv,table.md,
-# bench.png} and re-renders README.md (its table).
+# bench.png, attnlab_tunables.json, peers_tunables.csv, cost_paths.md} and re-renders README.md (its table).
 #   tools/bench.sh [--quick]     (--quick: n ≤ 4096, float32 only, a few minutes)
 # The two attnlab builds:
 #   default  build/ as tools/setup.sh makes it: x86-64-v3, Eigen's own kernels — the same bits on every CPU, the
@@ -28,21 +28,35 @@ if [ -n "${OPENBLAS_CORETYPE:-}" ] && [ "$OPENBLAS_CORETYPE" != "${BENCH_OPENBLA
   echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE inherited; using ${BENCH_OPENBLAS_CORETYPE:-$best}" >&2
 fi
 export OPENBLAS_CORETYPE="${BENCH_OPENBLAS_CORETYPE:-$best}"
-# Both processes keep freed buffers mapped (glibc's allocator otherwise returns every large buffer to the kernel,
-# and the next call pays a page fault per 4 KiB to get it back: half of Nyström's time at n = 65536 in float64).
-# The benchmark then measures the methods' kernels in steady state, the same way for attnlab and PyTorch; recorded.
-export GLIBC_TUNABLES="${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=17179869184}"
-echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE, GLIBC_TUNABLES=$GLIBC_TUNABLES, $(nproc) threads"
+# The allocator as users run it: no GLIBC_TUNABLES (an inherited one is dropped and said). The headline tables are
+# taken so; the default build and PyTorch are run a second time with glibc's mmap/trim thresholds raised (freed
+# buffers stay mapped), which is what the committed tables used to assume, to show what that setting changes: the
+# library must not need it (attnlab's methods reuse their buffers across calls; tools/cost_paths.py shows both).
+if [ -n "${GLIBC_TUNABLES:-}" ]; then echo "bench: GLIBC_TUNABLES=$GLIBC_TUNABLES inherited; unset for the headline runs" >&2; fi
+unset GLIBC_TUNABLES
+tunables="glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=17179869184"
+echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE, $(nproc) threads; headline without GLIBC_TUNABLES"
 filter='.*'
 ns=1024,4096,16384
 dtypes=f32,f64
 if [ "$quick" = 1 ]; then filter='/f32/n:(1024|4096)/'; ns=1024,4096; dtypes=f32; fi
-for build in default fast; do
-  if [ "$build" = default ]; then bin="$ATTNLAB_BUILD/bin"; json="$out/attnlab.json"; else bin="$fast_build/bin"; json="$out/attnlab_fast.json"; fi
-  echo "bench: attnlab, $build build"
-  "$bin/attnlab_bench_methods" --benchmark_filter="$filter" --benchmark_out="$json" \
+run_suite() {  # build-dir json [env assignments...]
+  local bin=$1/bin json=$2
+  shift 2
+  env "$@" "$bin/attnlab_bench_methods" --benchmark_filter="$filter" --benchmark_out="$json" \
     --benchmark_out_format=json --benchmark_min_time=0.2
-done
+}
+echo "bench: attnlab, default build"
+run_suite "$ATTNLAB_BUILD" "$out/attnlab.json"
+echo "bench: attnlab, fast build"
+run_suite "$fast_build" "$out/attnlab_fast.json"
+echo "bench: attnlab, default build, GLIBC_TUNABLES=$tunables"
+run_suite "$ATTNLAB_BUILD" "$out/attnlab_tunables.json" GLIBC_TUNABLES="$tunables"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers.csv" --n "$ns" --dtype "$dtypes"
+GLIBC_TUNABLES="$tunables" "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers_tunables.csv" \
+  --n "$ns" --dtype "$dtypes"
+# Every path that reports a cost (the benchmark, `run scaling`, `compare`, the module) on the same methods and size,
+# in this run: their ratios to the benchmark should be ~1.
+"$(attnlab_python)" "$ATTNLAB_ROOT/tools/cost_paths.py" --n 4096 --out "$out/cost_paths.md"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/plot_bench.py" --dir "$out"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/findings.py"   # README quotes the float32 table

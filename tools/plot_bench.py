@@ -67,8 +67,8 @@ def table(both, contexts):
     c = next(iter(contexts.values()))
     lines = [f"Machine: {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz; "
              f"OpenBLAS core type (PyTorch and the fast build): {', '.join(sorted(set(both.openblas_coretype.dropna())))}; "
-             f"allocator for all: GLIBC_TUNABLES={', '.join(sorted(set(both.glibc_tunables.fillna('')) - {''})) or '(default)'} "
-             "(freed buffers stay mapped: steady-state kernels, not first-touch page faults).", ""]
+             f"allocator for all: GLIBC_TUNABLES={', '.join(sorted(set(both.glibc_tunables.fillna('')) - {''})) or '(unset: glibc defaults, as users run)'}; "
+             f"{c.get('attnlab_cost_context', '')}.", ""]
     for build, ctx in contexts.items():
         lines.append(f"- attnlab {build} build: -march={ctx.get('attnlab_arch', '?')}, products by "
                      f"{ctx.get('attnlab_products', '?')}")
@@ -103,6 +103,36 @@ def table(both, contexts):
         if set(cells) != {"–"}:
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
     lines.append("")
+    return "\n".join(lines)
+
+
+def allocator_table(dirname):
+    """The default build and PyTorch with glibc's defaults (as users run) and with GLIBC_TUNABLES raising the mmap and
+    trim thresholds (freed buffers stay mapped): what the setting changes, per method. Target: ≤ 1.3× for attnlab."""
+    pairs = [("attnlab.json", "attnlab_tunables.json"), ("peers.csv", "peers_tunables.csv")]
+    if not all(os.path.exists(os.path.join(dirname, f)) for p in pairs for f in p):
+        return ""
+    plain, _ = read_suite(os.path.join(dirname, "attnlab.json"), "default")
+    tuned, ctx = read_suite(os.path.join(dirname, "attnlab_tunables.json"), "default")
+    a = plain.merge(tuned, on=["method", "dtype", "n"], suffixes=("", "_tunables"))
+    tp = pd.read_csv(os.path.join(dirname, "peers.csv")).merge(pd.read_csv(os.path.join(dirname, "peers_tunables.csv")),
+                                                               on=["method", "dtype", "n"], suffixes=("", "_tunables"))
+    a = a.merge(tp[["method", "dtype", "n", "seconds", "seconds_tunables"]], on=["method", "dtype", "n"], how="left")
+    a["ratio"] = a.attnlab_s / a.attnlab_s_tunables
+    a["torch_ratio"] = a.seconds / a.seconds_tunables
+    lines = ["### The allocator setting: glibc defaults against GLIBC_TUNABLES", "",
+             f"Default build; {ctx.get('glibc_tunables', '')!s} in the second run. A ratio above 1: slower without the "
+             "setting (page faults on buffers freed and mapped again). Target for attnlab: ≤ 1.3.", "",
+             "| dtype | method | n | attnlab (s) | with tunables (s) | ratio | PyTorch (s) | with tunables (s) | ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in a.sort_values(["dtype", "method", "n"]).itertuples():
+        if r.n not in (4096, 16384):
+            continue
+        lines.append(f"| {r.dtype} | {r.method} | {r.n} | {fmt(r.attnlab_s, '.4g')} | {fmt(r.attnlab_s_tunables, '.4g')} | "
+                     f"{fmt(r.ratio, '.2f')} | {fmt(r.seconds, '.4g')} | {fmt(r.seconds_tunables, '.4g')} | "
+                     f"{fmt(r.torch_ratio, '.2f')} |")
+    worst = a[a.n.isin([4096, 16384])].ratio.max()
+    lines += ["", f"Largest attnlab ratio: {fmt(worst, '.2f')}.", ""]
     return "\n".join(lines)
 
 
@@ -147,6 +177,10 @@ def main():
     both.to_csv(os.path.join(a.dir, "merged.csv"), index=False)
     with open(os.path.join(a.dir, "table.md"), "w") as f:
         f.write(table(both, contexts))
+        f.write(allocator_table(a.dir))
+        paths = os.path.join(a.dir, "cost_paths.md")
+        if os.path.exists(paths):
+            f.write("\n### Every path that reports a cost, in one run\n\n" + open(paths).read())
     figure(both, os.path.join(a.dir, "bench.png"))
     print(os.path.join(a.dir, "table.md"))
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <sys/resource.h>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -50,6 +51,13 @@ std::uint64_t peak_memory_of(const std::function<void()>& call) {
   return hwm > before ? hwm - before : 0;
 }
 
+/// Minor page faults of this process so far.
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 double seconds_of(const std::function<void()>& call) {
   const auto t0 = std::chrono::steady_clock::now();
   call();
@@ -68,7 +76,9 @@ Cost measure(const std::function<void()>& call, const CostOptions& opts, const s
     for (int i = 0; i < opts.warmup; ++i) call();
     std::vector<double> t;
     t.reserve(std::size_t(opts.repeats));
+    const long faults0 = minor_faults();
     for (int i = 0; i < opts.repeats; ++i) t.push_back(seconds_of(call));
+    c.faults_per_call = double(minor_faults() - faults0) / opts.repeats;
     std::sort(t.begin(), t.end());
     c.repeats = opts.repeats;
     c.min_s = t.front();

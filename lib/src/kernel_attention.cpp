@@ -1,6 +1,8 @@
 // Kernel feature-map attention: normalized, causal by prefix sums (chunked and recurrent), stabilized.
 #include "attnlab/kernel_attention.hpp"
 
+#include <omp.h>
+
 #include "attnlab/error.hpp"
 #include "tall_products.hpp"
 
@@ -202,11 +204,18 @@ MatrixR<T> KernelOperator<T>::recurrent_output(const ConstRef<T>& v) const {
 
 template <typename T>
 MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
-                                  const BlockFeatures<T>& features, bool nonnegative) {
+                                  const BlockFeatures<T>& features, bool nonnegative, KernelWorkspace<T>* ws_in) {
   const Index chunk = 2048, nk = k.rows(), nq = q.rows(), dv = v.cols();
   const Index chunks = (nk + chunk - 1) / chunk;
-  std::vector<MatrixR<T>> s(static_cast<std::size_t>(chunks));
-  std::vector<VectorX<T>> z(static_cast<std::size_t>(chunks)), zabs(static_cast<std::size_t>(chunks));
+  KernelWorkspace<T> local;
+  KernelWorkspace<T>& ws = ws_in ? *ws_in : local;
+  ws.threads.resize(std::size_t(std::max(1, omp_get_max_threads())));
+  ws.s.resize(std::size_t(chunks));
+  ws.z.resize(std::size_t(chunks));
+  ws.zabs.resize(std::size_t(chunks));
+  auto& s = ws.s;
+  auto& z = ws.z;
+  auto& zabs = ws.zabs;
   std::vector<T> m(static_cast<std::size_t>(chunks), neg_inf<T>());
   // The features of a block, finite or false (nothing may leave an OpenMP region by an exception).
   const auto block = [&](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
@@ -215,22 +224,24 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     } catch (...) {
       return false;
     }
-    if (keys && g.size() == 0) g = VectorX<T>::Zero(x.rows());
+    if (keys && g.size() == 0) g.setZero(x.rows());
     return all_finite(f) && (!keys || all_finite(g));
   };
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite)
   for (Index c = 0; c < chunks; ++c) {
     const Index r0 = c * chunk, len = std::min(chunk, nk - r0);
-    MatrixR<T> f;
-    VectorX<T> g;
+    auto& t = ws.threads[std::size_t(omp_get_thread_num())];
+    MatrixR<T>& f = t.f;
+    VectorX<T>& g = t.g;
     finite = block(k.middleRows(r0, len), true, f, g) && finite;
     if (!finite) continue;
     const T mc = g.maxCoeff();
-    f = (g.array() - mc).exp().matrix().asDiagonal() * f;  // e^{g_j − m_c} ψ(k_j), ≤ 1 per weight
+    t.w = (g.array() - mc).exp();
+    f.array().colwise() *= t.w.array();  // e^{g_j − m_c} ψ(k_j), ≤ 1 per weight
     s[std::size_t(c)].noalias() = f.transpose() * v.middleRows(r0, len);
-    z[std::size_t(c)] = f.colwise().sum().transpose();
-    if (!nonnegative) zabs[std::size_t(c)] = f.cwiseAbs().colwise().sum().transpose();
+    z[std::size_t(c)].noalias() = f.colwise().sum().transpose();
+    if (!nonnegative) zabs[std::size_t(c)].noalias() = f.cwiseAbs().colwise().sum().transpose();
     m[std::size_t(c)] = mc;
   }
   require(finite, "kernel attention: non-finite features (or a feature map failed)");
@@ -250,14 +261,15 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
 #pragma omp parallel for schedule(static) reduction(&& : qfinite)
   for (Index c = 0; c < qchunks; ++c) {
     const Index r0 = c * chunk, len = std::min(chunk, nq - r0);
-    MatrixR<T> f;
-    VectorX<T> g;
-    qfinite = block(q.middleRows(r0, len), false, f, g) && qfinite;
+    auto& t = ws.threads[std::size_t(omp_get_thread_num())];
+    MatrixR<T>& f = t.f;
+    qfinite = block(q.middleRows(r0, len), false, f, t.g) && qfinite;
     if (!qfinite) continue;
-    const VectorX<T> den = f * zsum;
-    const VectorX<T> mag = nonnegative ? den : VectorX<T>(f.cwiseAbs() * zmag);
+    t.den.noalias() = f * zsum;
+    if (!nonnegative) t.mag.noalias() = f.cwiseAbs() * zmag;
+    const VectorX<T>& mag = nonnegative ? t.den : t.mag;
     out.middleRows(r0, len).noalias() = f * state;
-    for (Index r = 0; r < len; ++r) out.row(r0 + r) *= safe_inverse(den(r), mag(r));
+    for (Index r = 0; r < len; ++r) out.row(r0 + r) *= safe_inverse(t.den(r), mag(r));
   }
   require(qfinite, "kernel attention: non-finite features");
   return out;
@@ -266,8 +278,10 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
 template class KernelOperator<float>;
 template class KernelOperator<double>;
 template MatrixR<float> streamed_kernel_output<float>(const ConstRef<float>&, const ConstRef<float>&,
-                                                      const ConstRef<float>&, const BlockFeatures<float>&, bool);
+                                                      const ConstRef<float>&, const BlockFeatures<float>&, bool,
+                                                      KernelWorkspace<float>*);
 template MatrixR<double> streamed_kernel_output<double>(const ConstRef<double>&, const ConstRef<double>&,
-                                                        const ConstRef<double>&, const BlockFeatures<double>&, bool);
+                                                        const ConstRef<double>&, const BlockFeatures<double>&, bool,
+                                                        KernelWorkspace<double>*);
 
 }  // namespace attnlab

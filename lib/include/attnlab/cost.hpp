@@ -35,6 +35,10 @@ struct Cost {
   /// Peak resident memory the call added (bytes; 0 when not measured). A lower bound: allocations glibc serves from
   /// memory that is already resident are not seen; exact for the large mmap-served buffers that dominate at large n.
   std::uint64_t peak_bytes = 0;
+  /// Minor page faults per timed call (the whole process; Linux getrusage): memory the call maps afresh each time.
+  /// In steady state a method that reuses its buffers faults little; one that allocates large buffers per call and
+  /// hands them back pays a fault per 4 KiB page every call (the cost glibc's default allocator gives such buffers).
+  double faults_per_call = 0;
   /// (median − min)/min: how far a typical call is from the quoted minimum; 0 with one repetition.
   double spread() const { return min_s > 0 ? (median_s - min_s) / min_s : 0.0; }
 };

@@ -30,6 +30,13 @@ struct RandomFeatures {
 template <typename T>
 RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& omega, PerformerKernel kernel);
 
+/// The same features of (scale·x) written into `out`, with `xs` (scale·x) and `proj` (scale·x·ωᵀ) as scratch; all
+/// keep their storage when their sizes do not change: the allocation-free form for a method called again and
+/// again. Bit for bit performer_features(x·scale, ω, kernel).
+template <typename T>
+void performer_features_into(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
+                             RandomFeatures<T>& out, MatrixR<T>& xs, MatrixR<T>& proj);
+
 extern template struct RandomFeatures<float>;
 extern template struct RandomFeatures<double>;
 

@@ -3,18 +3,22 @@
 #include "attnlab/methods/exact.hpp"
 
 #include "attnlab/exact.hpp"
+#include "attnlab/memory.hpp"
+#include "lazy_method.hpp"
 
 #include <fmt/format.h>
 
-#include <optional>
+#include <memory>
 
 namespace attnlab {
 namespace {
 
+/// The inputs are kept in the method's own storage (LazyOperatorMethod::keep: same-shape calls reuse it) and the
+/// operator is built only when analysis asks for it, so that a layer run again and again allocates only its output.
 template <typename T>
-class ExactMethod final : public Method<T> {
+class ExactMethod final : public LazyOperatorMethod<T> {
  public:
-  ExactMethod(const MethodDescriptor& d, Params p) : Method<T>(d, std::move(p)) {
+  ExactMethod(const MethodDescriptor& d, Params p) : LazyOperatorMethod<T>(d, std::move(p)) {
     const ExactOptions o = ExactOptions::from(this->params());  // the spec's values, typed
     materialized_ = o.impl == "materialized";
     tile_ = o.tile;
@@ -22,26 +26,25 @@ class ExactMethod final : public Method<T> {
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    op_.emplace(q, k, opts, tile_);
+    this->keep(q, k);
     if (materialized_) p_ = exact_matrix<T>(q, k, opts);
     return Status::Success;
   }
-  const AttentionOperator<T>& do_op() const override { return *op_; }
+  std::unique_ptr<AttentionOperator<T>> build_op() const override {
+    return std::make_unique<ExactOperator<T>>(this->queries(), this->keys(), this->options(), tile_);
+  }
   MatrixR<T> do_output(const ConstRef<T>& v) const override {
     if (materialized_) return p_ * v;
-    return exact_output<T>(q(), k(), v, this->options(), tile_);
+    return exact_output<T>(this->queries(), this->keys(), v, this->options(), tile_);
   }
   MatrixR<T> do_matrix() const override {
     if (materialized_) return p_;
-    return exact_matrix<T>(q(), k(), this->options());
+    return exact_matrix<T>(this->queries(), this->keys(), this->options());
   }
 
  private:
-  const MatrixR<T>& q() const { return op_->queries(); }
-  const MatrixR<T>& k() const { return op_->keys(); }
   bool materialized_ = false;
   Index tile_ = kDefaultTile;
-  std::optional<ExactOperator<T>> op_;
   MatrixR<T> p_;
 };
 
@@ -54,7 +57,10 @@ MethodDescriptor ExactOptions::descriptor() {
       Causal::yes(),
       {ParamSpec::choice("impl", {"streaming", "materialized"},
                          "output path: tiled online softmax (O(n·d) memory) or the full matrix P"),
-       ParamSpec::integer("tile", kDefaultTile, 8, 8192, "tile edge of the streaming kernels")});
+       ParamSpec::integer("tile", kDefaultTile, 8, 8192, "tile edge of the streaming kernels")})
+      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
+        return p.choice("impl") == "materialized" ? matrix_bytes(s.n_q, s.n_k, s.elem) : 0;  // P itself
+      });
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Exact)

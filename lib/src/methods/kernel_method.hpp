@@ -35,16 +35,15 @@ class KernelMethod : public LazyOperatorMethod<T> {
   /// of a row depends on that row only.
   virtual void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                               VectorX<T>& g) const = 0;
+  /// How many features a row of dimension d has (rank bound without a mask).
+  virtual Index feature_count(Index d) const = 0;
   /// Every sim(q, k) ≥ 0 (then rows of P̃ are distributions and denominators need no magnitude guard).
   virtual bool nonnegative() const { return true; }
 
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
     prepare(q, k, opts);
     this->keep(q, k);  // the features are made when needed, so that the output never holds n × M of them
-    MatrixR<T> f;
-    VectorX<T> g;
-    block_features(q.topRows(std::min<Index>(1, q.rows())), false, opts, f, g);
-    features_ = f.cols();
+    features_ = feature_count(q.cols());
     return Status::Success;
   }
   /// The operator (analysis: metrics, spectra, the matrix; the causal output) with every feature formed.
@@ -61,7 +60,7 @@ class KernelMethod : public LazyOperatorMethod<T> {
       const BlockFeatures<T> feats = [this](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
         block_features(x, keys, this->options(), f, g);
       };
-      return streamed_kernel_output<T>(this->queries(), this->keys(), v, feats, nonnegative());
+      return streamed_kernel_output<T>(this->queries(), this->keys(), v, feats, nonnegative(), &workspace_);
     }
     const auto& op = static_cast<const KernelOperator<T>&>(this->do_op());
     if (recurrent_) return op.recurrent_output(v);
@@ -72,6 +71,8 @@ class KernelMethod : public LazyOperatorMethod<T> {
   bool recurrent_ = false;
   Index chunk_ = 64;
   Index features_ = 0;
+  /// The streamed output's buffers, kept across calls (kernel_attention.hpp): none allocated in steady state.
+  mutable KernelWorkspace<T> workspace_;
 };
 
 }  // namespace attnlab

@@ -13,6 +13,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <vector>
+
+#include <omp.h>
 
 namespace attnlab {
 
@@ -40,13 +43,16 @@ MatrixR<T> performer_projection(Index m, Index d, bool orthogonal, bool chi_norm
 }
 
 template <typename T>
-RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& omega, PerformerKernel kernel) {
+void performer_features_into(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
+                             RandomFeatures<T>& out, MatrixR<T>& xs, MatrixR<T>& proj) {
   require(x.cols() == omega.cols(), "performer: ω and x differ in dimension");
   const Index n = x.rows(), m = omega.rows();
-  const MatrixR<T> proj = x * omega.transpose();  // n × M, ω_mᵀx_i
-  const VectorX<T> half_sq = x.rowwise().squaredNorm() / T(2);
-  RandomFeatures<T> out;
+  xs.resize(n, x.cols());
+  xs = x * scale;
+  proj.resize(n, m);
+  proj.noalias() = xs * omega.transpose();  // n × M, ω_mᵀx_i
   out.logscale.resize(n);
+  out.logscale = xs.rowwise().squaredNorm() / T(2);  // ½‖x_i‖², turned into the log-scale below
   switch (kernel) {
     case PerformerKernel::Positive: {
       out.f.resize(n, m);
@@ -54,7 +60,7 @@ RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& om
       for (Index i = 0; i < n; ++i) {
         const T mx = proj.row(i).maxCoeff();
         out.f.row(i) = (proj.row(i).array() - mx).exp();
-        out.logscale(i) = mx - half_sq(i) - T(0.5) * std::log(T(m));
+        out.logscale(i) = mx - out.logscale(i) - T(0.5) * std::log(T(m));
       }
       break;
     }
@@ -65,7 +71,7 @@ RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& om
         const T mx = proj.row(i).cwiseAbs().maxCoeff();
         out.f.row(i).head(m) = (proj.row(i).array() - mx).exp();
         out.f.row(i).tail(m) = (-proj.row(i).array() - mx).exp();
-        out.logscale(i) = mx - half_sq(i) - T(0.5) * std::log(T(2 * m));
+        out.logscale(i) = mx - out.logscale(i) - T(0.5) * std::log(T(2 * m));
       }
       break;
     }
@@ -73,10 +79,17 @@ RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& om
       out.f.resize(n, 2 * m);
       out.f.leftCols(m) = proj.array().sin();
       out.f.rightCols(m) = proj.array().cos();
-      out.logscale = half_sq.array() - T(0.5) * std::log(T(m));
+      out.logscale = out.logscale.array() - T(0.5) * std::log(T(m));
       break;
     }
   }
+}
+
+template <typename T>
+RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& omega, PerformerKernel kernel) {
+  RandomFeatures<T> out;
+  MatrixR<T> xs, proj;
+  performer_features_into<T>(x, T(1), omega, kernel, out, xs, proj);
   return out;
 }
 
@@ -88,6 +101,11 @@ template RandomFeatures<float> performer_features<float>(const ConstRef<float>&,
                                                          PerformerKernel);
 template RandomFeatures<double> performer_features<double>(const ConstRef<double>&, const ConstRef<double>&,
                                                            PerformerKernel);
+template void performer_features_into<float>(const ConstRef<float>&, float, const ConstRef<float>&, PerformerKernel,
+                                             RandomFeatures<float>&, MatrixR<float>&, MatrixR<float>&);
+template void performer_features_into<double>(const ConstRef<double>&, double, const ConstRef<double>&,
+                                              PerformerKernel, RandomFeatures<double>&, MatrixR<double>&,
+                                              MatrixR<double>&);
 
 namespace {
 
@@ -103,6 +121,7 @@ class PerformerMethod final : public KernelMethod<T> {
 
  protected:
   void prepare(const ConstRef<T>& q, const ConstRef<T>&, const AttentionOptions&) override {
+    scratch_.resize(std::size_t(std::max(1, omp_get_max_threads())));
     // ω is the method's parameter: drawn once per d (QR of Gaussian blocks) and reused by later calls.
     if (q.cols() != omega_d_) {
       Rng rng(o_.seed);
@@ -114,19 +133,32 @@ class PerformerMethod final : public KernelMethod<T> {
                       VectorX<T>& g) const override {
     // q and k are each multiplied by s^½ so that the features estimate exp(s·qᵀk). The query's log-scale is a
     // per-query factor: it cancels.
-    const MatrixR<T> xs = x * T(std::sqrt(opts.scale));
-    RandomFeatures<T> r = performer_features<T>(xs, omega_, kernel_);
-    f = std::move(r.f);
-    if (keys) g = std::move(r.logscale);
+    // The buffers of this thread, kept across calls (f and g are the caller's: swapped in and out, not copied).
+    const std::size_t t = std::size_t(omp_get_thread_num());
+    Scratch local;
+    Scratch& sc = t < scratch_.size() ? scratch_[t] : local;
+    sc.r.f.swap(f);
+    performer_features_into<T>(x, T(std::sqrt(opts.scale)), omega_, kernel_, sc.r, sc.xs, sc.proj);
+    f.swap(sc.r.f);
+    if (keys) g = sc.r.logscale;
     else g.resize(0);
   }
   bool nonnegative() const override { return kernel_ != PerformerKernel::Trig; }
+  Index feature_count(Index) const override {
+    return kernel_ == PerformerKernel::Positive ? Index(o_.features) : 2 * Index(o_.features);
+  }
 
  private:
   PerformerOptions o_;  // the spec's values, typed
   PerformerKernel kernel_ = PerformerKernel::Positive;
   Index omega_d_ = -1;  // the dimension ω was drawn for
   MatrixR<T> omega_;
+  /// Per-thread scratch of block_features (scaled rows, projections, log-scales), reused by every call.
+  struct Scratch {
+    RandomFeatures<T> r;
+    MatrixR<T> xs, proj;
+  };
+  mutable std::vector<Scratch> scratch_;
 };
 
 }  // namespace
@@ -134,7 +166,7 @@ class PerformerMethod final : public KernelMethod<T> {
 MethodDescriptor PerformerOptions::descriptor() {
   return describe<PerformerMethod>(
       kName, "Performer / FAVOR+ random features estimating exp(s·qᵀk)",
-      "Choromanski et al. 2021 Lemma 1, eq. (7); seed 002 eqs. (4)-(5); Lemma 2 for the variances",
+      "Choromanski et al. 2021 (Performer) Lemma 1, eq. (7); Lemma 2 for the variances",
       Causal::yes("recurrent or chunked prefix sums"),
       join_params({ParamSpec::integer("features", 256, 1, 1 << 16,
                                "number of random projections M (trig/hyperbolic use 2M features)")
