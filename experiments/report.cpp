@@ -164,7 +164,9 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
   for (const auto& f : families)
     for (Index b : f.budgets) {
       throw_if_cancelled();
-      if (b > n_min) continue;
+      // A budget as large as the head is no approximation there (k = n keys, n landmarks): its error would be
+      // measured exact while its cost is taken at cost_n, where the same budget does approximate. Skipped then.
+      if (b > n_min || (r.cost_n > r.n && b >= n_min)) continue;
       Point p;
       p.family = f.label;
       p.budget = b;

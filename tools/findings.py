@@ -275,6 +275,37 @@ def scaling(F, R):
           "the higher of the two (timing)", "scaling")
 
 
+def report(F, R):
+    """The committed report on the trained model (results/report, `attnlab report --cost-n ...`): its verdicts."""
+    path = os.path.join(R, "report", "report.csv")
+    if not os.path.exists(path):
+        return
+    d = pd.read_csv(path)
+    heads = d[d.metric == "entropy"][["layer", "head"]].drop_duplicates()
+    F.add("report.heads", len(heads), integer, "heads in the committed report", "report")
+    F.add("report.n", int(d.n.iloc[0]), integer, "the heads' length (errors measured there)", "report")
+    cost_n = d[d.metric == "cost_n"]
+    if not cost_n.empty:
+        F.add("report.cost_n", int(cost_n.value.iloc[0]), integer, "the length the costs were measured at", "report")
+    rec = d[(d.metric == "recommended") & (d.value == 1)]
+    F.add("report.keep_exact", len(heads) - len(rec), integer, "heads that keep exact attention (timing)", "report")
+    counts = rec.groupby("family").size().sort_values(ascending=False)
+    F.add("report.recommended", ", ".join(f"{c} × {f}" for f, c in counts.items()) or "none", str,
+          "recommended families and how many heads each (timing)", "report")
+    fl = d[(d.metric == "eckart_young_floor") & (d.budget == 64)]
+    if not fl.empty:
+        F.add("report.floor64_min", fl.value.min(), f2, "smallest Eckart–Young floor (output error of P's best "
+              "rank-64 approximation) over the heads", "report")
+        F.add("report.floor64_max", fl.value.max(), f2, "largest such floor", "report")
+        # How far the best efficient method at budget 64 is from the floor, per head (median ratio).
+        out = d[(d.metric == "out_rel_fro") & (d.budget == 64) & (d.family != "svd")]
+        best = out.groupby(["layer", "head"]).value.min()
+        floor = fl.set_index(["layer", "head"]).value
+        ratio = (best / floor).dropna()
+        F.add("report.best64_over_floor", ratio.median(), lambda x: sig(x, 2), "median over heads of (lowest output "
+              "error of an efficient method at budget 64) / (the rank-64 floor)", "report")
+
+
 def pinv(F, R):
     d = load(R, "pinv")
     it = d[d.metric == "iterations_to_1e-6"]
@@ -393,7 +424,7 @@ def paper(F, results):
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
-               spectrum_solvers, paper):
+               spectrum_solvers, paper, report):
         fn(F, results)
     model(F)
     return F.items

@@ -1,0 +1,83 @@
+"""`attnlab report`: costs at a stated length, the Eckart–Young floor per head, and a recommendation that follows
+its rule — among the candidates under the target, those within the timing noise of the fastest count as equally
+fast; of those the lowest error wins (then the simpler family, then the smaller budget); it must beat exact attention
+by more than the noise. The rule is checked against the report's own CSV, so any head's verdict can fail it."""
+import os
+
+import numpy as np
+import pandas as pd
+
+from harness import Checks, path, run
+
+c = Checks()
+rng = np.random.default_rng(7)
+h, n, d = 3, 128, 16
+# Heads of different character: clustered keys (low rank), a sharp near-diagonal head, a broad Gaussian one.
+centres = rng.standard_normal((4, d)) * 3
+q = np.stack([centres[rng.integers(0, 4, n)] + 0.1 * rng.standard_normal((n, d)),
+              4 * np.eye(n, d) + 0.01 * rng.standard_normal((n, d)),
+              rng.standard_normal((n, d))]).astype(np.float32)
+k = np.stack([q[0] + 0.1 * rng.standard_normal((n, d)), q[1], rng.standard_normal((n, d))]).astype(np.float32)
+v = rng.standard_normal((h, n, d)).astype(np.float32)
+for name, a in (("q", q), ("k", k), ("v", v)):
+    np.save(path(f"r{name}.npy"), a)
+
+SIMPLICITY = ["local", "linear", "performer", "linformer_pool", "nystrom", "nystrom_svd", "linformer_gaussian",
+              "reformer", "probsparse", "vq", "scatterbrain"]
+out = path("report")
+cost_n, noise, target = 512, 0.25, 0.3
+r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", out,
+        "--cost-n", cost_n, "--noise", noise, "--target", target, "--repeats", 3, timeout=600)
+c.check(r.returncode == 0, f"report runs: {r.stderr[-400:]}")
+if r.returncode == 0:
+    df = pd.read_csv(os.path.join(out, "report.csv"))
+    summary = open(os.path.join(out, "summary.md")).read()
+    c.check(f"at n = {cost_n}" in summary, "summary.md states the length the costs were measured at")
+    c.check((df[df.metric == "cost_n"].value == cost_n).all() and (df.metric == "cost_n").sum() == h,
+            "report.csv records cost_n per head")
+    floor = df[df.metric == "eckart_young_floor"]
+    c.check(sorted(floor.budget.dropna().astype(int).unique()) == [8, 16, 32, 64, 128],
+            "the Eckart–Young floor at every rank ≤ n")
+    for (layer, head), g in df.groupby(["layer", "head"]):
+        fl = g[g.metric == "eckart_young_floor"].set_index("budget").value
+        c.check(bool(np.all(np.diff(fl.sort_index().values) <= 1e-12)), f"head {head}: floor falls with the rank")
+        out_err = g[(g.metric == "out_rel_fro") & g.family.notna()].set_index(["family", "budget"]).value
+        svd_ok = all(out_err.get(("svd", b), np.inf) >= 0 for b in fl.index)  # svd is not a candidate
+        c.check(svd_ok and "svd" not in set(g[g.metric == "recommended"].family), f"head {head}: svd never recommended")
+        exact_t = g[(g.metric == "time_s") & (g.spec == "exact")].value.iloc[0]
+        exact_med = g[(g.metric == "time_median_s") & (g.spec == "exact")].value.iloc[0]
+        pts = g[g.family.notna() & (g.family != "svd")].pivot_table(index=["family", "budget"], columns="metric",
+                                                                   values="value")
+        pts = pts[pts.time_s.notna()]
+        pts["noise"] = np.maximum(noise, (pts.time_median_s - pts.time_s) / pts.time_s)
+        under = pts[pts.out_rel_fro <= target].sort_values("time_s")
+        rec = pts[pts.recommended == 1]
+        c.check(len(rec) <= 1, f"head {head}: at most one recommendation")
+        if under.empty:
+            c.check(rec.empty, f"head {head}: nothing under the target, nothing recommended")
+            continue
+        fastest = under.iloc[0]
+        near = under[under.time_s <= fastest.time_s * (1 + np.maximum(fastest.noise, under.noise))]
+        order = sorted(near.index, key=lambda fb: (near.loc[fb, "out_rel_fro"], SIMPLICITY.index(fb[0]), fb[1]))
+        pick = near.loc[order[0]]
+        exact_noise = max(noise, (exact_med - exact_t) / exact_t)
+        beats = pick.time_s * (1 + max(pick.noise, exact_noise)) < exact_t
+        if beats:
+            c.check(len(rec) == 1 and rec.index[0] == order[0],
+                    f"head {head}: recommends {order[0]} (within the noise of the fastest, lowest error), got "
+                    f"{list(rec.index)}")
+        else:
+            c.check(rec.empty, f"head {head}: keeps exact when the pick {order[0]} does not beat it beyond the noise")
+        # The speed-up convention: exact's time over the method's.
+        sp = g[g.metric == "speedup_vs_exact"].set_index(["family", "budget"]).value
+        t = pts.time_s
+        c.check(np.allclose(sp.loc[t.index].values, exact_t / t.values, rtol=1e-9),
+                f"head {head}: speedup_vs_exact = exact time / method time")
+    html = open(os.path.join(out, "index.html")).read()
+    c.check("Eckart–Young floor" in html and f"n = {cost_n}" in html, "index.html shows the floor and the cost length")
+    c.check("\\sum" not in html and "Σ_{" not in html, "no raw TeX in the figures")
+
+r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
+        "--cost-n", 0)
+c.check(r.returncode != 0 and "cost" in r.stderr.lower(), f"--cost-n 0 refused: {r.stderr.strip()}")
+c.finish()
