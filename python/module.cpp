@@ -1,13 +1,21 @@
-// The Python module `attnlab`: the library's methods, comparisons, spectra, sources and report on numpy arrays.
+// The compiled core of the Python package `attnlab` (attnlab._core): the library's methods, comparisons, costs,
+// spectra, sources and report on numpy arrays.
+//
+// The package's Python layer (python/attnlab/__init__.py) is the public interface: it checks every argument's type
+// and value with a one-line message, turns tensors and other array-likes into numpy arrays (no copy for CPU tensors)
+// and settles the dtype, so that no call reaches pybind11's own argument matching (whose TypeError prints every
+// argument, arrays included). The functions here take what it passes.
 //
 // Arrays are (n, d) or (h, n, d), float32 or float64, and keep their dtype: a float32 call computes in float32.
 // C-contiguous arrays are read in place (an Eigen::Map over numpy's buffer, no copy); others are made contiguous
-// once. The GIL is released while C++ runs, and Ctrl-C is honoured between tiles and heads (a SIGINT handler that
+// once. Inputs with NaN or infinities are refused before the work, and so is an output that is not finite after
+// it. The GIL is released while C++ runs, and Ctrl-C is honoured between tiles and heads (a SIGINT handler that
 // only sets attnlab's cancel flag, polled by the kernels; KeyboardInterrupt follows). attnlab::Error becomes
-// ValueError with the library's message. PyTorch tensors: pass t.detach().cpu().numpy() (no copy for a CPU
-// tensor).
+// ValueError with the library's message unchanged. Each call runs on the module's own OpenMP thread count
+// (threads(); see ThreadsGuard), whatever other libraries in the process have set.
 #include "attnlab/cancel.hpp"
 #include "attnlab/compare.hpp"
+#include "attnlab/cost.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/registry.hpp"
@@ -21,16 +29,47 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <limits>
 #include <map>
 #include <optional>
+#include <thread>
 
 namespace py = pybind11;
 using namespace attnlab;
 
 namespace {
+
+// ---- threads ------------------------------------------------------------------------------------------------
+
+/// The OpenMP default of this process as libgomp derived it from the environment (OMP_NUM_THREADS, else the CPUs
+/// this process may run on). Read on a fresh thread: omp_set_num_threads changes only the calling thread's
+/// setting, and libraries loaded before attnlab may have called it on the main thread — PyTorch sets it to its
+/// count of physical cores when imported (1 on a 2-vCPU machine), which halved the module's threads.
+int initial_threads() {
+  int n = 1;
+  std::thread([&n] { n = omp_get_max_threads(); }).join();
+  return n;
+}
+
+int& module_threads() {
+  static int n = initial_threads();
+  return n;
+}
+
+/// For one call: the calling thread runs OpenMP regions on the module's thread count, and gets its own setting
+/// back afterwards (PyTorch reads the same libgomp setting for its thread count; an attnlab call must not change it).
+class ThreadsGuard {
+ public:
+  ThreadsGuard() : saved_(omp_get_max_threads()) { omp_set_num_threads(module_threads()); }
+  ~ThreadsGuard() { omp_set_num_threads(saved_); }
+  ThreadsGuard(const ThreadsGuard&) = delete;
+  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+
+ private:
+  int saved_;
+};
 
 // ---- arrays -------------------------------------------------------------------------------------------------
 
@@ -48,15 +87,14 @@ std::string dtype_str(const py::array& a) { return py::str(a.dtype()).cast<std::
 
 py::array as_array(const py::handle& obj, const char* name) {
   if (obj.is_none()) throw Error(fmt::format("{}: an array is required, got None", name));
-  if (py::hasattr(obj, "detach") && py::hasattr(obj, "numpy") && !py::isinstance<py::array>(obj))
-    throw Error(fmt::format("{}: a PyTorch tensor; pass {}.detach().cpu().numpy()", name, name));
-  return py::array::ensure(obj);
+  py::array a = py::array::ensure(obj);
+  if (!a) throw Error(fmt::format("{}: not convertible to a numpy array", name));
+  return a;
 }
 
 /// The dtype a call computes in: Q's, which must be float32 or float64.
 bool is_f32(const py::handle& q) {
   const py::array a = as_array(q, "q");
-  if (!a) throw Error("q: not convertible to a numpy array");
   if (a.dtype().is(py::dtype::of<float>())) return true;
   if (a.dtype().is(py::dtype::of<double>())) return false;
   throw Error(fmt::format("q: dtype {} is not supported; give float32 or float64 arrays", dtype_str(a)));
@@ -65,7 +103,6 @@ bool is_f32(const py::handle& q) {
 template <typename T>
 Heads<T> heads_of(const py::handle& obj, const char* name, bool check_finite = true) {
   py::array a = as_array(obj, name);
-  if (!a) throw Error(fmt::format("{}: not convertible to a numpy array", name));
   if (!a.dtype().is(py::dtype::of<T>()))
     throw Error(fmt::format("{}: dtype {} differs from q's {}; give Q, K, V one dtype (float32 or float64)", name,
                             dtype_str(a), dtype_name(dtype_of<T>())));
@@ -117,6 +154,10 @@ AttentionOptions attention_options(bool causal, const std::optional<double>& sca
   return o;
 }
 
+std::string head_label(const char* what, bool batched, Index h) {
+  return batched ? fmt::format("{} (head {})", what, h) : std::string(what);
+}
+
 // ---- Ctrl-C -------------------------------------------------------------------------------------------------
 
 /// While C++ runs with the GIL released, Python's own SIGINT handler cannot run: this one sets the library's
@@ -145,6 +186,22 @@ class SigintGuard {
   struct sigaction old_ {};
 };
 
+/// Runs `work` as every call's C++ part runs: Ctrl-C honoured, the module's threads, the GIL released. The cost
+/// harness reports an interruption inside a timed call as a refused cost (Interrupted is an Error); a cancel
+/// request still pending when an Error leaves is that interruption, and becomes KeyboardInterrupt.
+template <typename F>
+void run_released(F&& work) {
+  SigintGuard sigint;
+  ThreadsGuard threads;
+  py::gil_scoped_release release;
+  try {
+    work();
+  } catch (const Error&) {
+    throw_if_cancelled();
+    throw;
+  }
+}
+
 // ---- methods() ----------------------------------------------------------------------------------------------
 
 py::list methods_list() {
@@ -170,32 +227,45 @@ py::list methods_list() {
   return out;
 }
 
+template <typename T>
+std::unique_ptr<Method<T>> causal_checked(const std::string& spec, const std::optional<std::uint64_t>& seed,
+                                          bool causal) {
+  auto method = make_method<T>(spec, seed);
+  if (causal && !method->supports_causal())
+    throw Error(fmt::format("method '{}' cannot honour a causal mask (it would leak the future); use a causal "
+                            "method or causal=False", method->name()));
+  return method;
+}
+
 // ---- apply() ------------------------------------------------------------------------------------------------
 
 template <typename T>
 py::object apply_t(const std::string& spec, const py::handle& qo, const py::handle& ko, const py::handle& vo,
                    bool causal, const std::optional<double>& scale, const std::optional<std::uint64_t>& seed,
                    bool matrix) {
-  auto method = make_method<T>(spec, seed);
-  if (causal && !method->supports_causal())
-    throw Error(fmt::format("method '{}' cannot honour a causal mask (it would leak the future); use a causal "
-                            "method or causal=False", method->name()));
+  auto method = causal_checked<T>(spec, seed, causal);
   const Heads<T> q = heads_of<T>(qo, "q"), k = heads_of<T>(ko, "k"), v = heads_of<T>(vo, "v");
   check_qkv(q, k, &v);
   const AttentionOptions opts = attention_options(causal, scale);
   py::array_t<T> out = new_array<T>(q.batched, q.heads, q.rows, v.cols);
   py::array_t<T> p;
   if (matrix) p = new_array<T>(q.batched, q.heads, q.rows, k.rows);
-  {
-    SigintGuard guard;
-    py::gil_scoped_release release;
+  run_released([&] {
     for (Index h = 0; h < q.heads; ++h) {
       throw_if_cancelled();
       method->compute(q.head(h), k.head(h), opts);
-      head_of(out, h, q.rows, v.cols) = method->output(v.head(h));
-      if (matrix) head_of(p, h, q.rows, k.rows) = method->matrix();
+      // A numerical failure (e.g. float64 inputs of 1e300 overflow the scores) is an error, never a silent NaN:
+      // the command refuses it the same way.
+      const MatrixR<T> o = method->output(v.head(h));
+      require_finite_output(o, head_label(fmt::format("the output of {}", method->spec()).c_str(), q.batched, h));
+      head_of(out, h, q.rows, v.cols) = o;
+      if (matrix) {
+        const MatrixR<T> ph = method->matrix();
+        require_finite_output(ph, head_label(fmt::format("the matrix of {}", method->spec()).c_str(), q.batched, h));
+        head_of(p, h, q.rows, k.rows) = ph;
+      }
     }
-  }
+  });
   if (matrix) return py::make_tuple(out, p);
   return std::move(out);
 }
@@ -206,7 +276,7 @@ template <typename T>
 py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handle& vo,
                      const std::vector<std::string>& specs_in, bool causal, const std::optional<double>& scale,
                      std::uint64_t seed, const std::string& matrix_metrics, Index matrix_limit, bool spectral,
-                     bool frame) {
+                     int repeats, int warmup, bool frame) {
   std::vector<std::string> specs = specs_in;
   if (specs.empty())
     for (const auto& d : registered_methods())
@@ -222,13 +292,13 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
   copts.matrix_metrics =
       matrix_metrics == "on" || (matrix_metrics == "auto" && q.rows <= matrix_limit && k.rows <= matrix_limit);
   copts.spectral = spectral;
+  copts.cost.repeats = repeats;
+  copts.cost.warmup = warmup;
   std::vector<std::pair<Index, CompareRow>> rows;
-  {
-    SigintGuard guard;
-    py::gil_scoped_release release;
+  run_released([&] {
     for (Index h = 0; h < q.heads; ++h)
       for (auto& r : compare_methods<T>(q.head(h), k.head(h), v.head(h), methods, copts)) rows.emplace_back(h, std::move(r));
-  }
+  });
   // Wide rows: one per (head, method); a metric a method does not have is NaN (KL of a P̃ whose rows are not
   // distributions, a diagnostic of another method).
   std::vector<std::string> names;
@@ -238,14 +308,17 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
   py::list records;
   for (const auto& [h, r] : rows) {
     py::dict d;
-    d["head"] = h;
+    // Not "head": a DataFrame column of that name would hide DataFrame.head() behind df.head.
+    d["head_index"] = h;
     d["method"] = r.method;
     d["spec"] = r.spec;
     d["dtype"] = dtype_name(dtype_of<T>());
     d["n_q"] = q.rows;
     d["n_k"] = k.rows;
     d["time_s"] = r.time_s();
+    d["time_median_s"] = r.cost.median_s;
     d["exact_time_s"] = r.exact_time_s();
+    d["speedup"] = r.speedup();
     for (const auto& name : names) d[py::str(name)] = std::numeric_limits<double>::quiet_NaN();
     for (const auto& [name, value] : r.metrics) d[py::str(name)] = value;
     records.append(d);
@@ -258,6 +331,50 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
     }
   }
   return std::move(records);
+}
+
+// ---- cost() -------------------------------------------------------------------------------------------------
+
+template <typename T>
+py::dict cost_t(const py::handle& qo, const py::handle& ko, const py::handle& vo, const std::string& spec,
+                bool causal, const std::optional<double>& scale, std::uint64_t seed, int repeats, int warmup,
+                bool memory) {
+  auto method = causal_checked<T>(spec, seed, causal);
+  const Heads<T> q = heads_of<T>(qo, "q"), k = heads_of<T>(ko, "k"), v = heads_of<T>(vo, "v");
+  check_qkv(q, k, &v);
+  const AttentionOptions opts = attention_options(causal, scale);
+  CostOptions co;
+  co.repeats = repeats;
+  co.warmup = warmup;
+  co.memory = memory;
+  Cost c;
+  std::string context;
+  run_released([&] {
+    if (!q.batched) {
+      c = measure_method<T>(*method, q.head(0), k.head(0), v.head(0), opts, co);
+    } else {
+      // A layer's heads, one call running each in turn, by the same harness (measure_method is one head's call).
+      const auto all_heads = [&](Method<T>& m) {
+        for (Index h = 0; h < q.heads; ++h) run_method_once<T>(m, q.head(h), k.head(h), v.head(h), opts);
+      };
+      c = measure([&] { all_heads(*method); }, co, [&] {
+        auto fresh = make_method<T>(method->spec());
+        all_heads(*fresh);
+      });
+    }
+    context = cost_context();  // inside: the threads the calls ran on
+  });
+  if (c.refused) throw Error(c.reason);
+  py::dict d;
+  d["spec"] = method->spec();
+  d["min_s"] = c.min_s;
+  d["median_s"] = c.median_s;
+  d["max_s"] = c.max_s;
+  d["repeats"] = c.repeats;
+  d["warmup"] = warmup;
+  d["peak_bytes"] = memory ? py::object(py::int_(c.peak_bytes)) : py::object(py::none());
+  d["context"] = context;
+  return d;
 }
 
 // ---- spectrum() ---------------------------------------------------------------------------------------------
@@ -278,21 +395,29 @@ py::array_t<double> spectrum_t(const py::handle& qo, const py::handle& ko, const
   const AttentionOptions opts = attention_options(causal, scale);
   py::array_t<double> out = q.batched ? py::array_t<double>({py::ssize_t(q.heads), py::ssize_t(count)})
                                       : py::array_t<double>({py::ssize_t(count)});
-  {
-    SigintGuard guard;
-    py::gil_scoped_release release;
+  run_released([&] {
     for (Index h = 0; h < q.heads; ++h) {
       throw_if_cancelled();
       VectorX<double> s;
       if (!top) {
-        s = singular_values<T>(exact_matrix<T>(q.head(h), k.head(h), opts));  // every value: dense (memory-guarded)
+        // Every value: dense (memory-guarded). P is checked first: an SVD of a matrix with NaN (scores that
+        // overflow, e.g. float64 inputs of 1e300) returns neither an error nor a full spectrum.
+        const MatrixR<T> p = exact_matrix<T>(q.head(h), k.head(h), opts);
+        require_finite_output(p, head_label("the attention matrix P", q.batched, h));
+        s = singular_values<T>(p);
       } else {
         const ExactOperator<T> op(q.head(h), k.head(h), opts);
+        // The same check matrix-free: P·1 (one product, beside the solver's many) is NaN in every row of P that is.
+        require_finite_output<T>(op.apply(MatrixR<T>::Ones(k.rows, 1)),
+                                 head_label("the attention matrix P", q.batched, h));
         s = top_singular<T>(op, *top, so).values;
       }
+      if (s.size() < count || !all_finite(s.head(count)))
+        throw Error(fmt::format("{} has non-finite values: a numerical failure",
+                                head_label("the spectrum", q.batched, h)));
       Eigen::Map<VectorX<double>>(out.mutable_data() + h * count, count) = s.head(count);
     }
-  }
+  });
   return out;
 }
 
@@ -301,10 +426,7 @@ py::array_t<double> spectrum_t(const py::handle& qo, const py::handle& ko, const
 template <typename T>
 py::tuple generate_t(const SourceOptions& so, Index n, Index nk, Index d, Index dv, std::uint64_t seed) {
   Qkv<T> g;
-  {
-    py::gil_scoped_release release;
-    g = generate_problem<T>(so, n, nk, d, dv, seed);
-  }
+  run_released([&] { g = generate_problem<T>(so, n, nk, d, dv, seed); });
   const auto to_np = [](const MatrixR<T>& m) {
     py::array_t<T> a({py::ssize_t(m.rows()), py::ssize_t(m.cols())});
     Eigen::Map<MatrixR<T>>(a.mutable_data(), m.rows(), m.cols()) = m;
@@ -315,12 +437,11 @@ py::tuple generate_t(const SourceOptions& so, Index n, Index nk, Index d, Index 
 
 }  // namespace
 
-PYBIND11_MODULE(attnlab, m) {
-  m.doc() =
-      "attnlab: exact softmax attention, its efficient approximations, and their error, spectra and cost.\n"
-      "Arrays are numpy (n, d) or (heads, n, d), float32 or float64 (kept as given; C-contiguous arrays are not\n"
-      "copied). PyTorch tensors: pass t.detach().cpu().numpy(). Bad specs, shapes, dtypes or NaN raise ValueError.";
+// The docstrings users read are the Python layer's; these name what each function takes.
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "attnlab's compiled core; use the package attnlab (its functions check their arguments).";
   m.attr("__version__") = code_version();
+  module_threads();  // read the process's OpenMP default now, at import
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -332,9 +453,7 @@ PYBIND11_MODULE(attnlab, m) {
     }
   });
 
-  m.def("methods", &methods_list,
-        "Every registered method: name, summary, reference (the equation it implements), causal support, and its "
-        "parameters (name, type, default, help).");
+  m.def("methods", &methods_list);
 
   m.def(
       "apply",
@@ -343,32 +462,32 @@ PYBIND11_MODULE(attnlab, m) {
         return is_f32(q) ? apply_t<float>(spec, q, k, v, causal, scale, seed, matrix)
                          : apply_t<double>(spec, q, k, v, causal, scale, seed, matrix);
       },
-      py::arg("spec"), py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("causal") = false,
-      py::arg("scale") = py::none(), py::arg("seed") = py::none(), py::arg("matrix") = false,
-      "The output of method `spec` (e.g. 'nystrom:landmarks=32') on Q, K, V: softmax-attention's approximation "
-      "P̃·V, shaped like Q with V's last dimension. matrix=True also returns P̃ (memory-guarded): (output, P̃). "
-      "seed fills the spec's seed when it gives none; scale defaults to 1/sqrt(d).");
+      py::arg("spec"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal"), py::arg("scale"),
+      py::arg("seed"), py::arg("matrix"));
 
   m.def(
       "compare",
-      [](const py::handle& q, const py::handle& k, const py::handle& v, std::optional<std::vector<std::string>> methods,
+      [](const py::handle& q, const py::handle& k, const py::handle& v, const std::vector<std::string>& specs,
          bool causal, std::optional<double> scale, std::uint64_t seed, const std::string& matrix_metrics,
-         Index matrix_limit, bool spectral, bool frame) -> py::object {
-        const std::vector<std::string> specs = methods ? *methods : std::vector<std::string>{};
-        if (methods && methods->empty()) throw Error("methods: an empty list; give specs or None for every method");
+         Index matrix_limit, bool spectral, int repeats, int warmup, bool frame) -> py::object {
         return is_f32(q) ? compare_t<float>(q, k, v, specs, causal, scale, seed, matrix_metrics, matrix_limit,
-                                            spectral, frame)
+                                            spectral, repeats, warmup, frame)
                          : compare_t<double>(q, k, v, specs, causal, scale, seed, matrix_metrics, matrix_limit,
-                                             spectral, frame);
+                                             spectral, repeats, warmup, frame);
       },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("methods") = py::none(), py::kw_only(),
-      py::arg("causal") = false, py::arg("scale") = py::none(), py::arg("seed") = 0,
-      py::arg("matrix_metrics") = "auto", py::arg("matrix_limit") = 4096, py::arg("spectral") = true,
-      py::arg("frame") = true,
-      "Every method in `methods` (specs; None: every registered method, the causal ones when causal=True) "
-      "against exact attention, per head: output errors (out_rel_fro, out_max_abs, cosines), time, diagnostics "
-      "and, for n ≤ matrix_limit (matrix_metrics='auto'), the errors of P̃ (P_rel_fro, P_rel_spectral, P_mean_kl, "
-      "P_mean_tv). A pandas DataFrame when pandas is installed and frame=True, else a list of dicts.");
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("specs"), py::arg("causal"), py::arg("scale"),
+      py::arg("seed"), py::arg("matrix_metrics"), py::arg("matrix_limit"), py::arg("spectral"), py::arg("repeats"),
+      py::arg("warmup"), py::arg("frame"));
+
+  m.def(
+      "cost",
+      [](const py::handle& q, const py::handle& k, const py::handle& v, const std::string& spec, bool causal,
+         std::optional<double> scale, std::uint64_t seed, int repeats, int warmup, bool memory) {
+        return is_f32(q) ? cost_t<float>(q, k, v, spec, causal, scale, seed, repeats, warmup, memory)
+                         : cost_t<double>(q, k, v, spec, causal, scale, seed, repeats, warmup, memory);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("spec"), py::arg("causal"), py::arg("scale"),
+      py::arg("seed"), py::arg("repeats"), py::arg("warmup"), py::arg("memory"));
 
   m.def(
       "spectrum",
@@ -377,13 +496,10 @@ PYBIND11_MODULE(attnlab, m) {
         return is_f32(q) ? spectrum_t<float>(q, k, top, causal, scale, solver, tol)
                          : spectrum_t<double>(q, k, top, causal, scale, solver, tol);
       },
-      py::arg("q"), py::arg("k"), py::kw_only(), py::arg("top") = py::none(), py::arg("causal") = false,
-      py::arg("scale") = py::none(), py::arg("solver") = "auto", py::arg("tol") = 1e-9,
-      "Singular values of the exact attention matrix P = softmax(scale·QKᵀ), descending, in float64: all of them "
-      "(dense SVD, P materialized; memory-guarded) or the top `top`, matrix-free (block Krylov; solver 'block', "
-      "'lanczos', 'dense' or 'auto'; tol relative to σ₁). Shape (top,) or (heads, top).");
+      py::arg("q"), py::arg("k"), py::arg("top"), py::arg("causal"), py::arg("scale"), py::arg("solver"),
+      py::arg("tol"));
 
-  m.def("sources", [] { return std::string(source_kinds()); }, "The generated sources' names.");
+  m.def("sources", [] { return std::string(source_kinds()); });
   m.def(
       "generate",
       [](const std::string& source, Index n, Index d, std::optional<Index> n_k, std::optional<Index> d_v,
@@ -399,22 +515,18 @@ PYBIND11_MODULE(attnlab, m) {
         if (dtype == "float64") return generate_t<double>(so, n, nk, d, dv, seed);
         throw Error(fmt::format("dtype: '{}' is not float32 or float64", dtype));
       },
-      py::arg("source") = "gaussian", py::arg("n") = 1024, py::arg("d") = 64, py::kw_only(),
-      py::arg("n_k") = py::none(), py::arg("d_v") = py::none(), py::arg("seed") = 0, py::arg("dtype") = "float64",
-      py::arg("temperature") = 1.0, py::arg("centres") = 32, py::arg("spread") = 0.3, py::arg("rank") = 8,
-      "A generated problem (the experiments' sources), seeded: returns (q, k, v), each (n, d) (v: (n_k, d_v)). "
-      "gaussian: iid N(0,1), logits divided by temperature; clustered: around `centres` shared centres with "
-      "`spread`; lowrank: Q, K in a random rank-`rank` subspace.");
+      py::arg("source"), py::arg("n"), py::arg("d"), py::arg("n_k"), py::arg("d_v"), py::arg("seed"),
+      py::arg("dtype"), py::arg("temperature"), py::arg("centres"), py::arg("spread"), py::arg("rank"));
 
   m.def(
       "report",
       [](const py::handle& q, const py::handle& k, const py::handle& v, const std::string& model_dir,
-         const std::string& out, double target, std::optional<std::vector<std::string>> families,
-         const std::string& layers, Index seq, Index repeats, bool causal, bool quiet, int threads) {
+         const std::string& out, double target, const std::vector<std::string>& families, const std::string& layers,
+         Index seq, Index repeats, bool causal, bool quiet, int threads) {
         report::Options o;
         o.out = out;
         o.target = target;
-        if (families) o.families = *families;
+        o.families = families;
         o.repeats = repeats;
         o.causal = causal;
         o.progress = !quiet;
@@ -442,31 +554,21 @@ PYBIND11_MODULE(attnlab, m) {
           else load(double{});
         }
         report::Summary s;
-        {
-          SigintGuard guard;
-          py::gil_scoped_release release;
-          s = report::write_report(input, o);
-        }
+        run_released([&] { s = report::write_report(input, o); });
         return s.index_html;
       },
-      py::arg("q") = py::none(), py::arg("k") = py::none(), py::arg("v") = py::none(), py::kw_only(),
-      py::arg("model_dir") = "", py::arg("out") = "attnlab_report", py::arg("target") = 0.05,
-      py::arg("families") = py::none(), py::arg("layers") = "all", py::arg("seq") = 0, py::arg("repeats") = 3,
-      py::arg("causal") = false, py::arg("quiet") = false, py::arg("threads") = 0,
-      "Writes a report directory (index.html, report.csv, summary.md) answering 'which approximation for my "
-      "model?': per head the entropy, spectrum, every method's error against its measured cost at several budgets, "
-      "the Pareto frontier and the cheapest method under `target` output error; per layer × head the "
-      "recommendation and its speed-up. Input: q, k, v ((heads, n, d), one layer) or model_dir (an export such "
-      "as data/attention/trained, several layers). Returns the path of index.html.");
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("model_dir"), py::arg("out"), py::arg("target"),
+      py::arg("families"), py::arg("layers"), py::arg("seq"), py::arg("repeats"), py::arg("causal"), py::arg("quiet"),
+      py::arg("threads"));
 
-  m.def("threads", [] { return omp_get_max_threads(); }, "OpenMP threads the library uses.");
+  m.def("threads", [] { return module_threads(); });
   m.def(
       "set_threads",
       [](int n) {
         if (n < 1) throw Error(fmt::format("set_threads: n must be ≥ 1, got {}", n));
-        omp_set_num_threads(n);
+        module_threads() = n;
       },
-      py::arg("n"), "Sets the OpenMP threads the library uses (for calls from this thread).");
+      py::arg("n"));
 
   // For the tests: the address the C++ side reads an array at (equal to the array's own when it is not copied).
   m.def(
@@ -476,4 +578,7 @@ PYBIND11_MODULE(attnlab, m) {
                          : std::uintptr_t(heads_of<double>(a, "q", false).data);
       },
       py::arg("a"));
+  // For the tests: the OpenMP setting of the calling thread (PyTorch's, when it has set one), which calls leave as
+  // they found it.
+  m.def("_omp_max_threads", [] { return omp_get_max_threads(); });
 }
