@@ -39,10 +39,10 @@ def _show(x):
     """A value as an error message quotes it: short, never an array's contents."""
     if isinstance(x, (bool, numbers.Number, str)) and len(repr(x)) <= 60:
         return repr(x)
+    kind = type(x).__name__
+    kind = ("an " if kind[:1].lower() in "aeiou" else "a ") + kind
     shape = getattr(x, "shape", None)
-    if shape is not None:
-        return f"a {type(x).__name__} of shape {tuple(shape)}"
-    return f"a {type(x).__name__}"
+    return f"{kind} of shape {tuple(shape)}" if shape is not None else kind
 
 
 def _first_line(e):
@@ -61,9 +61,12 @@ def _int(name, x, minimum=None, none=False):
         return None
     what = ("a non-negative integer" if minimum == 0 else "an integer" if minimum is None
             else f"an integer ≥ {minimum}")
-    if isinstance(x, (bool, np.bool_)) or not hasattr(x, "__index__"):
-        raise ValueError(f"{name} must be {what}{' or None' if none else ''}, got {_show(x)}")
-    x = operator.index(x)
+    try:
+        if isinstance(x, (bool, np.bool_)):
+            raise TypeError
+        x = operator.index(x)  # int, numpy integers; not floats, strings, or arrays of more than one value
+    except TypeError:
+        raise ValueError(f"{name} must be {what}{' or None' if none else ''}, got {_show(x)}") from None
     if minimum is not None and x < minimum:
         raise ValueError(f"{name} must be {what}, got {x}")
     return x
