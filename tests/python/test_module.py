@@ -366,7 +366,7 @@ SHORT = 300  # an error message is one short line: what was wrong and what is va
     [
         (lambda q, k, v: attnlab.apply("exact", q, k, v, seed=-1), "seed must be a non-negative integer, got -1"),
         (lambda q, k, v: attnlab.apply("exact", q, k, v, seed=1.5), "seed must be a non-negative integer"),
-        (lambda q, k, v: attnlab.apply("exact", q, k, v, seed=np.array([1, 2])), "got an ndarray of shape (2,)"),
+        (lambda q, k, v: attnlab.apply("exact", q, k, v, seed=np.array([1, 2])), "ndarray of shape (2,)"),
         (lambda q, k, v: attnlab.apply("exact", q, k, v, seed=2**64), "seed must be below 2**64"),
         (lambda q, k, v: attnlab.compare(q, k, v, seed=-3), "seed must be a non-negative integer, got -3"),
         (lambda q, k, v: attnlab.apply(["nystrom"], q, k, v), "spec must be a string"),
