@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 namespace attnlab {
 namespace {
 
@@ -28,8 +30,9 @@ TEST(Spec, ParsesNameAndValues) {
 }
 
 TEST(Spec, RefusesBadSyntax) {
-  for (const char* bad : {"", ":a=1", "Exact", "exact:", "exact:tile", "exact:tile=", "exact:=3", "exact:a=1,a=2",
-                          "exact:a=1,,b=2", "ex act"})
+  // "Exact" is well-formed: whether it names a method is the registry's to say (with a did-you-mean, below).
+  for (const char* bad : {"", ":a=1", "exact:", "exact:tile", "exact:tile=", "exact:=3", "exact:a=1,a=2",
+                          "exact:a=1,,b=2", "ex act", "exact:ti le=3", "exact;tile=8"})
     EXPECT_FALSE(error_of([&] { parse_spec(bad); }).empty()) << "accepted '" << bad << "'";
 }
 
@@ -73,12 +76,55 @@ TEST(Factory, BuildsEveryRegisteredMethodAndRefusesUnknownOnes) {
       EXPECT_EQ(g->params().integer("seed"), 7);
     }
   }
-  const std::string msg = error_of([] { make_method<double>("nystromformer"); });
-  EXPECT_NE(msg.find("unknown method 'nystromformer'"), std::string::npos);
-  EXPECT_NE(msg.find("exact"), std::string::npos) << "lists the valid names: " << msg;
+  const std::string msg = error_of([] { make_method<double>("attentionformer"); });
+  EXPECT_NE(msg.find("no method 'attentionformer'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("exact, linear"), std::string::npos) << "nothing close: lists the valid names: " << msg;
   EXPECT_NE(error_of([] { make_method<float>("exact:tile=4"); }).find("integer in [8, 8192]"), std::string::npos);
   EXPECT_NE(error_of([] { make_method<float>("exact:impl=fast"); }).find("one of streaming|materialized"),
             std::string::npos);
+}
+
+// A mistyped name or key says what was probably meant: another case, a typo, a longer or shorter name.
+TEST(Factory, SuggestsTheCloseNames) {
+  EXPECT_EQ(error_of([] { make_method<double>("Nystrom"); }), "no method 'Nystrom'; did you mean nystrom?");
+  EXPECT_EQ(error_of([] { make_method<float>("EXACT:tile=8"); }), "no method 'EXACT'; did you mean exact?");
+  EXPECT_EQ(error_of([] { make_method<double>("nystromformer"); }), "no method 'nystromformer'; did you mean nystrom?");
+  EXPECT_EQ(error_of([] { make_method<double>("perfomer"); }), "no method 'perfomer'; did you mean performer?");
+  EXPECT_EQ(error_of([] { make_method<double>("nystrom:landmark=8"); }),
+            "method 'nystrom' has no parameter 'landmark'; did you mean landmarks? valid: landmarks, pinv, iters, "
+            "select, seed");
+  EXPECT_NE(error_of([] { make_method<double>("nystrom:Landmarks=8"); }).find("did you mean landmarks?"),
+            std::string::npos);
+  // Nothing close: the valid names only.
+  EXPECT_EQ(error_of([] { make_method<double>("exact:window=8"); }),
+            "method 'exact' has no parameter 'window'; valid: impl, tile");
+  EXPECT_EQ(close_matches("lin", {"linear", "linformer", "local"}), (std::vector<std::string>{"linear", "linformer"}));
+  EXPECT_TRUE(close_matches("zzz", {"linear", "local"}).empty());
+  EXPECT_EQ(did_you_mean("sparce", {"sparse", "svd"}), "did you mean sparse?");
+}
+
+// Ranges print as the integers they are: the seed's upper end is 2⁶³ − 1, not 9.223372036854776e+18.
+TEST(Spec, IntegerRangesPrintExactly) {
+  EXPECT_EQ(ParamSpec::seed().describe_type(), "integer in [0, 9223372036854775807]");
+  EXPECT_EQ(ParamSpec::integer("w", 16, -1, 1 << 24, "").describe_type(), "integer in [-1, 16777216]");
+  EXPECT_EQ(make_method<double>("nystrom:seed=9223372036854775807")->params().integer("seed"),
+            9223372036854775807LL);
+  EXPECT_NE(error_of([] { make_method<double>("nystrom:seed=9223372036854775808"); }).find("bad value"),
+            std::string::npos);
+}
+
+// What `attnlab methods` prints cites what a user can find: the papers (authors, year, equation or section), never
+// the project's internal seed documents ("seed 003 eqs. (3)-(4)").
+TEST(Factory, DescriptorsCiteThePapers) {
+  for (const auto& d : registered_methods()) {
+    EXPECT_EQ(d.reference.find("seed 0"), std::string::npos) << d.name << ": " << d.reference;
+    EXPECT_TRUE(std::regex_search(d.reference, std::regex("(19|20)[0-9][0-9]"))) << d.name << " cites no year: "
+                                                                                  << d.reference;
+    for (const auto& p : d.params) {
+      EXPECT_EQ(p.help.find("seed 0"), std::string::npos) << d.name << "." << p.name << ": " << p.help;
+      EXPECT_EQ(p.describe_type().find("e+"), std::string::npos) << d.name << "." << p.name;
+    }
+  }
 }
 
 TEST(Factory, DescriptorsNameOneBudgetParameterAndTheirCausalSupport) {

@@ -5,10 +5,13 @@
 #include "attnlab/registry.hpp"
 
 #include "attnlab/error.hpp"
+#include "attnlab/memory.hpp"
 #include "attnlab/methods/all.hpp"
 #include "method_list.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace attnlab {
 
@@ -55,7 +58,49 @@ std::string registered_method_names() {
 const MethodDescriptor& find_method(const std::string& name) {
   for (const auto& d : registered_methods())
     if (d.name == name) return d;
-  throw Error(fmt::format("unknown method '{}'; registered methods: {}", name, registered_method_names()));
+  std::vector<std::string> names;
+  for (const auto& d : registered_methods()) names.push_back(d.name);
+  const std::string hint = did_you_mean(name, names);
+  if (!hint.empty()) throw Error(fmt::format("no method '{}'; {}", name, hint));
+  throw Error(fmt::format("no method '{}'; registered methods: {}", name, registered_method_names()));
+}
+
+std::uint64_t estimate_memory(const MethodDescriptor& d, const Params& params, const ProblemSize& s) {
+  return d.memory ? d.memory(params, s) : 0;
+}
+
+template <typename T>
+void check_method_fits(const Method<T>& m, const ProblemSize& size) {
+  ProblemSize s = size;
+  s.elem = sizeof(T);
+  const MethodDescriptor& d = find_method(m.name());
+  if (d.size_check) d.size_check(m.params(), s);
+  check_memory(estimate_memory(d, m.params(), s),
+               fmt::format("{} on n_q = {}, n_k = {}, d = {}, d_v = {} ({})", m.spec(), s.n_q, s.n_k, s.d, s.d_v,
+                           dtype_name(dtype_of<T>())));
+}
+
+template void check_method_fits<float>(const Method<float>&, const ProblemSize&);
+template void check_method_fits<double>(const Method<double>&, const ProblemSize&);
+
+void require_budget_within(const std::string& method, const std::string& param, Index value, Index n,
+                           const std::string& what) {
+  require(value <= n, fmt::format("{}: {} = {} exceeds the sequence ({} = {}); give {} ≤ {}", method, param, value,
+                                  what, n, param, n));
+}
+
+std::string short_spec(const MethodDescriptor& d, const Params& params, std::optional<std::uint64_t> default_seed) {
+  std::string s = d.name;
+  char sep = ':';
+  for (const auto& [key, value] : params.values()) {
+    const auto p = std::find_if(d.params.begin(), d.params.end(), [&](const ParamSpec& x) { return x.name == key; });
+    if (p == d.params.end()) continue;
+    if (key == "seed" && default_seed && value == std::to_string(*default_seed)) continue;
+    if (value == p->default_value && !(key == "seed" && default_seed)) continue;
+    s += sep + key + "=" + value;
+    sep = ',';
+  }
+  return s;
 }
 
 template <typename T>

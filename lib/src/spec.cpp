@@ -7,10 +7,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 namespace attnlab {
 namespace {
@@ -22,15 +24,37 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
-bool is_identifier(const std::string& s) {
+// A name or key as written: letters of either case, digits, '_' and '-'. Whether it names anything is for the
+// lookup to say ("no method 'Nystrom'; did you mean nystrom?"), not the syntax.
+bool is_word(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
   });
 }
 
 std::string fmt_number(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", (long long)v);
   return fmt::format("{}", v);
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
 }
 
 bool parse_ll(const std::string& s, long long& out) {
@@ -57,6 +81,34 @@ bool parse_bool(const std::string& s, bool& out) {
 
 }  // namespace
 
+std::vector<std::string> close_matches(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string w = lower(word);
+  std::vector<std::pair<std::size_t, std::string>> scored;
+  for (const auto& c : candidates) {
+    const std::string lc = lower(c);
+    if (lc == w) return {c};  // the same name in another case: no other candidate matters
+    const std::size_t shorter = std::min(w.size(), lc.size());
+    const std::size_t d = edit_distance(w, lc);
+    // A typo (a third of the letters at most), or one name extending the other (nystromformer, landmark).
+    const bool prefix = shorter >= 3 && (w.compare(0, shorter, lc, 0, shorter) == 0);
+    if (d <= std::max<std::size_t>(1, shorter / 3) || prefix) scored.emplace_back(prefix ? 0 : d, c);
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (const auto& [d, c] : scored)
+    if (out.size() < 3) out.push_back(c);
+  return out;
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  const auto close = close_matches(word, candidates);
+  if (close.empty()) return "";
+  std::string s = "did you mean ";
+  for (std::size_t i = 0; i < close.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == close.size() ? " or " : ", ") + close[i];
+  return s + "?";
+}
+
 ParamSpec ParamSpec::integer(std::string name, long long def, long long lo, long long hi, std::string help) {
   ParamSpec p;
   p.name = std::move(name);
@@ -64,6 +116,8 @@ ParamSpec ParamSpec::integer(std::string name, long long def, long long lo, long
   p.default_value = std::to_string(def);
   p.min = double(lo);
   p.max = double(hi);
+  p.int_min = lo;
+  p.int_max = hi;
   p.help = std::move(help);
   return p;
 }
@@ -104,7 +158,7 @@ ParamSpec ParamSpec::seed() {
 
 std::string ParamSpec::describe_type() const {
   switch (type) {
-    case Type::Integer: return fmt::format("integer in [{}, {}]", fmt_number(min), fmt_number(max));
+    case Type::Integer: return fmt::format("integer in [{}, {}]", int_min, int_max);  // exact, never 9.2e+18
     case Type::Real: return fmt::format("number in [{}, {}]", fmt_number(min), fmt_number(max));
     case Type::Boolean: return "true|false";
     case Type::Choice: return fmt::format("one of {}", fmt::join(choices, "|"));
@@ -117,7 +171,7 @@ Spec parse_spec(const std::string& text) {
   Spec spec;
   const auto colon = t.find(':');
   spec.name = trim(t.substr(0, colon));
-  if (!is_identifier(spec.name))
+  if (!is_word(spec.name))
     throw Error(fmt::format("bad method spec '{}': expected name[:key=value[,key=value]...]", text));
   if (colon == std::string::npos) return spec;
   const std::string rest = t.substr(colon + 1);
@@ -131,7 +185,7 @@ Spec parse_spec(const std::string& text) {
     if (eq == std::string::npos)
       throw Error(fmt::format("bad method spec '{}': '{}' is not key=value", text, trim(item)));
     std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
-    if (!is_identifier(key)) throw Error(fmt::format("bad method spec '{}': bad key '{}'", text, key));
+    if (!is_word(key)) throw Error(fmt::format("bad method spec '{}': bad key '{}'", text, key));
     if (value.empty()) throw Error(fmt::format("bad method spec '{}': no value for '{}'", text, key));
     for (const auto& kv : spec.values)
       if (kv.first == key) throw Error(fmt::format("bad method spec '{}': '{}' given twice", text, key));
@@ -148,8 +202,9 @@ Params resolve_params(const std::string& method, const std::vector<ParamSpec>& p
     if (std::find(names.begin(), names.end(), kv.first) == names.end()) {
       if (names.empty())
         throw Error(fmt::format("method '{}' takes no parameters, got '{}'", method, kv.first));
-      throw Error(fmt::format("method '{}' has no parameter '{}'; valid: {}", method, kv.first,
-                              fmt::join(names, ", ")));
+      const std::string hint = did_you_mean(kv.first, names);
+      throw Error(fmt::format("method '{}' has no parameter '{}'; {}valid: {}", method, kv.first,
+                              hint.empty() ? "" : hint + " ", fmt::join(names, ", ")));
     }
   }
   Params out;
@@ -164,7 +219,7 @@ Params resolve_params(const std::string& method, const std::vector<ParamSpec>& p
     switch (p.type) {
       case ParamSpec::Type::Integer: {
         long long v;
-        if (!parse_ll(value, v) || double(v) < p.min || double(v) > p.max) throw bad();
+        if (!parse_ll(value, v) || v < p.int_min || v > p.int_max) throw bad();
         value = std::to_string(v);
         break;
       }

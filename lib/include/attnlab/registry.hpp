@@ -15,6 +15,19 @@
 
 namespace attnlab {
 
+/// The size of a problem, known before any work: n_q queries and n_k keys of dimension d, values of dimension d_v,
+/// `elem` bytes per value (4: float32, 8: float64).
+struct ProblemSize {
+  Index n_q = 0, n_k = 0, d = 0, d_v = 0;
+  std::uint64_t elem = 8;
+};
+
+/// Bytes a method allocates beyond its inputs in compute() and output(), from its parameters and the problem's size.
+using MemoryEstimate = std::function<std::uint64_t(const Params&, const ProblemSize&)>;
+/// Throws Error when the parameters cannot apply to a problem of this size (a budget beyond the sequence): the
+/// checks compute() makes, made before any work.
+using SizeCheck = std::function<void(const Params&, const ProblemSize&)>;
+
 struct MethodDescriptor {
   std::string name;
   std::string summary;    // one line
@@ -23,6 +36,20 @@ struct MethodDescriptor {
   std::string causal_note;  // how a causal mask is honoured, or why it is refused (the README's table)
   std::string budget;       // the parameter that trades accuracy for cost (landmarks, features, ...); "" if none
   std::vector<ParamSpec> params;
+  /// What the method forms beyond its inputs and its output: given for the methods that can form something
+  /// quadratic (exact:impl=materialized, svd's dense path, ...), empty for the others (linear in n).
+  MemoryEstimate memory;
+  /// This descriptor with its memory estimate: `return describe<M>(...).with_memory([](const Params&, ...) {...});`
+  MethodDescriptor with_memory(MemoryEstimate f) && {
+    memory = std::move(f);
+    return std::move(*this);
+  }
+  /// The parameters' limits in the problem's size (landmarks ≤ n, ...), for methods that have some.
+  SizeCheck size_check;
+  MethodDescriptor with_size_check(SizeCheck f) && {
+    size_check = std::move(f);
+    return std::move(*this);
+  }
   std::function<std::unique_ptr<Method<float>>(const MethodDescriptor&, Params)> make_f32;
   std::function<std::unique_ptr<Method<double>>(const MethodDescriptor&, Params)> make_f64;
 };
@@ -31,8 +58,30 @@ struct MethodDescriptor {
 const std::vector<MethodDescriptor>& registered_methods();
 /// The names, joined by ", " (for messages).
 std::string registered_method_names();
-/// Looks a method up by name; throws Error listing the valid names.
+/// Looks a method up by name; throws Error "no method 'X'; did you mean y?" (the close names, spec.hpp's
+/// close_matches), or listing every registered name when none is close.
 const MethodDescriptor& find_method(const std::string& name);
+
+/// Bytes the method built from `params` will form on a problem of `size` beyond its inputs and its output (the
+/// descriptor's estimate; 0 for the methods linear in n): known before any work, for the memory guard.
+std::uint64_t estimate_memory(const MethodDescriptor& d, const Params& params, const ProblemSize& size);
+/// Before any work: throws Error when the method cannot run on a problem of `size` — a parameter beyond the
+/// sequence (the descriptor's size check, as compute() would say later), or more memory than the guard allows
+/// (memory.hpp: available memory or --max-memory; the message names the method, the sizes and the bytes).
+template <typename T>
+void check_method_fits(const Method<T>& m, const ProblemSize& size);
+
+/// A budget that counts items taken from the sequence (landmarks, rank, columns, codes, Linformer's projected
+/// length k) cannot exceed it: throws Error "METHOD: PARAM = VALUE exceeds the sequence (WHAT = N)". Budgets that
+/// bound a neighbourhood (a window, a chunk) or a share (ProbSparse's factor) saturate at the whole sequence — exact
+/// attention — and random features (Performer) may outnumber the positions: neither is refused.
+void require_budget_within(const std::string& method, const std::string& param, Index value, Index n,
+                           const std::string& what = "n_k");
+
+/// The spec as a user would write it: the name and the parameters that differ from their defaults, the seed left out
+/// when it is `default_seed` ("nystrom:landmarks=32" for nystrom:landmarks=32,pinv=iterative,iters=6,...).
+std::string short_spec(const MethodDescriptor& d, const Params& params,
+                       std::optional<std::uint64_t> default_seed = std::nullopt);
 
 /// Builds a method from its spec. When the method has a `seed` parameter that the spec leaves out,
 /// default_seed (if given) is used in its place.

@@ -20,6 +20,8 @@ struct ParamSpec {
   std::vector<std::string> choices;  // Choice only
   double min = 0;                    // Integer and Real: inclusive range
   double max = 0;
+  long long int_min = 0;             // Integer: the same range, exactly (a double rounds 2⁶³ − 1)
+  long long int_max = 0;
   bool is_budget = false;            // the parameter that trades accuracy for cost (MethodDescriptor::budget)
 
   static ParamSpec integer(std::string name, long long def, long long lo, long long hi, std::string help);
@@ -37,6 +39,12 @@ struct ParamSpec {
   /// "integer in [1, 4096]", "one of elu|relu", ...
   std::string describe_type() const;
 };
+
+/// The candidates a mistyped `word` probably meant: the same word in another case, a near miss (edit distance up to a
+/// third of its letters), or a name it extends or shortens ("nystromformer" → nystrom); best first, at most 3.
+std::vector<std::string> close_matches(const std::string& word, const std::vector<std::string>& candidates);
+/// "did you mean a?" / "did you mean a or b?" from close_matches(), or "" when nothing is close.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
 /// A parsed, not yet validated specification.
 struct Spec {

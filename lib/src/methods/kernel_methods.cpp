@@ -110,20 +110,22 @@ class EfficientMethod final : public LowRankMethod<T> {
 MethodDescriptor LinearOptions::descriptor() {
   return describe<LinearMethod>(
       kName, "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)",
-      "seed 003 eqs. (3)-(4), causal (9)-(10); Katharopoulos et al. 2020 (elu+1)",
+      "Katharopoulos et al. 2020 (Transformers are RNNs) §3.2, φ(x) = elu(x) + 1; causal masking §3.3 (prefix sums)",
       Causal::yes("recurrent or chunked prefix sums"),
       join_params({ParamSpec::choice("feature", {"elu", "relu"}, "feature map φ on raw q and k: elu(x)+1 or relu(x)")},
            causal_form_params()));
 }
 
 MethodDescriptor TaylorOptions::descriptor() {
-  return describe<TaylorMethod>(kName, "first-order Taylor attention, sim = 1 + cos(q, k)", "seed 003 eqs. (6)-(7)",
+  return describe<TaylorMethod>(kName, "first-order Taylor attention, sim = 1 + cos(q, k)",
+                                "Su 2020, blog 'Exploring Linear Attention: Must Attention Have a Softmax?' "
+                                "(e^{qᵀk} ≈ 1 + qᵀk on normalized q, k)",
                                 Causal::yes("recurrent or chunked prefix sums"), causal_form_params());
 }
 
 MethodDescriptor EfficientOptions::descriptor() {
   return describe<EfficientMethod>(kName, "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)",
-                                   "seed 003 eq. (5); Shen et al. 2021",
+                                   "Shen et al. 2021 (Efficient Attention: Attention with Linear Complexities)",
                                    Causal::refused("the softmax over keys mixes every position"));
 }
 

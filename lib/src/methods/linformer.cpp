@@ -27,6 +27,8 @@ class LinformerMethod final : public LowRankMethod<T> {
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
     const LinformerOptions o = LinformerOptions::from(this->params());  // the spec's values, typed
     const Index kk = o.k, n = k.rows();
+    // k rows projected from n_k keys: more than n_k is no longer a low-rank approximation, only a costlier one.
+    require_budget_within("linformer", "k", kk, n);
     const std::string& proj = o.projection;
     Rng rng(o.seed);
     const auto draw = [&]() -> MatrixR<T> {
@@ -38,10 +40,7 @@ class LinformerMethod final : public LowRankMethod<T> {
           for (Index j = 0; j < n; ++j) r(i, j) = (rng.next_u64() >> 63) ? v : -v;
         return r;
       }
-      if (proj == "pool") {
-        require(kk <= n, fmt::format("linformer: pooling to k = {} segments needs k ≤ n_k = {}", kk, n));
-        return segment_mean_matrix<T>(kk, n);
-      }
+      if (proj == "pool") return segment_mean_matrix<T>(kk, n);
       require(kk == n, fmt::format("linformer: projection=identity needs k = n_k = {}, got k = {}", n, kk));
       return MatrixR<T>::Identity(n, n);
     };
@@ -84,11 +83,14 @@ class LinformerMethod final : public LowRankMethod<T> {
 MethodDescriptor LinformerOptions::descriptor() {
   return describe<LinformerMethod>(
       kName, "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)",
-      "Wang et al. 2020 eq. (7), Theorem 2; seed 001; seed 003 eq. (8)", Causal::refused("E and F mix every position"),
-      {ParamSpec::integer("k", 256, 1, 1 << 20, "projected length k").budget(),
+      "Wang et al. 2020 (Linformer) eq. (7), Theorem 2", Causal::refused("E and F mix every position"),
+      {ParamSpec::integer("k", 64, 1, 1 << 20, "projected length k (≤ n_k)").budget(),
        ParamSpec::choice("projection", {"gaussian", "uniform", "pool", "identity"},
                          "E, F: N(0, 1/k) entries, ±1/√k, mean pooling over k segments, or I (k = n)"),
-       ParamSpec::boolean("share_kv", false, "E = F (key-value sharing)"), ParamSpec::seed()});
+       ParamSpec::boolean("share_kv", false, "E = F (key-value sharing)"), ParamSpec::seed()})
+      .with_size_check([](const Params& p, const ProblemSize& s) {
+        require_budget_within("linformer", "k", p.integer("k"), s.n_k);
+      });
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Linformer)

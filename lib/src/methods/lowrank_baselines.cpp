@@ -10,6 +10,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/linalg/pinv.hpp"
+#include "attnlab/memory.hpp"
 #include "attnlab/methods/cur.hpp"
 #include "attnlab/methods/svd.hpp"
 #include "lowrank_method.hpp"
@@ -116,18 +117,41 @@ MethodDescriptor SvdOptions::descriptor() {
                           "n_k up to which a dense SVD is used; above, the matrix-free solver"),
        ParamSpec::choice("solver", {"auto", "block", "lanczos", "dense"},
                          "top-R solver: auto (dense up to dense_limit, else block Krylov), block, lanczos "
-                         "(Spectra on PᵀP), dense")});
+                         "(Spectra on PᵀP), dense")})
+      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
+        const std::string& solver = p.choice("solver");
+        const bool dense = solver == "dense" ||
+                           (solver == "auto" && (s.n_k <= p.integer("dense_limit") || p.integer("rank") > s.n_k / 2));
+        // The dense path: P in T, its float64 copy and the SVD's working copy; the factors are n × R.
+        const std::uint64_t factors = matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(p.integer("rank")),
+                                                   s.elem);
+        return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0, factors);
+      })
+      .with_size_check([](const Params& p, const ProblemSize& s) {
+        require_budget_within("svd", "rank", p.integer("rank"), std::min(s.n_q, s.n_k), "min(n_q, n_k)");
+      });
 }
 
 MethodDescriptor CurOptions::descriptor() {
   return describe<CurMethod>(
       kName, "classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal)",
-      "seed 000 eqs. (12)-(13); Drineas, Mahoney & Muthukrishnan 2008 (leverage sampling)",
+      "Drineas, Mahoney & Muthukrishnan 2008 (CUR, leverage-score sampling); the Nyström form of Xiong et al. 2021",
       Causal::refused("columns and rows of all of P"),
       {ParamSpec::integer("columns", 64, 1, 1 << 20, "number of sampled columns (and rows) C").budget(),
        ParamSpec::choice("select", {"uniform", "leverage"}, "sampling of J (and I)"),
        ParamSpec::real("rcond", 1e-10, 0, 1, "relative singular-value cutoff of pinv(P[I,J]) (0: eps·C)"),
-       ParamSpec::seed()});
+       ParamSpec::seed()})
+      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
+        // Leverage scores come from the top C singular vectors: a dense SVD of P (in T, float64 and the SVD's
+        // copy) where top_singular's defaults choose it (n_k ≤ 512, or C > n_k/2). The factors are n × C.
+        const Index c = p.integer("columns");
+        const bool dense = p.choice("select") == "leverage" && (s.n_k <= 512 || c > s.n_k / 2);
+        return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
+                         matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem));
+      })
+      .with_size_check([](const Params& p, const ProblemSize& s) {
+        require_budget_within("cur", "columns", p.integer("columns"), std::min(s.n_q, s.n_k), "min(n_q, n_k)");
+      });
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Svd)

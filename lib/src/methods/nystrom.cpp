@@ -85,13 +85,19 @@ class NystromMethod final : public LowRankMethod<T> {
 MethodDescriptor NystromOptions::descriptor() {
   return describe<NystromMethod>(
       kName, "Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal)",
-      "seed 000 eqs. (8), (10), (11); Xiong et al. 2021 eq. (14)", Causal::refused("landmarks pool every position"),
+      "Xiong et al. 2021 (Nyströmformer) eq. (14), landmarks by segment means; the order-3 pseudo-inverse iteration "
+      "of Razavi et al. 2014", Causal::refused("landmarks pool every position"),
       {ParamSpec::integer("landmarks", 64, 1, 1 << 20, "number of landmarks m (≤ n)").budget(),
        ParamSpec::choice("pinv", {"iterative", "newton", "svd"},
-                         "pseudo-inverse: order-3 iteration (seed 000 eq. (10)), Newton–Schulz, or SVD"),
+                         "pseudo-inverse: order-3 iteration (Razavi et al. 2014, as Nyströmformer), Newton–Schulz, "
+                         "or SVD"),
        ParamSpec::integer("iters", 6, 0, 10000, "iterations of the iterative pseudo-inverses (the paper uses 6)"),
        ParamSpec::choice("select", {"segments", "random"}, "landmarks: segment means, or uniformly sampled rows"),
-       ParamSpec::seed()});
+       ParamSpec::seed()})
+      .with_size_check([](const Params& p, const ProblemSize& s) {
+        require_budget_within("nystrom", "landmarks", p.integer("landmarks"), std::min(s.n_q, s.n_k),
+                              "min(n_q, n_k)");
+      });
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Nystrom)

@@ -236,7 +236,7 @@ class ProbSparseMethod final : public Method<T> {
 MethodDescriptor ProbsparseOptions::descriptor() {
   return describe<ProbSparseMethod>(
       kName, "Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest",
-      "Zhou et al. 2021 eqs. (2)-(4), Lemma 1; seed 004",
+      "Zhou et al. 2021 (Informer) eqs. (2)-(4), Lemma 1",
       Causal::yes("online top-u selection (query i is exact when its measure is among the u largest so far)"),
       {ParamSpec::real("factor", 5, 1e-3, 1e9, "sampling factor c: u = c·⌈ln n_q⌉ queries, U = c·⌈ln n_k⌉ keys")
            .budget(),

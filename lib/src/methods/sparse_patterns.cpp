@@ -553,7 +553,7 @@ class ReformerMethod final : public PatternMethod<T> {
 
 MethodDescriptor LocalOptions::descriptor() {
   return describe<LocalMethod>(kName, "sliding-window attention, |j − i| ≤ W",
-                               "Beltagy et al. 2020 (sliding window); seed 003 (sparse attention)", Causal::yes(),
+                               "Beltagy et al. 2020 (Longformer) §3.1, sliding window", Causal::yes(),
                                {ParamSpec::integer("window", 64, 0, 1 << 24, "half-width W of the band").budget()});
 }
 
@@ -570,7 +570,7 @@ MethodDescriptor SparseOptions::descriptor() {
 MethodDescriptor ReformerOptions::descriptor() {
   return describe<ReformerMethod>(
       kName, "Reformer LSH attention: angular hashing, sorted chunks, multi-round union",
-      "Kitaev et al. 2020 §2-3 (angular LSH, chunking, multi-round); seed 003",
+      "Kitaev et al. 2020 (Reformer) §2: angular LSH, sorted chunks, multi-round",
       Causal::yes("the most recent same-bucket keys"),
       {ParamSpec::integer("buckets", 8, 1, 1 << 16, "number of hash buckets (1 or even)"),
        ParamSpec::integer("rounds", 2, 1, 64, "hashing rounds"),

@@ -286,14 +286,20 @@ class VqMethod final : public Method<T> {
 MethodDescriptor VqOptions::descriptor() {
   return describe<VqMethod>(
       kName, "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard",
-      "seed 002 eqs. (1)-(3), soft assignment eqs. (8)-(9); Lingle 2023",
+      "Lingle 2023 (Transformer-VQ): K ≈ ΔC, exp(QCᵀ)(ΔᵀV); soft (GMM) assignment after Su 2023, blog "
+      "'Traces of Transformer-VQ in the Performer'",
       Causal::conditional("assign=hard, quantize=keys: the attention is causal; the codebook is fitted on all keys "
                           "(a look-ahead in the codebook)"),
       {ParamSpec::integer("codes", 64, 1, 1 << 20, "codebook size c").budget(),
        ParamSpec::integer("iters", 20, 0, 10000, "Lloyd iterations after k-means++"),
        ParamSpec::choice("assign", {"hard", "soft"}, "nearest code, or GMM responsibilities at temperature T"),
        ParamSpec::real("temperature", 1.0, 1e-12, 1e12, "T of the soft assignment"),
-       ParamSpec::choice("quantize", {"keys", "both"}, "quantize K, or K and Q (mean-field form)"), ParamSpec::seed()});
+       ParamSpec::choice("quantize", {"keys", "both"}, "quantize K, or K and Q (mean-field form)"), ParamSpec::seed()})
+      .with_size_check([](const Params& p, const ProblemSize& s) {
+        require_budget_within("vq", "codes", p.integer("codes"), s.n_k, "n_k, the keys");
+        if (p.choice("quantize") == "both")
+          require_budget_within("vq", "codes", p.integer("codes"), s.n_q, "n_q, the queries");
+      });
 }
 
 ATTNLAB_TYPED_METHOD_DEFINE(Vq)
