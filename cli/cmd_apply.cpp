@@ -33,6 +33,10 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
   opts.scale = o.scale;
   opts.causal = o.causal;
   const Index h = f.heads(), n_q = f.q.rows(), n_k = f.k.rows(), d_v = f.v.cols();
+  // What the method will allocate, refused before any work when it cannot fit (exact:impl=materialized's P, ...).
+  check_method_fits(*method, {n_q, n_k, f.q.cols(), d_v, sizeof(T)});
+  set_work(fmt::format("apply {} on {} head{} of {}", method->spec(), h, h == 1 ? "" : "s",
+                       describe_inputs(n_q, n_k, f.q.cols(), d_v, dtype_of<T>())));
   const auto shape = [&](Index rows, Index cols) {
     return f.batched() ? std::vector<Index>{h, rows, cols} : std::vector<Index>{rows, cols};
   };
@@ -81,7 +85,7 @@ void add_apply(CLI::App& app) {
       ->capture_default_str();
   sub->callback([o] {
     make_method<double>(o->method, o->seed);  // a bad spec fails before any file is read
-    const QkvFiles f = load_qkv(o->q, o->k, o->v);
+    const QkvFiles f = load_qkv(o->q, o->k, o->v, o->dtype, "--dtype f32|f64");
     if (resolve_dtype(o->dtype, f.q) == DType::f32) run<float>(*o, f);
     else run<double>(*o, f);
   });

@@ -2,6 +2,8 @@
 // the error metrics, and write them as tidy CSV.
 #include "attnlab/compare.hpp"
 #include "attnlab/error.hpp"
+#include "attnlab/memory.hpp"
+#include "attnlab/metrics.hpp"
 #include "attnlab/random.hpp"
 #include "attnlab/sources.hpp"
 #include "attnlab/registry.hpp"
@@ -34,6 +36,7 @@ struct CompareOptions {
   std::string csv;
   std::string matrix_metrics = "auto";
   Index matrix_limit = 4096;
+  int repeats = 5, warmup = 1;
 };
 
 std::string opt(const std::optional<double>& x) { return x ? fmt::format("{:.3e}", *x) : "-"; }
@@ -42,6 +45,7 @@ template <typename T>
 void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   // The methods, built (and their specs validated) before any work.
   std::vector<std::unique_ptr<Method<T>>> methods;
+  std::vector<std::string> shown;  // each method's spec as a user writes it (the CSV keeps the canonical spec)
   std::vector<std::string> specs = o.methods;
   if (o.all)
     for (const auto& d : registered_methods()) specs.push_back(d.name);
@@ -55,10 +59,33 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
       }
       throw Error(fmt::format("method '{}' cannot honour a causal mask; drop it or --causal", m->name()));
     }
+    shown.push_back(short_spec(find_method(m->name()), m->params(), o.seed));
     methods.push_back(std::move(m));
   }
 
   const Index heads = files ? files->heads() : 1;
+  const ProblemSize size{files ? files->q.rows() : o.n, files ? files->k.rows() : (o.n_k > 0 ? o.n_k : o.n),
+                         files ? files->q.cols() : o.d, files ? files->v.cols() : (o.d_v > 0 ? o.d_v : o.d),
+                         sizeof(T)};
+  const bool matrix_metrics = o.matrix_metrics == "on" || (o.matrix_metrics == "auto" && size.n_q <= o.matrix_limit &&
+                                                           size.n_k <= o.matrix_limit);
+  // Memory, before any work (at n = 10⁵ exact attention alone takes half a minute): the inputs, each method's
+  // own allocations (exact:impl=materialized's P, svd's dense path, ...), and the matrix metrics' row blocks of
+  // P and P̃ (float64) with the block a generic P̃ is read through.
+  const std::string inputs = describe_inputs(size.n_q, size.n_k, size.d, size.d_v, dtype_of<T>());
+  if (!files)
+    check_memory(input_bytes(size.n_q, size.n_k, size.d, size.d_v, dtype_of<T>()),
+                 "the generated problem (" + describe_inputs(size.n_q, size.n_k, size.d, size.d_v, dtype_of<T>(), false) +
+                     ")");
+  for (const auto& m : methods) check_method_fits(*m, size);
+  if (matrix_metrics) {
+    const Index block = MatrixErrorOptions{}.block_rows;
+    check_memory(add_bytes(matrix_bytes(std::uint64_t(3 * block), std::uint64_t(size.n_k), 8),
+                           matrix_bytes(std::uint64_t(size.n_q), std::uint64_t(block), sizeof(T))),
+                 fmt::format("the matrix metrics (rows of P and P̃ {} at a time, n_k = {}; --matrix-metrics off "
+                             "skips them)", block, size.n_k));
+  }
+  set_work(fmt::format("compare on {}{}", heads > 1 ? fmt::format("{} heads of ", heads) : "", inputs));
   const std::string source = files ? "files" : o.source.kind;
   std::optional<TidyCsvWriter> csv;
   if (!o.csv.empty()) {
@@ -73,9 +100,12 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   aopts.causal = o.causal;
 
   std::size_t width = 8;
-  for (const auto& m : methods) width = std::max(width, m->spec().size());
-  fmt::print("{:<{}} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "method", width, "out_relF", "out_cos",
-             "P_relF", "P_rel2", "P_KL", "P_TV", "time_s", "speedup");
+  for (const auto& s : shown) width = std::max(width, s.size());
+  // One row per method and head: the head first when the files hold several.
+  const std::string head_header = heads > 1 ? fmt::format("{:>4} ", "head") : "";
+  // Times in milliseconds here (3 significant digits: the fast methods take microseconds); seconds in the CSV.
+  fmt::print("{}{:<{}} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}\n", head_header, "method", width,
+             "out_relF", "out_cos", "P_relF", "P_rel2", "P_KL", "P_TV", "time_ms", "speedup");
   for (Index h = 0; h < heads; ++h) {
     MatrixR<T> qs, ks, vs;
     if (!files) {
@@ -91,18 +121,21 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
 
     attnlab::CompareOptions copts;
     copts.attention = aopts;
-    copts.matrix_metrics = o.matrix_metrics == "on" ||
-                           (o.matrix_metrics == "auto" && q.rows() <= o.matrix_limit && k.rows() <= o.matrix_limit);
+    copts.matrix_metrics = matrix_metrics;
+    copts.cost.repeats = o.repeats;
+    copts.cost.warmup = o.warmup;
+    std::size_t row_index = 0;  // compare_methods reports the rows in the methods' order
     const auto print_row = [&](const CompareRow& r) {
+      const std::string& spec_shown = shown.at(row_index++);
       const auto metric = [&](const char* name) -> std::optional<double> {
         for (const auto& [n, v] : r.metrics)
           if (n == name) return v;
         return std::nullopt;
       };
-      fmt::print("{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.4f} {:>8.2f}\n", r.spec, width,
-                 *metric("out_rel_fro"), *metric("out_mean_cosine"), opt(metric("P_rel_fro")),
-                 opt(metric("P_rel_spectral")), opt(metric("P_mean_kl")), opt(metric("P_mean_tv")), r.time_s(),
-                 r.speedup());
+      fmt::print("{}{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.3g} {:>8.2f}\n",
+                 heads > 1 ? fmt::format("{:>4} ", h) : "", spec_shown, width, *metric("out_rel_fro"),
+                 *metric("out_mean_cosine"), opt(metric("P_rel_fro")), opt(metric("P_rel_spectral")),
+                 opt(metric("P_mean_kl")), opt(metric("P_mean_tv")), r.time_s() * 1e3, r.speedup());
       if (!csv) return;
       const std::string variant = std::string(dtype_name(dtype_of<T>())) + (o.causal ? ",causal" : "");
       const std::vector<std::string> keys = {
@@ -111,11 +144,15 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
                       dtype_name(dtype_of<T>()), o.causal, q.rows(), k.rows(), q.cols(), v.cols(), o.seed, h),
           source, r.method, r.spec, std::to_string(q.rows()), std::to_string(q.cols()), std::to_string(o.seed),
           variant, std::to_string(h)};
-      // The output's four errors, the times, then the diagnostics and the P̃ metrics (the files' order).
+      // The output's four errors, the times, then the diagnostics and the P̃ metrics (the files' order). Times by
+      // the cost harness: the fastest of the timed calls (time_s) and their median, exact attention's fastest on
+      // the same head, and the speed-up exact/method of the fastest.
       for (std::size_t i = 0; i < r.metrics.size() + 1; ++i) {
         if (i == 4) {
           csv->write(keys, "time_s", r.time_s());
+          csv->write(keys, "time_median_s", r.cost.median_s);
           csv->write(keys, "exact_time_s", r.exact_time_s());
+          csv->write(keys, "speedup", r.speedup());
         }
         if (i < r.metrics.size()) csv->write(keys, r.metrics[i].first, r.metrics[i].second);
       }
@@ -168,10 +205,17 @@ void add_compare(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--matrix-limit", o->matrix_limit, "largest n for which auto computes matrix metrics")
       ->capture_default_str();
+  sub->add_option("--repeats", o->repeats, "timing: timed calls per method (and of exact attention), after the warm-up; "
+                                           "time_s is the fastest, the CSV also has the median")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sub->add_option("--warmup", o->warmup, "timing: untimed calls before the timed ones")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   sub->callback([o] {
     for (const auto& s : o->methods) make_method<double>(s, o->seed);  // bad specs fail before any work
     std::optional<QkvFiles> files;
-    if (!o->q.empty()) files = load_qkv(o->q, o->k, o->v);
+    if (!o->q.empty()) files = load_qkv(o->q, o->k, o->v, o->dtype, "--dtype f32|f64");
     DType dt = DType::f64;
     if (o->dtype == "f32") dt = DType::f32;
     else if (o->dtype == "auto" && files) dt = files->q.dtype();

@@ -1,4 +1,5 @@
-// `attnlab methods`: every registered method with its parameters, defaults and causal support.
+// `attnlab methods [NAME...]`: the registered methods (or those named) with their parameters, defaults and causal
+// support.
 #include "attnlab/registry.hpp"
 #include "commands.hpp"
 
@@ -36,17 +37,26 @@ std::string methods_markdown() {
 }
 
 void add_methods(CLI::App& app) {
-  auto* sub = app.add_subcommand("methods", "list every registered method, its parameters and defaults");
+  auto* sub = app.add_subcommand("methods", "list the registered methods (or those named), their parameters and "
+                                            "defaults");
+  auto names = std::make_shared<std::vector<std::string>>();
+  sub->add_option("name", *names, "methods to describe (default: every registered method)");
   auto names_only = std::make_shared<bool>(false);
   sub->add_flag("--names", *names_only, "print the names only, one per line");
   auto markdown = std::make_shared<bool>(false);
   sub->add_flag("--markdown", *markdown, "print the README's methods table (a test checks README.md against it)");
-  sub->callback([names_only, markdown] {
+  sub->callback([names, names_only, markdown] {
     if (*markdown) {
       fmt::print("{}", methods_markdown());
       return;
     }
-    for (const auto& d : registered_methods()) {
+    // The methods asked for, each looked up first: an unknown name is refused (with a did-you-mean) before any output.
+    std::vector<const MethodDescriptor*> chosen;
+    for (const auto& n : *names) chosen.push_back(&find_method(n));
+    if (names->empty())
+      for (const auto& d : registered_methods()) chosen.push_back(&d);
+    for (const MethodDescriptor* dp : chosen) {
+      const MethodDescriptor& d = *dp;
       if (*names_only) {
         fmt::print("{}\n", d.name);
         continue;

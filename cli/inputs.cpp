@@ -1,6 +1,7 @@
 #include "inputs.hpp"
 
 #include "attnlab/error.hpp"
+#include "attnlab/memory.hpp"
 #include "attnlab/tidy_csv.hpp"
 #include "commands.hpp"
 
@@ -11,6 +12,7 @@
 namespace attnlab::cli {
 namespace {
 std::string g_command_line;
+std::string g_work;
 
 std::string shape_of(const NpyArray& a) {
   return a.ndim() == 3 ? fmt::format("(h={}, n={}, d={})", a.heads(), a.rows(), a.cols())
@@ -50,7 +52,21 @@ CLI::Option* add_qkv_files(CLI::App* sub, std::string& q, std::string& k, std::s
   return qo;
 }
 
-QkvFiles load_qkv(const std::string& q, const std::string& k, const std::string& v) {
+void set_work(std::string what) { g_work = std::move(what); }
+const std::string& work() { return g_work; }
+
+std::uint64_t input_bytes(Index n_q, Index n_k, Index d, Index d_v, DType dtype) {
+  const std::uint64_t e = dtype == DType::f32 ? 4 : 8;
+  return add_bytes(add_bytes(matrix_bytes(n_q, d, e), matrix_bytes(n_k, d, e)), matrix_bytes(n_k, d_v, e));
+}
+
+std::string describe_inputs(Index n_q, Index n_k, Index d, Index d_v, DType dtype, bool bytes) {
+  return fmt::format("Q {}×{}, K {}×{}, V {}×{} {}{}", n_q, d, n_k, d, n_k, d_v, dtype_name(dtype),
+                     bytes ? " (" + format_bytes(input_bytes(n_q, n_k, d, d_v, dtype)) + ")" : "");
+}
+
+QkvFiles load_qkv(const std::string& q, const std::string& k, const std::string& v, const std::string& dtype_flag,
+                  const std::string& dtype_option) {
   QkvFiles f{NpyArray::read(q), NpyArray::read(k), NpyArray::read(v)};
   if (f.q.ndim() != f.k.ndim() || f.q.ndim() != f.v.ndim())
     throw Error(fmt::format("Q {} is {}, K {} is {}, V {} is {}: give all three as (n, d) or all as (h, n, d)", q,
@@ -62,6 +78,13 @@ QkvFiles load_qkv(const std::string& q, const std::string& k, const std::string&
     throw Error(fmt::format("Q {} has d = {} but K {} has d = {}; they must match", q, f.q.cols(), k, f.k.cols()));
   if (f.k.rows() != f.v.rows())
     throw Error(fmt::format("K {} has n_k = {} rows but V {} has {}; they must match", k, f.k.rows(), v, f.v.rows()));
+  // Mixed dtypes: a silent cast would hide which precision the results are in; the user chooses it explicitly.
+  if ((f.q.dtype() != f.k.dtype() || f.q.dtype() != f.v.dtype()) && dtype_flag != "f32" && dtype_flag != "f64")
+    throw Error(fmt::format("Q {} is {}, K {} is {}, V {} is {}: the files differ in dtype; convert them to one{}", q,
+                            dtype_name(f.q.dtype()), k, dtype_name(f.k.dtype()), v, dtype_name(f.v.dtype()),
+                            dtype_option.empty() ? ""
+                                                 : fmt::format(", or choose the compute dtype with {} (every file is "
+                                                               "then cast to it)", dtype_option)));
   f.q.check_finite();
   f.k.check_finite();
   f.v.check_finite();

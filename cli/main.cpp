@@ -4,6 +4,7 @@
 #include "attnlab/memory.hpp"
 #include "attnlab/reproducible.hpp"
 #include "commands.hpp"
+#include "inputs.hpp"
 #include "sweep.hpp"
 
 #include <fmt/format.h>
@@ -16,7 +17,7 @@
 int main(int argc, char** argv) {
   attnlab::pin_eigen_blocking();  // the same summation order on every CPU, so the same results
   attnlab::cli::set_command_line(argc, argv);
-  CLI::App app{"attnlab: exact softmax attention and its approximations, and how far apart they are"};
+  CLI::App app{"attnlab: exact softmax attention and its approximations, and how far apart they are", "attnlab"};
   app.set_version_flag("--version", std::string(attnlab::code_version()));
   app.require_subcommand(1);
   app.fallthrough();
@@ -42,7 +43,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 2;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "attnlab: error: out of memory\n");
+    // An allocation the estimates before the work did not foresee (or other processes took the memory since):
+    // say what was being computed, in sizes, and what the machine has.
+    const std::string& what = attnlab::cli::work();
+    const std::uint64_t avail = attnlab::available_memory();
+    std::fprintf(stderr, "attnlab: error: out of memory%s%s; %s of memory available\n",
+                 what.empty() ? "" : " while running ", what.c_str(),
+                 avail ? attnlab::format_bytes(avail).c_str() : "an unknown amount");
     return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());

@@ -73,14 +73,21 @@ cases = [
                      "--k", save("k3h.npy", rng.standard_normal((3, 80, 16))),
                      "--v", save("v3h.npy", rng.standard_normal((3, 80, 8)))], ["head counts"]),
     ("missing file", ["--q", path("nope.npy"), "--k", good_k, "--v", good_v], ["nope.npy", "cannot open"]),
-    ("unknown method", ["--method", "nystromformer", "--q", good_q, "--k", good_k, "--v", good_v],
-     ["unknown method", "exact"]),
+    ("unknown method", ["--method", "attentionformer", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["no method 'attentionformer'", "registered methods: exact, linear"]),
+    ("misspelt method", ["--method", "Nystrom", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["no method 'Nystrom'; did you mean nystrom?"]),
+    ("longer method name", ["--method", "nystromformer:landmarks=8", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["no method 'nystromformer'; did you mean nystrom?"]),
     ("unknown key", ["--method", "exact:landmarks=4", "--q", good_q, "--k", good_k, "--v", good_v],
      ["no parameter 'landmarks'", "valid: impl, tile"]),
+    ("misspelt key", ["--method", "nystrom:landmark=4", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["no parameter 'landmark'; did you mean landmarks?"]),
     ("bad value", ["--method", "exact:tile=-3", "--q", good_q, "--k", good_k, "--v", good_v], ["integer in"]),
     ("bad spec syntax", ["--method", "exact:tile", "--q", good_q, "--k", good_k, "--v", good_v], ["key=value"]),
     ("causal with n_q > n_k", ["--causal", "--q", good_k, "--k", good_q,
-                                "--v", save("v64.npy", rng.standard_normal((64, 8)))], ["causal", "n_k >= n_q"]),
+                                "--v", save("v64.npy", rng.standard_normal((64, 8)).astype(np.float32))],
+     ["causal", "n_k >= n_q"]),
     ("NaN scale", ["--scale", "nan", "--q", good_q, "--k", good_k, "--v", good_v], ["scale"]),
     ("negative scale", ["--scale", "-1", "--q", good_q, "--k", good_k, "--v", good_v], ["scale"]),
     ("bad dtype flag", ["--dtype", "f16", "--q", good_q, "--k", good_k, "--v", good_v], ["dtype"]),
@@ -92,6 +99,10 @@ cases = [
      ["efficient", "causal"]),
     ("landmarks beyond n", ["--method", "nystrom:landmarks=100", "--q", good_q, "--k", good_k, "--v", good_v],
      ["landmarks = 100"]),
+    ("Linformer's k beyond n", ["--method", "linformer:k=1000", "--q", good_q, "--k", good_k, "--v", good_v],
+     ["linformer: k = 1000 exceeds the sequence (n_k = 80)"]),
+    ("mixed dtypes", ["--q", good_q, "--k", save("k64.npy", rng.standard_normal((80, 16))), "--v", good_v],
+     ["float32", "k64.npy is float64", "differ in dtype", "--dtype f32|f64"]),
     ("matrix over --max-memory", ["--max-memory", "16K", "--matrix", path("p.npy"),
                                    "--q", good_q, "--k", good_k, "--v", good_v], ["needs", "--max-memory"]),
     ("bad --max-memory", ["--max-memory", "lots", "--q", good_q, "--k", good_k, "--v", good_v], ["memory size"]),
@@ -118,7 +129,56 @@ for what, args, words in cases:
 r = run("compare", "--method", "exact", "--q", good_q, "--k", good_k, "--v", path("v90.npy"))
 c.check(r.returncode > 0 and "n_k = 80" in r.stderr, f"compare with mismatched V: {r.returncode} {r.stderr!r}")
 r = run("compare", "--method", "nope", "--n", 64)
-c.check(r.returncode > 0 and "unknown method" in r.stderr, f"compare with unknown method: {r.stderr!r}")
+c.check(r.returncode > 0 and "no method 'nope'" in r.stderr, f"compare with unknown method: {r.stderr!r}")
+r = run("compare", "--method", "Nystrom", "--n", 64)
+c.check(r.returncode > 0 and "no method 'Nystrom'; did you mean nystrom?" in r.stderr, f"compare Nystrom: {r.stderr!r}")
+r = run("compare", "--method", "linformer:k=1000", "--n", 256, "--d", 8)
+c.check(r.returncode > 0 and "k = 1000 exceeds the sequence (n_k = 256)" in r.stderr and not r.stdout,
+        f"compare refuses Linformer's k > n before any work (no table printed): {r.stderr!r} {r.stdout!r}")
+
+# Mixed dtypes: refused naming each file's dtype, unless a compute dtype is chosen — then every file is cast to it
+# (the Python module's rule too).
+k64 = path("k64.npy")
+r = run("compare", "--method", "exact", "--q", good_q, "--k", k64, "--v", good_v)
+c.check(r.returncode > 0 and "q.npy is float32" in r.stderr and "k64.npy is float64" in r.stderr,
+        f"compare refuses mixed dtypes: {r.stderr!r}")
+for dt in ("f32", "f64"):
+    out = path(f"mixed_{dt}.npy")
+    r = run("apply", "--q", good_q, "--k", k64, "--v", good_v, "--dtype", dt, "--out", out)
+    want = np.float32 if dt == "f32" else np.float64
+    c.check(r.returncode == 0 and np.load(out).dtype == want, f"apply --dtype {dt} casts mixed files: {r.stderr!r}")
+    r = run("compare", "--method", "exact", "--q", good_q, "--k", k64, "--v", good_v, "--dtype", dt)
+    c.check(r.returncode == 0 and "exact" in r.stdout, f"compare --dtype {dt} casts mixed files: {r.stderr!r}")
+
+# Memory, checked before any work from the sizes alone: P of exact:impl=materialized at n = 2^20 (8 TiB, more than
+# any machine has), the inputs of a problem too large to generate (under a limit, to hold on any machine), and the
+# message says what and how much.
+r = run("compare", "--method", "exact:impl=materialized", "--n", 1 << 20, "--d", 8)
+c.check(r.returncode > 0 and "exact:impl=materialized" in r.stderr and "n_q = 1048576, n_k = 1048576" in r.stderr
+        and "needs 8.0 TiB" in r.stderr and "available" in r.stderr and not r.stdout,
+        f"materialized exact refused before any work: {r.returncode} {r.stderr!r}")
+r = run("--max-memory", "4G", "compare", "--method", "exact", "--n", 1 << 20, "--d", 4096)
+c.check(r.returncode > 0 and "Q 1048576×4096, K 1048576×4096, V 1048576×4096 float64" in r.stderr and
+        "needs 96.0 GiB" in r.stderr and "--max-memory" in r.stderr, f"inputs refused before generating: {r.stderr!r}")
+meminfo = dict(l.split(":", 1) for l in open("/proc/meminfo"))
+if int(meminfo["MemAvailable"].split()[0]) * 1024 < 90 << 30:   # the user's command, where it cannot fit
+    r = run("compare", "--n", 1 << 20, "--d", 4096, "--method", "exact")
+    c.check(r.returncode > 0 and "1048576×4096" in r.stderr and "needs 96.0 GiB" in r.stderr and
+            "out of memory" not in r.stderr, f"--n 1048576 --d 4096 refused with sizes: {r.stderr!r}")
+r = run("compare", "--method", "svd:rank=8,solver=dense", "--n", 1 << 20, "--d", 8)
+c.check(r.returncode > 0 and "svd:rank=8" in r.stderr and "needs" in r.stderr, f"dense svd refused: {r.stderr!r}")
+# An allocation that fails anyway (here under an address-space limit the estimates do not know of) ends in one
+# line naming what was being computed, in sizes and bytes.
+import resource
+import subprocess
+from harness import BIN
+limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+r = subprocess.run([BIN, "compare", "--method", "exact", "--n", "16384", "--d", "4096"], capture_output=True,
+                   text=True, timeout=300, preexec_fn=limit)
+lines = [l for l in r.stderr.splitlines() if l.strip()]
+c.check(r.returncode > 0 and len(lines) == 1 and "Q 16384×4096, K 16384×4096, V 16384×4096 float64 (1.5 GiB)" in r.stderr
+        and ("out of memory while running compare" in r.stderr or "needs" in r.stderr),
+        f"out of memory names the sizes: {r.returncode} {r.stderr!r}")
 r = run("compare", "--n", 64)
 c.check(r.returncode > 0 and "--method" in r.stderr, f"compare without methods: {r.stderr!r}")
 
@@ -134,11 +194,27 @@ r2 = run("apply", "--method", "exact:impl=materialized", "--max-memory", "16M", 
          "--out", path("bo2.npy"), "--causal")
 c.check(r2.returncode > 0 and "needs 64.0 MiB" in r2.stderr, f"materialized under 16M refused: {r2.stderr!r}")
 
-# `attnlab methods` lists every method with its parameters; `--names` one per line.
+# `attnlab methods` lists every method with its parameters; `--names` one per line; `methods NAME...` those named.
 r = run("methods")
 c.check(r.returncode == 0 and "exact" in r.stdout and "tile=256" in r.stdout, f"methods: {r.stdout!r}")
+# Seeds as integers; references a user can find (the papers, never the project's seed documents).
+c.check("integer in [0, 9223372036854775807]" in r.stdout and "e+18" not in r.stdout, "seed ranges print as integers")
+c.check("seed 00" not in r.stdout and "Xiong et al. 2021" in r.stdout, "methods cites the papers")
 r = run("methods", "--names")
 c.check(r.returncode == 0 and "exact" in r.stdout.split(), f"methods --names: {r.stdout!r}")
+r = run("methods", "nystrom", "linformer")
+heads = [l.split()[0] for l in r.stdout.splitlines() if l and not l.startswith(" ")]
+c.check(r.returncode == 0 and heads == ["nystrom", "linformer"] and "landmarks=64" in r.stdout and "k=64" in r.stdout,
+        f"methods nystrom linformer: {r.stdout!r}")
+r = run("methods", "nystrom", "Performer")
+c.check(r.returncode > 0 and "no method 'Performer'; did you mean performer?" in r.stderr and not r.stdout,
+        f"methods with a misspelt name: {r.stderr!r}")
+r = run("--help")
+c.check(r.stdout.splitlines()[1:2] == ["Usage: attnlab [OPTIONS] SUBCOMMAND"] or "Usage: attnlab " in r.stdout,
+        f"usage names the program: {r.stdout[:200]!r}")
+r = run("compare", "--help")
+c.check("Usage: attnlab compare" in r.stdout and "--repeats" in r.stdout and "--warmup" in r.stdout,
+        f"compare --help: {r.stdout[:300]!r}")
 
 # compare writes a tidy CSV with the documented columns and finite values.
 r = run("compare", "--all", "--n", 128, "--d", 16, "--seed", 3, "--csv", path("c.csv"))
@@ -173,6 +249,31 @@ if r.returncode == 0:
     c.check(r.returncode == 0 and all(f"skipping {m}:" in r.stderr for m in non_causal) and
             {x["method"] for x in causal_rows} == set(names) - non_causal,
             f"compare --all --causal: {r.returncode} {r.stderr!r}")
+
+# compare on (h, n, d) files: a head column; the spec as a user writes it (the canonical one stays in the CSV); the
+# cost harness's times: --repeats timed calls after --warmup ones, the fastest (time_s), the median, exact's, and the
+# speed-up exact/method.
+hq, hk, hv = (save(f"h{x}.npy", rng.standard_normal((3, 96, 16)).astype(np.float32)) for x in "qkv")
+r = run("compare", "--q", hq, "--k", hk, "--v", hv, "--method", "nystrom:landmarks=16", "--method", "local",
+        "--repeats", 3, "--warmup", 2, "--csv", path("heads.csv"))
+table = [l.split() for l in r.stdout.splitlines() if l.strip() and not l.startswith("wrote")]
+c.check(r.returncode == 0 and table[0][:2] == ["head", "method"] and "speedup" in table[0] and
+        [(row[0], row[1]) for row in table[1:]] == [(h, m) for h in "012" for m in ("nystrom:landmarks=16", "local")],
+        f"compare on 3 heads: a head column and short specs: {r.stdout!r} {r.stderr!r}")
+if r.returncode == 0:
+    import csv
+    rows = list(csv.DictReader(open(path("heads.csv"))))
+    c.check({x["spec"] for x in rows if x["method"] == "nystrom"} ==
+            {"nystrom:landmarks=16,pinv=iterative,iters=6,select=segments,seed=0"}, "the CSV keeps the canonical spec")
+    for h in "012":
+        m = {x["metric"]: float(x["value"]) for x in rows if x["step"] == h and x["method"] == "local"}
+        c.check({"time_s", "time_median_s", "exact_time_s", "speedup"} <= set(m) and
+                0 < m["time_s"] <= m["time_median_s"] and abs(m["speedup"] - m["exact_time_s"] / m["time_s"]) <=
+                1e-12 * m["speedup"], f"head {h}: times and speed-up = exact/method: {m}")
+r = run("compare", "--q", good_q, "--k", good_k, "--v", good_v, "--method", "local:window=8")
+c.check(r.returncode == 0 and r.stdout.split()[0] == "method", f"one head: no head column: {r.stdout!r}")
+r = run("compare", "--n", 64, "--method", "exact", "--repeats", 0)
+c.check(r.returncode > 0 and "--repeats" in r.stderr, f"--repeats 0 refused: {r.stderr!r}")
 
 # One schema for every results file: compare's CSV has the experiments' columns, and plot.py reads it.
 if os.path.exists(path("cc.csv")):
