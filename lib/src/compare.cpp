@@ -21,6 +21,8 @@ std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
     if (opts.attention.causal && !m->supports_causal())
       throw Error(fmt::format("method '{}' cannot honour a causal mask", m->name()));
   const MatrixR<T> exact_out = exact_output<T>(q, k, v, opts.attention);
+  // Exact attention first: inputs that overflow it (1e300) are the inputs' fault, not the first method's.
+  require_finite_output(exact_out, "exact attention's output (the reference)");
   // Exact attention timed by the same harness as the methods (warm-up, then repeats), so that no row pays the
   // process's first-call costs and the speed-ups compare like with like.
   const Cost exact_cost = measure_method<T>("exact", q, k, v, 0, opts.attention, opts.cost);

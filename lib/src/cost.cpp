@@ -1,6 +1,7 @@
 // The cost harness (see cost.hpp).
 #include "attnlab/cost.hpp"
 
+#include "attnlab/cancel.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/registry.hpp"
 #include "attnlab/reproducible.hpp"
@@ -85,6 +86,8 @@ Cost measure(const std::function<void()>& call, const CostOptions& opts, const s
     c.max_s = t.back();
     const std::size_t mid = t.size() / 2;
     c.median_s = t.size() % 2 ? t[mid] : 0.5 * (t[mid - 1] + t[mid]);
+  } catch (const Interrupted&) {
+    throw;  // Ctrl-C stops the measurement; it is not a refusal
   } catch (const Error& e) {
     c = Cost{};
     c.refused = true;  // e.g. the memory guard: this size does not fit

@@ -41,9 +41,10 @@ cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$work/p
 cmake --build "$work/consumer/build" -j2 >/dev/null
 "$work/consumer/build/consumer"
 # The Python module, when built, installs under the prefix where Debian's python3 looks (lib/python3.X/dist-packages).
-if ls "$build"/python/attnlab*.so >/dev/null 2>&1; then
+# The module is a package: attnlab/__init__.py over the compiled attnlab/_core.
+if ls "$build"/python/attnlab/_core*.so >/dev/null 2>&1; then
   site=$(ls -d "$work"/prefix/lib/python3.*/dist-packages)
-  ls "$site"/attnlab*.so >/dev/null
+  ls "$site"/attnlab/__init__.py "$site"/attnlab/_core*.so >/dev/null
   PYTHONPATH="$site" /usr/bin/python3 -c "
 import attnlab, numpy as np
 q = np.eye(4); o = attnlab.apply('exact', q, q, q)
