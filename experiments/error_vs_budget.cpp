@@ -24,7 +24,6 @@ class ErrorVsBudget final : public Experiment {
   void declare(Options& o) override {
     std::vector<std::string> all_families;
     for (const auto& f : families()) all_families.push_back(f.label);
-    const auto files = [this] { return !q_file_.empty(); };
     o.add("--n", n_, "sequence lengths").preset({512}, {512, 2048});
     o.add("--d", d_, "head dimensions").preset({64});
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
@@ -34,11 +33,8 @@ class ErrorVsBudget final : public Experiment {
     o.add("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
     o.add("--repeats", repeats_, "timed float32 repetitions per method for the cost (0: no cost rows)");
     // Quick: one head per layer (the diagonal) of one sequence; paper: every head of every exported sequence.
+    // Also --q/--k/--v: the user's files, source 'files' (source column "files/head{h}"), one point per head.
     model_.declare(o, {"diagonal"}, {"all"}, 1, 0);
-    o.add("--q", q_file_, "the user's queries .npy, (n, d) or (h, n, d): adds source 'files' (one point per head)")
-        .recorded_if(files);
-    o.add("--k", k_file_, "keys .npy, same layout").recorded_if(files);
-    o.add("--v", v_file_, "values .npy, same layout").recorded_if(files);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
@@ -53,24 +49,6 @@ class ErrorVsBudget final : public Experiment {
         std::vector<std::string> names;
         for (const auto& f : all) names.push_back(f.label);
         throw Error(fmt::format("error_vs_budget: unknown family '{}'; valid: {}", label, join(names)));
-      }
-      if (!q_file_.empty()) {
-        if (!files_) {
-          require(!k_file_.empty() && !v_file_.empty(), "error_vs_budget: --q needs --k and --v");
-          files_ = std::make_shared<Files>(Files{NpyArray::read(q_file_), NpyArray::read(k_file_), NpyArray::read(v_file_)});
-          for (const NpyArray* a : {&files_->q, &files_->k, &files_->v}) a->check_finite();
-          require(files_->q.heads() == files_->k.heads() && files_->k.heads() == files_->v.heads() &&
-                      files_->q.cols() == files_->k.cols() && files_->k.rows() == files_->v.rows(),
-                  "error_vs_budget: --q, --k, --v disagree in heads, d or n_k");
-        }
-        for (Index h = 0; h < files_->q.heads(); ++h) {
-          const Family f = *it;
-          pts.push_back({fmt::format("family={} source=files q={} head={}", f.label, q_file_, h), [=] {
-                           const Qkv<double> p{files_->q.head_as<double>(h), files_->k.head_as<double>(h),
-                                               files_->v.head_as<double>(h)};
-                           return evaluate(f, fmt::format("files/head{}", h), p, 0);
-                         }});
-        }
       }
       for (const auto& src : sources_) {
         if (ModelData::is_model_source(src)) {
@@ -128,15 +106,9 @@ class ErrorVsBudget final : public Experiment {
     }
     return rows;
   }
-  struct Files {
-    NpyArray q, k, v;
-  };
-
   std::vector<Index> n_, d_;
   std::vector<std::string> sources_, families_;
   Index seeds_ = 1, spectral_limit_ = 1024, repeats_ = 3;
-  std::string q_file_, k_file_, v_file_;
-  std::shared_ptr<Files> files_;
   ModelOptions model_;
 };
 

@@ -2,9 +2,12 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/npy.hpp"
+#include "attnlab/spec.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +18,39 @@
 namespace attnlab::experiments {
 namespace fs = std::filesystem;
 
-std::string ModelHead::label() const { return fmt::format("L{}H{}", layer, head); }
+std::string ModelHead::label() const { return file ? fmt::format("head{}", head) : fmt::format("L{}H{}", layer, head); }
+
+std::shared_ptr<const UserFiles> UserFiles::read(const FileOptions& files, const std::string& experiment, bool need_v) {
+  require(!files.k.empty() && (!need_v || !files.v.empty()),
+          fmt::format("{}: --q needs --k{}", experiment, need_v ? " and --v" : ""));
+  auto f = std::make_shared<UserFiles>(UserFiles{NpyArray::read(files.q), NpyArray::read(files.k), std::nullopt});
+  if (!files.v.empty()) f->v = NpyArray::read(files.v);
+  const auto shape = [](const NpyArray& a) {
+    return a.ndim() == 3 ? fmt::format("(h={}, n={}, d={})", a.heads(), a.rows(), a.cols())
+                         : fmt::format("(n={}, d={})", a.rows(), a.cols());
+  };
+  const NpyArray &q = f->q, &k = f->k;
+  require(q.ndim() == k.ndim() && (!f->v || f->v->ndim() == q.ndim()),
+          fmt::format("{}: Q {} is {}, K {} is {}{}: give all as (n, d) or all as (h, n, d)", experiment, q.path(),
+                      shape(q), k.path(), shape(k), f->v ? fmt::format(", V {} is {}", f->v->path(), shape(*f->v)) : ""));
+  require(q.heads() == k.heads() && (!f->v || f->v->heads() == q.heads()),
+          fmt::format("{}: head counts differ: Q {} has {}, K {} has {}{}", experiment, q.path(), q.heads(), k.path(),
+                      k.heads(), f->v ? fmt::format(", V {} has {}", f->v->path(), f->v->heads()) : ""));
+  require(q.cols() == k.cols(), fmt::format("{}: Q {} has d = {} but K {} has d = {}; they must match", experiment,
+                                            q.path(), q.cols(), k.path(), k.cols()));
+  require(!f->v || f->v->rows() == k.rows(),
+          fmt::format("{}: K {} has n_k = {} rows but V {} has {}; they must match", experiment, k.path(), k.rows(),
+                      f->v ? f->v->path() : "", f->v ? f->v->rows() : 0));
+  // One dtype: the rule of the command and the Python module (a silent cast would hide the files' precision).
+  require(q.dtype() == k.dtype() && (!f->v || f->v->dtype() == q.dtype()),
+          fmt::format("{}: Q {} is {}, K {} is {}{}: the files differ in dtype; convert them to one", experiment,
+                      q.path(), dtype_name(q.dtype()), k.path(), dtype_name(k.dtype()),
+                      f->v ? fmt::format(", V {} is {}", f->v->path(), dtype_name(f->v->dtype())) : ""));
+  q.check_finite();
+  k.check_finite();
+  if (f->v) f->v->check_finite();
+  return f;
+}
 
 std::string ModelData::default_dir() {
   const char* env = std::getenv("ATTNLAB_MODEL_DATA");
@@ -55,7 +90,20 @@ ModelData::ModelData(const std::string& dir, const std::string& model) : dir_(di
   d_ = q.cols();
 }
 
+ModelData::ModelData(std::shared_ptr<const UserFiles> files) : files_(std::move(files)), model_("files") {
+  sequences_ = 1;
+  layers_ = 1;
+  heads_ = files_->q.heads();
+  n_ = files_->q.rows();
+  d_ = files_->q.cols();
+}
+
 std::vector<ModelHead> ModelData::select(const std::vector<std::string>& spec, Index max_seqs) const {
+  if (files_) {  // the user's files: every head (--model-heads chooses among a model's layers and heads)
+    std::vector<ModelHead> out;
+    for (Index h = 0; h < heads_; ++h) out.push_back({0, 0, h, true});
+    return out;
+  }
   std::set<std::pair<Index, Index>> chosen;
   for (const std::string& s : spec) {
     if (s == "all") {
@@ -83,10 +131,17 @@ std::vector<ModelHead> ModelData::select(const std::vector<std::string>& spec, I
 }
 
 std::string ModelData::point_id(const ModelHead& h) const {
+  if (files_)
+    return fmt::format("source=files q={} k={} v={} head={}", files_->q.path(), files_->k.path(),
+                       files_->v ? files_->v->path() : "", h.head);
   return fmt::format("source={} key={} seq={} {}", model_, key_, h.seq, h.label());
 }
 
 Qkv<double> ModelData::load(const ModelHead& h) const {
+  if (files_) {
+    require(bool(files_->v), "source 'files': this experiment needs the values too: give --v");
+    return {files_->q.head_as<double>(h.head), files_->k.head_as<double>(h.head), files_->v->head_as<double>(h.head)};
+  }
   Qkv<double> p;
   MatrixR<double>* dst[3] = {&p.q, &p.k, &p.v};
   const char* what[3] = {"q", "k", "v"};
@@ -101,6 +156,7 @@ Qkv<double> ModelData::load(const ModelHead& h) const {
 }
 
 MatrixR<double> ModelData::model_attention(Index layer, Index head) const {
+  if (files_) return {};
   const std::string path = file(0, layer, "attn");
   if (!fs::exists(path)) return {};
   const NpyArray a = NpyArray::read(path);
@@ -115,9 +171,42 @@ void ModelOptions::declare(Options& o, std::vector<std::string> heads_quick, std
   o.add("--model-heads", heads, "heads of the model sources: all, diagonal (one per layer), or LAYER:HEAD,...")
       .preset(std::move(heads_quick), std::move(heads_paper));
   o.add("--model-seqs", seqs, "held-out sequences of the model sources (0: all)").preset(seqs_quick, seqs_paper);
+  const auto files_given = [this] { return files.given(); };
+  o.add("--q", files.q, "the user's queries .npy, (n, d) or (h, n, d): source 'files', one point per head")
+      .recorded_if(files_given);
+  o.add("--k", files.k, "the user's keys .npy, (n_k, d) or (h, n_k, d)").recorded_if(files_given);
+  o.add("--v", files.v, "the user's values .npy, (n_k, d_v) or (h, n_k, d_v) (the experiments that use values)")
+      .recorded_if(files_given);
+  o.note_help("--sources", "; files: the --q/--k/--v files (given --q, the only source unless --sources names others)");
+  // The one rule for the sources, once the preset and the command line are in.
+  o.after_apply([this](Options& opts, const CLI::App& app) {
+    auto* sources = opts.target<std::vector<std::string>>("--sources");
+    if (!sources) return;
+    const bool listed = std::find(sources->begin(), sources->end(), "files") != sources->end();
+    if (files.given() && !experiments::given(app, "--sources")) *sources = {"files"};
+    else if (files.given() && !listed) sources->push_back("files");
+    require(files.given() || !listed, "source 'files' is the user's files: give them with --q, --k and --v (.npy)");
+    // Every source an experiment with model options knows: the generated kinds, the model's, the user's files.
+    std::vector<std::string> valid;
+    for (std::string kinds = std::string(source_kinds()) + ", trained, initialized, files"; !kinds.empty();) {
+      const auto comma = kinds.find(", ");
+      valid.push_back(kinds.substr(0, comma));
+      kinds = comma == std::string::npos ? "" : kinds.substr(comma + 2);
+    }
+    for (const std::string& s : *sources)
+      if (std::find(valid.begin(), valid.end(), s) == valid.end()) {
+        const std::string hint = did_you_mean(s, valid);
+        throw Error(fmt::format("unknown source '{}'; {}valid: {}", s, hint.empty() ? "" : hint + " ",
+                                fmt::join(valid, ", ")));
+      }
+  });
 }
 
 std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions::open(const std::string& source) const {
+  if (source == "files") {
+    auto data = std::make_shared<const ModelData>(UserFiles::read(files, "source 'files'", true));
+    return {data, data->select(heads, seqs)};
+  }
   auto data = std::make_shared<const ModelData>(dir, source);
   return {data, data->select(heads, seqs)};
 }

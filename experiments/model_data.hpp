@@ -1,38 +1,65 @@
 // Real attention: the Q, K, V that tools/trained_attention.py exported from a small byte-level transformer trained on
-// the Python standard library (source `trained`) and from the same model at initialisation (`initialized`).
+// the Python standard library (source `trained`) and from the same model at initialisation (`initialized`) — and the
+// user's own (source `files`: --q, --k, --v, (n, d) or (h, n, d) .npy, one point per head).
 // Layout under DIR (default $ATTNLAB_MODEL_DATA, else data/attention):
 //   meta.json                                   written last; says whether the model is bidirectional
 //   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   (heads, n, d_head), Q and K before the 1/√d_head scale
 //   {trained,initialized}/seq0_layer{l}_attn.npy         (heads, n, n), the model's own softmax, for checking
 #pragma once
 
+#include "attnlab/npy.hpp"
 #include "attnlab/sources.hpp"
 #include "attnlab/types.hpp"
 
 #include "options.hpp"
 #include "sweep.hpp"
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace attnlab::experiments {
 
-/// One attention head of one held-out sequence.
+/// One attention head of one held-out sequence (or of the user's files).
 struct ModelHead {
   Index seq = 0, layer = 0, head = 0;
-  /// "L{layer}H{head}" — how the CSVs name a model head (the sequence goes in the seed column).
+  bool file = false;  ///< a head of the user's files (no layers, no sequences)
+  /// "L{layer}H{head}" — how the CSVs name a model head (the sequence goes in the seed column); "head{h}" for files.
   std::string label() const;
+};
+
+/// The user's files: --q, --k and --v (.npy, (n, d) or (h, n, d)).
+struct FileOptions {
+  std::string q, k, v;
+  bool given() const { return !q.empty(); }
+};
+
+/// The user's files read and checked: the same heads and d in Q and K, the same n_k in K and V, finite values, one
+/// dtype (mixed float32/float64 files are refused, as by the command and the Python module: the experiments compute
+/// in float64 and no dtype was chosen).
+struct UserFiles {
+  NpyArray q, k;
+  std::optional<NpyArray> v;  ///< absent when the experiment needs no values (spectrum)
+  /// Throws Error naming the option or file at fault; `experiment` prefixes the messages.
+  static std::shared_ptr<const UserFiles> read(const FileOptions& files, const std::string& experiment, bool need_v);
 };
 
 class ModelData {
  public:
-  static bool is_model_source(const std::string& source) { return source == "trained" || source == "initialized"; }
+  /// A source whose heads are loaded rather than generated: the exported model (trained, initialized) or the user's
+  /// files (files).
+  static bool is_model_source(const std::string& source) {
+    return source == "trained" || source == "initialized" || source == "files";
+  }
   /// $ATTNLAB_MODEL_DATA if set, else "data/attention" (relative to the working directory).
   static std::string default_dir();
 
   /// Scans DIR/MODEL; throws Error naming the command that makes the data when it is missing or incomplete.
   ModelData(const std::string& dir, const std::string& model);
+  /// The user's files as source `files`: one "layer", one "sequence", their heads; bidirectional (the user chooses).
+  explicit ModelData(std::shared_ptr<const UserFiles> files);
 
   const std::string& model() const { return model_; }
   /// The export's cache key (meta.json): part of every point id, so regenerated data is never mixed with old rows.
@@ -45,6 +72,7 @@ class ModelData {
   Index d() const { return d_; }
 
   /// The heads to use: `spec` holds "all", "diagonal" (head l mod heads of layer l) or "L:H" items (e.g. "0:0,3:1"); `max_seqs` ≤ 0 means every sequence.
+  /// The user's files: every head, whatever `spec` says.
   std::vector<ModelHead> select(const std::vector<std::string>& spec, Index max_seqs) const;
   /// "source=MODEL key=KEY seq=S L{layer}H{head}": the part of a grid point's id that names the head.
   std::string point_id(const ModelHead& h) const;
@@ -57,21 +85,27 @@ class ModelData {
 
  private:
   std::string file(Index seq, Index layer, const char* what) const;
+  std::shared_ptr<const UserFiles> files_;  ///< source `files`
   std::string dir_, model_, key_;
   bool bidirectional_ = true;
   Index sequences_ = 0, layers_ = 0, heads_ = 0, n_ = 0, d_ = 0;
 };
 
-/// The options every experiment with model sources registers: --model-data, --model-heads, --model-seqs.
+/// The options every experiment with model sources registers: --model-data, --model-heads, --model-seqs, and the
+/// user's files --q, --k, --v. One rule for the sources (applied after the preset): giving --q makes `files` a
+/// source — the only one unless --sources names others too; `--sources files` without --q is refused, and so is a
+/// source no experiment knows.
 struct ModelOptions {
   std::string dir = ModelData::default_dir();
   std::vector<std::string> heads = {"all"};
   Index seqs = 0;
-  /// Declares --model-data, --model-heads and --model-seqs; heads and seqs take the presets' values given here
-  /// (quick, paper; by default every head of every sequence under both).
+  FileOptions files;
+  /// Declares --model-data, --model-heads, --model-seqs, --q, --k and --v; heads and seqs take the presets' values
+  /// given here (quick, paper; by default every head of every sequence under both). The experiment's --sources
+  /// (declared by the experiment) follows the rule above.
   void declare(Options& o, std::vector<std::string> heads_quick = {"all"}, std::vector<std::string> heads_paper = {"all"},
                Index seqs_quick = 0, Index seqs_paper = 0);
-  /// The selected heads of `source` ("trained" or "initialized"), with the data they come from.
+  /// The selected heads of `source` ("trained", "initialized" or "files"), with the data they come from.
   std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open(const std::string& source) const;
   /// As open(), but refuses a causal model's export: `experiment` runs non-causal methods (Nyström, Linformer,
   /// ...) on it, which would see the future.

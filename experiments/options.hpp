@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,8 @@ class Options {
     std::function<void(bool paper)> preset;            // sets the preset's value (empty: none)
     std::function<std::string(char)> text;             // the effective value as --config reads it
     std::function<bool()> recorded = [] { return true; };
+    void* target = nullptr;                            // the variable, for target<V>()
+    const std::type_info* type = nullptr;
   };
 
   template <typename V>
@@ -95,18 +98,40 @@ class Options {
       if constexpr (is_vector<V>::value) opt->delimiter(self.separator);
     };
     e.text = [&target](char separator) { return text(target, separator); };
+    e.target = &target;
+    e.type = &typeid(V);
     entries_.push_back(std::move(e));
     return Declared<V>(*this, entries_.size() - 1, target);
   }
 
+  /// The variable behind a declared `flag` of type V; nullptr when no such option is declared.
+  template <typename V>
+  V* target(const std::string& flag) const {
+    for (const Entry& e : entries_)
+      if (e.flag == flag && *e.type == typeid(V)) return static_cast<V*>(e.target);
+    return nullptr;
+  }
+  /// Appends `text` to the help of `flag` when it is registered (for a rule another declaration brings: the
+  /// model options' source `files` on --sources).
+  void note_help(std::string flag, std::string text) { notes_.emplace_back(std::move(flag), std::move(text)); }
+  /// Runs `rule` after every preset is applied and before the experiment's check(): a rule across options.
+  void after_apply(std::function<void(Options&, const CLI::App&)> rule) { rules_.push_back(std::move(rule)); }
+
   /// Registers every flag on the subcommand.
   void register_on(CLI::App& app) const {
-    for (const Entry& e : entries_) e.add(app, e);
+    for (const Entry& e : entries_) {
+      Entry with_notes = e;
+      for (const auto& [flag, text] : notes_)
+        if (flag == e.flag) with_notes.help += text;
+      e.add(app, with_notes);
+    }
   }
-  /// Sets every option not given on the command line (or in --config) to its value under `preset`.
-  void apply(const std::string& preset, const CLI::App& app) const {
+  /// Sets every option not given on the command line (or in --config) to its value under `preset`, then applies
+  /// the rules across options (after_apply).
+  void apply(const std::string& preset, const CLI::App& app) {
     for (const Entry& e : entries_)
       if (e.preset && !given(app, e.flag)) e.preset(preset == "paper");
+    for (const auto& rule : rules_) rule(*this, app);
   }
   /// The effective values, as (key, value) in declaration order: key is the flag without its dashes.
   std::vector<std::pair<std::string, std::string>> values() const {
@@ -118,6 +143,8 @@ class Options {
 
  private:
   std::vector<Entry> entries_;
+  std::vector<std::pair<std::string, std::string>> notes_;
+  std::vector<std::function<void(Options&, const CLI::App&)>> rules_;
 };
 
 }  // namespace attnlab::experiments

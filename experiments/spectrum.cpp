@@ -19,7 +19,7 @@ namespace {
 class SpectrumExperiment final : public Experiment {
  public:
   void declare(Options& o) override {
-    const auto files = [this] { return !q_file_.empty(); };
+    const auto files = [this] { return model_.files.given(); };
     o.add("--n", n_, "sequence length of the dense spectra");
     o.add("--d", d_, "head dimension");
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
@@ -30,9 +30,7 @@ class SpectrumExperiment final : public Experiment {
     o.add("--solvers", solvers_, "matrix-free solvers: block (block Krylov), lanczos (Spectra on PᵀP)");
     o.add("--tol", tol_, "residual tolerance of the matrix-free solvers, relative to σ_1");
     o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
-    model_.declare(o);
-    o.add("--q", q_file_, "queries .npy of the user's model, (n, d) or (h, n, d)").recorded_if(files);
-    o.add("--k", k_file_, "keys .npy, same layout").recorded_if(files);
+    model_.declare(o);  // also --q, --k (the user's files; --v is not needed here)
     o.add("--causal", causal_, "causal mask for the files (true/false)").recorded_if(files);
     o.add("--dense-limit", dense_limit_, "files: largest length with a dense (every value) spectrum; "
                                          "the matrix-free top k is computed at any length")
@@ -49,6 +47,7 @@ class SpectrumExperiment final : public Experiment {
   std::vector<Point> grid() override {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
+      if (src == "files") continue;  // the user's --q/--k: below, dense up to --dense-limit and top k at any length
       if (ModelData::is_model_source(src)) {
         const auto [data, heads] = model_.open(src);
         for (const ModelHead& h : heads)
@@ -67,15 +66,10 @@ class SpectrumExperiment final : public Experiment {
                              [=] { return topk_generated(src, t, n, std::uint64_t(s), solver); }});
         }
     }
-    if (!q_file_.empty()) {
-      require(!k_file_.empty(), "spectrum: --q needs --k");
-      files_ = std::make_shared<std::pair<NpyArray, NpyArray>>(NpyArray::read(q_file_), NpyArray::read(k_file_));
-      files_->first.check_finite();
-      files_->second.check_finite();
-      require(files_->first.heads() == files_->second.heads() && files_->first.cols() == files_->second.cols(),
-              fmt::format("spectrum: {} and {} differ in heads or d", q_file_, k_file_));
-      for (Index h = 0; h < files_->first.heads(); ++h)
-        pts.push_back({fmt::format("files q={} k={} head={} causal={}", q_file_, k_file_, h, causal_),
+    if (model_.files.given()) {
+      files_ = UserFiles::read(model_.files, "spectrum", false);
+      for (Index h = 0; h < files_->q.heads(); ++h)
+        pts.push_back({fmt::format("files q={} k={} head={} causal={}", model_.files.q, model_.files.k, h, causal_),
                        [=] { return dense_files(h); }});
     }
     return pts;
@@ -202,7 +196,7 @@ class SpectrumExperiment final : public Experiment {
   /// The user's head: every singular value (dense) up to --dense-limit keys, and the top k matrix-free by each
   /// solver at any length.
   std::vector<Row> dense_files(Index h) const {
-    const MatrixR<double> q = files_->first.head_as<double>(h), k = files_->second.head_as<double>(h);
+    const MatrixR<double> q = files_->q.head_as<double>(h), k = files_->k.head_as<double>(h);
     AttentionOptions o;
     o.causal = causal_;
     Row r;
@@ -226,10 +220,9 @@ class SpectrumExperiment final : public Experiment {
   double tol_ = 1e-9;
   std::vector<double> temps_;
   std::vector<Index> large_n_;
-  std::string q_file_, k_file_;
   bool causal_ = false;
   ModelOptions model_;
-  std::shared_ptr<std::pair<NpyArray, NpyArray>> files_;
+  std::shared_ptr<const UserFiles> files_;
 };
 
 }  // namespace

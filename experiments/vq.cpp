@@ -1,7 +1,9 @@
 // `vq` — Transformer-VQ (seed 002): error against codebook size; hard against soft assignment over the
 // temperature T of the GMM responsibilities; and Performer as a soft VQ (the seed's reading: the random
-// projections ω play the codebook) compared at equal numbers of codes and features, on Gaussian and clustered keys.
+// projections ω play the codebook) compared at equal numbers of codes and features, on Gaussian and clustered keys —
+// and on the heads of the exported model or the user's files (--q/--k/--v), one point per head and codebook size.
 #include "common.hpp"
+#include "model_data.hpp"
 
 #include <fmt/format.h>
 
@@ -15,27 +17,42 @@ class VqExperiment final : public Experiment {
     o.add("--d", d_, "head dimension");
     o.add("--codes", codes_, "codebook sizes (and Performer feature counts)").preset({8, 16, 32, 64, 128, 256});
     o.add("--temperatures", temps_, "soft-assignment temperatures").preset({0.1, 1, 10});
-    o.add("--sources", sources_, "gaussian, clustered, lowrank").preset({"gaussian", "clustered"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized").preset({"gaussian", "clustered"});
     o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    model_.declare(o, {"diagonal"}, {"all"}, 1, 1);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
-    for (const auto& src : sources_)
+    for (const auto& src : sources_) {
+      if (ModelData::is_model_source(src)) {
+        const auto [data, heads] = model_.open_bidirectional(src, name());
+        for (const ModelHead& h : heads)
+          for (Index c : codes_) {
+            if (c > data->n()) continue;
+            pts.push_back({fmt::format("{} codes={}", data->point_id(h), c), [=, data = data] {
+                             return evaluate(data->source_label(h), data->load(h), c, std::uint64_t(h.seq));
+                           }});
+          }
+        continue;
+      }
       for (Index c : codes_)
         for (Index s = 0; s < seeds_; ++s) {
           if (c > n_) continue;
           pts.push_back({fmt::format("source={} codes={} n={} d={} seed={}", src, c, n_, d_, s),
                          [=] { return run(src, c, std::uint64_t(s)); }});
         }
+    }
     return pts;
   }
 
  private:
   std::vector<Row> run(const std::string& src, Index c, std::uint64_t seed) const {
-    const Qkv<double> p = generated(src, n_, d_, seed);
+    return evaluate(src, generated(src, n_, d_, seed), c, seed);
+  }
+  std::vector<Row> evaluate(const std::string& src, const Qkv<double>& p, Index c, std::uint64_t seed) const {
     const Reference exact(p);
     std::vector<Row> rows;
-    const Row key = row_key(src, n_, d_, seed, "", c);
+    const Row key = row_key(src, p.q.rows(), p.q.cols(), seed, "", c);
     const auto add = [&](const std::string& variant, const std::string& spec) {
       Row k = key;
       k.variant = variant;
@@ -52,6 +69,7 @@ class VqExperiment final : public Experiment {
   std::vector<Index> codes_;
   std::vector<double> temps_;
   std::vector<std::string> sources_;
+  ModelOptions model_;
 };
 
 }  // namespace

@@ -125,7 +125,7 @@ c.check(len(evb_cost) == 3 * len([r for r in after if r["metric"] == "out_rel_fr
         all(float(r["value"]) >= 0 for r in evb_cost), "error_vs_budget: cost rows for every method and budget")
 # The same grid computed in one go: every non-timing value equals the killed-and-resumed run's.
 r = run(*args[1:-1], path("fresh.csv.gz"))
-timing = ("time_s", "cost_time_s", "cost_speedup_vs_exact", "cost_peak_memory_bytes")
+timing = ("time_s", "cost_time_s", "cost_time_median_s", "cost_speedup_vs_exact", "cost_peak_memory_bytes")
 def values(rows):
     return {(x["point"], x["variant"], x["step"], x["metric"]): x["value"] for x in rows if x["metric"] not in timing}
 c.check(r.returncode == 0 and values(rows_of(path("fresh.csv.gz"))) == values(after),
@@ -254,6 +254,55 @@ for h in (0, 1):
            if x["source"] == f"files/head{h}" and x["step"] == "16" and x["variant"] == "linformer_pool"}
     c.check(abs(got.get("P_rel_fro", -1) - ref_p) < 1e-10 * ref_p and abs(got.get("out_rel_fro", -1) - ref_o) < 1e-10 * ref_o,
             f"head {h}: attnlab {got.get('P_rel_fro')}, {got.get('out_rel_fro')} vs numpy {ref_p}, {ref_o}")
+
+# Given --q (and --k, --v), an experiment runs on those files: giving --q makes 'files' the source — the only one
+# unless --sources names others — in every experiment that takes the model's heads (README: `attnlab run spectrum
+# --q Q.npy --k K.npy`; before, the preset's 'trained' source failed without an exported model).
+r = run("run", "spectrum", "--q", path("uq.npy"), "--k", path("uk.npy"), "--top", 4, "--model-data", path("none"),
+        "--out", path("spec_files.csv"))
+rows = rows_of(path("spec_files.csv")) if r.returncode == 0 else []
+c.check(r.returncode == 0 and {x["source"] for x in rows if x["metric"] != "point_done"} == {"files"} and
+        len(points_done(rows)) == 2, f"spectrum --q/--k alone runs on the files only: {r.returncode} {r.stderr!r}")
+r2 = run("run", "spectrum", "--sources", "files", "--q", path("uq.npy"), "--k", path("uk.npy"), "--top", 4,
+         "--dump-config")
+r1 = run("run", "spectrum", "--q", path("uq.npy"), "--k", path("uk.npy"), "--top", 4, "--dump-config")
+c.check(r1.returncode == 0 and r2.stdout == r1.stdout and "sources = files" in r1.stdout,
+        f"--sources files with --q is the same grid as --q alone: {r1.stdout!r} {r2.stderr!r}")
+r = run("run", "spectrum", "--sources", "files")
+c.check(r.returncode > 0 and "source 'files'" in r.stderr and "--q" in r.stderr, f"files without --q: {r.stderr!r}")
+r = run("run", "regimes", "--sources", "gausian", "--n", 64)
+c.check(r.returncode > 0 and "unknown source 'gausian'; did you mean gaussian?" in r.stderr and "files" in r.stderr,
+        f"unknown source: {r.stderr!r}")
+for exp in ("spectrum", "regimes", "pinv", "probsparse", "vq", "error_vs_budget"):
+    h = run("run", exp, "--help").stdout
+    c.check("--q" in h and "files: the --q/--k/--v files" in h, f"{exp} --help lists source files and --q")
+# regimes on the files: one point per head, each head's entropy equal to numpy's (the files' own values used).
+r = run("run", "regimes", "--q", path("uq.npy"), "--k", path("uk.npy"), "--v", path("uv.npy"), "--methods",
+        "local:window=4", "--model-data", path("none"), "--out", path("reg_files.csv"))
+rows = rows_of(path("reg_files.csv")) if r.returncode == 0 else []
+c.check(r.returncode == 0 and {x["source"] for x in rows if x["metric"] != "point_done"} == {"files"},
+        f"regimes on files: {r.returncode} {r.stderr!r}")
+for h in (0, 1):
+    p_ = softmax_rows(q[h] @ k[h].T / 4.0)
+    ref = float(np.mean(-(p_ * np.log(p_)).sum(axis=1)))
+    got = [float(x["value"]) for x in rows if x["metric"] == "entropy" and x["variant"] == f"head{h}"]
+    c.check(len(got) == 1 and abs(got[0] - ref) <= 1e-12 * ref, f"regimes head {h}: entropy {got} vs numpy {ref}")
+# pinv, probsparse, vq and error_vs_budget on the files alone (no generated source, no model export needed).
+for exp, extra in (("pinv", ["--m", "8,16", "--iters", 8]), ("probsparse", ["--factors", 1]),
+                   ("vq", ["--codes", 8, "--temperatures", 1]), ("error_vs_budget", ["--families", "local"])):
+    r = run("run", exp, "--q", path("uq.npy"), "--k", path("uk.npy"), "--v", path("uv.npy"), *extra,
+            "--model-data", path("none"), "--out", path(f"{exp}_files.csv"))
+    rows = rows_of(path(f"{exp}_files.csv")) if r.returncode == 0 else []
+    srcs = {x["source"] for x in rows if x["metric"] != "point_done"}
+    c.check(r.returncode == 0 and srcs and all(s.startswith("files") for s in srcs),
+            f"{exp} on files: {r.returncode} {srcs} {r.stderr!r}")
+# The files' checks: mixed dtypes refused naming each (the command's and the module's rule); V where it is used.
+np.save(path("uq32.npy"), q.astype(np.float32))
+r = run("run", "regimes", "--q", path("uq32.npy"), "--k", path("uk.npy"), "--v", path("uv.npy"), "--n", 64)
+c.check(r.returncode > 0 and "uq32.npy is float32" in r.stderr and "uk.npy is float64" in r.stderr,
+        f"mixed dtypes refused: {r.stderr!r}")
+r = run("run", "regimes", "--q", path("uq.npy"), "--k", path("uk.npy"))
+c.check(r.returncode > 0 and "--v" in r.stderr, f"regimes needs --v: {r.stderr!r}")
 
 # error_vs_length: the floor lies below every rank-limited method at every n.
 r = run("run", "error_vs_length", "--n", "64,96", "--d", 16, "--budget", 8, "--sources", "clustered",
