@@ -1,5 +1,6 @@
 // Low-rank methods: Nyströmformer, Linformer, SVD and CUR against independent formulas, their exact limits,
 // and the Eckart–Young floor that no rank-R method may beat.
+#include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/landmarks.hpp"
 #include "attnlab/metrics.hpp"
@@ -83,8 +84,11 @@ TEST(Linformer, MatchesTheFormulaWithPooling) {
   EXPECT_LT(rel_err(m->matrix(), ref), 1e-12);
   EXPECT_TRUE(m->op().rows_are_distributions());
   // Gaussian projections: N(0, 1/k) entries (the JL scaling): E[‖Ex‖²] = ‖x‖².
-  auto g = make_method<double>("linformer:k=200,projection=gaussian,seed=3");
+  auto g = make_method<double>("linformer:k=50,projection=gaussian,seed=3");
   EXPECT_NO_THROW(g->compute(q, k));
+  // More projected rows than keys is no low-rank approximation: refused, like landmarks > n.
+  auto over = make_method<double>("linformer:k=200,projection=gaussian,seed=3");
+  EXPECT_THROW(over->compute(q, k), Error);
 }
 
 // landmarks = n, columns = n, rank = n and E = F = I reproduce exact attention (float64, well-conditioned P).

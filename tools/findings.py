@@ -233,8 +233,8 @@ def probsparse(F, R):
 def scaling(F, R):
     d = load(R, "scaling")
     t = d[d.metric == "time_s"]
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures"))
-    from scaling import upper_half_slope   # the figure's fit: the sentence and the legend agree
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from figures.scaling import upper_half_slope   # the figure's fit: the sentence and the legend agree
 
     def slope(frame, variant):
         x = frame[frame.variant == variant].sort_values("n")

@@ -5,6 +5,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/exact.hpp"
 #include "attnlab/metrics.hpp"
+#include "attnlab/registry.hpp"
 
 #include <fmt/format.h>
 
@@ -17,9 +18,12 @@ std::vector<CompareRow> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
                                         const std::vector<std::unique_ptr<Method<T>>>& methods,
                                         const CompareOptions& opts,
                                         const std::function<void(const CompareRow&)>& on_row) {
-  for (const auto& m : methods)
+  // Every refusal before any work: a causal mask a method cannot honour, a budget beyond the sequence, memory.
+  for (const auto& m : methods) {
     if (opts.attention.causal && !m->supports_causal())
       throw Error(fmt::format("method '{}' cannot honour a causal mask", m->name()));
+    check_method_fits<T>(*m, {q.rows(), k.rows(), q.cols(), v.cols(), sizeof(T)});
+  }
   const MatrixR<T> exact_out = exact_output<T>(q, k, v, opts.attention);
   // Exact attention first: inputs that overflow it (1e300) are the inputs' fault, not the first method's.
   require_finite_output(exact_out, "exact attention's output (the reference)");

@@ -1,5 +1,5 @@
 // k-means (Lloyd's iterations from a k-means++ start, Arthur & Vassilvitskii 2007), seeded; an empty cluster is
-// re-seeded with the point farthest from its centroid. The codebook of Transformer-VQ (seed 002 eq. (1)-(2)).
+// re-seeded with the point farthest from its centroid. The codebook of Transformer-VQ (Lingle 2023).
 #pragma once
 
 #include "attnlab/random.hpp"

@@ -1,4 +1,4 @@
-// Performer / FAVOR+ random features (Choromanski et al. 2021; seed 002 eqs. (4)-(5)), exposed for the
+// Performer / FAVOR+ random features (Choromanski et al. 2021, Lemma 1), exposed for the
 // kernel-estimate experiments: exp(xᵀy) ≈ φ(x)ᵀφ(y) with x = s^½·q, y = s^½·k.
 //   positive:   φ(x) = exp(ωᵀx − ‖x‖²/2) / √M                         (unbiased, positive)
 //   trig:       φ(x) = exp(‖x‖²/2) [sin(ωᵀx), cos(ωᵀx)] / √M           (unbiased, can be negative)

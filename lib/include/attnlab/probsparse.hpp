@@ -1,4 +1,4 @@
-// Informer's query sparsity measurement (Zhou et al. 2021; seed 004), exposed for the experiments:
+// Informer's query sparsity measurement (Zhou et al. 2021, eq. (2)), exposed for the experiments:
 //   M(q_i, K)  = LSE_j(s·q_iᵀk_j) − mean_j(s·q_iᵀk_j)        (exact, O(n_q·n_k·d))
 //   M̄(q_i, K) = max_j(s·q_iᵀk_j) − mean_j(s·q_iᵀk_j)         (over U sampled keys, or all keys)
 // Lemma 1: M̄ ≤ M ≤ M̄ + ln n_k over the same keys. With a causal mask both run over the visible keys only.

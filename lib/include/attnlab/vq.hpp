@@ -1,4 +1,4 @@
-// Transformer-VQ's attention for a given codebook (seed 002 eq. (3)): keys replaced by their nearest codes,
+// Transformer-VQ's attention for a given codebook (Lingle 2023): keys replaced by their nearest codes,
 // K̂ = ΔC, computed as exp(s·QCᵀ)(ΔᵀV) / exp(s·QCᵀ)(Δᵀ1) in O(n·c·d); causal by running per-code sums of values
 // and counts. The `vq` method fits C by k-means on the keys and calls this; with a codebook learned elsewhere
 // (as in a trained Transformer-VQ) the causal form has no look-ahead at all.

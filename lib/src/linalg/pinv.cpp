@@ -54,7 +54,7 @@ Pseudoinverse<T>& Pseudoinverse<T>::compute(const ConstRef<T>& a) {
     return *this;
   }
   require(iters_ >= 0, "pseudo-inverse: negative iteration count");
-  // Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞): ‖A‖₁ the largest column sum, ‖A‖∞ the largest row sum of |A| (seed 000 eq. (11)).
+  // Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞): ‖A‖₁ the largest column sum, ‖A‖∞ the largest row sum of |A| (the initialisation Xiong et al. 2021 use).
   const double norm1 = a.cwiseAbs().colwise().sum().maxCoeff();
   const double norminf = a.cwiseAbs().rowwise().sum().maxCoeff();
   require(norm1 > 0 && norminf > 0, "pseudo-inverse of the zero matrix");

@@ -28,18 +28,17 @@ class LinearMethod final : public KernelMethod<T> {
  protected:
   void block_features(const ConstRef<T>& x, bool, const AttentionOptions&, MatrixR<T>& f,
                       VectorX<T>& g) const override {
-    f = phi(x);
+    // Evaluated into f's own storage (kept across calls by the caller's workspace): no temporary per block.
+    if (relu_) f = x.cwiseMax(T(0));
+    // elu(x) + 1 = x + 1 for x > 0, e^x for x ≤ 0: always positive. Written max(x, 0) + e^{min(x, 0)} so that
+    // Eigen vectorizes the exp (a scalar std::exp per entry cost more than the whole attention at n = 4096).
+    else f = (x.array().max(T(0)) + x.array().min(T(0)).exp()).matrix();
     g.resize(0);
   }
   bool nonnegative() const override { return !relu_; }  // relu rows can vanish: then P̃'s row is zero
+  Index feature_count(Index d) const override { return d; }
 
  private:
-  MatrixR<T> phi(const ConstRef<T>& x) const {
-    if (relu_) return x.cwiseMax(T(0));
-    // elu(x) + 1 = x + 1 for x > 0, e^x for x ≤ 0: always positive. Written max(x, 0) + e^{min(x, 0)} so that
-    // Eigen vectorizes the exp (a scalar std::exp per entry cost more than the whole attention at n = 4096).
-    return (x.array().max(T(0)) + x.array().min(T(0)).exp()).matrix();
-  }
   bool relu_ = false;
 };
 
@@ -51,20 +50,20 @@ class TaylorMethod final : public KernelMethod<T> {
  protected:
   void block_features(const ConstRef<T>& x, bool, const AttentionOptions&, MatrixR<T>& f,
                       VectorX<T>& g) const override {
-    f = phi(x);  // 1 + cos ≥ 0
+    phi(x, f);  // 1 + cos ≥ 0
     g.resize(0);
   }
+  Index feature_count(Index d) const override { return d + 1; }
 
  private:
-  static MatrixR<T> phi(const ConstRef<T>& x) {
-    MatrixR<T> out(x.rows(), x.cols() + 1);
+  static void phi(const ConstRef<T>& x, MatrixR<T>& out) {
+    out.resize(x.rows(), x.cols() + 1);  // keeps its storage when the size does not change
     out.col(0).setOnes();
     for (Index i = 0; i < x.rows(); ++i) {
       const T n = x.row(i).norm();
       if (n > 0) out.row(i).tail(x.cols()) = x.row(i) / n;
       else out.row(i).tail(x.cols()).setZero();  // a zero vector has no direction: sim = 1
     }
-    return out;
   }
 };
 

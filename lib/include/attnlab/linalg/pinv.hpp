@@ -1,9 +1,9 @@
 // Pseudo-inverses: the iterative schemes of Nyströmformer and their SVD reference.
-//   order3 (seed 000 eq. (10), Razavi et al. 2014): Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))); with E = I − AZ one
+//   order3 (Razavi et al. 2014, as Xiong et al. 2021 use it): Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))); with E = I − AZ one
 //          step gives E' = ¾E³ + ¼E⁴ (cubic), 4 products per step;
 //   newton (Newton–Schulz): Z ← Z(2I − AZ), E' = E² (quadratic), 2 products per step;
-//   both from Z₀ = Aᵀ / (‖A‖₁‖A‖∞) (seed 000 eq. (11)), which makes ‖I − AZ₀‖₂ < 1 for nonsingular A;
-//   svd: Moore–Penrose from the SVD, singular values below rcond·σ_max dropped (seed 000 eq. (9)).
+//   both from Z₀ = Aᵀ / (‖A‖₁‖A‖∞) (Xiong et al. 2021's initialisation), which makes ‖I − AZ₀‖₂ < 1 for nonsingular A;
+//   svd: Moore–Penrose from the SVD, singular values below rcond·σ_max dropped.
 // The solver keeps the history of ‖I − AZ_k‖_F (and ‖Z_k − A⁺‖_F when A⁺ is given), for the convergence
 // experiments: the paper's 6 iterations are far from converged on badly conditioned landmark matrices.
 #pragma once

@@ -1,5 +1,5 @@
 // `efficient` — efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal).
-// Implements: seed 003 eq. (5); Shen et al. 2021.
+// Implements: Shen et al. 2021 (Efficient Attention: Attention with Linear Complexities).
 // Typed use (the same method as make_method<double>("efficient:...") from a spec string):
 //   attnlab::Efficient<double> m;  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 #pragma once

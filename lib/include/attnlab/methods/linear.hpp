@@ -1,5 +1,5 @@
 // `linear` — linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k).
-// Implements: seed 003 eqs. (3)-(4), causal (9)-(10); Katharopoulos et al. 2020 (elu+1).
+// Implements: Katharopoulos et al. 2020 (Transformers are RNNs) §3.2, φ(x) = elu(x) + 1; causal masking §3.3 (prefix sums).
 // Typed use (the same method as make_method<double>("linear:...") from a spec string):
 //   attnlab::LinearOptions o;  o.feature = "elu";
 //   attnlab::Linear<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);

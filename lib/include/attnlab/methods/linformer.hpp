@@ -19,7 +19,7 @@ struct LinformerOptions {
   /// E, F: N(0, 1/k) entries, ±1/√k, mean pooling over k segments, or I (k = n) (one of gaussian|uniform|pool|identity)
   std::string projection = "gaussian";
   bool share_kv = false;  ///< E = F (key-value sharing) (true|false)
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
 
   ATTNLAB_OPTIONS(LinformerOptions, k, projection, share_kv, seed)  // from(params), spec(), descriptor()
 };

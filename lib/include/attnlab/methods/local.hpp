@@ -1,5 +1,5 @@
 // `local` — sliding-window attention, |j − i| ≤ W.
-// Implements: Beltagy et al. 2020 (sliding window); seed 003 (sparse attention).
+// Implements: Beltagy et al. 2020 (Longformer) §3.1, sliding window.
 // Typed use (the same method as make_method<double>("local:...") from a spec string):
 //   attnlab::LocalOptions o;  o.window = 64;
 //   attnlab::Local<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);

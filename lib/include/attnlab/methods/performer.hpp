@@ -1,5 +1,5 @@
 // `performer` — Performer / FAVOR+ random features estimating exp(s·qᵀk).
-// Implements: Choromanski et al. 2021 Lemma 1, eq. (7); seed 002 eqs. (4)-(5); Lemma 2 for the variances.
+// Implements: Choromanski et al. 2021 (Performer) Lemma 1, eq. (7); Lemma 2 for the variances.
 // Typed use (the same method as make_method<double>("performer:...") from a spec string):
 //   attnlab::PerformerOptions o;  o.features = 256;
 //   attnlab::Performer<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
@@ -19,7 +19,7 @@ struct PerformerOptions {
   std::string kernel = "positive";  ///< feature map (one of positive|trig|hyperbolic)
   bool orthogonal = true;  ///< orthogonal random features (blocks of d) instead of iid (true|false)
   std::string norms = "chi";  ///< row norms of orthogonal features: χ(d) (unbiased) or √d (one of chi|sqrt_d)
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
   /// causal prefix sums: blocks of matrix products, or the RNN form one position at a time (one of chunked|recurrent)
   std::string causal_form = "chunked";
   Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])

@@ -1,5 +1,5 @@
 // `probsparse` — Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest.
-// Implements: Zhou et al. 2021 eqs. (2)-(4), Lemma 1; seed 004.
+// Implements: Zhou et al. 2021 (Informer) eqs. (2)-(4), Lemma 1.
 // Typed use (the same method as make_method<double>("probsparse:...") from a spec string):
 //   attnlab::ProbsparseOptions o;  o.factor = 5;
 //   attnlab::Probsparse<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
@@ -22,7 +22,7 @@ struct ProbsparseOptions {
   std::string measure = "maxmean";  ///< M̄ = max − mean (the paper's estimate) or M = LSE − mean (one of maxmean|lse)
   /// causal lazy rows: mean of visible V, or the reference's unnormalized cumulative sum (one of mean|cumsum)
   std::string lazy = "mean";
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
 
   // from(params), spec(), descriptor()
   ATTNLAB_OPTIONS(ProbsparseOptions, factor, samples, sample, measure, lazy, seed)

@@ -17,7 +17,7 @@ struct ScatterbrainOptions {
   static constexpr const char* kName = "scatterbrain";
   Index features = 64;  ///< Performer features M (positive, orthogonal) (integer in [1, 65536])
   Index window = 16;  ///< half-width of the band where entries are exact (integer in [0, 16777216])
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
 
   ATTNLAB_OPTIONS(ScatterbrainOptions, features, window, seed)  // from(params), spec(), descriptor()
 };

@@ -19,7 +19,7 @@ struct SparseOptions {
   Index stride = 32;  ///< strided keys (c_i − j) mod S = 0 (0: none) (integer in [0, 16777216])
   Index globals = 2;  ///< number of global tokens (integer in [0, 16777216])
   Index random = 8;  ///< random keys per query (integer in [0, 16777216])
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
 
   ATTNLAB_OPTIONS(SparseOptions, window, stride, globals, random, seed)  // from(params), spec(), descriptor()
 };

@@ -1,5 +1,5 @@
 // `taylor` — first-order Taylor attention, sim = 1 + cos(q, k).
-// Implements: seed 003 eqs. (6)-(7).
+// Implements: Su 2020, blog 'Exploring Linear Attention: Must Attention Have a Softmax?' (e^{qᵀk} ≈ 1 + qᵀk on normalized q, k).
 // Typed use (the same method as make_method<double>("taylor:...") from a spec string):
 //   attnlab::TaylorOptions o;  o.causal_form = "chunked";
 //   attnlab::Taylor<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);

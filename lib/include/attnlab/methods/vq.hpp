@@ -1,5 +1,5 @@
 // `vq` — Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard.
-// Implements: seed 002 eqs. (1)-(3), soft assignment eqs. (8)-(9); Lingle 2023.
+// Implements: Lingle 2023 (Transformer-VQ): K ≈ ΔC, exp(QCᵀ)(ΔᵀV); soft (GMM) assignment after Su 2023, blog 'Traces of Transformer-VQ in the Performer'.
 // Typed use (the same method as make_method<double>("vq:...") from a spec string):
 //   attnlab::VqOptions o;  o.codes = 64;
 //   attnlab::Vq<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
@@ -20,7 +20,7 @@ struct VqOptions {
   std::string assign = "hard";  ///< nearest code, or GMM responsibilities at temperature T (one of hard|soft)
   double temperature = 1.0;  ///< T of the soft assignment (number in [1e-12, 1000000000000])
   std::string quantize = "keys";  ///< quantize K, or K and Q (mean-field form) (one of keys|both)
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9.223372036854776e+18])
+  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
 
   ATTNLAB_OPTIONS(VqOptions, codes, iters, assign, temperature, quantize, seed)  // from(params), spec(), descriptor()
 };

@@ -1,6 +1,6 @@
-// Kernel (feature-map) attention, the general form of seed 003 eqs. (3)–(4):
+// Kernel (feature-map) attention, the general form of Katharopoulos et al. 2020 §3.2:
 //   O_i = Σ_j sim(q_i, k_j) v_j / Σ_j sim(q_i, k_j),   sim(q_i, k_j) = φ(q_i)ᵀ ψ(k_j),
-// with the causal form as prefix sums (seed 003 eqs. (9)–(10)), in two ways: recurrent (an M×d_v state updated
+// with the causal form as prefix sums (Katharopoulos et al. 2020 §3.3), in two ways: recurrent (an M×d_v state updated
 // per position, the RNN form) and chunked (blocks of queries: the state carried across blocks, the masked
 // quadratic product inside a block — the practical version of the cumsum form).
 //
