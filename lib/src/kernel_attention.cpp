@@ -237,8 +237,11 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     finite = block(k.middleRows(r0, len), true, f, g) && finite;
     if (!finite) continue;
     const T mc = g.maxCoeff();
-    t.w = (g.array() - mc).exp();
-    f.array().colwise() *= t.w.array();  // e^{g_j − m_c} ψ(k_j), ≤ 1 per weight
+    // e^{g_j − m_c} ψ(k_j), ≤ 1 per weight. The scalar exp per row, as the diagonal product this replaces took it
+    // (Eigen's vectorized exp differs in the last bit): the committed values stay bit for bit.
+    t.w.resize(len);
+    for (Index j = 0; j < len; ++j) t.w(j) = std::exp(g(j) - mc);
+    f.array().colwise() *= t.w.array();
     s[std::size_t(c)].noalias() = f.transpose() * v.middleRows(r0, len);
     z[std::size_t(c)].noalias() = f.colwise().sum().transpose();
     if (!nonnegative) zabs[std::size_t(c)].noalias() = f.cwiseAbs().colwise().sum().transpose();
