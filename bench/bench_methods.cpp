@@ -13,6 +13,7 @@
 #include "attnlab/reproducible.hpp"
 
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -79,19 +80,21 @@ void vq_attend(benchmark::State& state) {
 }
 
 /// The yardstick: S = QKᵀ (n×d by d×n), by the build's own product (Eigen's kernels, or OpenBLAS in an
-/// ATTNLAB_USE_BLAS build), split into row blocks over the OpenMP threads as attnlab's kernels split their work —
-/// the rate this machine and this build reach on the attention's GEMM.
+/// ATTNLAB_USE_BLAS build), one row block per OpenMP thread (the threads split the work as attnlab's kernels do) —
+/// the rate this machine and this build reach on the attention's GEMM. One product per thread and call: each product
+/// allocates its packing buffers, and with glibc's default allocator many small-block products paid those buffers'
+/// page faults on every call (9× at f64 n = 4096), measuring the allocator instead of the GEMM.
 template <typename T>
 void gemm(benchmark::State& state) {
   const Index n = state.range(0);
   const Problem<T> p(n);
   MatrixR<T> s(n, n);
-  const Index block = 256;
   for (auto _ : state) {
-#pragma omp parallel for schedule(static)
-    for (Index r0 = 0; r0 < n; r0 += block) {
-      const Index rb = std::min(block, n - r0);
-      s.middleRows(r0, rb).noalias() = p.q.middleRows(r0, rb) * p.k.transpose();
+#pragma omp parallel
+    {
+      const Index threads = omp_get_num_threads(), t = omp_get_thread_num();
+      const Index r0 = n * t / threads, r1 = n * (t + 1) / threads;
+      if (r1 > r0) s.middleRows(r0, r1 - r0).noalias() = p.q.middleRows(r0, r1 - r0) * p.k.transpose();
     }
     benchmark::DoNotOptimize(s.data());
   }

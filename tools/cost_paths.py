@@ -36,7 +36,7 @@ def benchmark(build, methods, n, tunables):
         sys.exit(f"cost_paths: {binary} is missing: build it with tools/setup.sh --bench")
     names = "|".join(methods)
     env = env_without_tunables({"GLIBC_TUNABLES": TUNABLES} if tunables else None)
-    out = subprocess.run([str(binary), f"--benchmark_filter=^({names})/f32/n:{n}$", "--benchmark_format=json",
+    out = subprocess.run([str(binary), f"--benchmark_filter=^({names})/f32/n:{n}/", "--benchmark_format=json",
                           "--benchmark_min_time=0.3", "--benchmark_repetitions=3",
                           "--benchmark_report_aggregates_only=true"],
                          env=env, check=True, capture_output=True, text=True).stdout
@@ -96,7 +96,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--methods", default="exact,linear,performer,nystrom,linformer,local,reformer,vq,probsparse")
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--build", default=str(ROOT / "build"))
     ap.add_argument("--out", help="also write the table (markdown) here")
     args = ap.parse_args()

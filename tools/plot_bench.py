@@ -165,7 +165,7 @@ def figure(both, path):
     fig.savefig(path, dpi=100)
     plt.close(fig)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from plot import compact_png
+    from figures.common import compact_png
     compact_png(path)
 
 
