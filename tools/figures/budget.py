@@ -22,6 +22,16 @@ RANK_GROUPS = 3   # the first three share the unit (rank bound) and so the x ran
 PAGE = 4096       # the memory measurement's resolution (one page): below it a value is not resolved
 
 
+
+def log_error_axes(ax, outside, lo, hi):
+    """Log-log axes on the error's useful range [lo, hi], plain tick labels, the points beyond it counted."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    plain_log_ticks(ax, "x")
+    tidy_log_axis(ax, "y")
+    note_clipped(ax, outside, lo, hi)
+
 def groups_for(families):
     """GROUPS restricted to the families present, plus panels for families no group knows (their own budgets,
     at most five a panel), so that a new family is drawn rather than dropped."""
@@ -109,12 +119,7 @@ def plot_error_vs_budget(results, out):
                     style = dict(lw=2.5) if fam == "svd" else {}
                     outside += plot_clipped(ax, x, g.values, lo, hi, family_colour(fam), marker=family_marker(fam),
                                             label=family_label(fam) + suffix, **style)
-                ax.set_xscale("log")
-                ax.set_yscale("log")
-                ax.set_ylim(lo, hi)
-                plain_log_ticks(ax, "x")
-                tidy_log_axis(ax, "y")
-                note_clipped(ax, outside, lo, hi)
+                log_error_axes(ax, outside, lo, hi)
                 if r == len(sources) - 1:
                     ax.set_xlabel(xlabel)
                 if c == 0:
@@ -232,12 +237,7 @@ def plot_error_vs_cost(df, out):
                             if m == m and m > c0:
                                 y = min(max(g.err[s], lo), hi)
                                 ax.plot([c0, m], [y, y], "-", color=col, lw=0.8, alpha=0.7, label="_nolegend_")
-                ax.set_xscale("log")
-                ax.set_yscale("log")
-                ax.set_ylim(lo, hi)
-                plain_log_ticks(ax, "x")
-                tidy_log_axis(ax, "y")
-                note_clipped(ax, outside, lo, hi)
+                log_error_axes(ax, outside, lo, hi)
                 if memory:
                     ax.axvline(PAGE * scale, color="0.6", ls=":", lw=0.8, label="_page", zorder=1)
                 if r == len(sources) - 1:
