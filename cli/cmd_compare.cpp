@@ -1,6 +1,7 @@
 // `attnlab compare`: run methods against exact attention on the user's arrays or a generated problem, print
 // the error metrics, and write them as tidy CSV.
 #include "attnlab/compare.hpp"
+#include "attnlab/cost.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/memory.hpp"
 #include "attnlab/metrics.hpp"
@@ -93,7 +94,8 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
     // dtype (and "causal"), the step the head; the point id names everything else.
     csv.emplace(o.csv, experiments::result_columns());
     std::ofstream side(o.csv + ".config.txt");
-    side << "command: " << command_line() << "\ncode_version: " << code_version() << "\n";
+    side << "command: " << command_line() << "\ncode_version: " << code_version() << "\ncosts measured with: "
+         << cost_context() << "\n";
   }
   AttentionOptions aopts;
   aopts.scale = o.scale;

@@ -1,6 +1,8 @@
 // The sweep runner: resume from the CSV, shard the grid, write each finished point at once, show progress.
 #include "sweep.hpp"
 
+#include "attnlab/cost.hpp"
+
 #include "attnlab/error.hpp"
 #include "attnlab/tidy_csv.hpp"
 
@@ -130,7 +132,8 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   }
   {  // the sidecar: everything needed to replay the run
     std::ofstream side(path + ".config");
-    side << dump(e, o);
+    // What the timings in this file were taken on (threads, products, ISA): beside the settings, not one of them.
+    side << dump(e, o) << "# costs measured with: " << cost_context() << "\n";
   }
   TidyCsvWriter csv(path, result_columns(), /*append=*/true);
   const bool tty = isatty(fileno(stderr));
