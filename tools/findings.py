@@ -29,10 +29,9 @@ PAPER = os.path.join(ROOT, "docs", "paper.md")
 EXPORT = os.path.join(ROOT, "models", "trained_attention.export.json")
 # A placeholder is {{experiment.name}}, in any case (evb.P_clustered_vq, regimes.gaussian_svd_lowT). Every {{...}}
 # in a text is checked — not only those of the expected shape — so that a key the pattern does not cover cannot pass
-# through unrendered (an all-lowercase pattern once let 11 such placeholders reach the README). The texts talk about
-# placeholders themselves with LITERAL ones only.
+# through unrendered (an all-lowercase pattern once let 11 such placeholders reach the README). No exception: a text
+# that talks about placeholders describes them in words ("the finding's name in double braces").
 PLACEHOLDER = re.compile(r"\{\{([^{}\n]*)\}\}")
-LITERAL = {"name", "finding"}
 NO_VALUE = {"nan", "-nan", "inf", "-inf", ""}   # a finding formatted like this has no value to quote
 
 
@@ -462,7 +461,8 @@ def compute(results):
 def findings_md(items, results):
     out = ["# Findings", "",
            f"Computed by `tools/findings.py` from the CSVs in `{os.path.relpath(results, ROOT)}/`; the README and the "
-           "notebooks quote these names (`{{name}}` in docs/README.template.md and tools/make_notebooks.py). Timing "
+           "notebooks quote these names (each in double braces in docs/README.template.md and tools/make_notebooks.py). "
+           "Timing "
            "findings vary between runs and machines; every other value is reproducible.", ""]
     by_exp = {}
     for name, (value, definition, exp) in items.items():
@@ -487,8 +487,6 @@ def unrendered(text, items, where):
     out = []
     for m in PLACEHOLDER.finditer(text):
         key = m.group(1)
-        if key in LITERAL:
-            continue
         if key not in items:
             close = difflib.get_close_matches(key, list(items), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
@@ -504,7 +502,7 @@ def render(text, items, where):
     if bad:
         sys.exit("findings: placeholders without a value (tools/findings.py computes the findings):\n  " +
                  "\n  ".join(bad))
-    return PLACEHOLDER.sub(lambda m: m.group(0) if m.group(1) in LITERAL else items[m.group(1)][0], text)
+    return PLACEHOLDER.sub(lambda m: items[m.group(1)][0], text)
 
 
 def rel(path):
@@ -527,9 +525,8 @@ def template_problems(items, paper):
 
 
 def leftover_placeholders(path, text):
-    """'PATH:LINE: {{key}} left unrendered' for every non-literal placeholder in a committed, rendered text."""
-    return [f"{at(path, text, m.start())}: {m.group(0)} left unrendered"
-            for m in PLACEHOLDER.finditer(text) if m.group(1) not in LITERAL]
+    """'PATH:LINE: {{key}} left unrendered' for every placeholder in a committed, rendered text."""
+    return [f"{at(path, text, m.start())}: {m.group(0)} left unrendered" for m in PLACEHOLDER.finditer(text)]
 
 
 def notebook_texts(items):

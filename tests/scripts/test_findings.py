@@ -56,15 +56,16 @@ check(r.returncode == 1 and "README.md differs" in r.stderr, f"an altered number
 
 # The placeholders' own rules, on a text: a key in any case renders (an all-lowercase pattern once let
 # {{evb.P_clustered_vq}} and ten others through as literal text), an unknown key and a finding without a value (NaN)
-# are named with their line, the literal {{name}} stays.
-text = "VQ {{evb.P_clustered_vq}}, {{name}} stays\nthen {{evb.P_clustered_vqq}} and {{ evb.floor_trained }}\n{{x.nan}}"
+# are named with their line — every one, {{name}} included: a page that talks about placeholders says so in words.
+text = "VQ {{evb.P_clustered_vq}}, {{name}} too\nthen {{evb.P_clustered_vqq}} and {{ evb.floor_trained }}\n{{x.nan}}"
 with_nan = dict(items, **{"x.nan": ("nan", "a finding whose rows are missing", "x")})
 bad = findings.unrendered(text, with_nan, "T")
-check(len(bad) == 3 and bad[0].startswith("T:2: {{evb.P_clustered_vqq}} is no finding")
-      and "did you mean evb.P_clustered_vq" in bad[0] and bad[1].startswith("T:2: {{ evb.floor_trained }}")
-      and bad[2].startswith("T:3: {{x.nan}} has no value"), f"unrendered names each placeholder and line: {bad}")
-ok = findings.render(text.split("\n")[0], items, "T")
-check(ok == f"VQ {items['evb.P_clustered_vq'][0]}, {{{{name}}}} stays", f"a mixed-case key renders: {ok!r}")
+check(len(bad) == 4 and bad[0].startswith("T:1: {{name}} is no finding")
+      and bad[1].startswith("T:2: {{evb.P_clustered_vqq}} is no finding")
+      and "did you mean evb.P_clustered_vq" in bad[1] and bad[2].startswith("T:2: {{ evb.floor_trained }}")
+      and bad[3].startswith("T:3: {{x.nan}} has no value"), f"unrendered names each placeholder and line: {bad}")
+ok = findings.render("VQ {{evb.P_clustered_vq}}", items, "T")
+check(ok == f"VQ {items['evb.P_clustered_vq'][0]}", f"a mixed-case key renders: {ok!r}")
 try:
     findings.render(text, with_nan, "T")
     check(False, "render refuses a text with placeholders without a value")
