@@ -374,27 +374,20 @@ def bench(F, results):
                     f"{num(b.torch_s.iloc[0])} | {both('torch_over_attnlab', b)} |")
     F.add("bench.table_f32", "\n".join(rows), str, "the float32 table of results/bench (timing)", "bench")
     # The allocator setting: the default build and PyTorch with glibc's defaults and with GLIBC_TUNABLES.
-    ours = os.path.join(results, "bench", "attnlab_tunables.json")
-    peers_t = os.path.join(results, "bench", "peers_tunables.csv")
-    if os.path.exists(ours) and os.path.exists(peers_t):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from plot_bench import read_suite
-        plain, _ = read_suite(os.path.join(results, "bench", "attnlab.json"), "default")
-        tuned, _ = read_suite(ours, "default")
-        a = plain.merge(tuned, on=["method", "dtype", "n"], suffixes=("", "_t"))
-        tp = pd.read_csv(os.path.join(results, "bench", "peers.csv")).merge(
-            pd.read_csv(peers_t), on=["method", "dtype", "n"], suffixes=("", "_t"))
-        a = a.merge(tp[["method", "dtype", "n", "seconds", "seconds_t"]], on=["method", "dtype", "n"], how="left")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from plot_bench import allocator_frame
+    a, _ = allocator_frame(os.path.join(results, "bench"))
+    if a is not None:
         a = a[(a.dtype == "f32") & a.n.isin([4096, 16384]) & (a.method != "gemm")]
         rows = ["| method | attnlab without / with, n = 4096 | n = 16384 | PyTorch without / with, n = 4096 | n = 16384 |",
                 "|---|---|---|---|---|"]
         for m, g in a.groupby("method"):
-            r = lambda col, n: g[g.n == n][col].iloc[0] / g[g.n == n][col + "_t"].iloc[0] if (g.n == n).any() else float("nan")  # noqa: E731
-            rows.append(f"| {m} | {num(r('attnlab_s', 4096))} | {num(r('attnlab_s', 16384))} | "
-                        f"{num(r('seconds', 4096))} | {num(r('seconds', 16384))} |")
+            r = lambda col, n: g[g.n == n][col].iloc[0] if (g.n == n).any() else float("nan")  # noqa: E731
+            rows.append(f"| {m} | {num(r('ratio', 4096))} | {num(r('ratio', 16384))} | "
+                        f"{num(r('torch_ratio', 4096))} | {num(r('torch_ratio', 16384))} |")
         F.add("bench.allocator_f32", "\n".join(rows), str, "float32: time without GLIBC_TUNABLES over time with it, "
               "attnlab's default build and PyTorch (timing)", "bench")
-        F.add("bench.allocator_worst", (a.attnlab_s / a.attnlab_s_t).max(), lambda x: sig(x, 2),
+        F.add("bench.allocator_worst", a.ratio.max(), lambda x: sig(x, 2),
               "the largest such ratio over attnlab's methods, float32, n = 4096 and 16384 (timing)", "bench")
     paths = os.path.join(results, "bench", "cost_paths.md")
     if os.path.exists(paths):

@@ -106,12 +106,12 @@ def table(both, contexts):
     return "\n".join(lines)
 
 
-def allocator_table(dirname):
-    """The default build and PyTorch with glibc's defaults (as users run) and with GLIBC_TUNABLES raising the mmap and
-    trim thresholds (freed buffers stay mapped): what the setting changes, per method. Target: ≤ 1.3× for attnlab."""
+def allocator_frame(dirname):
+    """(frame, context): per (method, dtype, n) the default build's time without and with GLIBC_TUNABLES (attnlab_s,
+    attnlab_s_tunables, ratio) and PyTorch's (seconds, seconds_tunables, torch_ratio); (None, {}) without those runs."""
     pairs = [("attnlab.json", "attnlab_tunables.json"), ("peers.csv", "peers_tunables.csv")]
     if not all(os.path.exists(os.path.join(dirname, f)) for p in pairs for f in p):
-        return ""
+        return None, {}
     plain, _ = read_suite(os.path.join(dirname, "attnlab.json"), "default")
     tuned, ctx = read_suite(os.path.join(dirname, "attnlab_tunables.json"), "default")
     a = plain.merge(tuned, on=["method", "dtype", "n"], suffixes=("", "_tunables"))
@@ -120,6 +120,15 @@ def allocator_table(dirname):
     a = a.merge(tp[["method", "dtype", "n", "seconds", "seconds_tunables"]], on=["method", "dtype", "n"], how="left")
     a["ratio"] = a.attnlab_s / a.attnlab_s_tunables
     a["torch_ratio"] = a.seconds / a.seconds_tunables
+    return a, ctx
+
+
+def allocator_table(dirname):
+    """The default build and PyTorch with glibc's defaults (as users run) and with GLIBC_TUNABLES raising the mmap and
+    trim thresholds (freed buffers stay mapped): what the setting changes, per method. Target: ≤ 1.3× for attnlab."""
+    a, ctx = allocator_frame(dirname)
+    if a is None:
+        return ""
     lines = ["### The allocator setting: glibc defaults against GLIBC_TUNABLES", "",
              f"Default build; {ctx.get('glibc_tunables', '')!s} in the second run. A ratio above 1: slower without the "
              "setting (page faults on buffers freed and mapped again). Target for attnlab: ≤ 1.3.", "",
