@@ -14,10 +14,6 @@ namespace {
 std::string g_command_line;
 std::string g_work;
 
-std::string shape_of(const NpyArray& a) {
-  return a.ndim() == 3 ? fmt::format("(h={}, n={}, d={})", a.heads(), a.rows(), a.cols())
-                       : fmt::format("(n={}, d={})", a.rows(), a.cols());
-}
 }  // namespace
 
 void set_command_line(int argc, char** argv) {
@@ -68,26 +64,10 @@ std::string describe_inputs(Index n_q, Index n_k, Index d, Index d_v, DType dtyp
 QkvFiles load_qkv(const std::string& q, const std::string& k, const std::string& v, const std::string& dtype_flag,
                   const std::string& dtype_option) {
   QkvFiles f{NpyArray::read(q), NpyArray::read(k), NpyArray::read(v)};
-  if (f.q.ndim() != f.k.ndim() || f.q.ndim() != f.v.ndim())
-    throw Error(fmt::format("Q {} is {}, K {} is {}, V {} is {}: give all three as (n, d) or all as (h, n, d)", q,
-                            shape_of(f.q), k, shape_of(f.k), v, shape_of(f.v)));
-  if (f.q.heads() != f.k.heads() || f.q.heads() != f.v.heads())
-    throw Error(fmt::format("head counts differ: Q {} has {}, K {} has {}, V {} has {}", q, f.q.heads(), k,
-                            f.k.heads(), v, f.v.heads()));
-  if (f.q.cols() != f.k.cols())
-    throw Error(fmt::format("Q {} has d = {} but K {} has d = {}; they must match", q, f.q.cols(), k, f.k.cols()));
-  if (f.k.rows() != f.v.rows())
-    throw Error(fmt::format("K {} has n_k = {} rows but V {} has {}; they must match", k, f.k.rows(), v, f.v.rows()));
-  // Mixed dtypes: a silent cast would hide which precision the results are in; the user chooses it explicitly.
-  if ((f.q.dtype() != f.k.dtype() || f.q.dtype() != f.v.dtype()) && dtype_flag != "f32" && dtype_flag != "f64")
-    throw Error(fmt::format("Q {} is {}, K {} is {}, V {} is {}: the files differ in dtype; convert them to one{}", q,
-                            dtype_name(f.q.dtype()), k, dtype_name(f.k.dtype()), v, dtype_name(f.v.dtype()),
-                            dtype_option.empty() ? ""
-                                                 : fmt::format(", or choose the compute dtype with {} (every file is "
-                                                               "then cast to it)", dtype_option)));
-  f.q.check_finite();
-  f.k.check_finite();
-  f.v.check_finite();
+  check_qkv_arrays(f.q, f.k, &f.v, "", dtype_flag == "f32" || dtype_flag == "f64",
+                   dtype_option.empty() ? ""
+                                        : fmt::format(", or choose the compute dtype with {} (every file is then cast "
+                                                      "to it)", dtype_option));
   return f;
 }
 

@@ -25,30 +25,7 @@ std::shared_ptr<const UserFiles> UserFiles::read(const FileOptions& files, const
           fmt::format("{}: --q needs --k{}", experiment, need_v ? " and --v" : ""));
   auto f = std::make_shared<UserFiles>(UserFiles{NpyArray::read(files.q), NpyArray::read(files.k), std::nullopt});
   if (!files.v.empty()) f->v = NpyArray::read(files.v);
-  const auto shape = [](const NpyArray& a) {
-    return a.ndim() == 3 ? fmt::format("(h={}, n={}, d={})", a.heads(), a.rows(), a.cols())
-                         : fmt::format("(n={}, d={})", a.rows(), a.cols());
-  };
-  const NpyArray &q = f->q, &k = f->k;
-  require(q.ndim() == k.ndim() && (!f->v || f->v->ndim() == q.ndim()),
-          fmt::format("{}: Q {} is {}, K {} is {}{}: give all as (n, d) or all as (h, n, d)", experiment, q.path(),
-                      shape(q), k.path(), shape(k), f->v ? fmt::format(", V {} is {}", f->v->path(), shape(*f->v)) : ""));
-  require(q.heads() == k.heads() && (!f->v || f->v->heads() == q.heads()),
-          fmt::format("{}: head counts differ: Q {} has {}, K {} has {}{}", experiment, q.path(), q.heads(), k.path(),
-                      k.heads(), f->v ? fmt::format(", V {} has {}", f->v->path(), f->v->heads()) : ""));
-  require(q.cols() == k.cols(), fmt::format("{}: Q {} has d = {} but K {} has d = {}; they must match", experiment,
-                                            q.path(), q.cols(), k.path(), k.cols()));
-  require(!f->v || f->v->rows() == k.rows(),
-          fmt::format("{}: K {} has n_k = {} rows but V {} has {}; they must match", experiment, k.path(), k.rows(),
-                      f->v ? f->v->path() : "", f->v ? f->v->rows() : 0));
-  // One dtype: the rule of the command and the Python module (a silent cast would hide the files' precision).
-  require(q.dtype() == k.dtype() && (!f->v || f->v->dtype() == q.dtype()),
-          fmt::format("{}: Q {} is {}, K {} is {}{}: the files differ in dtype; convert them to one", experiment,
-                      q.path(), dtype_name(q.dtype()), k.path(), dtype_name(k.dtype()),
-                      f->v ? fmt::format(", V {} is {}", f->v->path(), dtype_name(f->v->dtype())) : ""));
-  q.check_finite();
-  k.check_finite();
-  if (f->v) f->v->check_finite();
+  check_qkv_arrays(f->q, f->k, f->v ? &*f->v : nullptr, experiment + ": ");
   return f;
 }
 

@@ -258,6 +258,39 @@ void NpyArray::check_finite() const {
   else scan(f64_);
 }
 
+namespace {
+
+std::string layout_of(const NpyArray& a) {
+  return a.ndim() == 3 ? fmt::format("(h={}, n={}, d={})", a.heads(), a.rows(), a.cols())
+                       : fmt::format("(n={}, d={})", a.rows(), a.cols());
+}
+
+}  // namespace
+
+void check_qkv_arrays(const NpyArray& q, const NpyArray& k, const NpyArray* v, const std::string& context,
+                      bool mixed_dtypes, const std::string& dtype_hint) {
+  // ", V path is …" when V is given, for the messages naming every file.
+  const auto v_part = [&](const std::string& what) { return v ? fmt::format(", V {} {}", v->path(), what) : ""; };
+  require(q.ndim() == k.ndim() && (!v || v->ndim() == q.ndim()),
+          fmt::format("{}Q {} is {}, K {} is {}{}: give them all as (n, d) or all as (h, n, d)", context, q.path(),
+                      layout_of(q), k.path(), layout_of(k), v_part("is " + (v ? layout_of(*v) : ""))));
+  require(q.heads() == k.heads() && (!v || v->heads() == q.heads()),
+          fmt::format("{}head counts differ: Q {} has {}, K {} has {}{}", context, q.path(), q.heads(), k.path(),
+                      k.heads(), v_part(fmt::format("has {}", v ? v->heads() : 0))));
+  require(q.cols() == k.cols(), fmt::format("{}Q {} has d = {} but K {} has d = {}; they must match", context,
+                                            q.path(), q.cols(), k.path(), k.cols()));
+  require(!v || v->rows() == k.rows(), fmt::format("{}K {} has n_k = {} rows but V {} has {}; they must match", context,
+                                                   k.path(), k.rows(), v ? v->path() : "", v ? v->rows() : 0));
+  // Mixed dtypes: a silent cast would hide which precision the results are in; the user chooses it explicitly.
+  require(mixed_dtypes || (q.dtype() == k.dtype() && (!v || v->dtype() == q.dtype())),
+          fmt::format("{}Q {} is {}, K {} is {}{}: the files differ in dtype; convert them to one{}", context, q.path(),
+                      dtype_name(q.dtype()), k.path(), dtype_name(k.dtype()),
+                      v_part(fmt::format("is {}", dtype_name(v ? v->dtype() : q.dtype()))), dtype_hint));
+  q.check_finite();
+  k.check_finite();
+  if (v) v->check_finite();
+}
+
 template <typename T>
 NpyWriter<T>::NpyWriter(std::string path, std::vector<Index> shape) : path_(std::move(path)), tmp_(path_ + ".partial") {
   require(shape.size() == 2 || shape.size() == 3, "write_npy: shape must have 2 or 3 dimensions");

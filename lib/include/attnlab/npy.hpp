@@ -46,6 +46,14 @@ class NpyArray {
   std::vector<double> f64_;
 };
 
+/// The cross-checks of Q, K and (when given) V read from .npy files, every message naming the files and starting with
+/// `context`: one layout (all (n, d) or all (h, n, d)), one head count, the same d for Q and K, as many rows in V as in
+/// K, finite values, and one dtype — unless `mixed_dtypes` (the caller casts every file to a compute dtype the user
+/// chose); `dtype_hint` ends the mixed-dtype refusal (how to choose that dtype). Shared by the command and the
+/// experiments, so that both read the user's files by one rule.
+void check_qkv_arrays(const NpyArray& q, const NpyArray& k, const NpyArray* v, const std::string& context = "",
+                      bool mixed_dtypes = false, const std::string& dtype_hint = "");
+
 /// Writes a C-order .npy array piece by piece (head by head), to `path.partial`, renamed to `path` by close():
 /// an interrupted or failed write never leaves a half file under the final name.
 template <typename T>
