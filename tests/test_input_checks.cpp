@@ -17,14 +17,7 @@ namespace {
 
 using test::randn;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 ProblemSize size(Index n_q, Index n_k, Index d = 16, Index d_v = 8) { return {n_q, n_k, d, d_v, 8}; }
 

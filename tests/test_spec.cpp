@@ -3,6 +3,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/registry.hpp"
 #include "attnlab/spec.hpp"
+#include "test_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,14 +12,7 @@
 namespace attnlab {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Spec, ParsesNameAndValues) {
   const Spec s = parse_spec(" nystrom:landmarks=64, iters=6 ");

@@ -1,12 +1,15 @@
 // Helpers shared by the tests: seeded random problems and relative errors.
 #pragma once
 
+#include "attnlab/error.hpp"
 #include "attnlab/random.hpp"
 #include "attnlab/types.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <cmath>
 #include <limits>
 
@@ -73,5 +76,15 @@ double tol_from_bound(const B& bound, const R& reference) {
 }
 
 using Scalars = ::testing::Types<float, double>;
+
+/// The message of the attnlab::Error that f throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace attnlab::test
