@@ -51,7 +51,7 @@ void add_report(CLI::App& app) {
   sub->callback([f] {
     std::vector<attnlab::report::Layer> layers;
     if (!f->model_dir.empty()) {
-      layers = attnlab::report::load_model_export(f->model_dir, f->layers, f->seq);
+      layers = attnlab::report::load_model_export(f->model_dir, f->layers, f->seq, f->opts.causal);
     } else {
       require(!f->q.empty(), "report: give --q/--k/--v or --model-dir");
       const QkvFiles files = load_qkv(f->q, f->k, f->v);

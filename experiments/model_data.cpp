@@ -39,7 +39,9 @@ std::string ModelData::file(Index seq, Index layer, const char* what) const {
 }
 
 ModelData::ModelData(const std::string& dir, const std::string& model) : dir_(dir), model_(model) {
-  require(is_model_source(model), fmt::format("model source '{}' is neither 'trained' nor 'initialized'", model));
+  // An export holds trained/ and initialized/ (tools/trained_attention.py) or captured/ (attnlab.torch.capture).
+  require(is_model_source(model) || model == "captured",
+          fmt::format("model export part '{}' is none of 'trained', 'initialized', 'captured'", model));
   const std::string make = fmt::format("make it with `tools/trained_attention.py --out {}` (or point --model-data / "
                                        "ATTNLAB_MODEL_DATA at an export)", dir);
   // meta.json is written last: without it the export is missing or was interrupted.

@@ -338,8 +338,10 @@ std::string speedup_colour(double s) {
 
 }  // namespace
 
-std::vector<Layer> load_model_export(const std::string& dir_in, const std::string& layers, Index seq) {
+std::vector<Layer> load_model_export(const std::string& dir_in, const std::string& layers, Index seq, bool causal) {
   fs::path dir(dir_in), model = "trained";
+  // attnlab.torch.capture's export has captured/ where tools/trained_attention.py's has trained/.
+  if (fs::exists(dir / "meta.json") && !fs::exists(dir / "trained") && fs::exists(dir / "captured")) model = "captured";
   if (!fs::exists(dir / "meta.json")) {
     require(fs::exists(dir.parent_path() / "meta.json"),
             fmt::format("report: {} is not a model export (no meta.json in it or its parent; make one with "
@@ -348,6 +350,9 @@ std::vector<Layer> load_model_export(const std::string& dir_in, const std::strin
     dir = dir.parent_path();
   }
   const experiments::ModelData data(dir.string(), model.string());
+  require(data.bidirectional() || causal,
+          fmt::format("report: {} holds a causal model's attention; add --causal (causal=True): the non-causal "
+                      "methods would let every position see the future", dir_in));
   require(seq >= 0 && seq < data.sequences(),
           fmt::format("report: sequence {} out of range (the export has {})", seq, data.sequences()));
   std::vector<Index> which;

@@ -49,8 +49,10 @@ struct Summary {
 };
 
 /// Reads a model export (tools/trained_attention.py's layout): DIR is the export (holding meta.json; model
-/// "trained") or one model's directory under it (DIR/../meta.json). `layers`: "all" or a comma list of indices.
-std::vector<Layer> load_model_export(const std::string& dir, const std::string& layers, Index seq);
+/// "trained", or "captured" for attnlab.torch.capture's) or one model's directory under it (DIR/../meta.json).
+/// `layers`: "all" or a comma list of indices. A causal model's export is refused unless `causal` (its heads
+/// never saw the future; non-causal methods on them would).
+std::vector<Layer> load_model_export(const std::string& dir, const std::string& layers, Index seq, bool causal);
 
 Summary write_report(const std::vector<Layer>& layers, const Options& opts);
 

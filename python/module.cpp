@@ -455,6 +455,14 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("methods", &methods_list);
 
+  // The canonical form of a spec (every parameter, defaults filled in): parses and validates it without running it.
+  m.def(
+      "canonical",
+      [](const std::string& spec, bool causal) {
+        return causal_checked<double>(spec, std::nullopt, causal)->spec();
+      },
+      py::arg("spec"), py::arg("causal"));
+
   m.def(
       "apply",
       [](const std::string& spec, const py::handle& q, const py::handle& k, const py::handle& v, bool causal,
@@ -535,7 +543,7 @@ PYBIND11_MODULE(_core, m) {
         if (!model_dir.empty()) {
           if (!q.is_none() || !k.is_none() || !v.is_none())
             throw Error("report: give q, k, v or model_dir, not both");
-          input = report::load_model_export(model_dir, layers, seq);
+          input = report::load_model_export(model_dir, layers, seq, causal);
         } else {
           const bool f32 = is_f32(q);
           // The report computes in float64 (its errors) and times in float32, like the experiments.

@@ -82,9 +82,15 @@ except ImportError as e:  # a clear message, not a traceback: the set-up script 
 SCHEMA = 2
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 SNAPSHOT = os.path.join(ROOT, "models", "stdlib_corpus.tar.xz")
-# The checksums of the export from the committed weights (trained and initialised Q, K, V at the default settings):
-# a fresh machine's export must equal them bit for bit.
-EXPORT_CHECKSUMS = os.path.join(ROOT, "models", "trained_attention.export.json")
+# The committed weights and the checksums of their export (trained and initialised Q, K, V at the default settings),
+# per objective: a fresh machine's export must equal them bit for bit.
+COMMITTED = {"mlm": ("trained_attention.pt", "trained_attention.export.json"),
+             "causal": ("trained_attention_causal.pt", "trained_attention_causal.export.json")}
+
+
+def committed(objective, what):
+    """The committed weights (what="weights") or export checksums (what="checksums") of an objective."""
+    return os.path.join(ROOT, "models", COMMITTED[objective][0 if what == "weights" else 1])
 # Bump when anything that changes the trained weights changes (model, data pipeline, optimiser): committed
 # checkpoints (--weights) carry a key over this, the training settings, the corpus and the torch version.
 TRAINING_VERSION = 1
@@ -125,6 +131,9 @@ def parse_args(argv):
                         "at these sizes, Debian's torch 1.13 OpenMP)")
     p.add_argument("--tiny", action="store_true", help="defaults of 2 layers, 2 heads, d_model 32, context 64, 30 steps (tests)")
     p.add_argument("--force", action="store_true", help="retrain even if the weights' training key matches")
+    p.add_argument("--record-checksums", action="store_true",
+                   help="write this export's checksums as the committed ones (models/trained_attention*.export.json, "
+                        "per objective): how the committed files were made, after training the committed weights")
     p.add_argument("--weights", default=None,
                    help="a checkpoint to reuse or write: when it holds this configuration's training key, training "
                         "is skipped (training is deterministic, so it holds what training gives); otherwise the "
@@ -223,19 +232,35 @@ class Block(nn.Module):
         self.proj = nn.Linear(d, d)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
-    def forward(self, x, capture=None):
+    def heads(self, x):
+        """Q, K, V of every head, (b, h, n, d_head); Q, K rotated, before the 1/sqrt(d_head) scale."""
         b, n, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
         if self.rotary:   # RoFormer's rotary positions: q·k depends on the offset; exported Q, K are the rotated ones
             q, k = rotate(q), rotate(k)
+        return q, k, v
+
+    def attention(self, q, k, v):
+        """Softmax attention of every head (b, h, n, d_head) and its matrix P (b, h, n, n)."""
+        n = q.shape[-2]
         logits = (q * (1 / math.sqrt(self.dh))) @ k.transpose(-1, -2)   # scaling q: n*d_head work, not n*n
         if self.causal:
             logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
         p = logits.softmax(-1)
+        return p @ v, p
+
+    def finish(self, x, o):
+        """The rest of the block from the heads' outputs o (b, h, n, d_head): out-projection, residual, MLP."""
+        b, h, n, dh = o.shape
+        x = x + self.proj(o.transpose(1, 2).reshape(b, n, h * dh))
+        return x + self.mlp(self.ln2(x))
+
+    def forward(self, x, capture=None):
+        q, k, v = self.heads(x)
+        o, p = self.attention(q, k, v)
         if capture is not None:
             capture.append((q[0], k[0], v[0], p[0]))
-        x = x + self.proj((p @ v).transpose(1, 2).reshape(b, n, d))
-        return x + self.mlp(self.ln2(x))
+        return self.finish(x, o)
 
 
 class ByteTransformer(nn.Module):
@@ -318,7 +343,8 @@ def training_key(a, corpus_hash):
     """(key, components): the weights are determined by the training code's version, the settings, the corpus and
     torch's major.minor (its kernels and initialisers; patch releases do not change them), and by nothing else."""
     config = {k: v for k, v in vars(a).items()
-              if k not in ("out", "force", "tiny", "corpus", "weights", "snapshot_corpus", "sequences")}
+              if k not in ("out", "force", "tiny", "corpus", "weights", "snapshot_corpus", "sequences",
+                           "record_checksums")}
     components = {"training_version": TRAINING_VERSION, "config": config, "corpus_sha256": corpus_hash,
                   "torch": ".".join(torch.__version__.split(".")[:2])}
     return sha(components), components
@@ -484,14 +510,28 @@ def main(argv):
 
     # The committed weights' export must be the committed bits, on any CPU: compare when this is that export.
     verified = None
-    if os.path.exists(EXPORT_CHECKSUMS):
-        want = json.load(open(EXPORT_CHECKSUMS))
+    export_checksums = committed(a.objective, "checksums")
+    if a.record_checksums:
+        record = {"comment": f"sha256 of the export of models/{COMMITTED[a.objective][0]} at the default settings "
+                             f"(tools/trained_attention.py --objective {a.objective} --weights "
+                             f"models/{COMMITTED[a.objective][0]}): every array, and one checksum over the Q, K, V "
+                             "arrays. A fresh machine's export must equal these bit for bit; the script compares and "
+                             "says so. Written by --record-checksums.",
+                  "train_key": train_key, "sequences": a.sequences, "kernels": KERNELS, "checksum": checksum,
+                  "files": dict(sorted(sums.items()))}
+        with open(export_checksums + ".partial", "w") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+        os.replace(export_checksums + ".partial", export_checksums)
+        print(f"trained_attention: recorded the export's checksums in {export_checksums}")
+    if os.path.exists(export_checksums):
+        want = json.load(open(export_checksums))
         if want.get("train_key") == train_key and want.get("sequences") == a.sequences:
             verified = want.get("checksum") == checksum
             if not verified:
                 bad = sorted(f for f, h in want.get("files", {}).items() if sums.get(f) != h)
                 print(f"trained_attention: WARNING: the export differs from the committed checksum "
-                      f"({EXPORT_CHECKSUMS}) in {len(bad)} arrays, e.g. {bad[:3]}: results from this data will not "
+                      f"({export_checksums}) in {len(bad)} arrays, e.g. {bad[:3]}: results from this data will not "
                       f"equal the committed ones", file=sys.stderr)
 
     meta = {

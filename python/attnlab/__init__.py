@@ -26,7 +26,7 @@ import numpy as np
 from . import _core
 
 __version__ = _core.__version__
-__all__ = ["apply", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
+__all__ = ["apply", "canonical", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
            "threads"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -188,6 +188,13 @@ def methods():
     """Every registered method: name, summary, reference (the equation it implements), causal support, and its
     parameters (name, type, default, help)."""
     return _core.methods()
+
+
+def canonical(spec, *, causal=False):
+    """`spec` in canonical form (every parameter, defaults filled in), e.g. 'nystrom' -> 'nystrom:landmarks=64,...':
+    checks it without running anything. ValueError for an unknown method or parameter, a value out of range, or
+    (causal=True) a method that cannot honour the causal mask."""
+    return _core.canonical(_str("spec", spec, "nystrom:landmarks=64"), _bool("causal", causal))
 
 
 def sources():

@@ -99,24 +99,27 @@ c.check(r3.returncode == 0 and "not used" in r3.stdout and "setting steps: check
 # The fresh-machine proof: the export from models/trained_attention.pt takes seconds (no training) and equals the
 # committed checksum whatever this machine's stdlib is (the corpus is the committed snapshot) and whatever its CPU
 # (torch and OpenBLAS are pinned to their AVX2 kernels; exported under forced AVX-512 and generic settings too).
-want = json.load(open(os.path.join(ROOT, "models", "trained_attention.export.json")))
-for env in ({}, {"ATEN_CPU_CAPABILITY": "avx512", "OPENBLAS_CORETYPE": "SkylakeX"},
-            {"ATEN_CPU_CAPABILITY": "default", "OPENBLAS_CORETYPE": "Prescott"}):
-    out = path("committed_" + "_".join(env.values()))
-    t0 = time.time()
-    r = subprocess.run([sys.executable, SCRIPT, "--out", out, "--weights",
-                        os.path.join(ROOT, "models", "trained_attention.pt")],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, **env})
-    took = time.time() - t0
-    got = json.load(open(os.path.join(out, "meta.json"))) if r.returncode == 0 else {}
-    c.check(r.returncode == 0 and "weights from" in r.stdout and "step " not in r.stderr,
-            f"committed weights {env}: reused, no training: {r.stdout[-300:]} {r.stderr[-300:]}")
-    c.check(got.get("checksum") == want["checksum"] and got.get("checksum_verified") is True,
-            f"committed weights {env}: export = committed checksum ({got.get('checksum', '')[:16]} vs "
-            f"{want['checksum'][:16]})")
-    bad = [f for f, h in want["files"].items() if got.get("files", {}).get(f) != h]
-    c.check(not bad, f"committed weights {env}: every array's sha256 as committed (differ: {bad[:3]})")
-    print(f"committed-weights export {env or 'default'}: {took:.1f} s")
+# Both committed models: the bidirectional (masked-LM) one and the causal (next-byte) one.
+for objective, weights, sums in (("mlm", "trained_attention.pt", "trained_attention.export.json"),
+                                 ("causal", "trained_attention_causal.pt", "trained_attention_causal.export.json")):
+    want = json.load(open(os.path.join(ROOT, "models", sums)))
+    for env in ({}, {"ATEN_CPU_CAPABILITY": "avx512", "OPENBLAS_CORETYPE": "SkylakeX"},
+                {"ATEN_CPU_CAPABILITY": "default", "OPENBLAS_CORETYPE": "Prescott"}):
+        out = path(f"committed_{objective}_" + "_".join(env.values()))
+        t0 = time.time()
+        r = subprocess.run([sys.executable, SCRIPT, "--objective", objective, "--out", out, "--weights",
+                            os.path.join(ROOT, "models", weights)],
+                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+        took = time.time() - t0
+        got = json.load(open(os.path.join(out, "meta.json"))) if r.returncode == 0 else {}
+        c.check(r.returncode == 0 and "weights from" in r.stdout and "step " not in r.stderr,
+                f"committed {objective} weights {env}: reused, no training: {r.stdout[-300:]} {r.stderr[-300:]}")
+        c.check(got.get("checksum") == want["checksum"] and got.get("checksum_verified") is True,
+                f"committed {objective} weights {env}: export = committed checksum "
+                f"({got.get('checksum', '')[:16]} vs {want['checksum'][:16]})")
+        bad = [f for f, h in want["files"].items() if got.get("files", {}).get(f) != h]
+        c.check(not bad, f"committed {objective} weights {env}: every array's sha256 as committed (differ: {bad[:3]})")
+        print(f"committed {objective} weights' export {env or 'default'}: {took:.1f} s")
 # The snapshot is what the weights were trained on (its hash is a component of their key), read the same way as a
 # directory: unpacked into a directory, it gives the same corpus hash.
 snap = os.path.join(ROOT, "models", "stdlib_corpus.tar.xz")
