@@ -172,6 +172,9 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
           all = r.fro2;
         }
         r.floor.emplace_back(b, std::sqrt(tail / all));
+        // The floor holds for a causal P too (its singular values); the rank-b SVD method itself has no causal
+        // form (it factors the materialized P without the mask), so a causal report has no SVD output line.
+        if (aopts.causal) continue;
         auto m = make_method<double>(f.spec_at(b), 0);
         m->compute(h.q, h.k, aopts);
         r.svd_out.emplace_back(b, output_errors<double>(exact_out, m->output(h.v)).rel_fro);

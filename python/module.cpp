@@ -21,6 +21,7 @@
 #include "attnlab/registry.hpp"
 #include "attnlab/sources.hpp"
 #include "attnlab/spectrum.hpp"
+#include "budget_families.hpp"
 #include "report.hpp"
 
 #include <fmt/format.h>
@@ -454,6 +455,25 @@ PYBIND11_MODULE(_core, m) {
   });
 
   m.def("methods", &methods_list);
+
+  // The method families swept against a budget (error_vs_budget, the report, tools/dropin.py): one list.
+  m.def("budget_families", [] {
+    py::list out;
+    for (const auto& f : experiments::budget_families()) {
+      py::list specs;
+      for (Index b : f.budgets) specs.append(f.spec_at(b));
+      py::dict d;
+      d["label"] = f.label;
+      d["spec"] = f.spec;
+      d["param"] = f.param();
+      d["budgets"] = f.budgets;
+      d["specs"] = specs;
+      d["deployable"] = f.deployable;
+      d["causal"] = find_method(f.spec.substr(0, f.spec.find(':'))).causal;
+      out.append(d);
+    }
+    return out;
+  });
 
   // The canonical form of a spec (every parameter, defaults filled in): parses and validates it without running it.
   m.def(

@@ -26,7 +26,7 @@ import numpy as np
 from . import _core
 
 __version__ = _core.__version__
-__all__ = ["apply", "canonical", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
+__all__ = ["apply", "budget_families", "canonical", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
            "threads"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -195,6 +195,13 @@ def canonical(spec, *, causal=False):
     checks it without running anything. ValueError for an unknown method or parameter, a value out of range, or
     (causal=True) a method that cannot honour the causal mask."""
     return _core.canonical(_str("spec", spec, "nystrom:landmarks=64"), _bool("causal", causal))
+
+
+def budget_families():
+    """The method families swept against a budget, as error_vs_budget and the report sweep them: dicts with label,
+    spec (prefix), param (the budget parameter), budgets, specs (one per budget), deployable (False for the
+    analysis floors svd and cur) and causal (the method honours a causal mask)."""
+    return _core.budget_families()
 
 
 def sources():

@@ -475,10 +475,8 @@ def test_capture_of_a_causal_run_is_refused_without_causal(tmp_path):
     assert not (tmp_path / "bad" / "report.csv").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="bug in experiments/report.cpp (not attnlab.torch): analyse() always builds "
-                   "the svd (Eckart-Young) baseline with the report's AttentionOptions, so with --causal it makes "
-                   "'svd' with causal=true, which refuses: every `attnlab report --causal` on heads with n >= 8 exits "
-                   "2 with \"method 'svd' cannot honour a causal mask\" (also with --q/--k/--v files)")
+# Was a bug (every `attnlab report --causal` built the svd baseline with causal=true and exited 2): the causal
+# report keeps the Eckart-Young floor from the singular values and has no SVD output line.
 def test_capture_of_a_causal_run_is_accepted_with_causal(tmp_path):
     binary, export = causal_export(tmp_path)
     good = run_report(binary, export, tmp_path / "good", "--causal")
