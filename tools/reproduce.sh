@@ -2,7 +2,8 @@
 # Sets up (packages, build), then runs attnlab's main job: every method against exact attention on the default
 # generated problem, every experiment at the quick preset (--preset paper for the papers' sizes), and renders
 # every figure. The `trained`/`initialized` sources come from tools/trained_attention.py: it exports the small
-# transformer's attention into data/attention, from the committed weights models/trained_attention.pt when their
+# transformer's attention into data/attention (and the causal model's into data/attention_causal, from
+# models/trained_attention_causal.pt), from the committed weights models/trained_attention.pt when their
 # training key matches (training is deterministic: they are what training gives), else it trains (~4 min on one
 # core, beside the build) and writes them. Each run recomputes every CSV from
 # scratch (the committed ones are the previous run's), except after an interrupted run: then the finished points are
@@ -18,19 +19,21 @@ t0=$(date +%s)
 # The model's attention is exported (or the model trained, on one core) while the build runs.
 mkdir -p data
 echo "reproduce: exporting the small transformer's attention in the background (log: data/trained_attention.log)"
-"$(attnlab_python)" tools/trained_attention.py --out data/attention --weights models/trained_attention.pt \
-  > data/trained_attention.log 2>&1 &
+{ "$(attnlab_python)" tools/trained_attention.py --out data/attention --weights models/trained_attention.pt &&
+  "$(attnlab_python)" tools/trained_attention.py --objective causal --out data/attention_causal \
+    --weights models/trained_attention_causal.pt; } > data/trained_attention.log 2>&1 &
 train_pid=$!
 trap 'kill $train_pid 2>/dev/null || true' EXIT
-# Same configuration as tools/test.sh (options never flip between scripts), but only the command is built here.
-"$ATTNLAB_ROOT/tools/setup.sh" --python-stack --target attnlab_cli
+# Same configuration as tools/test.sh (options never flip between scripts), but only the command and the Python
+# module (tools/dropin.py runs the trained models through it) are built here.
+"$ATTNLAB_ROOT/tools/setup.sh" --python-stack --target attnlab_cli --target attnlab_python
 if ! wait $train_pid; then
   echo "reproduce: tools/trained_attention.py failed:" >&2
   tail -5 data/trained_attention.log >&2
   exit 1
 fi
 trap - EXIT
-grep -v Warning data/trained_attention.log | tail -1
+grep -v Warning data/trained_attention.log | grep "wrote"
 start=$(date +%s)
 out_dir=results
 [ "$preset" = quick ] || out_dir=results/$preset
@@ -39,7 +42,7 @@ marker=$out_dir/.reproduce-incomplete
 if [ -e "$marker" ]; then
   echo "reproduce: resuming the interrupted run in $out_dir/"
 else
-  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.gz "$out_dir"/*.config "$out_dir"/*.csv.config.txt "$out_dir"/timings.csv
+  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.gz "$out_dir"/*.config "$out_dir"/*.csv.config.txt "$out_dir"/timings.csv "$out_dir"/*.partial
 fi
 touch "$marker"
 # The paper preset's scaling sweep reaches n = 65536, where a materialized float32 P is 16 GiB: the memory limit
@@ -55,6 +58,12 @@ for experiment in $(build/bin/attnlab run --help | awk '/^Subcommands:/{s=1;next
   build/bin/attnlab "${limit[@]}" run "$experiment" --preset "$preset" --out "$out_dir/$experiment.csv.gz"
   echo "$experiment,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
 done
+# The drop-in experiment: the trained models with each approximation swapped in (PyTorch; resumable like the rest).
+if ! [ -e "$out_dir/dropin.csv.gz" ]; then
+  t_exp=$(date +%s)
+  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/dropin.py --preset "$preset" --out "$out_dir/dropin.csv.gz"
+  echo "dropin,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
+fi
 rm -f "$marker"
 "$(attnlab_python)" tools/plot.py --results "$out_dir"
 if [ "$preset" = quick ]; then

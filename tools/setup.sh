@@ -2,7 +2,7 @@
 # Installs every Debian package attnlab needs (only the missing ones, saying which), then configures and
 # builds. Idempotent: a second run installs nothing and rebuilds only what changed.
 #   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--no-build] [--target T] [-- extra cmake args]
-# --target builds one target (and what it needs) without changing the configuration: reproduce.sh builds only the
+# --target builds one target (and what it needs; repeat it for several) without changing the configuration: reproduce.sh builds only the
 # command, so the test build is left to tools/test.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -15,7 +15,7 @@ while [ $# -gt 0 ]; do
     --bench) bench=ON ;;
     --python-stack) python_stack=1 ;;
     --no-build) build=0 ;;
-    --target) target=(--target "${2:?--target needs a name}"); shift ;;
+    --target) target+=(--target "${2:?--target needs a name}"); shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
   esac

@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""The drop-in experiment: swap each efficient attention into the project's trained transformers and measure what
+the model loses, per model, per layer and per head; and whether the per-head criterion everyone uses
+(‖Õ − O‖_F/‖O‖_F of one head) predicts it.
+
+Models: the committed byte-level transformers of tools/trained_attention.py (4 layers x 4 heads, n = 512, rotary
+positions), the bidirectional masked LM (`mlm`: non-causal and causal methods alike) and the causal LM (`causal`:
+the causal-capable methods only), in float64, on W evenly spaced held-out windows (text the models never saw).
+Model-level measures, on the scored positions (mlm: BERT's 15% masked positions, the same seeded masks for every
+method; causal: every next byte):
+  loss     cross-entropy in nats/byte, pooled over the scored positions; dloss = loss − exact loss;
+  kl       KL(p_exact ‖ p_method) of the predicted byte distributions, mean over scored positions;
+  top1     fraction of scored positions where the method's most likely byte is the exact model's.
+Standard errors treat windows as the independent units (a cluster-robust ratio estimate over windows); dloss_se is
+the paired one (the same windows and masks with and without the method).
+Scopes: `all` (every head of every layer swapped), `layer` (every head of one layer, the others exact) and `head`
+(one head, the others exact). Head-level measures on the same windows, each head fed the exact model's Q, K, V:
+  head_err   ‖Õ − O‖_F/‖O‖_F (the criterion of the figures and the report);
+  resid_err  ‖(Õ − O) W_proj,hᵀ‖_F / ‖x_l‖_F: the head's error as it enters the residual stream (weighted by the
+             head's out-projection), relative to the stream;
+  grad_lin   ⟨∂L/∂O, Õ − O⟩: the first-order change of the loss (the next layers' sensitivity, from one backward
+             pass of the exact model); grad_bound = ‖∂L/∂O‖_F·‖Õ − O‖_F, its Cauchy–Schwarz bound;
+  p_tv       mean over rows of the total variation ½‖p − p̃‖₁ of the attention rows (not the KL: the rows of
+             Nyström's and Linformer's P̃ are not distributions — they have negative entries).
+Every attention, exact included, is computed by attnlab (torch 1.13's float64 softmax and batched products are 10x
+slower here); the run checks first that attnlab's exact attention reproduces the model's own loss (|Δ| is in the
+.config; tests/python/test_dropin.py holds it to 1e-10).
+
+Output: a tidy CSV (one row per model, scope, spec, layer, head), resumable: finished units are appended to
+OUT.partial as they complete and a rerun with the same settings continues there; OUT.config records the settings.
+  tools/dropin.py [--preset quick|paper] [--out results/dropin.csv.gz] [--models mlm,causal] [--windows W] ...
+"""
+import argparse
+import csv
+import gzip
+import hashlib
+import io
+import json
+import math
+import os
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import trained_attention as ta  # noqa: E402  (pins torch's and OpenBLAS's kernels before torch is imported)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+try:
+    import attnlab  # noqa: E402
+except ImportError:
+    sys.path.insert(0, os.path.join(os.environ.get("ATTNLAB_BUILD", os.path.join(ROOT, "build")), "python"))
+    try:
+        import attnlab  # noqa: E402
+    except ImportError as e:
+        sys.exit(f"dropin: the attnlab Python module is not built ({e}); build it with "
+                 "`cmake --build build --target attnlab_python` or set ATTNLAB_BUILD")
+import attnlab.torch as at  # noqa: E402
+
+PRESETS = {
+    # quick: the main job's budget (about a minute per model on 2 cores); paper: every budget everywhere.
+    "quick": {"windows": 8, "budgets_all": "middle3", "budgets_detail": "middle1"},
+    "paper": {"windows": 32, "budgets_all": "every", "budgets_detail": "every"},
+}
+COLUMNS = ["code_version", "model", "objective", "scope", "family", "spec", "budget", "layer", "head", "windows", "tokens", "loss",
+           "loss_se", "dloss", "dloss_se", "kl", "top1", "head_err", "resid_err", "grad_lin", "grad_bound", "p_tv",
+           "time_s"]
+MASK_SEED = 20261123
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    p.add_argument("--out", default="results/dropin.csv.gz")
+    p.add_argument("--models", default="mlm,causal", help="mlm, causal or both (comma list)")
+    p.add_argument("--windows", type=int, default=None, help="held-out windows per model (preset: quick 8, paper 32)")
+    p.add_argument("--families", default="", help="budget families (error_vs_budget's labels) plus 'linear'; "
+                                                   "default: every deployable one the model's mask allows")
+    p.add_argument("--budgets-all", default=None,
+                   help="budgets of the all-layer swaps: every | middle3 | middle1 | comma list of indices")
+    p.add_argument("--budgets-detail", default=None, help="budgets of the per-layer and per-head swaps (same forms)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random methods (layer l draws with seed + l)")
+    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                   help="torch threads (default: 2 or the CPUs; attnlab keeps its own: attnlab.threads())")
+    p.add_argument("--quiet", action="store_true")
+    a = p.parse_args(argv)
+    for k, v in PRESETS[a.preset].items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.windows < 2:
+        p.error("--windows must be at least 2 (the standard errors need two)")
+    a.models = [m for m in a.models.split(",") if m]
+    bad = [m for m in a.models if m not in ta.COMMITTED]
+    if bad or not a.models:
+        p.error(f"--models: {bad or 'none'}; valid: {', '.join(ta.COMMITTED)}")
+    return a
+
+
+def pick(budgets, how):
+    if how == "every":
+        return list(budgets)
+    if how in ("middle3", "middle1"):
+        k = 3 if how == "middle3" else 1
+        mid = len(budgets) // 2
+        lo = max(0, min(mid - k // 2, len(budgets) - k))
+        return list(budgets[lo:lo + k])
+    idx = [int(i) for i in how.split(",")]
+    return [budgets[i] for i in idx]
+
+
+def families_for(objective, wanted):
+    """[(label, [(budget, spec)], detail budgets…)] of the families this model's mask allows."""
+    fams = [f for f in attnlab.budget_families() if f["deployable"]]
+    fams.append({"label": "linear", "spec": "linear", "budgets": [0], "specs": ["linear"], "deployable": True,
+                 "causal": True})
+    if wanted:
+        names = [w for w in wanted.split(",") if w]
+        known = {f["label"] for f in fams}
+        bad = [w for w in names if w not in known]
+        if bad:
+            sys.exit(f"dropin: unknown famil{'ies' if len(bad) > 1 else 'y'} {bad}; valid: {', '.join(sorted(known))}")
+        fams = [f for f in fams if f["label"] in names]
+    if objective == "causal":
+        fams = [f for f in fams if f["causal"]]
+    return fams
+
+
+# ---------------------------------------------------------------------------------------------- the model
+class Model:
+    """A committed trained model in float64 with its held-out windows, scored positions and exact-run caches."""
+
+    def __init__(self, objective, windows):
+        ck = torch.load(ta.committed(objective, "weights"))
+        self.a = argparse.Namespace(**ck["config"])
+        self.objective, self.train_key = objective, ck["train_key"]
+        self.net = ta.ByteTransformer(self.a)
+        self.net.load_state_dict(ck["state_dict"])
+        self.net = self.net.double().eval()
+        self.causal = objective == "causal"
+        files = ta.read_corpus("snapshot")[1]
+        _, held, held_index, _ = ta.split_corpus(files)
+        self.a.sequences = windows
+        wins = ta.held_out_windows(held, held_index, self.a)
+        tokens = torch.from_numpy(np.stack([w for _, _, w in wins]).astype(np.int64))
+        self.starts = [int(o) for o, _, _ in wins]
+        if self.causal:   # next byte: every position but the last is scored against the byte after it
+            self.x, self.target = tokens[:, :-1], tokens[:, 1:]
+            self.scored = torch.ones_like(self.target, dtype=torch.bool)
+        else:             # BERT's masking (80% [MASK], 10% random, 10% kept) of 15%, seeded: the same for every method
+            gen = torch.Generator().manual_seed(MASK_SEED)
+            x, chosen = tokens.clone(), torch.rand(tokens.shape, generator=gen) < 0.15
+            r = torch.rand(tokens.shape, generator=gen)
+            x[chosen & (r < 0.8)] = ta.MASK
+            rnd = chosen & (r >= 0.8) & (r < 0.9)
+            x[rnd] = torch.randint(0, 256, (int(rnd.sum()),), generator=gen)
+            self.x, self.target, self.scored = x, tokens, chosen
+        self.L, self.H = len(self.net.blocks), self.a.heads
+        self.tokens = int(self.scored.sum())
+
+    def embed(self):
+        x = self.net.tok(self.x)
+        if not self.net.rotary:
+            x = x + self.net.pos(torch.arange(self.x.shape[1]))
+        return x
+
+    def attend(self, q, k, v, spec, layer, seed):
+        return at.attention(q, k, v, spec, causal=self.causal, seed=seed + layer)
+
+    @torch.no_grad()
+    def exact_run(self):
+        """The exact model through attnlab, caching every layer's input, Q, K, V and head outputs."""
+        self.xs, self.qkv, self.o = [], [], []
+        x = self.embed()
+        for l, blk in enumerate(self.net.blocks):
+            q, k, v = blk.heads(x)
+            o = self.attend(q, k, v, "exact", l, 0)
+            self.xs.append(x)
+            self.qkv.append((q, k, v))
+            self.o.append(o)
+            x = blk.finish(x, o)
+        self.logp = torch.log_softmax(self.net.head(self.net.ln(x)), -1)
+        self.ce = self.token_ce(self.logp)
+        return self.ce
+
+    def token_ce(self, logp):
+        return -logp.gather(-1, self.target[..., None])[..., 0]
+
+    @torch.no_grad()
+    def torch_loss(self):
+        """The model's own forward (torch's attention) on the same windows: the reference attnlab must match."""
+        return self.token_ce(torch.log_softmax(self.net(self.x), -1))
+
+    def head_gradients(self):
+        """∂L/∂O of every layer's head outputs (b, h, n, d_head) for the pooled loss, from one backward pass of the
+        exact model with torch's attention (attnlab's has no backward yet)."""
+        outs = []
+        x = self.embed().detach()
+        for l, blk in enumerate(self.net.blocks):
+            with torch.no_grad():
+                q, k, v = blk.heads(x)
+            o = blk.attention(q, k, v)[0].detach().requires_grad_(True)
+            outs.append(o)
+            x = blk.finish(x, o)
+        ce = self.token_ce(torch.log_softmax(self.net.head(self.net.ln(x)), -1))
+        loss = ce[self.scored].sum() / self.tokens
+        grads = torch.autograd.grad(loss, outs)
+        return [g.detach() for g in grads]
+
+    @torch.no_grad()
+    def run_from(self, layer, x, o_at_layer, swapped):
+        """Logits' log-probabilities when layer `layer` uses head outputs o_at_layer and later layers attend with
+        swapped(l, q, k, v) (the exact cached outputs when it returns None)."""
+        x = self.net.blocks[layer].finish(x, o_at_layer)
+        for l in range(layer + 1, self.L):
+            blk = self.net.blocks[l]
+            q, k, v = blk.heads(x)
+            o = swapped(l, q, k, v)
+            x = blk.finish(x, o)
+        return torch.log_softmax(self.net.head(self.net.ln(x)), -1)
+
+    def measures(self, logp):
+        """Pooled loss, its SE, dloss, its paired SE, KL(p_exact‖p), top-1 agreement."""
+        ce = self.token_ce(logp)
+        m = self.scored
+        n_w = m.sum(1).double()
+        total = n_w.sum()
+
+        def pooled(values):
+            s_w = (values * m).sum(1)
+            mean = s_w.sum() / total
+            W = len(n_w)
+            se = torch.sqrt(W / (W - 1) * ((s_w - mean * n_w) ** 2).sum()) / total
+            return float(mean), float(se)
+
+        loss, loss_se = pooled(ce)
+        dloss, dloss_se = pooled(ce - self.ce)
+        p0 = self.logp.exp()
+        kl = float(((p0 * (self.logp - logp)).sum(-1) * m).sum() / total)
+        top1 = float(((self.logp.argmax(-1) == logp.argmax(-1)) & m).sum() / total)
+        return dict(loss=loss, loss_se=loss_se, dloss=dloss, dloss_se=dloss_se, kl=kl, top1=top1)
+
+
+def rel(a, b):
+    return float(torch.linalg.norm((a - b).reshape(-1)) / torch.linalg.norm(b.reshape(-1)))
+
+
+# ---------------------------------------------------------------------------------------------- the units
+def unit_all(model, spec, seed):
+    rows = []
+    with torch.no_grad():
+        x = model.embed()
+        for l, blk in enumerate(model.net.blocks):
+            q, k, v = blk.heads(x)
+            x = blk.finish(x, model.attend(q, k, v, spec, l, seed))
+        logp = torch.log_softmax(model.net.head(model.net.ln(x)), -1)
+        errs = []
+        for l in range(model.L):
+            q, k, v = model.qkv[l]
+            errs.append((model.attend(q, k, v, spec, l, seed) - model.o[l]).pow(2).sum() / model.o[l].pow(2).sum())
+    rows.append(dict(scope="all", layer="", head="", head_err=float(torch.stack(errs).mean().sqrt()),
+                     **model.measures(logp)))
+    return rows
+
+
+def exact_later(model):
+    """The later layers' attention: exact, on the Q, K, V the perturbed stream gives them (not the cached ones)."""
+    return lambda l, q, k, v: model.attend(q, k, v, "exact", l, 0)
+
+
+def unit_layers(model, spec, seed, grads):
+    rows = []
+    for l in range(model.L):
+        q, k, v = model.qkv[l]
+        with torch.no_grad():
+            o = model.attend(q, k, v, spec, l, seed)
+            logp = model.run_from(l, model.xs[l], o, exact_later(model))
+        d = o - model.o[l]
+        b, h, n, dh = d.shape
+        resid_d = model.net.blocks[l].proj.weight @ d.transpose(1, 2).reshape(b, n, h * dh).transpose(1, 2)
+        rows.append(dict(scope="layer", layer=l, head="", head_err=rel(o, model.o[l]),
+                         resid_err=float(resid_d.norm() / model.xs[l].norm()),
+                         grad_lin=float((grads[l] * d).sum()), grad_bound=float(grads[l].norm() * d.norm()),
+                         **model.measures(logp)))
+    return rows
+
+
+def unit_heads(model, spec, seed, grads):
+    rows = []
+    for l in range(model.L):
+        q, k, v = model.qkv[l]
+        blk = model.net.blocks[l]
+        dh = q.shape[-1]
+        with torch.no_grad():
+            o_all = model.attend(q, k, v, spec, l, seed)
+            W, H, n, _ = q.shape
+            ones = np.zeros((W * H, n, 1))
+            _, p_approx = attnlab.apply(spec, q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy(), ones,
+                                        causal=model.causal, seed=seed + l, matrix=True)
+            _, p_exact = attnlab.apply("exact", q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy(), ones,
+                                       causal=model.causal, matrix=True)
+            tv = 0.5 * np.abs(p_approx - p_exact).sum(-1).reshape(W, H, n).mean(axis=(0, 2))
+            del p_approx, p_exact
+            resid = float(model.xs[l].norm())
+            for h in range(model.H):
+                o = model.o[l].clone()
+                o[:, h] = o_all[:, h]
+                logp = model.run_from(l, model.xs[l], o, exact_later(model))
+                d = o_all[:, h] - model.o[l][:, h]
+                w = blk.proj.weight[:, h * dh:(h + 1) * dh]   # the head's columns of the out-projection
+                rows.append(dict(scope="head", layer=l, head=h, head_err=rel(o_all[:, h], model.o[l][:, h]),
+                                 resid_err=float((d @ w.T).norm()) / resid,
+                                 grad_lin=float((grads[l][:, h] * d).sum()),
+                                 grad_bound=float(grads[l][:, h].norm() * d.norm()), p_tv=float(tv[h]),
+                                 **model.measures(logp)))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def settings_key(a, model_name):
+    return hashlib.sha256(json.dumps({"windows": a.windows, "seed": a.seed, "model": model_name,
+                                      "train_key": ta.committed(model_name, "weights"),
+                                      "mask_seed": MASK_SEED}, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def fmt(v):
+    if v == "" or v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(float(f"{v:.10g}"))
+    return str(v)
+
+
+def main(argv):
+    a = parse_args(argv)
+    torch.set_num_threads(a.threads)
+    out = a.out
+    os.makedirs(os.path.dirname(os.path.abspath(out)) or ".", exist_ok=True)
+    partial = out + ".partial"
+    config = {"preset": a.preset, "windows": a.windows, "models": a.models, "families": a.families,
+              "budgets_all": a.budgets_all, "budgets_detail": a.budgets_detail, "seed": a.seed,
+              "mask_seed": MASK_SEED, "attnlab": attnlab.__version__, "attnlab_threads": attnlab.threads(),
+              "torch": torch.__version__, "torch_threads": a.threads, "kernels": ta.KERNELS}
+    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    families = {m: families_for(m, a.families) for m in a.models}   # bad names fail here, before any work
+    done, rows = set(), []
+    if os.path.exists(partial):
+        with open(partial) as f:
+            first = f.readline().strip()
+            if first == f"# dropin {key}":
+                rows = list(csv.DictReader(f))
+                done = {(r["model"], r["spec"], r["scope"]) for r in rows}
+                print(f"dropin: resuming {partial} ({len(done)} units done)", file=sys.stderr)
+            else:
+                print(f"dropin: {partial} was written with other settings; starting afresh", file=sys.stderr)
+                rows = []
+    if not done:
+        with open(partial, "w") as f:
+            f.write(f"# dropin {key}\n")
+            csv.writer(f).writerow(COLUMNS)
+    checks = {}
+    t_start = time.time()
+    for model_name in a.models:
+        t0 = time.time()
+        model = Model(model_name, a.windows)
+        ce = model.exact_run()
+        native = model.torch_loss()
+        m = model.scored
+        loss = float(ce[m].sum() / model.tokens)
+        checks[model_name] = {"exact_loss_attnlab": loss, "exact_loss_torch": float(native[m].sum() / model.tokens),
+                              "max_abs_token_ce_difference": float((ce - native).abs().max()),
+                              "windows": a.windows, "scored_tokens": model.tokens,
+                              "window_starts": model.starts, "train_key": model.train_key}
+        grads = model.head_gradients()
+        fams = families[model_name]
+        units = []
+        for f in fams:
+            budgets = list(zip(f["budgets"], f["specs"]))
+            for b, s in pick(budgets, a.budgets_all):
+                units.append((f["label"], b, s, "all"))
+            for b, s in pick(budgets, a.budgets_detail):
+                units += [(f["label"], b, s, "layer"), (f["label"], b, s, "head")]
+        units.insert(0, ("exact", "", "exact", "exact"))
+        todo = [u for u in units if (model_name, u[2], u[3]) not in done]
+        if not a.quiet:
+            print(f"dropin: {model_name}: {len(units)} units ({len(units) - len(todo)} done), {a.windows} windows, "
+                  f"{model.tokens} scored bytes; attnlab exact vs the model's own loss: |Δ| = "
+                  f"{abs(checks[model_name]['exact_loss_attnlab'] - checks[model_name]['exact_loss_torch']):.1e}",
+                  file=sys.stderr)
+        for i, (label, budget, spec, scope) in enumerate(todo):
+            t = time.time()
+            if scope == "exact":
+                new = [dict(scope="exact", layer="", head="", head_err=0.0, **model.measures(model.logp))]
+            elif scope == "all":
+                new = unit_all(model, spec, a.seed)
+            elif scope == "layer":
+                new = unit_layers(model, spec, a.seed, grads)
+            else:
+                new = unit_heads(model, spec, a.seed, grads)
+            took = time.time() - t
+            canonical = attnlab.canonical(spec) if spec != "exact" else "exact"
+            with open(partial, "a") as f:
+                w = csv.writer(f)
+                for r in new:
+                    r.update(code_version=attnlab.__version__, model=model_name, objective="masked-LM" if model_name == "mlm" else "next-byte",
+                             family=label, spec=spec, budget=budget, windows=a.windows, tokens=model.tokens,
+                             time_s=round(took / len(new), 3))
+                    r.setdefault("resid_err", "")
+                    r.setdefault("grad_lin", "")
+                    r.setdefault("grad_bound", "")
+                    r.setdefault("p_tv", "")
+                    w.writerow([fmt(r.get(c, "")) for c in COLUMNS])
+                    rows.append({c: fmt(r.get(c, "")) for c in COLUMNS})
+            if not a.quiet:
+                el = time.time() - t0
+                left = el / (i + 1) * (len(todo) - i - 1)
+                print(f"dropin: {model_name} {i + 1}/{len(todo)} {scope:5s} {canonical[:60]} ({took:.1f} s; "
+                      f"elapsed {el:.0f} s, ~{left:.0f} s left)", file=sys.stderr)
+    # The finished table, sorted, written atomically; then its settings.
+    order = {c: i for i, c in enumerate(["exact", "all", "layer", "head"])}
+    rows.sort(key=lambda r: (r["model"], order[r["scope"]], r["family"], float(r["budget"] or 0),
+                             int(r["layer"] or -1), int(r["head"] or -1)))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    with gzip.GzipFile(out + ".tmp", "wb", mtime=0) as f:
+        f.write(buf.getvalue().encode())
+    os.replace(out + ".tmp", out)
+    cfg = dict(config, checks=checks, command="tools/dropin.py " + " ".join(argv))
+    with open(out + ".config", "w") as f:
+        json.dump(cfg, f, indent=1)
+        f.write("\n")
+    os.remove(partial)
+    print(f"dropin: wrote {out} ({len(rows)} rows) in {time.time() - t_start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        sys.exit("dropin: interrupted; the finished units are kept in the .partial file and a rerun continues there")
