@@ -130,7 +130,7 @@ def families_for(objective, wanted):
 class Model:
     """A committed trained model in float64 with its held-out windows, scored positions and exact-run caches."""
 
-    def __init__(self, objective, windows):
+    def __init__(self, objective, windows, shift=0.0):
         ck = torch.load(ta.committed(objective, "weights"))
         self.a = argparse.Namespace(**ck["config"])
         self.objective, self.train_key = objective, ck["train_key"]
@@ -142,6 +142,10 @@ class Model:
         _, held, held_index, _ = ta.split_corpus(files)
         self.a.sequences = windows
         wins = ta.held_out_windows(held, held_index, self.a)
+        if shift:   # other windows of the same text: each moved by a fraction of the spacing (disjoint at 0.5)
+            step = int(shift * (len(held) - self.a.context) // max(1, windows - 1))
+            wins = [(o + step, None, held[o + step:o + step + self.a.context]) for o, _, _ in wins
+                    if o + step + self.a.context <= len(held)]
         tokens = torch.from_numpy(np.stack([w for _, _, w in wins]).astype(np.int64))
         self.starts = [int(o) for o, _, _ in wins]
         if self.causal:   # next byte: every position but the last is scored against the byte after it
@@ -206,6 +210,22 @@ class Model:
         loss = ce[self.scored].sum() / self.tokens
         grads = torch.autograd.grad(loss, outs)
         return [g.detach() for g in grads]
+
+    @torch.no_grad()
+    def run_mix(self, mix, seed=0):
+        """Log-probabilities with a mix {(layer, head): spec} swapped in together (other heads exact)."""
+        x = self.embed()
+        for l, blk in enumerate(self.net.blocks):
+            q, k, v = blk.heads(x)
+            o = self.attend(q, k, v, "exact", l, 0)
+            groups = {}
+            for (ml, h), spec in mix.items():
+                if ml == l:
+                    groups.setdefault(spec, []).append(h)
+            for spec, hs in groups.items():
+                o[:, hs] = self.attend(q[:, hs], k[:, hs], v[:, hs], spec, l, seed)
+            x = blk.finish(x, o)
+        return torch.log_softmax(self.net.head(self.net.ln(x)), -1)
 
     @torch.no_grad()
     def run_from(self, layer, x, o_at_layer, swapped):
