@@ -146,6 +146,8 @@ class Model:
             step = int(shift * (len(held) - self.a.context) // max(1, windows - 1))
             wins = [(o + step, None, held[o + step:o + step + self.a.context]) for o, _, _ in wins
                     if o + step + self.a.context <= len(held)]
+            if len(wins) < 2:
+                raise ValueError(f"{windows} windows shifted by {shift}: fewer than 2 fit in the held-out text")
         tokens = torch.from_numpy(np.stack([w for _, _, w in wins]).astype(np.int64))
         self.starts = [int(o) for o, _, _ in wins]
         if self.causal:   # next byte: every position but the last is scored against the byte after it

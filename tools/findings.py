@@ -307,6 +307,78 @@ def report(F, R):
         F.add("report.best64_over_floor_min", ratio.min(), lambda x: sig(x, 2), "the smallest such ratio", "report")
 
 
+def dropin(F, R):
+    """The drop-in experiment (tools/dropin.py): what the trained models lose with each method swapped in, and which
+    head-level quantity predicts it."""
+    path = os.path.join(R, "dropin.csv.gz")
+    if not os.path.exists(path):
+        return
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from figures.dropin import correlations, load_dropin
+    df = load_dropin(R)
+    cfg = json.load(open(path + ".config"))
+    F.add("dropin.windows", cfg["windows"], integer, "held-out windows of 512 bytes per model", "dropin")
+    F.add("dropin.check", max(c["max_abs_token_ce_difference"] for c in cfg["checks"].values()), lambda x: sig(x, 1),
+          "largest |per-byte loss through attnlab's exact attention − the model's own| over both models", "dropin")
+    names = {"mlm": "masked-LM", "causal": "causal"}
+    rows = ["| model | family | " + " | ".join(["budget: loss increase ± SE (nats/byte)"] * 1) + " |", "|---|---|---|"]
+    for m in ("mlm", "causal"):
+        dm = df[df.model == m]
+        if dm.empty:
+            continue
+        ex = dm[dm.scope == "exact"].iloc[0]
+        F.add(f"dropin.{m}.exact_loss", ex.loss, f3, f"held-out loss of the exact {names[m]} model (nats/byte)", "dropin")
+        F.add(f"dropin.{m}.exact_loss_se", ex.loss_se, f3, "its standard error over windows", "dropin")
+        F.add(f"dropin.{m}.tokens", ex.tokens, integer, "scored bytes (masked-LM: the masked 15%; causal: every next "
+              "byte)", "dropin")
+        a = dm[dm.scope == "all"]
+        for fam, d in a.groupby("family", sort=False):
+            cells = ", ".join((f"{b:g}: " if fam != "linear" else "") + f"{x:+.3f} ± {se:.3f}"
+                              for b, x, se in zip(d.budget, d.dloss, d.dloss_se))
+            rows.append(f"| {names[m]} | {fam} | {cells} |")
+        best = a.loc[a.dloss.idxmin()]
+        F.add(f"dropin.{m}.best", f"{best.family} at budget {best.budget:g} (+{best.dloss:.3f} ± {best.dloss_se:.3f} "
+              f"nats/byte, top-1 agreement {100 * best.top1:.0f}%)", str,
+              f"the all-layer swap that loses least on the {names[m]} model", "dropin")
+        worst = a.loc[a.dloss.idxmax()]
+        F.add(f"dropin.{m}.worst", f"{worst.family} at budget {worst.budget:g} (+{worst.dloss:.2f} nats/byte)", str,
+              f"the all-layer swap that loses most on the {names[m]} model", "dropin")
+        c = correlations(df)
+        c = c[(c.model == m) & (c.family == "all families")].set_index("predictor")
+        for p in ("head_err", "resid_err", "grad_bound", "grad_lin", "p_tv"):
+            r = c.loc[p]
+            F.add(f"dropin.{m}.rho_{p}", f"{r.rho:.2f} [{r.lo:.2f}, {r.hi:.2f}]", str,
+                  f"Spearman's ρ (95% interval) over every one-head swap of the {names[m]} model (n = {int(r.n)}): "
+                  f"{p} against the measured loss increase", "dropin")
+        heads = dm[dm.scope == "head"]
+        small = heads[heads.head_err > 0.3]
+        F.add(f"dropin.{m}.harmless_share", (small.dloss.abs() <= 2 * small.dloss_se).mean(), pct,
+              "share of one-head swaps with head error > 0.3 whose loss increase is within 2 SE of zero", "dropin")
+    F.add("dropin.table", "\n".join(rows), str, "all layers swapped: loss increase per family and budget", "dropin")
+
+
+def model_mix(F, R):
+    """The report's choices applied together to the model (tools/model_report.py: results/report*/model_check.csv)."""
+    for name, sub in (("mlm", "report"), ("causal", "report_causal")):
+        path = os.path.join(R, sub, "model_check.csv")
+        if not os.path.exists(path):
+            continue
+        d = pd.read_csv(path, keep_default_na=False).set_index("choice")
+        for choice, key in (("per-head target", "per_head"), ("loss target", "loss_target")):
+            if choice not in d.index:
+                continue
+            r = d.loc[choice]
+            F.add(f"mix.{name}.{key}.heads", f"{r.heads_swapped} of {r.heads}", str,
+                  f"heads swapped in the {choice} mix", "model_report")
+            F.add(f"mix.{name}.{key}.speedup", float(r.attention_speedup), lambda x: sig(x, 2),
+                  "its attention speed-up at the report's cost length (Σ exact / Σ chosen time; timing)", "model_report")
+            F.add(f"mix.{name}.{key}.dloss", f"{float(r.dloss):+.3f} ± {float(r.dloss_se):.3f}", str,
+                  "its measured loss increase on held-out windows not used to choose (nats/byte)", "model_report")
+            if key == "loss_target":
+                F.add(f"mix.{name}.target", float(r.loss_target), lambda x: sig(x, 2), "the loss target (nats/byte)",
+                      "model_report")
+
+
 def pinv(F, R):
     d = load(R, "pinv")
     it = d[d.metric == "iterations_to_1e-6"]
@@ -445,7 +517,7 @@ def paper(F, results):
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
-               spectrum_solvers, paper, report):
+               spectrum_solvers, paper, report, dropin, model_mix):
         fn(F, results)
     model(F)
     return F.items

@@ -81,6 +81,21 @@ BOOKS = {
         ("md", "## One head, directly, with the Python module\n\nThe regimes above on one trained head without files or CSVs: `attnlab.compare` runs methods against exact attention on numpy arrays (layer 2, head 0 of the exported trained model when `data/attention` exists — a sharp, near-diagonal head — else a generated clustered problem). `attnlab report` does this for every head with budgets, costs and a recommendation (`results/report/`)."),
         ("code", MODULE_CELL),
     ],
+    "dropin.ipynb": [
+        ("md", "# From the head to the model: drop-in fidelity\n\nEvery other notebook judges a method one head at a time, by ‖O − Õ‖_F/‖O‖_F. Here each efficient family is swapped into the two trained transformers (masked-LM and causal; float64, no fine-tuning) by `tools/dropin.py`: all layers at once, one layer at a time, one head at a time (the others exact), on {{dropin.windows}} held-out windows of 512 bytes. The question: does the per-head criterion predict what the model loses?"),
+        ("code", SETUP + "\nfrom figures.dropin import load_dropin, correlations, PREDICTORS\ndf = load_dropin(RESULTS)"),
+        ("md", "## All layers swapped\n\nExact losses {{dropin.mlm.exact_loss}} (masked-LM) and {{dropin.causal.exact_loss}} (causal) nats/byte. Least lost: {{dropin.mlm.best}} (masked-LM), {{dropin.causal.best}} (causal)."),
+        ("code", "show(plot.plot_dropin(RESULTS, FIGS)[0])\na = df[df.scope == 'all']\na.pivot_table(index=['model', 'family'], columns='budget', values='dloss').round(3)"),
+        ("code", "a.pivot_table(index=['model', 'family'], columns='budget', values=['kl', 'top1']).round(3)"),
+        ("md", "## One layer at a time\n\nThe loss increase when only one layer's heads are swapped: the first layers matter most for most families."),
+        ("code", "df[df.scope == 'layer'].pivot_table(index=['model', 'family'], columns='layer', values='dloss').round(4)"),
+        ("md", "## One head at a time\n\nA few heads carry the loss whatever the method; of the one-head swaps with a head error above 0.3, {{dropin.mlm.harmless_share}} (masked-LM) and {{dropin.causal.harmless_share}} (causal) change the loss by less than two standard errors."),
+        ("code", "for p in plot.plot_dropin(RESULTS, FIGS)[1:3]:\n    show(p)"),
+        ("md", "## Does the per-head criterion predict the model's loss?\n\nSpearman's ρ between each head-level quantity and the one-head swap's loss increase, per family and over all families (95% interval by Fisher's z). Over all one-head swaps, the output error reaches {{dropin.mlm.rho_head_err}} on the masked-LM model and {{dropin.causal.rho_head_err}} on the causal one; the sensitivity-weighted error ‖∂L/∂O‖_F·‖Õ − O‖_F, from one backward pass of the exact model, reaches {{dropin.mlm.rho_grad_bound}} and {{dropin.causal.rho_grad_bound}}."),
+        ("code", "show(plot.plot_dropin(RESULTS, FIGS)[3])\nc = correlations(df)\nc.pivot_table(index=['model', 'family'], columns='predictor', values='rho').round(2)"),
+        ("md", "## The report's choices on the model\n\n`tools/model_report.py` applies the report's per-head recommendations together and, under a model-level loss target, chooses per head greedily on measured losses; both are checked on held-out windows other than the ones the choice was made on. Masked-LM: the per-head target swaps {{mix.mlm.per_head.heads}} heads (loss {{mix.mlm.per_head.dloss}}); the {{mix.mlm.target}}-nat target swaps {{mix.mlm.loss_target.heads}} (loss {{mix.mlm.loss_target.dloss}}, attention {{mix.mlm.loss_target.speedup}}× faster)."),
+        ("code", "for sub in ('report', 'report_causal'):\n    p = os.path.join(RESULTS, sub, 'model_check.csv')\n    if os.path.exists(p):\n        display(pd.read_csv(p))"),
+    ],
 }
 
 

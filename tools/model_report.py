@@ -6,14 +6,14 @@ head's pick *together* to the project's trained model (tools/trained_attention.p
 measures what the model loses: the held-out loss increase (nats/byte, with its paired standard error), KL to the
 exact model's byte distributions and top-1 agreement. With --loss-target it also chooses per head the cheapest
 method that keeps the whole model within that many nats (attnlab.mix.choose_under_loss_target: greedy on measured
-losses, see there), choosing on --windows held-out windows and checking the chosen mix on as many other ones
-(disjoint: half-way between them), so the quoted increase is not the one the choice was fitted to.
+losses, see there), choosing on --windows held-out windows and checking the chosen mix on the windows half-way
+between them (W − 1, disjoint from them), so the quoted increase is not the one the choice was fitted to.
 
 Writes OUT/model.md (the per-head table of both choices and the model-level check), OUT/model_mix.csv (the chosen
 method per head) and OUT/model_check.csv (the model-level measures of each mix); OUT defaults to the report's
 directory. For a model of your own, attnlab.mix and attnlab.torch.swap do the same with your loss.
 
-  tools/model_report.py --report results/report [--model mlm|causal] [--loss-target 0.05] [--windows 8]
+  tools/model_report.py --report results/report [--model mlm|causal] [--loss-target 0.05] [--windows 16]
 """
 import argparse
 import csv
@@ -33,7 +33,8 @@ def parse_args(argv):
     p.add_argument("--model", choices=["mlm", "causal"], default="mlm",
                    help="which committed model the report is of (mlm: data/attention; causal: data/attention_causal)")
     p.add_argument("--loss-target", type=float, default=None, help="model-level target: loss increase in nats/byte")
-    p.add_argument("--windows", type=int, default=16, help="held-out windows to choose on (and as many to check on)")
+    p.add_argument("--windows", type=int, default=16,
+                   help="held-out windows to choose on (the mixes are checked on the W - 1 half-way between them)")
     p.add_argument("--noise", type=float, default=0.1, help="speed-ups within 1 + noise of exact do not count")
     p.add_argument("--z", type=float, default=1.64,
                    help="margin: a trial is kept when its loss increase + z x its standard error is within the target")
@@ -42,8 +43,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.loss_target is not None and not a.loss_target > 0:
         p.error("--loss-target must be > 0 nats")
-    if a.windows < 2:
-        p.error("--windows must be at least 2")
+    if a.windows < 3:
+        p.error("--windows must be at least 3 (the check uses the W - 1 windows between them)")
     return a
 
 
@@ -89,7 +90,7 @@ def main(argv):
                     "tokens", "loss", "dloss", "dloss_se", "kl", "top1"])
         for name, target, mix, m in results:
             w.writerow([a.model, name, target, len(mix), len(report), f"{mixes.attention_speedup(report, mix):.4g}",
-                        a.windows, held.tokens, f"{m['loss']:.6f}", f"{m['dloss']:.6f}", f"{m['dloss_se']:.6f}",
+                        len(held.starts), held.tokens, f"{m['loss']:.6f}", f"{m['dloss']:.6f}", f"{m['dloss_se']:.6f}",
                         f"{m['kl']:.6f}", f"{m['top1']:.4f}"])
     with open(os.path.join(out, "model_mix.csv"), "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
@@ -105,7 +106,8 @@ def main(argv):
                             f"{h['exact_time_s']:.4g}", f"{h['exact_time_s']:.4g}"])
     lines = [f"# The report's choices on the model ({a.model})", "",
              f"Every head's choice applied together to the committed {a.model} model (float64), measured on "
-             f"{a.windows} held-out windows ({held.tokens} scored bytes) other than the ones any choice was made on. "
+             f"{len(held.starts)} held-out windows ({held.tokens} scored bytes) half-way between the {a.windows} "
+             "that the loss-target choice was made on. "
              "Loss increase in nats/byte (± its paired standard error); attention speed-up: Σ exact time / Σ chosen "
              "time over the heads, at the report's cost length. Made by `tools/model_report.py`.", "",
              "| choice | heads swapped | attention speed-up | loss increase | KL(exact ‖ mix) | top-1 agreement |",
