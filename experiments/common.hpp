@@ -29,7 +29,8 @@ inline Qkv<double> generated(const std::string& source, Index n, Index d, std::u
 
 /// Exact attention on a problem, what every method is measured against: P as an operator, and O = P·V.
 struct Reference {
-  explicit Reference(const Qkv<double>& p) : op(p.q, p.k, {}), out(exact_output<double>(p.q, p.k, p.v, {})) {}
+  explicit Reference(const Qkv<double>& p, const AttentionOptions& opts = {})
+      : op(p.q, p.k, opts), out(exact_output<double>(p.q, p.k, p.v, opts)) {}
   ExactOperator<double> op;
   MatrixR<double> out;
 };
@@ -49,10 +50,10 @@ inline Row row_key(const std::string& source, Index n, Index d, std::uint64_t se
 
 /// The rows every method comparison writes: output errors, matrix errors (spectral optional), time, diagnostics.
 inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const Qkv<double>& p,
-                        const Reference& exact, bool spectral) {
+                        const Reference& exact, bool spectral, const AttentionOptions& opts = {}) {
   auto m = make_method<double>(spec, key.seed);
   const auto t0 = std::chrono::steady_clock::now();
-  m->compute(p.q, p.k);
+  m->compute(p.q, p.k, opts);
   const MatrixR<double> out = m->output(p.v);
   const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto add = [&](const std::string& metric, double value) {

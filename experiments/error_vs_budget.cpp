@@ -2,7 +2,8 @@
 // several n, d and sources, every metric of the library, with the Eckart–Young floor (`svd:rank=R`) beside the
 // rank-limited methods; and its cost as a user runs it (float32 time per call, best of --repeats, peak memory, and
 // the speed-up over exact streaming attention timed in the same point), for the error-against-cost figure. Sources: generated, the trained/initialised transformer's heads (`trained`, `initialized`;
-// source column "trained/L{layer}H{head}", seed column = held-out sequence) and the user's .npy files.
+// source column "trained/L{layer}H{head}", seed column = held-out sequence), the causal model's (`trained_causal`:
+// only the causal-capable families, with the causal mask — its heads never saw the future) and the user's .npy files.
 #include "attnlab/npy.hpp"
 #include "budget_families.hpp"
 #include "common.hpp"
@@ -26,7 +27,7 @@ class ErrorVsBudget final : public Experiment {
     for (const auto& f : families()) all_families.push_back(f.label);
     o.add("--n", n_, "sequence lengths").preset({512}, {512, 2048});
     o.add("--d", d_, "head dimensions").preset({64});
-    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal")
         .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
     o.add("--families", families_, "method families (default: all)").preset(all_families);
     o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
@@ -42,7 +43,8 @@ class ErrorVsBudget final : public Experiment {
     // Each model source is opened (meta.json, shapes) once, not once per family.
     std::map<std::string, std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>>> models;
     for (const auto& src : sources_)
-      if (ModelData::is_model_source(src)) models.emplace(src, model_.open_bidirectional(src, name()));
+      if (ModelData::is_model_source(src))
+        models.emplace(src, src == "trained_causal" ? model_.open(src) : model_.open_bidirectional(src, name()));
     for (const auto& label : families_) {
       const auto it = std::find_if(all.begin(), all.end(), [&](const Family& f) { return f.label == label; });
       if (it == all.end()) {
@@ -53,10 +55,14 @@ class ErrorVsBudget final : public Experiment {
       for (const auto& src : sources_) {
         if (ModelData::is_model_source(src)) {
           const auto& [data, heads] = models.at(src);
+          AttentionOptions opts;
+          opts.causal = !data->bidirectional();
+          // A causal model's heads get the causal-capable families only (the others would use the future).
+          if (opts.causal && !find_method(it->spec.substr(0, it->spec.find(':'))).causal) continue;
           for (const ModelHead& h : heads) {
             const Family f = *it;
             pts.push_back({fmt::format("family={} {}", f.label, data->point_id(h)), [=, data = data] {
-                             return evaluate(f, data->source_label(h), data->load(h), std::uint64_t(h.seq));
+                             return evaluate(f, data->source_label(h), data->load(h), std::uint64_t(h.seq), opts);
                            }});
           }
           continue;
@@ -77,22 +83,23 @@ class ErrorVsBudget final : public Experiment {
   std::vector<Row> run(const Family& f, const std::string& src, Index n, Index d, std::uint64_t seed) const {
     return evaluate(f, src, generated(src, n, d, seed), seed);
   }
-  std::vector<Row> evaluate(const Family& f, const std::string& src, const Qkv<double>& p, std::uint64_t seed) const {
-    const Reference exact(p);
+  std::vector<Row> evaluate(const Family& f, const std::string& src, const Qkv<double>& p, std::uint64_t seed,
+                            const AttentionOptions& opts = {}) const {
+    const Reference exact(p, opts);
     const Index n = std::min(p.q.rows(), p.k.rows());
     std::vector<Row> rows;
     // Cost in float32, as users run it; exact streaming attention timed in the same point gives the speed-up.
     const MatrixR<float> qf = p.q.cast<float>(), kf = p.k.cast<float>(), vf = p.v.cast<float>();
     CostOptions co;
     co.repeats = int(std::max<Index>(1, repeats_));
-    const Cost exact_cost = repeats_ > 0 ? measure_method<float>("exact", qf, kf, vf, seed, {}, co) : Cost{};
+    const Cost exact_cost = repeats_ > 0 ? measure_method<float>("exact", qf, kf, vf, seed, opts, co) : Cost{};
     for (Index b : f.budgets) {
       if (b > n) continue;
       const Row key = row_key(src, p.q.rows(), p.q.cols(), seed, f.label, b);
       const std::string spec = f.spec_at(b);
-      method_rows(rows, key, spec, p, exact, p.q.rows() <= spectral_limit_);
+      method_rows(rows, key, spec, p, exact, p.q.rows() <= spectral_limit_, opts);
       if (repeats_ == 0) continue;  // no cost asked for
-      const Cost c = measure_method<float>(spec, qf, kf, vf, seed, {}, co);
+      const Cost c = measure_method<float>(spec, qf, kf, vf, seed, opts, co);
       if (c.refused) continue;  // the memory guard refused the size
       Row r = rows.back();      // same identifying columns as the method's rows
       for (const auto& [metric, value] : {std::pair<const char*, double>{"cost_time_s", c.min_s},

@@ -38,15 +38,17 @@ std::string ModelData::file(Index seq, Index layer, const char* what) const {
   return fmt::format("{}/{}/seq{}_layer{}_{}.npy", dir_, model_, seq, layer, what);
 }
 
-ModelData::ModelData(const std::string& dir, const std::string& model) : dir_(dir), model_(model) {
+ModelData::ModelData(const std::string& dir, const std::string& model, const std::string& name)
+    : dir_(dir), model_(model), name_(name.empty() ? model : name) {
   // An export holds trained/ and initialized/ (tools/trained_attention.py) or captured/ (attnlab.torch.capture).
   require(is_model_source(model) || model == "captured",
           fmt::format("model export part '{}' is none of 'trained', 'initialized', 'captured'", model));
-  const std::string make = fmt::format("make it with `tools/trained_attention.py --out {}` (or point --model-data / "
-                                       "ATTNLAB_MODEL_DATA at an export)", dir);
+  const std::string make = fmt::format("make it with `tools/trained_attention.py{} --out {}` (or point --model-data / "
+                                       "ATTNLAB_MODEL_DATA at an export)",
+                                       name_ == "trained_causal" ? " --objective causal" : "", dir);
   // meta.json is written last: without it the export is missing or was interrupted.
   std::ifstream meta(dir + "/meta.json");
-  require(bool(meta), fmt::format("source '{}': no exported attention in {} (no meta.json); {}", model, dir, make));
+  require(bool(meta), fmt::format("source '{}': no exported attention in {} (no meta.json); {}", name_, dir, make));
   std::stringstream text;
   text << meta.rdbuf();
   const std::string json = text.str();
@@ -69,7 +71,7 @@ ModelData::ModelData(const std::string& dir, const std::string& model) : dir_(di
   d_ = q.cols();
 }
 
-ModelData::ModelData(std::shared_ptr<const UserFiles> files) : files_(std::move(files)), model_("files") {
+ModelData::ModelData(std::shared_ptr<const UserFiles> files) : files_(std::move(files)), model_("files"), name_("files") {
   sequences_ = 1;
   layers_ = 1;
   heads_ = files_->q.heads();
@@ -99,7 +101,7 @@ std::vector<ModelHead> ModelData::select(const std::vector<std::string>& spec, I
             fmt::format("--model-heads: '{}' is not LAYER:HEAD (or 'all', 'diagonal')", s));
     const Index l = std::stol(m[1]), h = std::stol(m[2]);
     require(l < layers_ && h < heads_, fmt::format("--model-heads: {} is out of range; the {} model has {} layers x "
-                                                   "{} heads", s, model_, layers_, heads_));
+                                                   "{} heads", s, name_, layers_, heads_));
     chosen.insert({l, h});
   }
   const Index seqs = max_seqs > 0 ? std::min(max_seqs, sequences_) : sequences_;
@@ -113,7 +115,7 @@ std::string ModelData::point_id(const ModelHead& h) const {
   if (files_)
     return fmt::format("source=files q={} k={} v={} head={}", files_->q.path(), files_->k.path(),
                        files_->v ? files_->v->path() : "", h.head);
-  return fmt::format("source={} key={} seq={} {}", model_, key_, h.seq, h.label());
+  return fmt::format("source={} key={} seq={} {}", name_, key_, h.seq, h.label());
 }
 
 Qkv<double> ModelData::load(const ModelHead& h) const {
@@ -146,7 +148,8 @@ MatrixR<double> ModelData::model_attention(Index layer, Index head) const {
 
 void ModelOptions::declare(Options& o, std::vector<std::string> heads_quick, std::vector<std::string> heads_paper,
                            Index seqs_quick, Index seqs_paper) {
-  o.add("--model-data", dir, "directory of tools/trained_attention.py's export (sources trained, initialized)");
+  o.add("--model-data", dir, "directory of tools/trained_attention.py's export (sources trained, initialized; "
+                             "trained_causal reads DIR_causal, the causal model's export)");
   o.add("--model-heads", heads, "heads of the model sources: all, diagonal (one per layer), or LAYER:HEAD,...")
       .preset(std::move(heads_quick), std::move(heads_paper));
   o.add("--model-seqs", seqs, "held-out sequences of the model sources (0: all)").preset(seqs_quick, seqs_paper);
@@ -167,7 +170,8 @@ void ModelOptions::declare(Options& o, std::vector<std::string> heads_quick, std
     require(files.given() || !listed, "source 'files' is the user's files: give them with --q, --k and --v (.npy)");
     // Every source an experiment with model options knows: the generated kinds, the model's, the user's files.
     std::vector<std::string> valid;
-    for (std::string kinds = std::string(source_kinds()) + ", trained, initialized, files"; !kinds.empty();) {
+    for (std::string kinds = std::string(source_kinds()) + ", trained, initialized, trained_causal, files";
+         !kinds.empty();) {
       const auto comma = kinds.find(", ");
       valid.push_back(kinds.substr(0, comma));
       kinds = comma == std::string::npos ? "" : kinds.substr(comma + 2);
@@ -186,7 +190,9 @@ std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions
     auto data = std::make_shared<const ModelData>(UserFiles::read(files, "source 'files'", true));
     return {data, data->select(heads, seqs)};
   }
-  auto data = std::make_shared<const ModelData>(dir, source);
+  // trained_causal: the causal model's export beside the bidirectional one (data/attention_causal for data/attention).
+  auto data = source == "trained_causal" ? std::make_shared<const ModelData>(dir + "_causal", "trained", source)
+                                         : std::make_shared<const ModelData>(dir, source);
   return {data, data->select(heads, seqs)};
 }
 
@@ -195,7 +201,8 @@ std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions
   auto opened = open(source);
   require(opened.first->bidirectional(),
           fmt::format("{}: the {} model in {} is causal; this experiment runs non-causal methods on it — export a "
-                      "bidirectional one (tools/trained_attention.py --objective mlm)", experiment, source, dir));
+                      "bidirectional one (tools/trained_attention.py --objective mlm)", experiment, source,
+                      source == "trained_causal" ? dir + "_causal" : dir));
   return opened;
 }
 

@@ -51,13 +51,14 @@ class ModelData {
   /// A source whose heads are loaded rather than generated: the exported model (trained, initialized) or the user's
   /// files (files).
   static bool is_model_source(const std::string& source) {
-    return source == "trained" || source == "initialized" || source == "files";
+    return source == "trained" || source == "initialized" || source == "trained_causal" || source == "files";
   }
   /// $ATTNLAB_MODEL_DATA if set, else "data/attention" (relative to the working directory).
   static std::string default_dir();
 
   /// Scans DIR/MODEL; throws Error naming the command that makes the data when it is missing or incomplete.
-  ModelData(const std::string& dir, const std::string& model);
+  /// `name` labels the source in the rows (default: `model`): "trained_causal" is DIR_causal's "trained".
+  ModelData(const std::string& dir, const std::string& model, const std::string& name = "");
   /// The user's files as source `files`: one "layer", one "sequence", their heads; bidirectional (the user chooses).
   explicit ModelData(std::shared_ptr<const UserFiles> files);
 
@@ -77,7 +78,7 @@ class ModelData {
   /// "source=MODEL key=KEY seq=S L{layer}H{head}": the part of a grid point's id that names the head.
   std::string point_id(const ModelHead& h) const;
   /// "MODEL/L{layer}H{head}": the source column of per-head rows.
-  std::string source_label(const ModelHead& h) const { return model_ + "/" + h.label(); }
+  std::string source_label(const ModelHead& h) const { return name_ + "/" + h.label(); }
   /// Q, K, V of one head in double precision (V: the head's values).
   Qkv<double> load(const ModelHead& h) const;
   /// The model's own attention of sequence 0 for (layer, head); empty when the export has none.
@@ -86,7 +87,7 @@ class ModelData {
  private:
   std::string file(Index seq, Index layer, const char* what) const;
   std::shared_ptr<const UserFiles> files_;  ///< source `files`
-  std::string dir_, model_, key_;
+  std::string dir_, model_, key_, name_;
   bool bidirectional_ = true;
   Index sequences_ = 0, layers_ = 0, heads_ = 0, n_ = 0, d_ = 0;
 };

@@ -377,6 +377,8 @@ def model_mix(F, R):
             if key == "loss_target":
                 F.add(f"mix.{name}.target", float(r.loss_target), lambda x: sig(x, 2), "the loss target (nats/byte)",
                       "model_report")
+                F.add(f"mix.{name}.verdict", "within" if float(r.dloss) <= float(r.loss_target) else "above", str,
+                      "the held-out loss increase of the loss-target mix: within or above the target", "model_report")
 
 
 def pinv(F, R):

@@ -22,6 +22,7 @@ greedy order is not optimal (a knapsack), and the losses are measured on the cal
 held-out ones (tools/model_report.py does).
 """
 import csv
+import gzip
 import os
 import re
 
@@ -36,14 +37,15 @@ def _layer_index(name):
 
 
 def read_report(path):
-    """A report (its directory or report.csv) as {(layer, head): {"exact_time_s": t, "candidates": [dict(spec,
+    """A report (its directory, report.csv or report.csv.gz) as {(layer, head): {"exact_time_s": t, "candidates": [dict(spec,
     family, budget, error, time_s, speedup, pareto, recommended)]}} with layer as an integer index."""
     if os.path.isdir(path):
-        path = os.path.join(path, "report.csv")
+        plain = os.path.join(path, "report.csv")
+        path = plain if os.path.exists(plain) or not os.path.exists(plain + ".gz") else plain + ".gz"
     if not os.path.exists(path):
         raise ValueError(f"report: {path} does not exist (make it with `attnlab report --model-dir ... --out DIR`)")
     heads = {}
-    with open(path, newline="") as f:
+    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
         for r in csv.DictReader(f):
             key = (_layer_index(r["layer"]), int(r["head"]))
             h = heads.setdefault(key, {"exact_time_s": None, "candidates": {}})

@@ -187,6 +187,24 @@ for model in ("trained", "initialized"):
                and x["step"] == str(rank) and x["metric"] == "P_rel_fro"]
         c.check(len(got) == 1 and abs(got[0] - want) <= 1e-8 + 1e-6 * want,
                 f"{model} svd rank {rank}: Eckart–Young {want:.3g} vs {got}")
+# trained_causal: the causal model's export beside the bidirectional one (DIR_causal for --model-data DIR); only the
+# causal-capable families run on it, with the causal mask: local with a window as long as the heads is exact.
+if not os.path.exists(a + "_causal"):
+    os.symlink(causal_dir, a + "_causal")
+out = path("evb_causal.csv")
+r = run("run", "error_vs_budget", "--sources", "trained_causal", "--model-data", a, "--model-heads", "1:0",
+        "--model-seqs", "1", "--families", "local,nystrom", "--repeats", "0", "--out", out)
+ev = rows(out) if r.returncode == 0 else []
+c.check(r.returncode == 0 and {x["source"] for x in ev} == {"trained_causal/L1H0"} and
+        {x["variant"] for x in ev} == {"local"}, f"error_vs_budget on trained_causal: local only, causal source label "
+                                                 f"({r.stderr[-300:]})")
+full = [float(x["value"]) for x in ev if x["step"] == "64" and x["metric"] == "out_rel_fro"]
+part = [float(x["value"]) for x in ev if x["step"] == "4" and x["metric"] == "out_rel_fro"]
+c.check(len(full) == 1 and full[0] <= 1e-12 and part and part[0] > 1e-3,
+        f"trained_causal: causal local at window n is exact ({full}), at window 4 it is not ({part})")
+r = run("run", "vq", "--sources", "trained_causal", "--model-data", a, "--out", path("vq_causal.csv"))
+c.check(r.returncode != 0 and "causal" in r.stderr and "_causal" in r.stderr,
+        f"a non-causal experiment refuses trained_causal, naming its directory: {r.stderr[-200:]}")
 for name, extra in (("probsparse", []), ("pinv", ["--m", "8,16", "--iters", "10"]),
                     ("regimes", ["--methods", "svd:rank=8;local:window=8"])):
     out = path(f"{name}_model.csv")
