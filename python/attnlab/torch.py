@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 import attnlab
 
-__all__ = ["attention", "attention_layers", "swap", "capture", "Capture"]
+__all__ = ["attention", "attention_layers", "swap", "capture", "Capture", "check_report"]
 
 _DTYPES = (torch.float32, torch.float64)
 
@@ -385,3 +385,65 @@ class Capture(swap):
 def capture(model, spec=None, *, seed=0):
     """A Capture of `model`'s attention layers (see Capture); with a spec, the model runs swapped meanwhile."""
     return Capture(model, spec, seed=seed)
+
+
+# ---- the report's choices on the user's model -----------------------------------------------------------------
+
+def _losses(value):
+    """A loss() result as a float64 numpy vector: per-example losses, or one value."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().double().reshape(-1).numpy()
+    a = np.asarray(value, dtype=np.float64).reshape(-1)
+    if a.size == 0 or not np.isfinite(a).all():
+        raise ValueError(f"check_report: loss() returned {a.size} values, not all finite")
+    return a
+
+
+def check_report(model, report, loss, *, loss_target=None, seed=0, noise=0.1, z=1.64, progress=None):
+    """The report's choices applied to `model` together, and (loss_target in the loss's units, e.g. nats) the
+    cheapest per-head choice that keeps the model within it (attnlab.mix.choose_under_loss_target: greedy on
+    measured losses, with a margin of z standard errors).
+
+    report: a report directory or report.csv of this model's heads (attnlab report --model-dir on capture(model)'s
+    export: its layer L{l} is the l-th attention layer). loss(): the model's loss on your data, run as it stands —
+    the model's attention is swapped around each call; return per-example losses (a 1-D tensor or array: the
+    increase then gets a paired standard error) or one number. Evaluate on data other than the report's heads',
+    and check a loss-target choice on still other data: the choice is fitted to what loss() sees.
+
+    Returns {"exact": losses, "per-head target": {...}, "loss target": {...}}, each choice a dict with mix
+    {(layer, head): spec}, increase, se (0 for a scalar loss), heads, attention_speedup (at the report's cost
+    length) and, for the loss target, steps (every trial)."""
+    from . import mix as mixes
+    rep = report if isinstance(report, dict) else mixes.read_report(report)
+    layers = attention_layers(model)
+    bad = [k for k in rep if not (0 <= k[0] < len(layers) and 0 <= k[1] < layers[k[0]][1].num_heads)]
+    if bad:
+        raise ValueError(f"check_report: the report has heads {bad[:3]} that the model's {len(layers)} attention "
+                         "layers do not; is it a report of this model?")
+    with torch.no_grad():
+        exact = _losses(loss())
+
+    def increase(mix):
+        spec = {l: [mix.get((l, h)) for h in range(m.num_heads)] for l, (_, m) in enumerate(layers)
+                if any(k[0] == l for k in mix)}
+        with torch.no_grad(), swap(model, spec, seed=seed):
+            got = _losses(loss())
+        if got.shape != exact.shape:
+            raise ValueError(f"check_report: loss() returned {got.size} values, then {exact.size}")
+        d = got - exact
+        se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else 0.0
+        return float(d.mean()), se
+
+    def entry(mix, steps=None):
+        d, se = increase(mix)
+        out = {"mix": mix, "increase": d, "se": se, "heads": len(mix),
+               "attention_speedup": mixes.attention_speedup(rep, mix)}
+        if steps is not None:
+            out["steps"] = steps
+        return out
+
+    result = {"exact": exact, "per-head target": entry(mixes.recommended(rep))}
+    if loss_target is not None:
+        chosen, steps = mixes.choose_under_loss_target(rep, increase, loss_target, noise, z, progress)
+        result["loss target"] = entry(chosen, steps)
+    return result

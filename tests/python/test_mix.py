@@ -94,3 +94,43 @@ def test_model_report_runs_on_the_committed_report(tmp_path):
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "model_report.py"), "--report", REPORT,
                           "--loss-target", "-1"], capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode != 0 and "loss-target" in bad.stderr
+
+
+def test_check_report_on_a_pytorch_model(tmp_path):
+    """attnlab.torch.check_report: a user's nn.TransformerEncoder, its captured heads' report, its own loss."""
+    torch = pytest.importorskip("torch")
+    import attnlab.torch as at
+    exe = os.environ.get("ATTNLAB_BIN")
+    if not exe:
+        pytest.skip("ATTNLAB_BIN (the attnlab command) not set")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True)
+    enc = torch.nn.TransformerEncoder(layer, 2).double().eval()
+    x = torch.randn(6, 96, 32, dtype=torch.float64)
+    target = torch.randn(6, 96, 32, dtype=torch.float64)
+    with torch.no_grad(), at.capture(enc) as cap:
+        enc(x[:1])
+    cap.save(str(tmp_path / "export"))
+    r = subprocess.run([exe, "report", "--model-dir", str(tmp_path / "export"), "--out", str(tmp_path / "rep"),
+                        "--families", "local", "--cost-n", "2048", "--repeats", "1", "--target", "0.5"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-1000:]
+
+    def loss():   # per-example losses: the increase gets a paired standard error
+        return ((enc(x) - target) ** 2).mean(dim=(1, 2))
+
+    rep = mix.read_report(str(tmp_path / "rep"))
+    got = at.check_report(enc, str(tmp_path / "rep"), loss, loss_target=1e-3)
+    assert got["per-head target"]["mix"] == mix.recommended(rep)
+    assert got["exact"].shape == (6,)
+    kept = [s for s in got["loss target"]["steps"] if s["kept"]]
+    assert all(s["loss_increase"] + 1.64 * s["se"] <= 1e-3 for s in kept)
+    if kept:   # the final mix is the last kept trial's: the same losses, measured again
+        assert got["loss target"]["increase"] == pytest.approx(kept[-1]["loss_increase"], abs=1e-12)
+    else:
+        assert got["loss target"]["mix"] == {} and got["loss target"]["increase"] == 0.0
+    # an empty mix is the model itself
+    none = at.check_report(enc, {k: {"exact_time_s": 1.0, "candidates": []} for k in rep}, loss)
+    assert none["per-head target"]["increase"] == 0.0 and none["per-head target"]["heads"] == 0
+    with pytest.raises(ValueError, match="report of this model"):
+        at.check_report(enc, {(5, 0): {"exact_time_s": 1.0, "candidates": []}}, loss)
