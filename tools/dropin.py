@@ -3,8 +3,8 @@
 the model loses, per model, per layer and per head; and whether the per-head criterion everyone uses
 (‖Õ − O‖_F/‖O‖_F of one head) predicts it.
 
-Models: the committed byte-level transformers of tools/trained_attention.py (4 layers x 4 heads, n = 512, rotary
-positions), the bidirectional masked LM (`mlm`: non-causal and causal methods alike) and the causal LM (`causal`:
+Models: the committed byte-level transformers of tools/trained_attention.py (4 layers x 4 heads, windows of 512
+bytes — the causal model reads 511 and predicts the next byte at each — rotary positions), the bidirectional masked LM (`mlm`: non-causal and causal methods alike) and the causal LM (`causal`:
 the causal-capable methods only), in float64, on W evenly spaced held-out windows (text the models never saw).
 Model-level measures, on the scored positions (mlm: BERT's 15% masked positions, the same seeded masks for every
 method; causal: every next byte):
@@ -15,15 +15,17 @@ Standard errors treat windows as the independent units (a cluster-robust ratio e
 the paired one (the same windows and masks with and without the method).
 Scopes: `all` (every head of every layer swapped), `layer` (every head of one layer, the others exact) and `head`
 (one head, the others exact). Head-level measures on the same windows, each head fed the exact model's Q, K, V:
-  head_err   ‖Õ − O‖_F/‖O‖_F (the criterion of the figures and the report);
+  head_err   ‖Õ − O‖_F/‖O‖_F (the criterion of the figures and the report; on `layer` rows the layer's heads
+             together, on `all` rows the root-mean-square over layers of that);
   resid_err  ‖(Õ − O) W_proj,hᵀ‖_F / ‖x_l‖_F: the head's error as it enters the residual stream (weighted by the
              head's out-projection), relative to the stream;
-  grad_lin   ⟨∂L/∂O, Õ − O⟩: the first-order change of the loss (the next layers' sensitivity, from one backward
-             pass of the exact model); grad_bound = ‖∂L/∂O‖_F·‖Õ − O‖_F, its Cauchy–Schwarz bound;
+  grad_lin   ⟨∂L/∂O, Õ − O⟩: the first-order change of the loss (the rest of the model's sensitivity to the head,
+             through every later layer, from one backward pass of the exact model with torch's attention);
+             grad_bound = ‖∂L/∂O‖_F·‖Õ − O‖_F, its Cauchy–Schwarz bound;
   p_tv       mean over rows of the total variation ½‖p − p̃‖₁ of the attention rows (not the KL: the rows of
              Nyström's and Linformer's P̃ are not distributions — they have negative entries).
-Every attention, exact included, is computed by attnlab (torch 1.13's float64 softmax and batched products are 10x
-slower here); the run checks first that attnlab's exact attention reproduces the model's own loss (|Δ| is in the
+Every attention of the swaps, exact included, is computed by attnlab (torch 1.13's float64 softmax and batched
+products are 10x slower here; only the gradient pass uses torch's); the run checks first that attnlab's exact attention reproduces the model's own loss (|Δ| is in the
 .config; tests/python/test_dropin.py holds it to 1e-10).
 
 Output: a tidy CSV (one row per model, scope, spec, layer, head), resumable: finished units are appended to
@@ -106,7 +108,9 @@ def pick(budgets, how):
         lo = max(0, min(mid - k // 2, len(budgets) - k))
         return list(budgets[lo:lo + k])
     idx = [int(i) for i in how.split(",")]
-    return [budgets[i] for i in idx]
+    if any(i < 0 for i in idx):
+        raise ValueError(f"budget indices must be ≥ 0, got {how}")
+    return [budgets[i] for i in idx if i < len(budgets)]   # a family with fewer budgets (linear: one) takes those it has
 
 
 def families_for(objective, wanted):
@@ -199,13 +203,13 @@ class Model:
 
     def head_gradients(self):
         """∂L/∂O of every layer's head outputs (b, h, n, d_head) for the pooled loss, from one backward pass of the
-        exact model with torch's attention (attnlab's has no backward yet)."""
+        exact model with torch's attention (attnlab's has no backward yet). Each O stays in the graph, so the
+        derivative runs through every later layer's attention as well as the residual stream and the MLPs."""
         outs = []
         x = self.embed().detach()
-        for l, blk in enumerate(self.net.blocks):
-            with torch.no_grad():
-                q, k, v = blk.heads(x)
-            o = blk.attention(q, k, v)[0].detach().requires_grad_(True)
+        for blk in self.net.blocks:
+            q, k, v = blk.heads(x)
+            o = blk.attention(q, k, v)[0]
             outs.append(o)
             x = blk.finish(x, o)
         ce = self.token_ce(torch.log_softmax(self.net.head(self.net.ln(x)), -1))
@@ -231,8 +235,8 @@ class Model:
 
     @torch.no_grad()
     def run_from(self, layer, x, o_at_layer, swapped):
-        """Logits' log-probabilities when layer `layer` uses head outputs o_at_layer and later layers attend with
-        swapped(l, q, k, v) (the exact cached outputs when it returns None)."""
+        """Logits' log-probabilities when layer `layer` uses head outputs o_at_layer and every later layer l uses
+        the head outputs swapped(l, q, k, v) on its own (perturbed) Q, K, V."""
         x = self.net.blocks[layer].finish(x, o_at_layer)
         for l in range(layer + 1, self.L):
             blk = self.net.blocks[l]
@@ -339,10 +343,21 @@ def unit_heads(model, spec, seed, grads):
 
 
 # ---------------------------------------------------------------------------------------------- the run
-def settings_key(a, model_name):
-    return hashlib.sha256(json.dumps({"windows": a.windows, "seed": a.seed, "model": model_name,
-                                      "train_key": ta.committed(model_name, "weights"),
-                                      "mask_seed": MASK_SEED}, sort_keys=True).encode()).hexdigest()[:12]
+def complete_units(rows, shapes):
+    """The rows of the units finished whole (exact and all: 1 row; layer: L; head: L·H), and those units' keys:
+    a unit torn by an interrupt, or a malformed line, is dropped and computed again."""
+    units = {}
+    for r in rows:
+        if None in r or any(v is None for v in r.values()) or r.get("model") not in shapes:
+            continue
+        units.setdefault((r["model"], r["spec"], r["scope"]), []).append(r)
+    keep, done = [], set()
+    for (model, spec, scope), rs in units.items():
+        L, H = shapes[model]
+        if len(rs) == {"exact": 1, "all": 1, "layer": L, "head": L * H}.get(scope, -1):
+            keep += rs
+            done.add((model, spec, scope))
+    return keep, done
 
 
 def fmt(v):
@@ -363,23 +378,33 @@ def main(argv):
               "budgets_all": a.budgets_all, "budgets_detail": a.budgets_detail, "seed": a.seed,
               "mask_seed": MASK_SEED, "attnlab": attnlab.__version__, "attnlab_threads": attnlab.threads(),
               "torch": torch.__version__, "torch_threads": a.threads, "kernels": ta.KERNELS}
-    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     families = {m: families_for(m, a.families) for m in a.models}   # bad names fail here, before any work
+    # What the rows depend on beyond the settings: the weights (their training keys) and this code.
+    shapes, code = {}, hashlib.sha256()
+    for m in a.models:
+        ck = torch.load(ta.committed(m, "weights"))
+        shapes[m] = (ck["config"]["layers"], ck["config"]["heads"])
+        config.setdefault("train_keys", {})[m] = ck["train_key"]
+    for f in (os.path.abspath(__file__), ta.__file__):
+        code.update(open(f, "rb").read())
+    config["code"] = code.hexdigest()[:16]
+    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     done, rows = set(), []
     if os.path.exists(partial):
-        with open(partial) as f:
+        with open(partial, newline="") as f:
             first = f.readline().strip()
             if first == f"# dropin {key}":
-                rows = list(csv.DictReader(f))
-                done = {(r["model"], r["spec"], r["scope"]) for r in rows}
+                rows, done = complete_units(list(csv.DictReader(f)), shapes)
                 print(f"dropin: resuming {partial} ({len(done)} units done)", file=sys.stderr)
             else:
-                print(f"dropin: {partial} was written with other settings; starting afresh", file=sys.stderr)
+                print(f"dropin: {partial} was written with other settings or code; starting afresh", file=sys.stderr)
                 rows = []
-    if not done:
-        with open(partial, "w") as f:
-            f.write(f"# dropin {key}\n")
-            csv.writer(f).writerow(COLUMNS)
+    # (Re)written with the complete units only: a torn last unit or line from an interrupt is dropped, not kept.
+    with open(partial, "w", newline="") as f:
+        f.write(f"# dropin {key}\n")
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        w.writerows([[r[c] for c in COLUMNS] for r in rows])
     checks = {}
     t_start = time.time()
     for model_name in a.models:
@@ -421,18 +446,20 @@ def main(argv):
                 new = unit_heads(model, spec, a.seed, grads)
             took = time.time() - t
             canonical = attnlab.canonical(spec) if spec != "exact" else "exact"
-            with open(partial, "a") as f:
-                w = csv.writer(f)
-                for r in new:
-                    r.update(code_version=attnlab.__version__, model=model_name, objective="masked-LM" if model_name == "mlm" else "next-byte",
-                             family=label, spec=spec, budget=budget, windows=a.windows, tokens=model.tokens,
-                             time_s=round(took / len(new), 3))
-                    r.setdefault("resid_err", "")
-                    r.setdefault("grad_lin", "")
-                    r.setdefault("grad_bound", "")
-                    r.setdefault("p_tv", "")
-                    w.writerow([fmt(r.get(c, "")) for c in COLUMNS])
-                    rows.append({c: fmt(r.get(c, "")) for c in COLUMNS})
+            buf = io.StringIO()
+            w = csv.writer(buf)
+            for r in new:
+                r.update(code_version=attnlab.__version__, model=model_name,
+                         objective="masked-LM" if model_name == "mlm" else "next-byte", family=label, spec=spec,
+                         budget=budget, windows=a.windows, tokens=model.tokens, time_s=round(took / len(new), 3))
+                for c in ("resid_err", "grad_lin", "grad_bound", "p_tv"):
+                    r.setdefault(c, "")
+                w.writerow([fmt(r.get(c, "")) for c in COLUMNS])
+                rows.append({c: fmt(r.get(c, "")) for c in COLUMNS})
+            with open(partial, "a", newline="") as f:   # a unit's rows in one write, on disk before the next unit
+                f.write(buf.getvalue())
+                f.flush()
+                os.fsync(f.fileno())
             if not a.quiet:
                 el = time.time() - t0
                 left = el / (i + 1) * (len(todo) - i - 1)

@@ -348,8 +348,8 @@ def dropin(F, R):
         for p in ("head_err", "resid_err", "grad_bound", "grad_lin", "p_tv"):
             r = c.loc[p]
             F.add(f"dropin.{m}.rho_{p}", f"{r.rho:.2f} [{r.lo:.2f}, {r.hi:.2f}]", str,
-                  f"Spearman's ρ (95% interval) over every one-head swap of the {names[m]} model (n = {int(r.n)}): "
-                  f"{p} against the measured loss increase", "dropin")
+                  f"Spearman's ρ (95% cluster-bootstrap interval over the {int(r.heads)} heads) over every one-head "
+                  f"swap of the {names[m]} model (n = {int(r.n)}): {p} against the measured loss increase", "dropin")
         heads = dm[dm.scope == "head"]
         small = heads[heads.head_err > 0.3]
         F.add(f"dropin.{m}.harmless_share", (small.dloss.abs() <= 2 * small.dloss_se).mean(), pct,
@@ -377,6 +377,9 @@ def model_mix(F, R):
             if key == "loss_target":
                 F.add(f"mix.{name}.target", float(r.loss_target), lambda x: sig(x, 2), "the loss target (nats/byte)",
                       "model_report")
+                if "fit_dloss" in r:
+                    F.add(f"mix.{name}.fit_dloss", f"{float(r.fit_dloss):+.3f} ± {float(r.fit_dloss_se):.3f}", str,
+                          "the loss-target mix's increase on the windows it was chosen on (optimistic)", "model_report")
                 F.add(f"mix.{name}.verdict", "within" if float(r.dloss) <= float(r.loss_target) else "above", str,
                       "the held-out loss increase of the loss-target mix: within or above the target", "model_report")
 

@@ -58,7 +58,7 @@ def main(argv):
         report = mixes.read_report(a.report)
     except ValueError as e:
         sys.exit(f"model_report: {e}")
-    out = a.out or (a.report if os.path.isdir(a.report) else os.path.dirname(a.report))
+    out = a.out or (a.report if os.path.isdir(a.report) else os.path.dirname(os.path.abspath(a.report)))
     say = (lambda m: None) if a.quiet else (lambda m: print(m, file=sys.stderr))
     t0 = time.time()
     choose = dropin.Model(a.model, a.windows)
@@ -74,24 +74,25 @@ def main(argv):
     rec = mixes.recommended(report)
     chosen["per-head target"] = rec
     say(f"model_report: the report's per-head recommendation: {len(rec)} of {len(report)} heads swapped")
-    results.append(("per-head target", "", rec, check(held, rec)))
+    results.append(("per-head target", "", rec, check(held, rec), check(choose, rec)))
     if a.loss_target is not None:
         def increase(mix):
             m = choose.measures(choose.run_mix(mix))
             return m["dloss"], m["dloss_se"]
         mix, steps = mixes.choose_under_loss_target(report, increase, a.loss_target, a.noise, a.z, progress=say)
         chosen["loss target"] = mix
-        results.append(("loss target", a.loss_target, mix, check(held, mix)))
+        results.append(("loss target", a.loss_target, mix, check(held, mix), check(choose, mix)))
         say(f"model_report: {len(steps)} trials; {len(mix)} heads swapped under {a.loss_target} nats")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "model_check.csv"), "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["model", "choice", "loss_target", "heads_swapped", "heads", "attention_speedup", "windows",
-                    "tokens", "loss", "dloss", "dloss_se", "kl", "top1"])
-        for name, target, mix, m in results:
+                    "tokens", "loss", "dloss", "dloss_se", "kl", "top1", "fit_windows", "fit_dloss", "fit_dloss_se"])
+        for name, target, mix, m, fit in results:
             w.writerow([a.model, name, target, len(mix), len(report), f"{mixes.attention_speedup(report, mix):.4g}",
                         len(held.starts), held.tokens, f"{m['loss']:.6f}", f"{m['dloss']:.6f}", f"{m['dloss_se']:.6f}",
-                        f"{m['kl']:.6f}", f"{m['top1']:.4f}"])
+                        f"{m['kl']:.6f}", f"{m['top1']:.4f}", a.windows, f"{fit['dloss']:.6f}",
+                        f"{fit['dloss_se']:.6f}"])
     with open(os.path.join(out, "model_mix.csv"), "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["model", "choice", "layer", "head", "spec", "family", "budget", "head_error", "time_s",
@@ -110,12 +111,14 @@ def main(argv):
              "that the loss-target choice was made on. "
              "Loss increase in nats/byte (± its paired standard error); attention speed-up: Σ exact time / Σ chosen "
              "time over the heads, at the report's cost length. Made by `tools/model_report.py`.", "",
-             "| choice | heads swapped | attention speed-up | loss increase | KL(exact ‖ mix) | top-1 agreement |",
-             "|---|---|---|---|---|---|"]
-    for name, target, mix, m in results:
+             "| choice | heads swapped | attention speed-up | loss increase | KL(exact ‖ mix) | top-1 agreement | "
+             "loss increase on the choosing windows |",
+             "|---|---|---|---|---|---|---|"]
+    for name, target, mix, m, fit in results:
         label = name + (f" ≤ {target} nats" if target != "" else "")
         lines.append(f"| {label} | {len(mix)} / {len(report)} | {mixes.attention_speedup(report, mix):.2f}× | "
-                     f"{m['dloss']:+.4f} ± {m['dloss_se']:.4f} | {m['kl']:.4f} | {100 * m['top1']:.1f}% |")
+                     f"{m['dloss']:+.4f} ± {m['dloss_se']:.4f} | {m['kl']:.4f} | {100 * m['top1']:.1f}% | "
+                     f"{fit['dloss']:+.4f} ± {fit['dloss_se']:.4f} |")
     lines += ["", "| head | " + " | ".join(chosen) + " |", "|---|" + "---|" * len(chosen)]
     for key in report:
         lines.append(f"| L{key[0]}H{key[1]} | " + " | ".join(f"`{mix.get(key, 'exact')}`" for mix in chosen.values())
@@ -127,9 +130,10 @@ def main(argv):
         f.write("\n".join(lines) + "\n")
     print(f"model_report: wrote {os.path.join(out, 'model.md')}, model_check.csv, model_mix.csv "
           f"in {time.time() - t0:.0f} s")
-    for name, target, mix, m in results:
+    for name, target, mix, m, fit in results:
         print(f"  {name}: {len(mix)}/{len(report)} heads swapped, attention {mixes.attention_speedup(report, mix):.2f}x,"
-              f" loss {m['dloss']:+.4f} ± {m['dloss_se']:.4f} nats/byte")
+              f" loss {m['dloss']:+.4f} ± {m['dloss_se']:.4f} nats/byte (on the choosing windows "
+              f"{fit['dloss']:+.4f} ± {fit['dloss_se']:.4f})")
     return 0
 
 

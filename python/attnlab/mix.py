@@ -6,7 +6,8 @@ candidates (report.csv) and, given a function that measures the model's loss inc
   - recommended(report): the report's own per-head recommendation as a mix, to measure as a whole;
   - choose_under_loss_target(...): per head the cheapest method that keeps the whole model within a loss target.
 Mixes are dicts {(layer, head): spec}; heads not in a mix keep exact attention. No torch needed here: the model is
-the caller's (attnlab.torch.swap runs a mix on nn.MultiheadAttention models: swap(model, mix_to_swap_spec(mix))).
+the caller's (attnlab.torch.check_report runs it on a PyTorch model with its loss; by hand:
+swap(model, mix_to_swap_spec(mix, heads))).
 
 How choose_under_loss_target chooses (greedy, on measured losses):
   1. candidates per head: the report's Pareto-optimal methods (error against time at the report's cost length) that

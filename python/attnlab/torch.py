@@ -279,8 +279,12 @@ class swap:
     spec: a spec string (every head of every layer); None (torch's own attention everywhere: with capture(),
     what the model computes, recorded); a dict {layer index or module name: spec}, unnamed layers keeping torch's
     attention; a list with one entry per layer; a callable (layer, head) -> spec or None. Each layer's entry may be
-    a list with one spec (or None) per head. Layers are numbered as attention_layers(model) lists them. Random
-    methods draw with `seed` + the layer's index. Also usable without `with`: s = swap(...); ...; s.restore().
+    a list with one spec (or None) per head. Layers are numbered as attention_layers(model) lists them. A layer
+    whose heads are all None keeps torch's own forward (its masks and dropout work as ever); a layer with any
+    attnlab head runs attnlab's forward (the mask rules of the module docstring). Random methods draw with
+    `seed` + the layer's index unless the spec names its own seed (a report's canonical specs do: seed=0). Also
+    usable without `with`: s = swap(...); ...; s.restore(). While any swap is active, nn.TransformerEncoderLayer
+    runs torch's unfused path (the same arithmetic as its fused one, up to rounding).
     """
 
     def __init__(self, model, spec, *, seed=0, record=None):
@@ -295,6 +299,8 @@ class swap:
         self._saved = []
         self._active = True
         for i, ((name, m), heads) in enumerate(zip(self.layers, self.specs)):
+            if not record and all(h is None for h in heads):
+                continue   # torch's own attention, untouched: its masks and dropout stay available
             rec = (lambda q, k, v, c, i=i, name=name: record(i, name, q, k, v, c)) if record else None
             self._patch(m, "forward", lambda *a, m=m, heads=heads, i=i, rec=rec, **kw:
                         _mha_forward(m, heads, seed + i, rec, *a, **kw))
@@ -420,7 +426,7 @@ def check_report(model, report, loss, *, loss_target=None, seed=0, noise=0.1, z=
     if bad:
         raise ValueError(f"check_report: the report has heads {bad[:3]} that the model's {len(layers)} attention "
                          "layers do not; is it a report of this model?")
-    with torch.no_grad():
+    with torch.no_grad(), swap(model, None, seed=seed):   # the unfused path the trials run on: no rounding offset
         exact = _losses(loss())
 
     def increase(mix):

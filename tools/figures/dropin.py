@@ -34,30 +34,55 @@ def load_dropin(results):
     return df
 
 
-def spearman(x, y):
-    """Spearman's ρ with a 95% interval by Fisher's z with the variance 1.06/(n − 3) (Fieller, Hartley and Pearson
-    1957); NaN when fewer than 5 pairs or a constant series."""
-    ok = ~(pd.isna(x) | pd.isna(y))
-    x, y = pd.Series(np.asarray(x)[ok]), pd.Series(np.asarray(y)[ok])
+BOOTSTRAP = 2000
+
+
+def _rho(x, y):
+    rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def spearman(x, y, clusters, seed=0):
+    """Spearman's ρ and a 95% percentile interval from a cluster bootstrap: the rows of one head (a layer, head
+    pair: the same head under several families or budgets) are not independent, so heads are resampled with
+    replacement, not rows (2000 resamples, seeded). NaN when fewer than 5 pairs or 3 heads, or a constant
+    series."""
+    x, y, g = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(clusters)
+    ok = ~(np.isnan(x) | np.isnan(y))
+    x, y, g = x[ok], y[ok], g[ok]
+    heads = np.unique(g)
     n = len(x)
-    if n < 5 or x.nunique() < 2 or y.nunique() < 2:
+    rho = _rho(x, y) if n >= 5 and len(heads) >= 3 else math.nan
+    if math.isnan(rho):
         return n, math.nan, math.nan, math.nan
-    rho = float(x.rank().corr(y.rank()))
-    z, se = math.atanh(max(-0.999999, min(0.999999, rho))), math.sqrt(1.06 / (n - 3))
-    return n, rho, math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se)
+    rows = {h: np.flatnonzero(g == h) for h in heads}
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(BOOTSTRAP):
+        idx = np.concatenate([rows[h] for h in rng.choice(heads, len(heads))])
+        r = _rho(x[idx], y[idx])
+        if not math.isnan(r):
+            boot.append(r)
+    lo, hi = np.percentile(boot, [2.5, 97.5]) if boot else (math.nan, math.nan)
+    return n, rho, float(lo), float(hi)
 
 
 def correlations(df):
     """Per model and family (and over all families): Spearman's ρ between each head-level predictor and the
-    measured loss increase of the one-head swaps. Rows: model, family, predictor, n, rho, lo, hi."""
+    measured loss increase of the one-head swaps, with a cluster-bootstrap interval over heads. Rows: model,
+    family, predictor, n (swaps), heads, rho, lo, hi."""
     heads = df[df.scope == "head"]
     out = []
     for model, dm in heads.groupby("model", sort=False):
         groups = [(f, d) for f, d in dm.groupby("family", sort=True)] + [("all families", dm)]
         for fam, d in groups:
+            g = d["layer"].astype(int) * 1000 + d["head"].astype(int)
             for p in PREDICTORS:
-                n, rho, lo, hi = spearman(d[p], d["dloss"])
-                out.append(dict(model=model, family=fam, predictor=p, n=n, rho=rho, lo=lo, hi=hi))
+                n, rho, lo, hi = spearman(d[p], d["dloss"], g)
+                out.append(dict(model=model, family=fam, predictor=p, n=n, heads=g.nunique(), rho=rho, lo=lo,
+                                hi=hi))
     return pd.DataFrame(out)
 
 
@@ -128,6 +153,8 @@ def plot_heads(df, out):
         for idx, f in enumerate(fams):
             ax = axes[idx // cols][idx % cols]
             d = dm[dm.family == f]
+            budgets = sorted(set(d.budget))
+            d = d[d.budget == budgets[len(budgets) // 2]]   # one budget per family: the middle one swept per head
             L, H = int(d["layer"].max()) + 1, int(d["head"].max()) + 1
             grid = np.full((L, H), np.nan)
             for _, r in d.iterrows():
@@ -195,7 +222,7 @@ def plot_criterion(df, out):
                   "Does the per-head criterion predict the model's loss? Each point is one head swapped alone: its "
                   "head-level output error (dotted: the report's 5% target) against the model's held-out loss "
                   "increase (symmetric log axis; shaded: within the median standard error of zero); ρ: Spearman's "
-                  "rank correlation per family.")
+                  "rank correlation per family (every budget swept per head).")
 
 
 def plot_dropin(results, out):
