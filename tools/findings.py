@@ -502,6 +502,17 @@ def paper(F, results):
     F.add("paper.timings", "\n".join(rows), str, "results/paper/timings.csv per experiment (timing)", "paper")
     F.add("paper.total", hms(total), str, "the paper preset's experiments, wall-clock in all (timing)", "paper")
     F.add("paper.cores", int(t.cores.max()), str, "cores of the machine that ran it", "paper")
+    if os.path.exists(os.path.join(pdir, "dropin.csv.gz")):
+        sys.path.insert(0, os.path.join(ROOT, "tools"))
+        from figures.dropin import correlations, load_dropin
+        dd = load_dropin(pdir)
+        F.add("paper.dropin.windows", int(dd.windows.iloc[0]), integer, "held-out windows per model (paper)", "paper")
+        c = correlations(dd)
+        c = c[c.family == "all families"]
+        for _, r in c.iterrows():
+            F.add(f"paper.dropin.{r.model}.rho_{r.predictor}", f"{r.rho:.2f} [{r.lo:.2f}, {r.hi:.2f}]", str,
+                  f"Spearman's ρ (cluster-bootstrap 95% interval over heads), every one-head swap of the {r.model} "
+                  f"model at every budget (n = {int(r.n)}): {r.predictor} against the loss increase (paper)", "paper")
     d = load(pdir, "spectrum")
     top = d[(d.spec == "block") & (d.metric == "top_singular_value")]
     nmax = top.n.max()
