@@ -37,14 +37,26 @@ def load_dropin(results):
 BOOTSTRAP = 2000
 
 
+def _rank(a):
+    """Average ranks (ties share the mean of their positions), in numpy: the bootstrap calls this 10⁵ times."""
+    order = np.argsort(a, kind="mergesort")
+    s = a[order]
+    group = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1
+    counts = np.bincount(group)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    r = np.empty(len(a))
+    r[order] = (starts + (counts - 1) / 2.0)[group] + 1
+    return r
+
+
 def _rho(x, y):
-    rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    rx, ry = _rank(x), _rank(y)
     if rx.std() == 0 or ry.std() == 0:
         return math.nan
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def spearman(x, y, clusters, seed=0):
+def spearman(x, y, clusters, seed=0, interval=True):
     """Spearman's ρ and a 95% percentile interval from a cluster bootstrap: the rows of one head (a layer, head
     pair: the same head under several families or budgets) are not independent, so heads are resampled with
     replacement, not rows (2000 resamples, seeded). NaN when fewer than 5 pairs or 3 heads, or a constant
@@ -55,8 +67,8 @@ def spearman(x, y, clusters, seed=0):
     heads = np.unique(g)
     n = len(x)
     rho = _rho(x, y) if n >= 5 and len(heads) >= 3 else math.nan
-    if math.isnan(rho):
-        return n, math.nan, math.nan, math.nan
+    if math.isnan(rho) or not interval:
+        return n, rho, math.nan, math.nan
     rows = {h: np.flatnonzero(g == h) for h in heads}
     rng = np.random.default_rng(seed)
     boot = []
@@ -69,10 +81,11 @@ def spearman(x, y, clusters, seed=0):
     return n, rho, float(lo), float(hi)
 
 
-def correlations(df):
+def correlations(df, intervals="all families"):
     """Per model and family (and over all families): Spearman's ρ between each head-level predictor and the
-    measured loss increase of the one-head swaps, with a cluster-bootstrap interval over heads. Rows: model,
-    family, predictor, n (swaps), heads, rho, lo, hi."""
+    measured loss increase of the one-head swaps, with a cluster-bootstrap interval over heads for the groups named
+    by `intervals` ("all families", "every" group, or None; NaN elsewhere: the bootstrap takes seconds a group).
+    Rows: model, family, predictor, n (swaps), heads, rho, lo, hi."""
     heads = df[df.scope == "head"]
     out = []
     for model, dm in heads.groupby("model", sort=False):
@@ -80,7 +93,7 @@ def correlations(df):
         for fam, d in groups:
             g = d["layer"].astype(int) * 1000 + d["head"].astype(int)
             for p in PREDICTORS:
-                n, rho, lo, hi = spearman(d[p], d["dloss"], g)
+                n, rho, lo, hi = spearman(d[p], d["dloss"], g, interval=intervals == "every" or fam == intervals)
                 out.append(dict(model=model, family=fam, predictor=p, n=n, heads=g.nunique(), rho=rho, lo=lo,
                                 hi=hi))
     return pd.DataFrame(out)
