@@ -1,7 +1,7 @@
 // Exact attention against a GEMM of the same size (scale·QKᵀ, n×d by d×n), measured in one run so that
 // the ratios survive a noisy machine. Run: build/bin/attnlab_bench --benchmark_out=bench.json
-#include "attnlab/exact.hpp"
-#include "attnlab/random.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/core/random.hpp"
 
 #include <benchmark/benchmark.h>
 

@@ -4,13 +4,13 @@
 // ATTNLAB_BENCH_MAX_QUADRATIC_N, default 16384), d = 64, float32 and float64. Ratios taken from one run survive a
 // noisy machine; absolute times do not. Run (tools/bench.sh does): build/bin/attnlab_bench_methods
 //   --benchmark_out=results/bench/attnlab.json --benchmark_out_format=json
-#include "attnlab/cost.hpp"
-#include "attnlab/error.hpp"
-#include "attnlab/kmeans.hpp"
-#include "attnlab/vq.hpp"
-#include "attnlab/random.hpp"
-#include "attnlab/registry.hpp"
-#include "attnlab/reproducible.hpp"
+#include "attnlab/analysis/cost.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/components/kmeans.hpp"
+#include "attnlab/components/codebook_attention.hpp"
+#include "attnlab/core/random.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/core/reproducible.hpp"
 
 #include <benchmark/benchmark.h>
 #include <omp.h>

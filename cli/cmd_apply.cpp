@@ -1,10 +1,10 @@
 // `attnlab apply`: run one method on the user's Q, K, V (.npy, (n, d) or (h, n, d)), write the output and,
 // with --matrix, the attention matrix the method implies. Heads are processed one at a time and written as
 // they finish, so memory holds one head's work.
-#include "attnlab/compare.hpp"
-#include "attnlab/error.hpp"
-#include "attnlab/memory.hpp"
-#include "attnlab/registry.hpp"
+#include "attnlab/analysis/evaluate.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+#include "attnlab/core/registry.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
 

@@ -1,14 +1,14 @@
 // `attnlab compare`: run methods against exact attention on the user's arrays or a generated problem, print
 // the error metrics, and write them as tidy CSV.
-#include "attnlab/compare.hpp"
-#include "attnlab/cost.hpp"
-#include "attnlab/error.hpp"
-#include "attnlab/memory.hpp"
-#include "attnlab/metrics.hpp"
-#include "attnlab/random.hpp"
-#include "attnlab/sources.hpp"
-#include "attnlab/registry.hpp"
-#include "attnlab/tidy_csv.hpp"
+#include "attnlab/analysis/evaluate.hpp"
+#include "attnlab/analysis/cost.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+#include "attnlab/analysis/metrics.hpp"
+#include "attnlab/core/random.hpp"
+#include "attnlab/io/sources.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/io/tidy_csv.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "sweep.hpp"
@@ -90,10 +90,11 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   const std::string source = files ? "files" : o.source.kind;
   std::optional<TidyCsvWriter> csv;
   if (!o.csv.empty()) {
-    // The experiments' schema (sweep.hpp): one tidy format for every results file. n is n_q; the variant holds the
-    // dtype (and "causal"), the step the head; the point id names everything else.
+    // The experiments' schema (sweep.hpp; README: "Results files"): one tidy format for every results file. n is
+    // n_q; dtype the compute type, head the head (0 for a generated problem), variant "causal" under the mask (else
+    // empty); the point id names everything else.
     csv.emplace(o.csv, experiments::result_columns());
-    std::ofstream side(o.csv + ".config.txt");
+    std::ofstream side(o.csv + ".config");  // the sweeps' sidecar name (sweep.cpp)
     side << "command: " << command_line() << "\ncode_version: " << code_version() << "\ncosts measured with: "
          << cost_context() << "\n";
   }
@@ -127,37 +128,22 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
     copts.cost.repeats = o.repeats;
     copts.cost.warmup = o.warmup;
     std::size_t row_index = 0;  // compare_methods reports the rows in the methods' order
-    const auto print_row = [&](const CompareRow& r) {
+    const auto print_row = [&](const Evaluation& r) {
       const std::string& spec_shown = shown.at(row_index++);
-      const auto metric = [&](const char* name) -> std::optional<double> {
-        for (const auto& [n, v] : r.metrics)
-          if (n == name) return v;
-        return std::nullopt;
-      };
       fmt::print("{}{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.3g} {:>8.2f}\n",
-                 heads > 1 ? fmt::format("{:>4} ", h) : "", spec_shown, width, *metric("out_rel_fro"),
-                 *metric("out_mean_cosine"), opt(metric("P_rel_fro")), opt(metric("P_rel_spectral")),
-                 opt(metric("P_mean_kl")), opt(metric("P_mean_tv")), r.time_s() * 1e3, r.speedup());
+                 heads > 1 ? fmt::format("{:>4} ", h) : "", spec_shown, width, *r.value("out_rel_fro"),
+                 *r.value("out_mean_cosine"), opt(r.value("P_rel_fro")), opt(r.value("P_rel_spectral")),
+                 opt(r.value("P_mean_kl")), opt(r.value("P_mean_tv")), r.time_s() * 1e3, r.speedup());
       if (!csv) return;
-      const std::string variant = std::string(dtype_name(dtype_of<T>())) + (o.causal ? ",causal" : "");
       const std::vector<std::string> keys = {
           "compare",
           fmt::format("source={} dtype={} causal={} n_q={} n_k={} d={} d_v={} seed={} head={}", source,
                       dtype_name(dtype_of<T>()), o.causal, q.rows(), k.rows(), q.cols(), v.cols(), o.seed, h),
           source, r.method, r.spec, std::to_string(q.rows()), std::to_string(q.cols()), std::to_string(o.seed),
-          variant, std::to_string(h)};
-      // The output's four errors, the times, then the diagnostics and the P̃ metrics (the files' order). Times by
-      // the cost harness: the fastest of the timed calls (time_s) and their median, exact attention's fastest on
-      // the same head, and the speed-up exact/method of the fastest.
-      for (std::size_t i = 0; i < r.metrics.size() + 1; ++i) {
-        if (i == 4) {
-          csv->write(keys, "time_s", r.time_s());
-          csv->write(keys, "time_median_s", r.cost.median_s);
-          csv->write(keys, "exact_time_s", r.exact_time_s());
-          csv->write(keys, "speedup", r.speedup());
-        }
-        if (i < r.metrics.size()) csv->write(keys, r.metrics[i].first, r.metrics[i].second);
-      }
+          /*sequence=*/"", /*layer=*/"", /*head=*/std::to_string(h), std::string(dtype_name(dtype_of<T>())),
+          /*variant=*/o.causal ? "causal" : "", /*step=*/""};
+      // The library's one serializer (evaluate.hpp): errors, times by the cost harness, diagnostics, P̃ errors.
+      for (const auto& [metric, value] : evaluation_rows(r)) csv->write(keys, metric, value);
     };
     compare_methods<T>(q, k, v, methods, copts, print_row);
   }

@@ -1,6 +1,6 @@
 // `attnlab methods [NAME...]`: the registered methods (or those named) with their parameters, defaults and causal
 // support.
-#include "attnlab/registry.hpp"
+#include "attnlab/core/registry.hpp"
 #include "commands.hpp"
 
 #include <fmt/format.h>

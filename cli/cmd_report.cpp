@@ -1,6 +1,6 @@
 // `attnlab report`: which approximation for my model, head by head (experiments/report.hpp does the work; the
 // Python module's attnlab.report() calls the same code).
-#include "attnlab/error.hpp"
+#include "attnlab/core/error.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "report.hpp"

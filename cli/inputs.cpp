@@ -1,8 +1,8 @@
 #include "inputs.hpp"
 
-#include "attnlab/error.hpp"
-#include "attnlab/memory.hpp"
-#include "attnlab/tidy_csv.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+#include "attnlab/io/tidy_csv.hpp"
 #include "commands.hpp"
 
 #include <fmt/format.h>

@@ -2,8 +2,8 @@
 // dimensions and heads across the three files, finite values, a known dtype.
 #pragma once
 
-#include "attnlab/npy.hpp"
-#include "attnlab/types.hpp"
+#include "attnlab/io/npy.hpp"
+#include "attnlab/core/types.hpp"
 
 #include <cstdint>
 #include <optional>

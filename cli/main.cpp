@@ -1,8 +1,8 @@
 // attnlab: exact softmax attention and its sub-quadratic approximations, computed and measured.
 // Every failure ends in one line on stderr and a non-zero exit status.
-#include "attnlab/error.hpp"
-#include "attnlab/memory.hpp"
-#include "attnlab/reproducible.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+#include "attnlab/core/reproducible.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "sweep.hpp"

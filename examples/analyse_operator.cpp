@@ -2,13 +2,13 @@
 // method's P̃ as operators, their difference as an operator, its spectral norm and top singular values by block
 // Krylov, and the matrix error metrics computed block of rows by block of rows.
 //   build/bin/example_analyse_operator [n]        (a generated clustered problem, d = 64)
-#include <attnlab/error.hpp>
-#include <attnlab/exact.hpp>
-#include <attnlab/metrics.hpp>
-#include <attnlab/operator.hpp>
-#include <attnlab/registry.hpp>
-#include <attnlab/sources.hpp>
-#include <attnlab/spectrum.hpp>
+#include <attnlab/core/error.hpp>
+#include <attnlab/operators/exact.hpp>
+#include <attnlab/analysis/metrics.hpp>
+#include <attnlab/operators/difference.hpp>
+#include <attnlab/core/registry.hpp>
+#include <attnlab/io/sources.hpp>
+#include <attnlab/analysis/spectrum.hpp>
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,11 +1,11 @@
 // One method on your own arrays: reads Q, K, V (.npy, (n, d) float32 or float64; the first head of (h, n, d)),
 // runs the method named by a spec string, writes the output, and prints how far it is from exact attention.
 //   build/bin/example_apply_npy Q.npy K.npy V.npy nystrom:landmarks=32 O.npy
-#include <attnlab/error.hpp>
-#include <attnlab/exact.hpp>
-#include <attnlab/metrics.hpp>
-#include <attnlab/npy.hpp>
-#include <attnlab/registry.hpp>
+#include <attnlab/core/error.hpp>
+#include <attnlab/operators/exact.hpp>
+#include <attnlab/analysis/metrics.hpp>
+#include <attnlab/io/npy.hpp>
+#include <attnlab/core/registry.hpp>
 
 #include <cstdio>
 

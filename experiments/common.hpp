@@ -1,17 +1,17 @@
 // Helpers shared by the experiments: generated problems, rows of the standard error metrics.
 #pragma once
 
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
-#include "attnlab/metrics.hpp"
-#include "attnlab/registry.hpp"
-#include "attnlab/sources.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/analysis/evaluate.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/analysis/metrics.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/io/sources.hpp"
 #include "sweep.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <string>
 #include <vector>
@@ -27,19 +27,10 @@ inline Qkv<double> generated(const std::string& source, Index n, Index d, std::u
   return generate_problem<double>(so, n, n, d, d_v < 0 ? d : d_v, seed);
 }
 
-/// Exact attention on a problem, what every method is measured against: P as an operator, and O = P·V.
-struct Reference {
-  explicit Reference(const Qkv<double>& p, const AttentionOptions& opts = {})
-      : op(p.q, p.k, opts), out(exact_output<double>(p.q, p.k, p.v, opts)) {}
-  ExactOperator<double> op;
-  MatrixR<double> out;
-};
-
-/// The identifying columns of a point's rows (method, spec, metric and value are filled per row).
-inline Row row_key(const std::string& source, Index n, Index d, std::uint64_t seed, std::string variant = "",
-                   std::int64_t step = -1) {
-  Row r;
-  r.source = source;
+/// The identifying columns of a point's rows (method, spec, metric and value are filled per row); `where` gives the
+/// source and, for a model head, its sequence, layer and head (head_row() in model_data.hpp).
+inline Row row_key(Row where, Index n, Index d, std::uint64_t seed, std::string variant = "", std::int64_t step = -1) {
+  Row r = std::move(where);
   r.n = n;
   r.d = d;
   r.seed = seed;
@@ -48,47 +39,34 @@ inline Row row_key(const std::string& source, Index n, Index d, std::uint64_t se
   return r;
 }
 
-/// The rows every method comparison writes: output errors, matrix errors (spectral optional), time, diagnostics.
-inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const Qkv<double>& p,
-                        const Reference& exact, bool spectral, const AttentionOptions& opts = {}) {
+/// The rows of a generated source: only the source column says where they come from.
+inline Row source_row(const std::string& source) {
+  Row r;
+  r.source = source;
+  return r;
+}
+
+inline Row row_key(const std::string& source, Index n, Index d, std::uint64_t seed, std::string variant = "",
+                   std::int64_t step = -1) {
+  return row_key(source_row(source), n, d, seed, std::move(variant), step);
+}
+
+/// The rows every method comparison writes: the library's evaluation (analysis/evaluate.hpp) of the method built
+/// from `spec` (seeded by the point's seed) against exact attention, through its one serializer.
+inline void method_rows(std::vector<Row>& rows, const Row& key, const std::string& spec, const Qkv<double>&,
+                        const Reference<double>& exact, bool spectral) {
   auto m = make_method<double>(spec, key.seed);
-  const auto t0 = std::chrono::steady_clock::now();
-  m->compute(p.q, p.k, opts);
-  const MatrixR<double> out = m->output(p.v);
-  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const auto add = [&](const std::string& metric, double value) {
+  EvaluateOptions eo;
+  eo.spectral = spectral;
+  const Evaluation e = attnlab::evaluate<double>(*m, exact, eo);
+  for (const auto& [metric, value] : evaluation_rows(e)) {
     Row r = key;
-    r.method = m->name();
-    r.spec = m->spec();
+    r.method = e.method;
+    r.spec = e.spec;
     r.metric = metric;
     r.value = value;
     rows.push_back(r);
-  };
-  for (const auto& [name, value] : named_metrics(output_errors<double>(exact.out, out))) add(name, value);
-  MatrixErrorOptions mo;
-  mo.spectral = spectral;
-  for (const auto& [name, value] : named_metrics(matrix_errors<double>(exact.op, m->op(), mo))) add(name, value);
-  add("time_s", t);
-  for (const auto& [name, value] : m->diagnostics()) add(name, value);
-}
-
-/// −Σ_ij P_ij log P_ij (nats; 0 log 0 = 0) over a block of rows of P: divided by the rows, the mean row entropy.
-inline double entropy_sum(const MatrixR<double>& p) { return -(p.array() * p.array().max(1e-300).log()).sum(); }
-
-/// P's mean row entropy (nats) and ‖P‖_F², read `block` rows at a time (P is never formed whole).
-struct RowStats {
-  double mean_entropy = 0, fro2 = 0;
-};
-inline RowStats row_stats(const AttentionOperator<double>& p, Index block = 128) {
-  RowStats s;
-  const Index n = p.rows();
-  for (Index i = 0; i < n; i += block) {
-    const MatrixR<double> rows = p.row_block(i, std::min(block, n - i));
-    s.mean_entropy += entropy_sum(rows);
-    s.fro2 += rows.squaredNorm();
   }
-  s.mean_entropy /= double(n);
-  return s;
 }
 
 inline std::string join(const std::vector<std::string>& v) {

@@ -1,13 +1,15 @@
 // `error_vs_budget` — every method's error against its budget (landmarks, features, k, codes, window, ...), for
 // several n, d and sources, every metric of the library, with the Eckart–Young floor (`svd:rank=R`) beside the
 // rank-limited methods; and its cost as a user runs it (float32 time per call, best of --repeats, peak memory, and
-// the speed-up over exact streaming attention timed in the same point), for the error-against-cost figure. Sources: generated, the trained/initialised transformer's heads (`trained`, `initialized`;
-// source column "trained/L{layer}H{head}", seed column = held-out sequence), the causal model's (`trained_causal`:
-// only the causal-capable families, with the causal mask — its heads never saw the future) and the user's .npy files.
-#include "attnlab/npy.hpp"
-#include "budget_families.hpp"
+// the speed-up over exact streaming attention timed in the same point), for the error-against-cost figure. Sources:
+// generated, the trained/initialised transformer's heads (`trained`, `initialized`: the source column names the
+// model, the sequence, layer and head columns the head; README: "Results files"), the causal model's
+// (`trained_causal`: only the causal-capable families, with the causal mask — its heads never saw the future) and the
+// user's .npy files.
+#include "attnlab/io/npy.hpp"
+#include "attnlab/analysis/budget_families.hpp"
 #include "common.hpp"
-#include "attnlab/cost.hpp"
+#include "attnlab/analysis/cost.hpp"
 #include "model_data.hpp"
 
 #include <fmt/format.h>
@@ -34,7 +36,7 @@ class ErrorVsBudget final : public Experiment {
     o.add("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
     o.add("--repeats", repeats_, "timed float32 repetitions per method for the cost (0: no cost rows)");
     // Quick: one head per layer (the diagonal) of one sequence; paper: every head of every exported sequence.
-    // Also --q/--k/--v: the user's files, source 'files' (source column "files/head{h}"), one point per head.
+    // Also --q/--k/--v: the user's files, source 'files' (the head in the head column), one point per head.
     model_.declare(o, {"diagonal"}, {"all"}, 1, 0);
   }
   std::vector<Point> grid() override {
@@ -62,7 +64,7 @@ class ErrorVsBudget final : public Experiment {
           for (const ModelHead& h : heads) {
             const Family f = *it;
             pts.push_back({fmt::format("family={} {}", f.label, data->point_id(h)), [=, data = data] {
-                             return evaluate(f, data->source_label(h), data->load(h), std::uint64_t(h.seq), opts);
+                             return evaluate(f, head_row(*data, h), data->load(h), std::uint64_t(h.seq), opts);
                            }});
           }
           continue;
@@ -81,11 +83,11 @@ class ErrorVsBudget final : public Experiment {
 
  private:
   std::vector<Row> run(const Family& f, const std::string& src, Index n, Index d, std::uint64_t seed) const {
-    return evaluate(f, src, generated(src, n, d, seed), seed);
+    return evaluate(f, source_row(src), generated(src, n, d, seed), seed);
   }
-  std::vector<Row> evaluate(const Family& f, const std::string& src, const Qkv<double>& p, std::uint64_t seed,
+  std::vector<Row> evaluate(const Family& f, const Row& where, const Qkv<double>& p, std::uint64_t seed,
                             const AttentionOptions& opts = {}) const {
-    const Reference exact(p, opts);
+    const Reference<double> exact(p.q, p.k, p.v, opts);
     const Index n = std::min(p.q.rows(), p.k.rows());
     std::vector<Row> rows;
     // Cost in float32, as users run it; exact streaming attention timed in the same point gives the speed-up.
@@ -95,9 +97,9 @@ class ErrorVsBudget final : public Experiment {
     const Cost exact_cost = repeats_ > 0 ? measure_method<float>("exact", qf, kf, vf, seed, opts, co) : Cost{};
     for (Index b : f.budgets) {
       if (b > n) continue;
-      const Row key = row_key(src, p.q.rows(), p.q.cols(), seed, f.label, b);
+      const Row key = row_key(where, p.q.rows(), p.q.cols(), seed, f.label, b);
       const std::string spec = f.spec_at(b);
-      method_rows(rows, key, spec, p, exact, p.q.rows() <= spectral_limit_, opts);
+      method_rows(rows, key, spec, p, exact, p.q.rows() <= spectral_limit_);
       if (repeats_ == 0) continue;  // no cost asked for
       const Cost c = measure_method<float>(spec, qf, kf, vf, seed, opts, co);
       if (c.refused) continue;  // the memory guard refused the size

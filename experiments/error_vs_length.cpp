@@ -34,7 +34,7 @@ class ErrorVsLength final : public Experiment {
  private:
   std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
     const Qkv<double> p = generated(src, n, d_, seed);
-    const Reference exact(p);
+    const Reference<double> exact(p.q, p.k, p.v);
     std::vector<Row> rows;
     for (const auto& m : methods_) {
       if (budget_ > n) continue;

@@ -6,7 +6,7 @@
 //   o.add("--methods", methods_, "method specs").separator(';').preset(defaults);
 #pragma once
 
-#include "attnlab/types.hpp"
+#include "attnlab/core/types.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

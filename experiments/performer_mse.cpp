@@ -5,7 +5,7 @@
 //   MSE_hyp = ½(1 − e^{−‖x+y‖²})·MSE_+;
 // the attention output's MSE at L = 4096, d = 16 (Fig. 4); and the closed-form ratio MSE_trig/MSE_+ over the
 // angle between x and y and their length (Fig. 2), which explodes where the kernel value is small.
-#include "attnlab/performer.hpp"
+#include "attnlab/components/random_features.hpp"
 #include "common.hpp"
 
 #include <fmt/format.h>

@@ -3,10 +3,10 @@
 // Newton–Schulz iterations on the softmax landmark matrix A = softmax(s·Q̃K̃ᵀ), m = 8…512, with A's condition
 // number; the iterations each needs to reach 1e-6; the measured convergence order; and Nyström's attention error
 // as a function of the iteration count, against the SVD pseudo-inverse — on generated sources and on the heads of the
-// trained and initialised transformer (`trained`, `initialized`; source column "trained/L{layer}H{head}").
-#include "attnlab/landmarks.hpp"
-#include "attnlab/linalg/pinv.hpp"
-#include "attnlab/spectrum.hpp"
+// trained and initialised transformer (`trained`, `initialized`; sequence, layer and head in their columns).
+#include "attnlab/components/landmarks.hpp"
+#include "attnlab/components/pinv.hpp"
+#include "attnlab/analysis/spectrum.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
 
@@ -36,7 +36,7 @@ class PinvExperiment final : public Experiment {
           for (Index m : m_) {
             if (m > data->n()) continue;
             pts.push_back({fmt::format("{} m={}", data->point_id(h), m), [=, data = data] {
-                             return evaluate(data->source_label(h), data->load(h), m, std::uint64_t(h.seq));
+                             return evaluate(head_row(*data, h), data->load(h), m, std::uint64_t(h.seq));
                            }});
           }
         continue;
@@ -54,15 +54,15 @@ class PinvExperiment final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, Index n, Index m, std::uint64_t seed) const {
-    return evaluate(src, generated(src, n, d_, seed), m, seed);
+    return evaluate(source_row(src), generated(src, n, d_, seed), m, seed);
   }
-  std::vector<Row> evaluate(const std::string& src, const Qkv<double>& p, Index m, std::uint64_t seed) const {
+  std::vector<Row> evaluate(const Row& where, const Qkv<double>& p, Index m, std::uint64_t seed) const {
     const MatrixR<double> a =
         exact_matrix<double>(segment_means<double>(p.q, m), segment_means<double>(p.k, m), {});
     const VectorX<double> sv = singular_values<double>(a);
     const MatrixR<double> ref = svd_pinv<double>(a);
     std::vector<Row> rows;
-    Row key = row_key(src, p.q.rows(), p.q.cols(), seed);
+    Row key = row_key(where, p.q.rows(), p.q.cols(), seed);
     key.method = "nystrom";
     const auto add = [&](const std::string& variant, Index step, const std::string& metric, double value) {
       Row r = key;
@@ -87,24 +87,23 @@ class PinvExperiment final : public Experiment {
       add(variant, m, "order", convergence_order(pi.residuals(), 1e-11, 1.0));
     }
     // Nyström's error against the iteration count (does an unconverged pseudo-inverse help?), and with the SVD.
-    const Reference exact(p);
-    MatrixErrorOptions mo;
-    mo.spectral = false;
+    const Reference<double> exact(p.q, p.k, p.v);
+    EvaluateOptions eo;
+    eo.spectral = false;
+    const auto nystrom = [&](const std::string& variant, Index k, const std::string& spec) {
+      auto ny = make_method<double>(spec);
+      const Evaluation e = attnlab::evaluate<double>(*ny, exact, eo);
+      add(variant, k, "nystrom_out_rel_fro", *e.value("out_rel_fro"));
+      add(variant, k, "nystrom_P_rel_fro", *e.value("P_rel_fro"));
+    };
     for (Index k : {Index(0), Index(1), Index(2), Index(3), Index(4), Index(6), Index(8), Index(12), Index(16),
                     Index(24), Index(32), iters_}) {
       if (k > iters_) continue;
-      for (const std::string pinv : {"iterative", "newton"}) {
-        auto ny = make_method<double>(fmt::format("nystrom:landmarks={},pinv={},iters={}", m, pinv, k));
-        ny->compute(p.q, p.k);
-        const std::string variant = pinv == "iterative" ? "order3" : "newton";
-        add(variant, k, "nystrom_out_rel_fro", output_errors<double>(exact.out, ny->output(p.v)).rel_fro);
-        add(variant, k, "nystrom_P_rel_fro", matrix_errors<double>(exact.op, ny->op(), mo).rel_fro);
-      }
+      for (const std::string pinv : {"iterative", "newton"})
+        nystrom(pinv == "iterative" ? "order3" : "newton", k,
+                fmt::format("nystrom:landmarks={},pinv={},iters={}", m, pinv, k));
     }
-    auto svd = make_method<double>(fmt::format("nystrom:landmarks={},pinv=svd", m));
-    svd->compute(p.q, p.k);
-    add("svd", -1, "nystrom_out_rel_fro", output_errors<double>(exact.out, svd->output(p.v)).rel_fro);
-    add("svd", -1, "nystrom_P_rel_fro", matrix_errors<double>(exact.op, svd->op(), mo).rel_fro);
+    nystrom("svd", -1, fmt::format("nystrom:landmarks={},pinv=svd", m));
     return rows;
   }
 

@@ -2,8 +2,8 @@
 // max-mean estimate M̄ with Lemma 1's bounds M̄ ≤ M ≤ M̄ + ln n_k (over the same keys); the recall of the true top-u
 // queries (by M) when ranking by the sampled M̄, against the factor c and the number of sampled keys; the output
 // error against c; and the (long-tailed) distribution of M as quantiles — on generated sources and on the heads of
-// the trained and initialised transformer (`trained`, `initialized`; source column "trained/L{layer}H{head}").
-#include "attnlab/probsparse.hpp"
+// the trained and initialised transformer (`trained`, `initialized`; sequence, layer and head in their columns).
+#include "attnlab/components/sparsity_measure.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
 
@@ -32,7 +32,7 @@ class ProbSparseExperiment final : public Experiment {
     for (const auto& src : sources_) {
       if (ModelData::is_model_source(src)) {
         model_.add_head_points(pts, src, name(), [this](const ModelData& data, const ModelHead& h) {
-          return evaluate(data.source_label(h), data.load(h), std::uint64_t(h.seq));
+          return evaluate(head_row(data, h), data.load(h), std::uint64_t(h.seq));
         });
         continue;
       }
@@ -46,15 +46,15 @@ class ProbSparseExperiment final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
-    return evaluate(src, generated(src, n, d_, seed), seed);
+    return evaluate(source_row(src), generated(src, n, d_, seed), seed);
   }
-  std::vector<Row> evaluate(const std::string& src, const Qkv<double>& p, std::uint64_t seed) const {
+  std::vector<Row> evaluate(const Row& where, const Qkv<double>& p, std::uint64_t seed) const {
     const Index n = p.q.rows();
     Rng rng(seed);
     const VectorX<double> m = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::Lse, 0, rng);
     const VectorX<double> mbar = sparsity_measure<double>(p.q, p.k, {}, SparsityMeasure::MaxMean, 0, rng);
     std::vector<Row> rows;
-    Row key = row_key(src, n, p.q.cols(), seed);
+    Row key = row_key(where, n, p.q.cols(), seed);
     key.method = "probsparse";
     const auto add = [&](const std::string& variant, Index step, const std::string& metric, double value) {
       Row r = key;
@@ -78,7 +78,7 @@ class ProbSparseExperiment final : public Experiment {
     std::sort(sorted.data(), sorted.data() + sorted.size());
     for (int q : {1, 5, 10, 25, 50, 75, 90, 95, 99})
       add("full", q, "M_quantile", sorted(std::min<Index>(n - 1, Index(double(q) / 100.0 * double(n)))));
-    const Reference exact(p);
+    const Reference<double> exact(p.q, p.k, p.v);
     for (double c : factors_) {
       const Index u = probsparse_u(n, c), samples = probsparse_default_samples(n, c);
       const std::vector<Index> truth = select_queries(m, u, false);

@@ -2,7 +2,7 @@
 // Chen et al. 2021): a temperature sweep moves attention from sharp (low entropy, sparse-friendly) to diffuse
 // (high entropy, low-rank-friendly). Methods at matched budgets: Performer (low-rank), Reformer and a local window
 // (sparse), Scatterbrain (both), with the ideal rank-R approximation as reference. The heads of the trained and
-// initialised transformer (`trained`, `initialized`: variant "L{layer}H{head}") are points at their own entropies.
+// initialised transformer (`trained`, `initialized`: layer and head in their columns) are points at their own entropies.
 #include "common.hpp"
 #include "model_data.hpp"
 
@@ -33,8 +33,8 @@ class Regimes final : public Experiment {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
       if (ModelData::is_model_source(src)) {
-        model_.add_head_points(pts, src, name(), [this, src](const ModelData& data, const ModelHead& h) {
-          return evaluate(src, h.label(), data.load(h), std::uint64_t(h.seq));
+        model_.add_head_points(pts, src, name(), [this](const ModelData& data, const ModelHead& h) {
+          return evaluate(head_row(data, h), "", data.load(h), std::uint64_t(h.seq));
         });
         continue;
       }
@@ -48,16 +48,16 @@ class Regimes final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, double t, std::uint64_t seed) const {
-    return evaluate(src, fmt::format("T={}", t), generated(src, n_, d_, seed, t), seed);
+    return evaluate(source_row(src), fmt::format("T={}", t), generated(src, n_, d_, seed, t), seed);
   }
-  std::vector<Row> evaluate(const std::string& src, const std::string& variant, const Qkv<double>& p,
+  std::vector<Row> evaluate(const Row& where, const std::string& variant, const Qkv<double>& p,
                             std::uint64_t seed) const {
     const Index n = p.q.rows();
-    const Reference exact(p);
+    const Reference<double> exact(p.q, p.k, p.v);
     // Mean row entropy of P, −Σ_j P_ij log P_ij (nats), read block by block.
-    const double entropy = row_stats(exact.op).mean_entropy;
+    const double entropy = row_stats(exact.op()).mean_entropy;
     std::vector<Row> rows;
-    const Row key = row_key(src, n, p.q.cols(), seed, variant);
+    const Row key = row_key(where, n, p.q.cols(), seed, variant);
     {
       Row r = key;
       r.method = "exact";

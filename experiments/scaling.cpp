@@ -7,9 +7,9 @@
 // are refused by the memory guard and recorded as such.
 #include "common.hpp"
 
-#include "attnlab/cost.hpp"
+#include "attnlab/analysis/cost.hpp"
 
-#include "attnlab/random.hpp"
+#include "attnlab/core/random.hpp"
 
 #include <fmt/format.h>
 

@@ -5,10 +5,10 @@
 // Q, K (.npy, (n, d) or (h, n, d): one point per head); and the top-k singular values at large n, matrix-free (never
 // forming P), by the block Krylov solver — or by Spectra's Lanczos too (`--solvers block,lanczos`), timed in the
 // same run, with each solver's residuals, products and peak memory.
-#include "attnlab/npy.hpp"
-#include "attnlab/spectrum.hpp"
+#include "attnlab/io/npy.hpp"
+#include "attnlab/analysis/spectrum.hpp"
 #include "common.hpp"
-#include "attnlab/cost.hpp"
+#include "attnlab/analysis/cost.hpp"
 #include "model_data.hpp"
 
 #include <fmt/format.h>
@@ -172,13 +172,12 @@ class SpectrumExperiment final : public Experiment {
     AttentionOptions o;
     o.causal = !data.bidirectional();
     const MatrixR<double> P = exact_matrix<double>(p.q, p.k, o);
-    Row r;
-    r.source = data.model();
+    Row r = head_row(data, h);  // sequence, layer, head
+    r.source = data.model();    // the export's model (trained_causal's rows say "trained", as in schema 1)
     r.method = "exact";
-    r.variant = h.label();
     r.n = p.q.rows();
     r.d = p.q.cols();
-    r.seed = std::uint64_t(h.seq);
+    r.seed = std::uint64_t(h.seq);  // as in every experiment: a head's seed is its sequence index
     std::vector<Row> rows;
     spectrum_rows(rows, r, singular_values<double>(P));
     const MatrixR<double> model_p = h.seq == 0 ? data.model_attention(h.layer, h.head) : MatrixR<double>();
@@ -202,7 +201,7 @@ class SpectrumExperiment final : public Experiment {
     Row r;
     r.source = "files";
     r.method = "exact";
-    r.variant = fmt::format("head={}", h);
+    r.head = h;
     r.n = q.rows();
     r.d = q.cols();
     std::vector<Row> rows;

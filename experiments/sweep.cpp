@@ -1,10 +1,10 @@
 // The sweep runner: resume from the CSV, shard the grid, write each finished point at once, show progress.
 #include "sweep.hpp"
 
-#include "attnlab/cost.hpp"
+#include "attnlab/analysis/cost.hpp"
 
-#include "attnlab/error.hpp"
-#include "attnlab/tidy_csv.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/io/tidy_csv.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -22,6 +22,12 @@
 namespace attnlab::experiments {
 
 const std::vector<std::string>& result_columns() {
+  static const std::vector<std::string> c = {"experiment", "point", "source", "method", "spec",    "n",      "d",
+                                             "seed",       "sequence", "layer", "head", "dtype", "variant", "step"};
+  return c;
+}
+
+const std::vector<std::string>& result_columns_v1() {
   static const std::vector<std::string> c = {"experiment", "point", "source", "method", "spec",
                                              "n",          "d",     "seed",   "variant", "step"};
   return c;
@@ -35,6 +41,9 @@ bool given(const CLI::App& app, const std::string& option) {
 namespace {
 
 constexpr const char* kDoneMetric = "point_done";
+
+/// An index column's text: empty for −1 (none).
+std::string optional_index(std::int64_t i) { return i >= 0 ? std::to_string(i) : ""; }
 
 /// Splits one CSV line written by csv_field (fields quoted when they hold a comma or a quote).
 std::vector<std::string> split_csv(const std::string& line) {
@@ -66,6 +75,11 @@ std::set<std::string> resume(const std::string& path, const std::string& header)
   std::string first, line;
   std::getline(in, first);
   if (first.empty()) return done;
+  if (first == tidy_header(result_columns_v1()))
+    throw Error(fmt::format("{0}: written by results schema 1; migrate it to schema {1} (same values, new columns: "
+                            "the run then resumes it) with `python3 tools/migrate_results.py {0}`, or move it away "
+                            "or use --out",
+                            path, kResultsSchemaVersion));
   if (first != header)
     throw Error(fmt::format("{}: written by another schema (header differs); move it away or use --out", path));
   std::vector<std::pair<std::string, std::string>> rows;  // (point id, line)
@@ -144,9 +158,13 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
     for (const Row& r : rows)
       if (!std::isnan(r.value))
         csv.write({e.name(), todo[i]->id, r.source, r.method, r.spec, std::to_string(r.n), std::to_string(r.d),
-                   std::to_string(r.seed), r.variant, r.step >= 0 ? std::to_string(r.step) : ""},
+                   std::to_string(r.seed), optional_index(r.sequence), optional_index(r.layer),
+                   optional_index(r.head), r.dtype, r.variant, optional_index(r.step)},
                   r.metric, r.value);
-    csv.write({e.name(), todo[i]->id, "", "", "", "", "", "", "", ""}, kDoneMetric, 1);
+    std::vector<std::string> done_keys(result_columns().size());
+    done_keys[0] = e.name();
+    done_keys[1] = todo[i]->id;
+    csv.write(done_keys, kDoneMetric, 1);
     csv.commit();  // the point is on disk before the next one starts
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double left = el / double(i + 1) * double(todo.size() - i - 1);

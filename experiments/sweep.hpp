@@ -16,14 +16,23 @@
 
 namespace attnlab::experiments {
 
-/// Tidy CSV columns after schema_version and code_version (see README: results files).
-const std::vector<std::string>& result_columns();  // experiment, point, source, method, spec, n, d, seed, variant, step
+/// Tidy CSV columns after schema_version and code_version (results schema 2; README: "Results files" says what each
+/// holds in every experiment): experiment, point, source, method, spec, n, d, seed, sequence, layer, head, dtype,
+/// variant, step.
+const std::vector<std::string>& result_columns();
 
-/// One row of a point's results.
+/// The results schema before this one (schema 1: no sequence, layer, head, dtype columns): a file written by it is
+/// migrated by tools/migrate_results.py, not resumed.
+const std::vector<std::string>& result_columns_v1();
+
+/// One row of a point's results. The columns a row does not use stay empty (−1, "").
 struct Row {
-  std::string source, method, spec, variant;
+  std::string source;  // generated kind (gaussian, ...) or model source (trained, initialized, trained_causal, files)
+  std::string method, spec, variant;
   std::int64_t n = 0, d = 0;
   std::uint64_t seed = 0;
+  std::int64_t sequence = -1, layer = -1, head = -1;  // a model head's held-out sequence, layer and head; −1: none
+  std::string dtype;       // the compute type when a row has one (compare); empty: none
   std::int64_t step = -1;  // iteration / feature count / ...; −1: none
   std::string metric;
   double value = 0;

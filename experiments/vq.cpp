@@ -30,7 +30,7 @@ class VqExperiment final : public Experiment {
           for (Index c : codes_) {
             if (c > data->n()) continue;
             pts.push_back({fmt::format("{} codes={}", data->point_id(h), c), [=, data = data] {
-                             return evaluate(data->source_label(h), data->load(h), c, std::uint64_t(h.seq));
+                             return evaluate(head_row(*data, h), data->load(h), c, std::uint64_t(h.seq));
                            }});
           }
         continue;
@@ -47,12 +47,12 @@ class VqExperiment final : public Experiment {
 
  private:
   std::vector<Row> run(const std::string& src, Index c, std::uint64_t seed) const {
-    return evaluate(src, generated(src, n_, d_, seed), c, seed);
+    return evaluate(source_row(src), generated(src, n_, d_, seed), c, seed);
   }
-  std::vector<Row> evaluate(const std::string& src, const Qkv<double>& p, Index c, std::uint64_t seed) const {
-    const Reference exact(p);
+  std::vector<Row> evaluate(const Row& where, const Qkv<double>& p, Index c, std::uint64_t seed) const {
+    const Reference<double> exact(p.q, p.k, p.v);
     std::vector<Row> rows;
-    const Row key = row_key(src, p.q.rows(), p.q.cols(), seed, "", c);
+    const Row key = row_key(where, p.q.rows(), p.q.cols(), seed, "", c);
     const auto add = [&](const std::string& variant, const std::string& spec) {
       Row k = key;
       k.variant = variant;

@@ -13,16 +13,18 @@
 // only sets attnlab's cancel flag, polled by the kernels; KeyboardInterrupt follows). attnlab::Error becomes
 // ValueError with the library's message unchanged. Each call runs on the module's own OpenMP thread count
 // (threads(); see ThreadsGuard), whatever other libraries in the process have set.
-#include "attnlab/cancel.hpp"
-#include "attnlab/compare.hpp"
-#include "attnlab/cost.hpp"
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
-#include "attnlab/registry.hpp"
-#include "attnlab/sources.hpp"
-#include "attnlab/spectrum.hpp"
-#include "budget_families.hpp"
+#include "attnlab/core/cancel.hpp"
+#include "attnlab/analysis/evaluate.hpp"
+#include "attnlab/analysis/cost.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/io/sources.hpp"
+#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/analysis/budget_families.hpp"
 #include "report.hpp"
+#include "common.hpp"
+#include "method_binding.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -39,38 +41,9 @@
 
 namespace py = pybind11;
 using namespace attnlab;
+using namespace attnlab_python;  // common.hpp: threads, Ctrl-C, run_released
 
 namespace {
-
-// ---- threads ------------------------------------------------------------------------------------------------
-
-/// The OpenMP default of this process as libgomp derived it from the environment (OMP_NUM_THREADS, else the CPUs
-/// this process may run on). Read on a fresh thread: omp_set_num_threads changes only the calling thread's
-/// setting, and libraries loaded before attnlab may have called it on the main thread — PyTorch sets it to its
-/// count of physical cores when imported (1 on a 2-vCPU machine), which halved the module's threads.
-int initial_threads() {
-  int n = 1;
-  std::thread([&n] { n = omp_get_max_threads(); }).join();
-  return n;
-}
-
-int& module_threads() {
-  static int n = initial_threads();
-  return n;
-}
-
-/// For one call: the calling thread runs OpenMP regions on the module's thread count, and gets its own setting
-/// back afterwards (PyTorch reads the same libgomp setting for its thread count; an attnlab call must not change it).
-class ThreadsGuard {
- public:
-  ThreadsGuard() : saved_(omp_get_max_threads()) { omp_set_num_threads(module_threads()); }
-  ~ThreadsGuard() { omp_set_num_threads(saved_); }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
- private:
-  int saved_;
-};
 
 // ---- arrays -------------------------------------------------------------------------------------------------
 
@@ -157,50 +130,6 @@ AttentionOptions attention_options(bool causal, const std::optional<double>& sca
 
 std::string head_label(const char* what, bool batched, Index h) {
   return batched ? fmt::format("{} (head {})", what, h) : std::string(what);
-}
-
-// ---- Ctrl-C -------------------------------------------------------------------------------------------------
-
-/// While C++ runs with the GIL released, Python's own SIGINT handler cannot run: this one sets the library's
-/// cancel flag instead (and nothing else: it must be async-signal-safe), and the previous handler comes back after.
-class SigintGuard {
- public:
-  SigintGuard() {
-    clear_cancel();
-    const py::object threading = py::module_::import("threading");
-    installed_ = threading.attr("current_thread")().is(threading.attr("main_thread")());
-    if (!installed_) return;
-    struct sigaction sa {};
-    sa.sa_handler = [](int) { request_cancel(); };
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_);
-  }
-  ~SigintGuard() {
-    if (installed_) sigaction(SIGINT, &old_, nullptr);
-    clear_cancel();
-  }
-  SigintGuard(const SigintGuard&) = delete;
-  SigintGuard& operator=(const SigintGuard&) = delete;
-
- private:
-  bool installed_ = false;
-  struct sigaction old_ {};
-};
-
-/// Runs `work` as every call's C++ part runs: Ctrl-C honoured, the module's threads, the GIL released. The cost
-/// harness reports an interruption inside a timed call as a refused cost (Interrupted is an Error); a cancel
-/// request still pending when an Error leaves is that interruption, and becomes KeyboardInterrupt.
-template <typename F>
-void run_released(F&& work) {
-  SigintGuard sigint;
-  ThreadsGuard threads;
-  py::gil_scoped_release release;
-  try {
-    work();
-  } catch (const Error&) {
-    throw_if_cancelled();
-    throw;
-  }
 }
 
 // ---- methods() ----------------------------------------------------------------------------------------------
@@ -295,16 +224,16 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
   copts.spectral = spectral;
   copts.cost.repeats = repeats;
   copts.cost.warmup = warmup;
-  std::vector<std::pair<Index, CompareRow>> rows;
+  std::vector<std::pair<Index, Evaluation>> rows;
   run_released([&] {
     for (Index h = 0; h < q.heads; ++h)
       for (auto& r : compare_methods<T>(q.head(h), k.head(h), v.head(h), methods, copts)) rows.emplace_back(h, std::move(r));
   });
-  // Wide rows: one per (head, method); a metric a method does not have is NaN (KL of a P̃ whose rows are not
-  // distributions, a diagnostic of another method).
+  // Wide rows: one per (head, method), the library's rows (evaluation_rows) as columns; a metric a method does not
+  // have is NaN (KL of a P̃ whose rows are not distributions, a diagnostic of another method).
   std::vector<std::string> names;
   for (const auto& [h, r] : rows)
-    for (const auto& [name, value] : r.metrics)
+    for (const auto& [name, value] : evaluation_rows(r))
       if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   py::list records;
   for (const auto& [h, r] : rows) {
@@ -316,12 +245,8 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
     d["dtype"] = dtype_name(dtype_of<T>());
     d["n_q"] = q.rows;
     d["n_k"] = k.rows;
-    d["time_s"] = r.time_s();
-    d["time_median_s"] = r.cost.median_s;
-    d["exact_time_s"] = r.exact_time_s();
-    d["speedup"] = r.speedup();
     for (const auto& name : names) d[py::str(name)] = std::numeric_limits<double>::quiet_NaN();
-    for (const auto& [name, value] : r.metrics) d[py::str(name)] = value;
+    for (const auto& [name, value] : evaluation_rows(r)) d[py::str(name)] = value;
     records.append(d);
   }
   if (frame) {
@@ -455,11 +380,12 @@ PYBIND11_MODULE(_core, m) {
   });
 
   m.def("methods", &methods_list);
+  bind_method(m);  // method_binding.cpp: the Method class (fit once, apply to many V)
 
   // The method families swept against a budget (error_vs_budget, the report, tools/dropin.py): one list.
   m.def("budget_families", [] {
     py::list out;
-    for (const auto& f : experiments::budget_families()) {
+    for (const auto& f : budget_families()) {
       py::list specs;
       for (Index b : f.budgets) specs.append(f.spec_at(b));
       py::dict d;

@@ -2,8 +2,8 @@
 // causal where supported, the materialized P̃ times V equals the fast output; the operator agrees with the
 // matrix both ways; outputs stay finite for logits scaled by 100; a causal method never reads the future;
 // a non-causal method refuses the mask.
-#include "attnlab/error.hpp"
-#include "attnlab/registry.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/registry.hpp"
 #include "test_util.hpp"
 
 #include <string>

@@ -1,10 +1,10 @@
 // The cost harness (attnlab/cost.hpp): what it runs, what it records, and that the methods it times reuse their
 // buffers in steady state instead of mapping fresh ones on every call. No timing is asserted (timings are noise);
 // call counts, refusals, memory and page-fault counts are.
-#include "attnlab/cost.hpp"
-#include "attnlab/error.hpp"
-#include "attnlab/random.hpp"
-#include "attnlab/registry.hpp"
+#include "attnlab/analysis/cost.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/random.hpp"
+#include "attnlab/core/registry.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Exact attention: materialized against an independent long-double formula, streaming against
 // materialized, and the operator form against the matrix, with and without the causal mask.
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
 #include "test_util.hpp"
 
 #include <vector>

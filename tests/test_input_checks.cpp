@@ -2,9 +2,9 @@
 // refused — by compute() and, earlier, by check_method_fits() — with the parameter, its value and n in the message;
 // budgets that saturate (a window, a chunk, ProbSparse's factor) and random features are accepted; and the memory a
 // method will need is estimated (exact:impl=materialized's P, svd's dense path) and refused by the memory guard.
-#include "attnlab/error.hpp"
-#include "attnlab/memory.hpp"
-#include "attnlab/registry.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+#include "attnlab/core/registry.hpp"
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>

@@ -1,10 +1,10 @@
 // Kernel feature-map methods against independent formulas: linear (elu, relu), taylor, efficient, Performer;
 // causal forms (recurrent, chunked) against the masked quadratic computation; Performer's unbiasedness,
 // its 1/√M error decay, and orthogonal features beating iid ones.
-#include "attnlab/exact.hpp"
-#include "attnlab/metrics.hpp"
-#include "attnlab/performer.hpp"
-#include "attnlab/registry.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/analysis/metrics.hpp"
+#include "attnlab/components/random_features.hpp"
+#include "attnlab/core/registry.hpp"
 #include "test_util.hpp"
 
 #include <functional>
@@ -16,7 +16,8 @@ using test::randn;
 using test::rel_err;
 using Sim = std::function<long double(Index, Index)>;
 
-/// P̃_ij = sim(i, j) / Σ_{visible j'} sim(i, j'), masked, by the definition (seed 003 eq. (3)).
+/// P̃_ij = sim(i, j) / Σ_{visible j'} sim(i, j'), masked, by the definition (Katharopoulos et al. 2020
+/// eq. (2); masked as in §3.3).
 MatrixR<double> normalized(Index nq, Index nk, bool causal, const Sim& sim) {
   MatrixR<double> p = MatrixR<double>::Zero(nq, nk);
   for (Index i = 0; i < nq; ++i) {

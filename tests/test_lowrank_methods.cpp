@@ -1,10 +1,10 @@
 // Low-rank methods: Nyströmformer, Linformer, SVD and CUR against independent formulas, their exact limits,
 // and the Eckart–Young floor that no rank-R method may beat.
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
-#include "attnlab/landmarks.hpp"
-#include "attnlab/metrics.hpp"
-#include "attnlab/registry.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/components/landmarks.hpp"
+#include "attnlab/analysis/metrics.hpp"
+#include "attnlab/core/registry.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/QR>
@@ -62,7 +62,7 @@ TEST(Nystrom, MatchesTheSeedFormula) {
   auto svd = make_method<double>("nystrom:landmarks=8,pinv=svd");
   svd->compute(q, k, o);
   EXPECT_LT(rel_err(svd->matrix(), (f * pinv(a) * b).eval()), 1e-10);
-  // Six order-3 steps from Z₀ = Aᵀ/(‖A‖₁‖A‖∞), written out here (seed 000 eqs. (10)-(11)).
+  // Six order-3 steps from Z₀ = Aᵀ/(‖A‖₁‖A‖∞), written out here (Razavi et al. 2014; Xiong et al. 2021 eq. (16)).
   MatrixR<double> z = a.transpose() / (a.cwiseAbs().colwise().sum().maxCoeff() * a.cwiseAbs().rowwise().sum().maxCoeff());
   const MatrixR<double> I = MatrixR<double>::Identity(m, m);
   for (int it = 0; it < 6; ++it) {

@@ -1,7 +1,7 @@
 // The memory guard: sizes parse, quadratic allocations above the limit are refused with a clear message.
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
-#include "attnlab/memory.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/core/memory.hpp"
 #include "test_util.hpp"
 
 namespace attnlab {

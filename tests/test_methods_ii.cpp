@@ -1,12 +1,12 @@
 // Methods II: Transformer-VQ, ProbSparse, sparse patterns, Reformer and Scatterbrain against independent
 // formulas and their exact limits.
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
-#include "attnlab/kmeans.hpp"
-#include "attnlab/performer.hpp"
-#include "attnlab/probsparse.hpp"
-#include "attnlab/registry.hpp"
-#include "attnlab/vq.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/components/kmeans.hpp"
+#include "attnlab/components/random_features.hpp"
+#include "attnlab/components/sparsity_measure.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/components/codebook_attention.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/SVD>
@@ -60,10 +60,10 @@ TEST(MethodsII, ExactLimits) {
   expect_exact("vq:codes=40,quantize=both", pr, false, 1e-9);
 }
 
-// The mean-field form of quantizing both (seed 002's comments) against its formula computed independently in double
-// from the same codebooks: P̃_ij = softmax_j(s·(q_i·c_a(j) + c'_b(i)·r_j)), r_j = k_j − c_a(j). In float32 at logits
-// ×100 (the reproduction: n = 80, d = 16, 16 codes) the output must stay finite and within the rounding
-// bound; before the log-domain form it overflowed to non-finite values there.
+// The mean-field form of quantizing both (attnlab's variant, not in Lingle 2023) against its formula computed
+// independently in double from the same codebooks: P̃_ij = softmax_j(s·(q_i·c_a(j) + c'_b(i)·r_j)),
+// r_j = k_j − c_a(j). In float32 at logits ×100 (the reproduction: n = 80, d = 16, 16 codes) the output must
+// stay finite and within the rounding bound; before the log-domain form it overflowed to non-finite values there.
 template <typename T>
 void check_mean_field(double logit_mult) {
   const Index n = 80, d = 16, codes = 16;
@@ -124,7 +124,8 @@ TEST(MethodsII, VqQuantizeBothMeanField) {
   }
 }
 
-// The VQ identity (seed 002 eq. (3)): hard VQ's fast output is exact attention on K̂ = ΔC.
+// The VQ identity (Lingle 2023, the VQ-attention factorization of its Fig. 2): hard VQ's fast output is exact
+// attention on K̂ = ΔC.
 TEST(MethodsII, VqIdentityAndSoftLimit) {
   const Problem pr = problem(80, 80, 8, 2);
   Rng rng(7);  // the method's seed=7 replays the same k-means

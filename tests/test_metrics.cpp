@@ -1,8 +1,8 @@
 // Error metrics against their definitions computed densely here.
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
-#include "attnlab/metrics.hpp"
-#include "attnlab/norms.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/analysis/metrics.hpp"
+#include "attnlab/analysis/norms.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/SVD>

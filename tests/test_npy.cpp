@@ -1,7 +1,7 @@
 // .npy I/O: round trips, every supported header version and order, and every malformed file refused
 // with an Error (never a crash or a huge allocation).
-#include "attnlab/error.hpp"
-#include "attnlab/npy.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/io/npy.hpp"
 #include "test_util.hpp"
 
 #include <cstdio>

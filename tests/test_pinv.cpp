@@ -1,10 +1,10 @@
 // Pseudo-inverses: the SVD reference, and the order-3 and Newton–Schulz iterations on the badly conditioned
 // softmax landmark matrices of Nyströmformer (Gaussian inputs, d = 64, m = 64, scale 1/√d): they converge, with
 // the convergence orders their error recurrences predict (E' = ¾E³ + ¼E⁴ and E' = E²).
-#include "attnlab/exact.hpp"
-#include "attnlab/landmarks.hpp"
-#include "attnlab/linalg/pinv.hpp"
-#include "attnlab/spectrum.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/components/landmarks.hpp"
+#include "attnlab/components/pinv.hpp"
+#include "attnlab/analysis/spectrum.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/QR>

@@ -1,5 +1,5 @@
 // Seeded randomness: reproducible streams and correct moments.
-#include "attnlab/random.hpp"
+#include "attnlab/core/random.hpp"
 #include "test_util.hpp"
 
 namespace attnlab {

@@ -1,8 +1,8 @@
 // Spec strings and the factory: valid specs resolve with defaults; every kind of bad spec is refused with
 // a message that lists what is valid.
-#include "attnlab/error.hpp"
-#include "attnlab/registry.hpp"
-#include "attnlab/spec.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/core/spec.hpp"
 #include "test_util.hpp"
 
 #include <gtest/gtest.h>

@@ -2,12 +2,12 @@
 // small operators of every kind (exact, causal exact, rectangular, low-rank beyond its rank, sparse, a difference),
 // float32 and float64; its stopping rule on a clustered spectrum; Lanczos and block in agreement; the
 // Eckart–Young floor `svd:rank=R` through the block path equal to the dense one.
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
-#include "attnlab/linalg/block_krylov.hpp"
-#include "attnlab/norms.hpp"
-#include "attnlab/registry.hpp"
-#include "attnlab/spectrum.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/analysis/block_krylov.hpp"
+#include "attnlab/analysis/norms.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/analysis/spectrum.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/QR>

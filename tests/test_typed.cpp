@@ -1,11 +1,10 @@
 // The typed classes and options structs (attnlab/methods/*.hpp) against the registry: the same defaults, the same
 // spec both ways, the same outputs, the same errors.
-#include "attnlab/error.hpp"
-#include "attnlab/exact.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
 #include "attnlab/methods/all.hpp"
-#include "attnlab/random.hpp"
-#include "attnlab/registry.hpp"
-#include "method_list.hpp"
+#include "attnlab/core/random.hpp"
+#include "attnlab/core/registry.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,50 +13,58 @@
 namespace attnlab {
 namespace {
 
-// Every method of attnlab/methods/all.hpp (the build's list of it, as the registry reads it).
-template <typename T>
-struct Tail;
-template <typename H, typename... R>
-struct Tail<std::tuple<H, R...>> {
-  using type = std::tuple<R...>;
-};
-#define ATTNLAB_OPTIONS_OF(Name) , Name##Options
-using AllOptions = Tail<std::tuple<void ATTNLAB_METHODS(ATTNLAB_OPTIONS_OF)>>::type;
-#undef ATTNLAB_OPTIONS_OF
+// Every registered method's options struct (attnlab/methods/all.hpp: the registry's own list).
+using AllOptions = RegisteredMethodOptions;
 
-template <typename F, std::size_t... I>
-void each_options(F&& f, std::index_sequence<I...>) {
-  (f(std::tuple_element_t<I, AllOptions>{}), ...);
-}
 template <typename F>
 void each_options(F&& f) {
-  each_options(f, std::make_index_sequence<std::tuple_size_v<AllOptions>>{});
+  std::apply([&](auto... o) { (f(o), ...); }, AllOptions{});
 }
 
-TEST(Typed, EveryRegisteredMethodHasOptionsWithTheRegistrysDefaults) {
-  std::vector<std::string> names;
+TEST(Typed, EveryOptionsStructIsItsMethodsOneDeclaration) {
+  std::size_t count = 0;
   each_options([&](auto o) {
-    names.push_back(decltype(o)::kName);
-    // The struct's defaults are the descriptor's: its spec is the canonical spec of the bare name.
-    EXPECT_EQ(o.spec(), make_method<double>(decltype(o)::kName)->spec()) << decltype(o)::kName;
+    using O = decltype(o);
+    ++count;
+    const MethodDescriptor& d = O::descriptor();
+    EXPECT_EQ(d.name, O::kName);
+    // The registry's parameter list is the struct's declaration: names, defaults (the initializers), ranges, help.
+    const auto specs = O::parameter_specs();
+    ASSERT_EQ(specs.size(), d.params.size()) << O::kName;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(specs[i].name, d.params[i].name) << O::kName;
+      EXPECT_EQ(specs[i].default_value, d.params[i].default_value) << O::kName << "." << specs[i].name;
+      EXPECT_EQ(specs[i].describe_type(), d.params[i].describe_type()) << O::kName << "." << specs[i].name;
+      EXPECT_FALSE(specs[i].help.empty()) << O::kName << "." << specs[i].name;
+    }
+    // The struct's defaults written as a spec are the canonical spec of the bare name, and read back unchanged.
+    EXPECT_EQ(o.spec(), make_method<double>(O::kName)->spec()) << O::kName;
+    EXPECT_EQ(O::from(o.params()).spec(), o.spec()) << O::kName;
+    // Every choice of every choice parameter survives the round trip spec → struct → spec, and builds the method.
+    for (const ParamSpec& p : specs)
+      for (const std::string& c : p.choices) {
+        const std::string spec = std::string(O::kName) + ":" + p.name + "=" + c;
+        const auto m = make_method<double>(spec);
+        const O read = O::from(m->params());
+        EXPECT_EQ(read.spec(), m->spec()) << spec;
+        EXPECT_NE(m->spec().find(p.name + "=" + c), std::string::npos) << spec;
+      }
   });
-  std::vector<std::string> registered;
-  for (const auto& d : registered_methods()) registered.push_back(d.name);
-  EXPECT_EQ(names, registered) << "a registered method without its options struct (or the order changed)";
+  EXPECT_EQ(count, registered_methods().size());
 }
 
 TEST(Typed, SpecParserFillsTheStructAndTheStructWritesTheSpec) {
   const auto p = make_method<double>("nystrom:landmarks=17,pinv=newton,iters=9,select=random,seed=5")->params();
   const NystromOptions o = NystromOptions::from(p);
   EXPECT_EQ(o.landmarks, 17);
-  EXPECT_EQ(o.pinv, "newton");
+  EXPECT_EQ(o.pinv, PinvMethod::NewtonSchulz);
   EXPECT_EQ(o.iters, 9);
-  EXPECT_EQ(o.select, "random");
+  EXPECT_EQ(o.select, LandmarkSelect::Random);
   EXPECT_EQ(o.seed, 5u);
   EXPECT_EQ(o.spec(), "nystrom:landmarks=17,pinv=newton,iters=9,select=random,seed=5");
   VqOptions v;
   v.temperature = 0.25;
-  v.assign = "soft";
+  v.assign = VqAssign::Soft;
   EXPECT_EQ(VqOptions::from(make_method<double>(v.spec())->params()).spec(), v.spec());
   CurOptions c;
   c.rcond = 1e-7;
@@ -70,7 +77,7 @@ TEST(Typed, SameOutputAsTheSpecAndTheSameErrors) {
                         v = gaussian_matrix<double>(96, 5, rng);
   NystromOptions no;
   no.landmarks = 12;
-  Nystrom<double> nys(no);
+  NystromMethod<double> nys(no);
   nys.compute(q, k);
   auto ref = make_method<double>("nystrom:landmarks=12");
   ref->compute(q, k);
@@ -80,7 +87,7 @@ TEST(Typed, SameOutputAsTheSpecAndTheSameErrors) {
   EXPECT_EQ(nys.rank_bound(), 12);
   EXPECT_EQ(nys.diagnostics(), ref->diagnostics());
   EXPECT_EQ((nys.matrix() - ref->matrix()).norm(), 0.0);
-  EXPECT_EQ(nys.options().landmarks, 12);
+  EXPECT_EQ(nys.settings().landmarks, 12);
   EXPECT_FALSE(nys.supports_causal());
   AttentionOptions causal;
   causal.causal = true;
@@ -88,7 +95,7 @@ TEST(Typed, SameOutputAsTheSpecAndTheSameErrors) {
 
   LocalOptions lo;
   lo.window = 4;
-  Local<float> local(lo);
+  LocalMethod<float> local(lo);
   const MatrixR<float> qf = q.cast<float>(), kf = k.cast<float>(), vf = v.cast<float>();
   local.compute(qf, kf, causal);
   auto lref = make_method<float>("local:window=4");
@@ -96,7 +103,7 @@ TEST(Typed, SameOutputAsTheSpecAndTheSameErrors) {
   EXPECT_EQ((local.output(vf) - lref->output(vf)).norm(), 0.0f);
 
   // Exact's typed class against the exact kernel.
-  Exact<double> exact;
+  ExactMethod<double> exact;
   exact.compute(q, k);
   EXPECT_LT((exact.output(v) - exact_output<double>(q, k, v, {})).cwiseAbs().maxCoeff(), 1e-14);
 
@@ -104,14 +111,50 @@ TEST(Typed, SameOutputAsTheSpecAndTheSameErrors) {
   NystromOptions bad;
   bad.landmarks = 0;
   try {
-    Nystrom<double> n(bad);
+    NystromMethod<double> n(bad);
     FAIL() << "landmarks = 0 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("landmarks"), std::string::npos) << e.what();
   }
   PerformerOptions po;
-  po.kernel = "cosine";
-  EXPECT_THROW(Performer<double>{po}, Error);
+  po.features = 0;
+  try {
+    PerformerMethod<double> p(po);
+    FAIL() << "features = 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("features"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace attnlab
+
+namespace attnlab {
+namespace {
+
+TEST(Typed, TheStructIsCheckedAsTheSpecIs) {
+  // The same message whichever way a value arrives.
+  const auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  NystromOptions o;
+  o.landmarks = 0;
+  EXPECT_EQ(message([&] { NystromMethod<double> m(o); }), message([] { make_method<double>("nystrom:landmarks=0"); }));
+  o = {};
+  o.pinv = static_cast<PinvMethod>(99);  // not an enumerator the declaration names
+  EXPECT_NE(message([&] { NystromMethod<double> m(o); }).find("pinv"), std::string::npos);
+  o = {};
+  o.seed = std::uint64_t(1) << 63;  // beyond the seed's declared range (the spec's integers are signed 64-bit)
+  EXPECT_NE(message([&] { NystromMethod<double> m(o); }).find("seed"), std::string::npos);
+  // A number has one spelling, whichever way it arrives: the spec's ".25" and the struct's 0.25.
+  VqOptions v;
+  v.temperature = 0.25;
+  EXPECT_EQ(make_method<double>("vq:temperature=.25")->spec(), VqMethod<double>(v).spec());
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // Helpers shared by the tests: seeded random problems and relative errors.
 #pragma once
 
-#include "attnlab/error.hpp"
-#include "attnlab/random.hpp"
-#include "attnlab/types.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/random.hpp"
+#include "attnlab/core/types.hpp"
 
 #include <gtest/gtest.h>
 

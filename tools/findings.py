@@ -7,8 +7,10 @@
                                                      differ from what the CSVs give (the test suite runs this)
 
 Every finding has a name, a definition (which CSV rows, which statistic) and a formatted value. The prose lives in
-docs/README.template.md and tools/make_notebooks.py with {{name}} where a number goes; README.md is rendered from
-the template (edit the template, not README.md). Needs Debian's python3-pandas.
+docs/README.template.md and tools/notebook_texts.py with {{name}} where a number goes; README.md is rendered from
+the template (edit the template, not README.md). Needs Debian's python3-pandas; no matplotlib (the CSVs are read by
+figures/data.py, figures/dropin_stats.py and bench_data.py, which the figures share). Imports no module that imports
+it: tools/make_notebooks.py is a command over write_notebooks() here.
 """
 import argparse
 import difflib
@@ -21,7 +23,15 @@ import sys
 import numpy as np
 import pandas as pd
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+TOOLS = os.path.dirname(os.path.abspath(__file__))
+if TOOLS not in sys.path:
+    sys.path.insert(0, TOOLS)
+from bench_data import allocator_frame  # noqa: E402
+from figures.data import load, upper_half_slope  # noqa: E402  (the scaling figure's fit: sentence and legend agree)
+from figures.dropin_stats import correlations, load_dropin  # noqa: E402
+from notebook_texts import books  # noqa: E402
+
+ROOT = os.path.dirname(TOOLS)
 TEMPLATE = os.path.join(ROOT, "docs", "README.template.md")
 README = os.path.join(ROOT, "README.md")
 PAPER_TEMPLATE = os.path.join(ROOT, "docs", "paper.template.md")
@@ -33,12 +43,6 @@ EXPORT = os.path.join(ROOT, "models", "trained_attention.export.json")
 # that talks about placeholders describes them in words ("the finding's name in double braces").
 PLACEHOLDER = re.compile(r"\{\{([^{}\n]*)\}\}")
 NO_VALUE = {"nan", "-nan", "inf", "-inf", ""}   # a finding formatted like this has no value to quote
-
-
-def load(results, name):
-    """plot.py's reader (schema check, point_done rows dropped, numeric n, d, seed, step; step NaN: none)."""
-    import plot
-    return plot.load(results, name)
 
 
 def pick(df, **eq):
@@ -89,9 +93,9 @@ class Findings:
 
 
 def per_head(series_df, metric):
-    """Per model head (variant L{l}H{h}), the median over sequences of a metric."""
+    """Per model head (layer, head), the median over sequences of a metric."""
     d = series_df[series_df.metric == metric]
-    return d.groupby("variant")["value"].median()
+    return d.groupby(["layer", "head"])["value"].median()
 
 
 def spectrum(F, R):
@@ -118,7 +122,7 @@ def error_vs_budget(F, R):
     at = d[d.step == 64]
 
     def med(family, variant, metric):
-        return pick(at[at.family == family], variant=variant, metric=metric).median()
+        return pick(at[at.source == family], variant=variant, metric=metric).median()
 
     for fam in ("clustered", "lowrank", "gaussian", "trained"):
         F.add(f"evb.floor_{fam}", med(fam, "svd", "P_rel_fro"), f2 if fam != "clustered" else f3,
@@ -131,13 +135,13 @@ def error_vs_budget(F, R):
     for v in ("vq", "reformer", "local", "scatterbrain", "nystrom", "linformer_pool", "performer"):
         F.add(f"evb.out_trained_{v}", med("trained", v, "out_rel_fro"), f2,
               f"out_rel_fro of {v} at budget 64 on the trained heads (median of one head per layer)", "error_vs_budget")
-    init = at[(at.family == "initialized") & (at.metric == "out_rel_fro") & (at.variant != "linformer_gaussian")]
+    init = at[(at.source == "initialized") & (at.metric == "out_rel_fro") & (at.variant != "linformer_gaussian")]
     F.add("evb.out_initialized_max", init.groupby("variant")["value"].median().max(), f2,
           "initialised model: largest out_rel_fro at budget 64 over the families except Gaussian Linformer",
           "error_vs_budget")
     # Error against cost on the trained heads: how many (method, budget) pairs beat exact attention's time, and what
     # the most accurate one costs.
-    tr = d[d.family == "trained"]
+    tr = d[d.source == "trained"]
     err = tr[tr.metric == "out_rel_fro"].groupby(["variant", "step"])["value"].median()
     speed = tr[tr.metric == "cost_speedup_vs_exact"].groupby(["variant", "step"])["value"].median()
     both = pd.concat({"err": err, "speed": speed}, axis=1).dropna()
@@ -189,8 +193,8 @@ def vq(F, R):
 def regimes(F, R):
     d = load(R, "regimes")
     t = d[d.source == "trained"]
-    ent = t[t.metric == "entropy"].groupby("variant")["value"].mean()
-    out = t[t.metric == "out_rel_fro"].pivot_table(index="variant", columns="method", values="value")
+    ent = t[t.metric == "entropy"].groupby(["layer", "head"])["value"].mean()
+    out = t[t.metric == "out_rel_fro"].pivot_table(index=["layer", "head"], columns="method", values="value")
     sharp, broad = ent.idxmin(), ent.idxmax()
     F.add("regimes.heads", len(ent), integer, "trained heads in the regimes experiment", "regimes")
     F.add("regimes.sharp_entropy", ent[sharp], f2, "entropy (nats) of the sharpest trained head", "regimes")
@@ -213,27 +217,25 @@ def probsparse(F, R):
     d = load(R, "probsparse")
     rec = d[(d.metric == "top_u_recall") & (d.step == 500) & (d.variant == "sampled M̄")]
     for fam in ("gaussian", "clustered", "trained"):
-        F.add(f"probsparse.recall_{fam}", rec[rec.family == fam]["value"].median(), pct,
+        F.add(f"probsparse.recall_{fam}", rec[rec.source == fam]["value"].median(), pct,
               f"recall of the true top-u queries by the sampled M̄ at c = 5, source {fam} (median)", "probsparse")
     full = d[(d.metric == "top_u_recall") & (d.step == 500) & (d.variant == "full M̄")]
-    F.add("probsparse.recall_trained_full", full[full.family == "trained"]["value"].median(), f2,
+    F.add("probsparse.recall_trained_full", full[full.source == "trained"]["value"].median(), f2,
           "the same with M̄ over all keys, trained heads", "probsparse")
     F.add("probsparse.corr_clustered", pick(d, source="clustered", metric="corr_M_Mbar").median(), f2,
           "correlation of M and the sampled M̄ over queries, clustered keys", "probsparse")
     q = d[(d.metric == "M_quantile") & (d.step == 50)]
-    tq = q[q.family == "trained"].groupby("source")["value"].median()
+    tq = q[q.source == "trained"].groupby(["layer", "head"])["value"].median()
     F.add("probsparse.M_median_trained_min", tq.min(), integer, "trained heads: smallest median M over queries (nats)",
           "probsparse")
     F.add("probsparse.M_median_trained_max", tq.max(), integer, "trained heads: largest median M", "probsparse")
-    F.add("probsparse.M_median_gaussian", q[q.family == "gaussian"]["value"].median(), lambda x: sig(x, 2),
+    F.add("probsparse.M_median_gaussian", q[q.source == "gaussian"]["value"].median(), lambda x: sig(x, 2),
           "Gaussian inputs: median M", "probsparse")
 
 
 def scaling(F, R):
     d = load(R, "scaling")
     t = d[d.metric == "time_s"]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from figures.scaling import upper_half_slope   # the figure's fit: the sentence and the legend agree
 
     def slope(frame, variant):
         x = frame[frame.variant == variant].sort_values("n")
@@ -313,8 +315,6 @@ def dropin(F, R):
     path = os.path.join(R, "dropin.csv.gz")
     if not os.path.exists(path):
         return
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from figures.dropin import correlations, load_dropin
     df = load_dropin(R)
     cfg = json.load(open(path + ".config"))
     F.add("dropin.windows", cfg["windows"], integer, "held-out windows of 512 bytes per model", "dropin")
@@ -390,7 +390,7 @@ def pinv(F, R):
     for v, key in (("order3", "order3"), ("newton", "newton")):
         F.add(f"pinv.iters_{key}_gaussian", pick(it, source="gaussian", variant=v, spec="landmarks=64").median(), integer,
               f"iterations of {v} to ‖I − AZ‖_F ≤ 1e-6 on Gaussian landmark matrices, m = 64", "pinv")
-    cond = d[(d.metric == "cond") & (d.family == "trained")]
+    cond = d[(d.metric == "cond") & (d.source == "trained")]
     for m in (64, 128):
         F.add(f"pinv.cond_trained_{m}", cond[cond.step == m]["value"].median(), lambda x: sig(x, 1),
               f"trained heads: median condition number of the landmark matrix at m = {m}", "pinv")
@@ -401,18 +401,18 @@ def pinv(F, R):
           "Gaussian inputs, m = 64: ‖I − AZ_6‖_F after the paper's 6 order-3 iterations", "pinv")
     e = d[(d.metric == "nystrom_out_rel_fro") & (d.spec == "landmarks=64") & (d.variant == "order3")]
     e = e[e.step.notna()].assign(k=lambda x: x.step.astype(int))
-    tr = e[e.family == "trained"].groupby("k")["value"].median()
+    tr = e[e.source == "trained"].groupby("k")["value"].median()
     F.add("pinv.best_iter_trained", tr.idxmin(), integer, "trained heads, m = 64: order-3 iterations at which "
           "Nyström's output error is lowest (median over heads)", "pinv")
     F.add("pinv.best_err_trained", tr.min(), f2, "that lowest error", "pinv")
     F.add("pinv.last_err_trained", tr.iloc[-1], lambda x: sig(x, 2), f"the error after {tr.index[-1]} iterations",
           "pinv")
     F.add("pinv.last_iter", tr.index[-1], integer, "the largest iteration count of the sweep", "pinv")
-    g = e[e.family == "gaussian"].groupby("k")["value"].median()
+    g = e[e.source == "gaussian"].groupby("k")["value"].median()
     F.add("pinv.best_iter_gaussian", g.idxmin(), integer, "Gaussian inputs, m = 64: the iteration count with the "
           "lowest Nyström output error", "pinv")
     svd = d[(d.metric == "nystrom_out_rel_fro") & (d.spec == "landmarks=64") & (d.variant == "svd")]
-    F.add("pinv.svd_err_gaussian", svd[svd.family == "gaussian"]["value"].median(), lambda x: sig(x, 2),
+    F.add("pinv.svd_err_gaussian", svd[svd.source == "gaussian"]["value"].median(), lambda x: sig(x, 2),
           "Gaussian inputs, m = 64: Nyström's output error with the SVD pseudo-inverse", "pinv")
     F.add("pinv.err6_gaussian", g.get(6, float("nan")), f2, "the same with the paper's 6 order-3 iterations", "pinv")
 
@@ -451,8 +451,6 @@ def bench(F, results):
                     f"{num(b.torch_s.iloc[0])} | {both('torch_over_attnlab', b)} |")
     F.add("bench.table_f32", "\n".join(rows), str, "the float32 table of results/bench (timing)", "bench")
     # The allocator setting: the default build and PyTorch with glibc's defaults and with GLIBC_TUNABLES.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from plot_bench import allocator_frame
     a, _ = allocator_frame(os.path.join(results, "bench"))
     if a is not None:
         a = a[(a.dtype == "f32") & a.n.isin([4096, 16384]) & (a.method != "gemm")]
@@ -503,8 +501,6 @@ def paper(F, results):
     F.add("paper.total", hms(total), str, "the paper preset's experiments, wall-clock in all (timing)", "paper")
     F.add("paper.cores", int(t.cores.max()), str, "cores of the machine that ran it", "paper")
     if os.path.exists(os.path.join(pdir, "dropin.csv.gz")):
-        sys.path.insert(0, os.path.join(ROOT, "tools"))
-        from figures.dropin import correlations, load_dropin
         dd = load_dropin(pdir)
         F.add("paper.dropin.windows", int(dd.windows.iloc[0]), integer, "held-out windows per model (paper)", "paper")
         c = correlations(dd)
@@ -542,7 +538,7 @@ def compute(results):
 def findings_md(items, results):
     out = ["# Findings", "",
            f"Computed by `tools/findings.py` from the CSVs in `{os.path.relpath(results, ROOT)}/`; the README and the "
-           "notebooks quote these names (each in double braces in docs/README.template.md and tools/make_notebooks.py). "
+           "notebooks quote these names (each in double braces in docs/README.template.md and tools/notebook_texts.py). "
            "Timing "
            "findings vary between runs and machines; every other value is reproducible.", ""]
     by_exp = {}
@@ -592,16 +588,14 @@ def rel(path):
 
 def template_problems(items, paper):
     """Every placeholder without a value in the texts that are rendered: the README's and the paper page's
-    templates and the notebooks' markdown in tools/make_notebooks.py."""
+    templates and the notebooks' markdown in tools/notebook_texts.py."""
     out = unrendered(open(TEMPLATE).read(), items, rel(TEMPLATE))
     if paper:
         out += unrendered(open(PAPER_TEMPLATE).read(), items, rel(PAPER_TEMPLATE))
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import make_notebooks
-    for name, cells in make_notebooks.books().items():
+    for name, cells in books().items():
         md = [t for kind, t in cells if kind == "md"]
         for i, t in enumerate(md):
-            out += unrendered(t, items, f"tools/make_notebooks.py, {name}'s markdown cell {i + 1}, line {{line}}")
+            out += unrendered(t, items, f"tools/notebook_texts.py, {name}'s markdown cell {i + 1}, line {{line}}")
     return out
 
 
@@ -611,11 +605,23 @@ def leftover_placeholders(path, text):
 
 
 def notebook_texts(items):
-    """The notebooks' markdown as tools/make_notebooks.py writes it with these findings."""
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    import make_notebooks
-    return {name: [render(t, items, name) for kind, t in cells if kind == "md"]
-            for name, cells in make_notebooks.books().items()}
+    """The notebooks' markdown as write_notebooks writes it with these findings."""
+    return {name: [render(t, items, name) for kind, t in cells if kind == "md"] for name, cells in books().items()}
+
+
+def write_notebooks(items):
+    """notebooks/*.ipynb from tools/notebook_texts.py's cells, the markdown rendered with these findings (text and
+    code; outputs are made when they run). Prints each notebook's name. Needs python3-nbformat."""
+    import nbformat as nbf
+    for name, cells in books().items():
+        nb = nbf.v4.new_notebook()
+        nb.cells = [nbf.v4.new_markdown_cell(render(t, items, name)) if k == "md" else nbf.v4.new_code_cell(t)
+                    for k, t in cells]
+        for i, cell in enumerate(nb.cells):   # stable cell ids: a re-render changes a notebook only where its text does
+            cell["id"] = f"{os.path.splitext(name)[0]}-{i}"
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbf.write(nb, os.path.join(ROOT, "notebooks", name))
+        print(name)
 
 
 def committed_notebook_texts():
@@ -660,9 +666,7 @@ def main():
                 with open(PAPER, "w") as f:
                     f.write(paper_page)
                 print(PAPER)
-            sys.path.insert(0, os.path.join(ROOT, "tools"))
-            import make_notebooks
-            make_notebooks.main()
+            write_notebooks(items)
         return 0
     problems = []
     # The committed, rendered texts: a placeholder left in them is named by file and line (the comparisons below
@@ -688,7 +692,7 @@ def main():
     want, have = notebook_texts(items), committed_notebook_texts()
     for name in sorted(set(want) | set(have)):
         if want.get(name) != have.get(name):
-            problems.append(f"notebooks/{name}: its text differs from tools/make_notebooks.py rendered with the "
+            problems.append(f"notebooks/{name}: its text differs from tools/notebook_texts.py rendered with the "
                             "findings (run tools/make_notebooks.py)")
     for p in problems:
         print("findings:", p, file=sys.stderr)

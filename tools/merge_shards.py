@@ -3,9 +3,9 @@
 
     tools/merge_shards.py OUT.csv[.gz] part_0.csv[.gz] part_1.csv[.gz] ...
 
-Every input must carry the same header (schema); only finished points (those with a point_done row) are kept,
-each once. Files ending in .gz are read and written gzip-compressed. Standard library only, so it runs with any
-python3.
+Every input must carry the same header (schema; tools/migrate_results.py brings schema-1 files to schema 2); only
+finished points (those with a point_done row) are kept, each once. Files ending in .gz are read and written
+gzip-compressed. Standard library only, so it runs with any python3.
 """
 import csv
 import gzip
@@ -29,7 +29,10 @@ def main(out, parts):
             if header is None:
                 header = h
             elif h != header:
-                sys.exit(f"{part}: header differs from {parts[0]}'s")
+                old = [p for p, x in ((part, h), (parts[0], header))
+                       if x[:1] == ["schema_version"] and "sequence" not in x]
+                hint = f"; {old[0]} is of results schema 1: tools/migrate_results.py migrates it" if old else ""
+                sys.exit(f"{part}: header differs from {parts[0]}'s{hint}")
             point, metric = header.index("point"), header.index("metric")
             body = list(reader)
             done = {r[point] for r in body if len(r) == len(header) and r[metric] == "point_done"}

@@ -12,7 +12,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures.common import csv_path, is_head, load  # noqa: E402,F401  (notebooks: plot.load, plot.is_head)
+from figures.data import csv_path, is_model_head, load  # noqa: E402,F401  (notebooks: plot.load, plot.is_model_head)
 from figures.budget import plot_error_vs_budget  # noqa: E402
 from figures.dropin import plot_dropin  # noqa: E402
 from figures.length import plot_error_vs_length  # noqa: E402

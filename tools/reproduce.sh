@@ -42,7 +42,7 @@ marker=$out_dir/.reproduce-incomplete
 if [ -e "$marker" ]; then
   echo "reproduce: resuming the interrupted run in $out_dir/"
 else
-  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.gz "$out_dir"/*.config "$out_dir"/*.csv.config.txt "$out_dir"/timings.csv "$out_dir"/*.partial
+  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.gz "$out_dir"/*.config "$out_dir"/timings.csv "$out_dir"/*.partial
 fi
 touch "$marker"
 # The paper preset's scaling sweep reaches n = 65536, where a materialized float32 P is 16 GiB: the memory limit

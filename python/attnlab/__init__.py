@@ -12,6 +12,9 @@ buffer protocol or ``__array__``.
 - Inputs with NaN or infinities are refused before the work; an output that is not finite (a numerical failure,
   e.g. float64 inputs of 1e300) is refused after it.
 
+Method(spec) fits a method once on (Q, K) and applies it to many V; it also gives the method's operator P̃
+(apply, apply_transpose), P̃ itself, its diagnostics and its spectrum. The functions are one-call conveniences.
+
 Every error about the arguments or the library's checks is a ValueError with a one-line message (never the arrays);
 Ctrl-C during a call raises KeyboardInterrupt. The GIL is released while C++ runs. Calls run on the module's own
 OpenMP thread count (threads()), whatever another library in the process (PyTorch) has set.
@@ -26,7 +29,7 @@ import numpy as np
 from . import _core
 
 __version__ = _core.__version__
-__all__ = ["apply", "budget_families", "canonical", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
+__all__ = ["Method", "apply", "budget_families", "canonical", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
            "threads"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -215,12 +218,15 @@ def apply(spec, q, k, v, *, causal=False, scale=None, seed=None, matrix=False, d
 
     matrix=True also returns P̃ (memory-guarded): (output, P̃). seed (a non-negative integer) fills the spec's
     seed when it gives none; scale defaults to 1/sqrt(d). An output that is not finite raises ValueError.
+
+    Method(spec).fit(q, k).output(v) in one call, the fit not kept (heads one at a time: memory holds one head's
+    work); to apply one fit to many V, or to get its operator, diagnostics or spectrum, use Method.
     """
     spec = _str("spec", spec, "nystrom:landmarks=64")
     causal, matrix = _bool("causal", causal), _bool("matrix", matrix)
     scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
     q, k, v = _inputs(dtype, q=q, k=k, v=v)
-    return _core.apply(spec, q, k, v, causal, scale, seed, matrix)
+    return Method._once(spec, causal, scale, seed)._m.call(q, k, v, matrix, False)
 
 
 def compare(q, k, v, methods=None, *, causal=False, scale=None, seed=0, matrix_metrics="auto", matrix_limit=4096,
@@ -336,3 +342,247 @@ def _data_address(a, dtype=None):
     """For the tests: the address the C++ side reads an input at (the input's own when it is not copied)."""
     (a,) = _inputs(dtype, a=a)
     return _core._data_address(a)
+
+
+# ---- Method: fit once, apply to many V ----------------------------------------------------------------------------
+
+def _option(name, x):
+    """A method parameter given as a keyword, as a spec writes it: true/false, an integer, a number (the shortest
+    string that reads back the same float), or a choice's name."""
+    if isinstance(x, (bool, np.bool_)):
+        return "true" if x else "false"
+    if isinstance(x, numbers.Integral):
+        return str(int(x))
+    if isinstance(x, numbers.Real):
+        return repr(float(x))
+    if isinstance(x, str):
+        return x
+    raise ValueError(f"{name} must be a number, True/False or a string (a parameter of the method), got {_show(x)}")
+
+
+class Method:
+    """One attention method, built once from its spec, fitted once on (Q, K), then applied to many V.
+
+    A method sees attention as a linear map of V: fitting it on Q and K builds the attention matrix it implies,
+    P̃ (landmarks, random features, a codebook, a sparsity pattern: the data-dependent state); its output for
+    values V is then P̃·V by the method's own fast path, for as many V as wanted without refitting.
+
+        m = attnlab.Method("nystrom", landmarks=64)      # or Method("nystrom:landmarks=64")
+        m.fit(q, k)                                      # returns m: Method(...).fit(q, k).output(v)
+        o1, o2 = m.output(v1), m.output(v2)              # P̃·V, one fit
+        y = m.apply(x); z = m.apply_transpose(x)         # P̃·X, P̃ᵀ·X: the operator, never forming P̃
+        p = m.matrix()                                   # P̃ itself (memory-guarded)
+        s = m.spectrum(top=8)                            # the top singular values of P̃
+        m.diagnostics                                    # e.g. {'pinv_residual': 3.1e-07}
+
+    spec is a method's spec string, `name[:key=value,...]` (methods() lists the names and parameters); the
+    parameters may also be given as keywords, Method("nystrom", landmarks=64, pinv="svd") being
+    Method("nystrom:landmarks=64,pinv=svd"): numbers, True/False, or a choice's name. A parameter given both
+    ways, an unknown method or parameter (with a did-you-mean suggestion), or a value out of its range is a
+    ValueError here, before any data. causal=True asks for the causal mask (refused, with the reason, by a method
+    that cannot honour it: it would leak the future); scale is the logit scale (default 1/sqrt(d)); seed fills the
+    spec's seed when it gives none (randomized methods; ignored by the others; giving it both ways is refused).
+
+    Inputs are as for every attnlab function: (n, d) arrays, or (heads, n, d) to fit one method per head;
+    numpy arrays, CPU tensors or array-likes; float32 or float64 (fit's q and k of one dtype, or dtype= to
+    convert), kept: a float32 fit computes and answers in float32. V and X must then have the fitted dtype and
+    layout; a 1-D v or x (after an (n, d) fit) is one column, and its result is 1-D. Results are numpy arrays.
+    The GIL is released while C++ runs and Ctrl-C raises KeyboardInterrupt. A Method may be shared by threads:
+    a call keeps the fit it started with even if another thread refits.
+    """
+
+    def __init__(self, spec, *, causal=False, scale=None, seed=None, **options):
+        """Builds the method from `spec` and the keyword parameters, checking them (nothing is fitted yet)."""
+        spec = _str("spec", spec, "nystrom:landmarks=64")
+        causal = _bool("causal", causal)
+        scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
+        opts = [(name, _option(name, value)) for name, value in options.items()]
+        self._m = _core.Method(spec, opts, causal, scale, seed, True)
+
+    @classmethod
+    def _once(cls, spec, causal, scale, seed):
+        """attnlab.apply's method: seed fills the spec's seed when it gives none (the spec's wins otherwise)."""
+        self = cls.__new__(cls)
+        self._m = _core.Method(spec, [], causal, scale, seed, False)
+        return self
+
+    # ---- what it is --------------------------------------------------------------------------------------------
+
+    @property
+    def spec(self):
+        """The canonical spec, every parameter written out (defaults and the seed included): replays this method."""
+        return self._m.spec
+
+    @property
+    def name(self):
+        """The method's name ('nystrom', ...)."""
+        return self._m.name
+
+    @property
+    def causal(self):
+        """Whether the causal mask is applied (the constructor's causal=)."""
+        return self._m.causal
+
+    @property
+    def scale(self):
+        """The logit scale given to the constructor, or None for the default 1/sqrt(d)."""
+        return self._m.scale
+
+    @property
+    def supports_causal(self):
+        """Whether this method (with these parameters) can honour a causal mask."""
+        return self._m.supports_causal
+
+    @property
+    def lookahead(self):
+        """State fitted on all keys before the attention (VQ's codebook, by k-means on every key), described; ''
+        when there is none. With causal=True the attention given that state is causal; the state is not."""
+        return self._m.lookahead
+
+    # ---- the fit -----------------------------------------------------------------------------------------------
+
+    @property
+    def fitted(self):
+        """True once fit(q, k) (or a call m(q, k, v)) has succeeded; a failed fit leaves the method unfitted."""
+        return self._m.fitted
+
+    @property
+    def dtype(self):
+        """The dtype of the fit (numpy float32 or float64: q's), or None before fit()."""
+        dt = self._m.dtype
+        return None if dt is None else np.dtype(dt)
+
+    def _fit_shape(self):
+        return self._m.fit_shape or (None, None, None, None, None)
+
+    @property
+    def n_q(self):
+        """The number of queries fitted on (P̃'s rows), or None before fit()."""
+        return self._fit_shape()[1]
+
+    @property
+    def n_k(self):
+        """The number of keys fitted on (P̃'s columns; the rows V and X need), or None before fit()."""
+        return self._fit_shape()[2]
+
+    @property
+    def heads(self):
+        """The number of heads of a (heads, n, d) fit; None after an (n, d) fit or before fit()."""
+        return self._fit_shape()[0]
+
+    @property
+    def shape(self):
+        """P̃'s shape: (n_q, n_k), or (heads, n_q, n_k) after a batched fit; None before fit()."""
+        h, n_q, n_k, _, _ = self._fit_shape()
+        if n_q is None:
+            return None
+        return (n_q, n_k) if h is None else (h, n_q, n_k)
+
+    @property
+    def diagnostics(self):
+        """The method's own numbers, name -> float (Nyström's pinv_residual ‖I − AZ‖_F, ...; {} for methods that
+        have none); after a (heads, n, d) fit, a list of such dicts, one per head. Needs fit()."""
+        return self._m.diagnostics
+
+    @property
+    def rank_bound(self):
+        """An upper bound on rank(P̃) (landmarks, features, ...; the largest over heads), or None when the method
+        is not rank-limited. Needs fit()."""
+        return self._m.rank_bound
+
+    @property
+    def status(self):
+        """'success', or what went wrong in the fit without an error (an inner iteration that did not converge,
+        a numerical issue), with the heads it happened on. Needs fit()."""
+        return self._m.status
+
+    def fit(self, q, k, *, dtype=None):
+        """Fits the method on Q (n_q, d) and K (n_k, d) — or (heads, n, d) each, one fit per head — and returns
+        self. Refits when called again (the previous fit is dropped). Refused before any work, as a ValueError:
+        shapes that disagree, NaN or infinite inputs, a budget beyond the sequence (landmarks > n, ...), more
+        memory than is available. Computes in q's dtype; dtype= ('float32', 'float64') converts both."""
+        q, k = _inputs(dtype, q=q, k=k)
+        self._m.fit(q, k)
+        return self
+
+    def __call__(self, q, k, v, *, dtype=None):
+        """fit(q, k), then output(v): P̃·V, every input checked before the work. The fit stays for more V."""
+        q, k, v = _inputs(dtype, q=q, k=k, v=v)
+        return self._m.call(q, k, v, False, True)
+
+    # ---- the fitted method -------------------------------------------------------------------------------------
+
+    def _operand(self, x, name, what):
+        if not self._m.fitted:
+            raise ValueError(f"{what}: the method is not fitted; call fit(q, k) first")
+        a = _array(x, name)
+        dt = np.dtype(self._m.dtype)
+        if a.dtype != dt:
+            raise ValueError(f"{what}: {name} is {a.dtype} but the method was fitted in {dt}; pass "
+                             f"{name}.astype('{dt}'), or fit on {a.dtype} q and k")
+        vector = a.ndim == 1 and self.heads is None
+        return (a[:, None] if vector else a), vector
+
+    def output(self, v):
+        """The output for values V: P̃·V by the method's fast path, (n_q, d_v) from V (n_k, d_v) — (heads, n_q,
+        d_v) after a batched fit — in the fitted dtype. V needs n_k rows and the fitted dtype. Needs fit()."""
+        v, vector = self._operand(v, "v", "output(v)")
+        out = self._m.output(v)
+        return out[:, 0] if vector else out
+
+    def apply(self, x):
+        """P̃·X for X (n_k, b) — or (heads, n_k, b) — through the method's operator, never forming P̃: equal to
+        output(x) up to rounding (output may take a faster path). Needs fit()."""
+        x, vector = self._operand(x, "x", "apply(x)")
+        out = self._m.apply(x, False)
+        return out[:, 0] if vector else out
+
+    def apply_transpose(self, x):
+        """P̃ᵀ·X for X (n_q, b) — or (heads, n_q, b) — through the method's operator, never forming P̃: with
+        apply(), what iterative solvers (svds, LSQR) need. Needs fit()."""
+        x, vector = self._operand(x, "x", "apply_transpose(x)")
+        out = self._m.apply(x, True)
+        return out[:, 0] if vector else out
+
+    def matrix(self):
+        """P̃ materialized, (n_q, n_k) — or (heads, n_q, n_k) — in the fitted dtype: for small problems; refused
+        (ValueError) when it would not fit in memory. Needs fit()."""
+        return self._m.matrix()
+
+    def spectrum(self, top=None, *, solver="auto", tol=1e-9):
+        """Singular values of P̃, descending, in float64: all of them (top=None: a dense SVD of P̃, memory-guarded)
+        or the top `top`, matrix-free on the method's operator (block Krylov; solver 'block', 'lanczos', 'dense'
+        or 'auto': dense for n_k ≤ 512; tol relative to σ₁). Shape (top,), or (heads, top) after a batched fit.
+        Needs fit()."""
+        top = _int("top", top, None, none=True)
+        solver, tol = _str("solver", solver, "auto"), _real("tol", tol)
+        return self._m.spectrum(top, solver, tol)
+
+    def aslinearoperator(self):
+        """P̃ as a scipy.sparse.linalg.LinearOperator (matvec/matmat: apply, rmatvec/rmatmat: apply_transpose),
+        for scipy's solvers (svds, eigs, lsqr, ...). Needs an (n, d) fit and scipy."""
+        from scipy.sparse.linalg import LinearOperator
+        if not self._m.fitted:
+            raise ValueError("aslinearoperator(): the method is not fitted; call fit(q, k) first")
+        if self.heads is not None:
+            raise ValueError(f"aslinearoperator(): the method was fitted on {self.heads} heads; a LinearOperator is "
+                             "one matrix: fit one head (q[h], k[h])")
+        dt = self.dtype
+        return LinearOperator((self.n_q, self.n_k), dtype=dt,
+                              matvec=lambda x: self.apply(np.ascontiguousarray(x, dtype=dt)),
+                              rmatvec=lambda x: self.apply_transpose(np.ascontiguousarray(x, dtype=dt)),
+                              matmat=lambda x: self.apply(np.ascontiguousarray(x, dtype=dt)),
+                              rmatmat=lambda x: self.apply_transpose(np.ascontiguousarray(x, dtype=dt)))
+
+    def __repr__(self):
+        args = [repr(self._m.short_spec)]
+        if self.causal:
+            args.append("causal=True")
+        if self.scale is not None:
+            args.append(f"scale={self.scale!r}")
+        text = f"attnlab.Method({', '.join(args)})"
+        if not self.fitted:
+            return f"<{text}, not fitted>"
+        h, n_q, n_k, d, _ = self._fit_shape()
+        heads = "" if h is None else f"{h} heads, "
+        return f"<{text}, fitted: {self.dtype}, {heads}n_q={n_q}, n_k={n_k}, d={d}>"

@@ -1,10 +1,10 @@
 // The fuzz target (see fuzz_inputs.hpp).
 #include "fuzz_inputs.hpp"
 
-#include "attnlab/error.hpp"
-#include "attnlab/memory.hpp"
-#include "attnlab/npy.hpp"
-#include "attnlab/registry.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+#include "attnlab/io/npy.hpp"
+#include "attnlab/core/registry.hpp"
 
 #include <cstdio>
 #include <fstream>

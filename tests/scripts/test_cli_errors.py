@@ -266,7 +266,7 @@ if r.returncode == 0:
     c.check({x["spec"] for x in rows if x["method"] == "nystrom"} ==
             {"nystrom:landmarks=16,pinv=iterative,iters=6,select=segments,seed=0"}, "the CSV keeps the canonical spec")
     for h in "012":
-        m = {x["metric"]: float(x["value"]) for x in rows if x["step"] == h and x["method"] == "local"}
+        m = {x["metric"]: float(x["value"]) for x in rows if x["head"] == h and x["method"] == "local"}
         c.check({"time_s", "time_median_s", "exact_time_s", "speedup"} <= set(m) and
                 0 < m["time_s"] <= m["time_median_s"] and abs(m["speedup"] - m["exact_time_s"] / m["time_s"]) <=
                 1e-12 * m["speedup"], f"head {h}: times and speed-up = exact/method: {m}")
@@ -279,13 +279,15 @@ c.check(r.returncode > 0 and "--repeats" in r.stderr, f"--repeats 0 refused: {r.
 if os.path.exists(path("cc.csv")):
     header = open(path("cc.csv")).readline().strip().split(",")
     c.check(header == ["schema_version", "code_version", "experiment", "point", "source", "method", "spec", "n", "d",
-                       "seed", "variant", "step", "metric", "value"], f"compare CSV schema: {header}")
+                       "seed", "sequence", "layer", "head", "dtype", "variant", "step", "metric", "value"],
+            f"compare CSV schema: {header}")
     try:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
         import plot
         df = plot.load(os.path.dirname(path("cc.csv")), "cc")
-        c.check(set(df.variant) == {"float64,causal"} and set(df.step) == {0} and (df.n == 96).all(),
-                "plot.load reads compare's CSV (variant = dtype,causal; step = head)")
+        c.check(set(df["dtype"]) == {"float64"} and set(df["variant"]) == {"causal"} and set(df["head"]) == {0} and
+                df["step"].isna().all() and df["layer"].isna().all() and (df.n == 96).all(),
+                "plot.load reads compare's CSV (dtype float64, variant causal, head 0, no step)")
     except ImportError as e:  # pandas or matplotlib missing: the test stack installs them
         c.check(False, f"plot.py could not be imported: {e}")
 

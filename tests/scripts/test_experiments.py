@@ -17,7 +17,7 @@ from harness import BIN, Checks, path, run
 
 c = Checks()
 COLUMNS = ["schema_version", "code_version", "experiment", "point", "source", "method", "spec", "n", "d", "seed",
-           "variant", "step", "metric", "value"]
+           "sequence", "layer", "head", "dtype", "variant", "step", "metric", "value"]
 
 
 def read_text(f):
@@ -62,7 +62,9 @@ c.check(r.returncode == 0, f"pinv: {r.returncode} {r.stderr!r}")
 rows = rows_of(path("pinv.csv"))
 c.check(list(rows[0]) == COLUMNS, f"pinv columns {list(rows[0])}")
 c.check(len(points_done(rows)) == 4, "pinv: 4 points")
-c.check(all(r["schema_version"] == "1" for r in rows), "schema version 1")
+c.check(all(r["schema_version"] == "2" for r in rows), "schema version 2")
+c.check(all(r["sequence"] == r["layer"] == r["head"] == r["dtype"] == "" for r in rows),
+        "generated sources: no sequence, layer, head or dtype")
 res = [r for r in rows if r["metric"] == "residual"]
 c.check(res and all(float(r["value"]) >= 0 for r in res), "residuals non-negative")
 c.check(all(float(r["value"]) >= 1 for r in rows if r["metric"] == "cond"), "condition numbers ≥ 1")
@@ -158,6 +160,29 @@ c.check(m.returncode == 0 and points_done(mz) == s0 | s1 and
 r = run("run", "pinv", "--shard", "2/2")
 c.check(r.returncode > 0 and "--shard" in r.stderr, f"bad shard refused: {r.stderr!r}")
 
+# A file of results schema 1 is not resumed: the error names tools/migrate_results.py. Migrated, it is the file this
+# version writes, byte for byte, and resumes with every point done.
+out = path("v1.csv.gz")
+r = run("run", "pinv", "--n", 128, "--m", "8,16", "--sources", "gaussian", "--iters", 10, "--out", out)
+v2_bytes = open(out, "rb").read()
+table = list(csv.reader(io.StringIO(read_text(out))))
+v1 = [[f for i, f in enumerate(x) if i not in (10, 11, 12, 13)] for x in table]   # without sequence, layer, head, dtype
+for x in v1[1:]:
+    x[0] = "1"
+buf = io.StringIO()
+csv.writer(buf, lineterminator="\n").writerows(v1)
+with gzip.open(out, "wt") as f:
+    f.write(buf.getvalue())
+r = run("run", "pinv", "--n", 128, "--m", "8,16", "--sources", "gaussian", "--iters", 10, "--out", out)
+c.check(r.returncode > 0 and "results schema 1" in r.stderr and "tools/migrate_results.py" in r.stderr,
+        f"a schema-1 file is refused with the migration's name: {r.stderr!r}")
+m = subprocess.run([sys.executable, os.path.join(root_dir, "tools", "migrate_results.py"), out], capture_output=True,
+                   text=True)
+c.check(m.returncode == 0 and open(out, "rb").read() == v2_bytes, f"migrated: the bytes attnlab writes {m.stderr!r}")
+r = run("run", "pinv", "--n", 128, "--m", "8,16", "--sources", "gaussian", "--iters", 10, "--out", out)
+c.check(r.returncode == 0 and "2 already done" in r.stderr and open(out, "rb").read() == v2_bytes,
+        f"the migrated file resumes: {r.stderr!r}")
+
 # --dump-config, then --config replays the same grid.
 r = run("run", "pinv", "--n", 128, "--m", "8,16", "--sources", "lowrank", "--iters", 12, "--dump-config")
 c.check(r.returncode == 0 and "iters" in r.stdout, f"dump-config: {r.stdout!r}")
@@ -215,21 +240,24 @@ def softmax_rows(s):
 for h in (0, 1):
     ref = np.linalg.svd(softmax_rows(q[h] @ k[h].T / 4.0), compute_uv=False)
     got = np.array([float(x["value"]) for x in sorted(
-        (x for x in rows if x["source"] == "files" and x["variant"] == f"head={h}" and x["metric"] == "singular_value"),
+        (x for x in rows if x["source"] == "files" and x["head"] == str(h) and x["metric"] == "singular_value"),
         key=lambda x: int(x["step"]))])
     c.check(got.shape == ref.shape and np.allclose(got, ref, rtol=1e-10, atol=1e-14),
             f"spectrum of head {h} against numpy: max diff {np.abs(got - ref).max() if got.shape == ref.shape else got.shape}")
-for src, var in {(x["source"], x["variant"]) for x in rows if x["metric"] == "cumulative"}:
+c.check({(x["head"], x["variant"], x["layer"], x["sequence"]) for x in rows if x["source"] == "files"} ==
+        {("0", "", "", ""), ("1", "", "", "")}, "spectrum of the files: the head in the head column, nothing else")
+for src, var, head in {(x["source"], x["variant"], x["head"]) for x in rows if x["metric"] == "cumulative"}:
     cum = [float(x["value"]) for x in sorted((x for x in rows if x["metric"] == "cumulative" and x["source"] == src
-                                              and x["variant"] == var), key=lambda x: int(x["step"]))]
+                                              and x["variant"] == var and x["head"] == head),
+                                             key=lambda x: int(x["step"]))]
     c.check(all(b >= a - 1e-12 for a, b in zip(cum, cum[1:])) and abs(cum[-1] - 1) < 1e-12,
-            f"cumulative spectrum of {src} {var} rises to 1")
+            f"cumulative spectrum of {src} {var} {head} rises to 1")
 top = [float(x["value"]) for x in rows if x["metric"] == "top_singular_value" and x["source"] == "gaussian"]
 c.check(len(top) == 12 and all(t > 0 for t in top), f"matrix-free top-k rows: {len(top)}")
 # The user's heads also get the matrix-free top k (block solver), equal to numpy's SVD, with residuals ≤ tolerance.
 for h in (0, 1):
     ref = np.linalg.svd(softmax_rows(q[h] @ k[h].T / 4.0), compute_uv=False)[:6]
-    sel = [x for x in rows if x["source"] == "files" and x["variant"] == f"head={h}"]
+    sel = [x for x in rows if x["source"] == "files" and x["head"] == str(h)]
     got = np.array([float(x["value"]) for x in sorted((x for x in sel if x["metric"] == "top_singular_value"),
                                                        key=lambda x: int(x["step"]))])
     res = [float(x["value"]) for x in sel if x["metric"] == "residual"]
@@ -251,7 +279,7 @@ for h in (0, 1):
     ref_p = np.linalg.norm(p_exact - p_lin) / np.linalg.norm(p_exact)
     ref_o = np.linalg.norm(p_exact @ v[h] - p_lin @ v[h]) / np.linalg.norm(p_exact @ v[h])
     got = {x["metric"]: float(x["value"]) for x in rows
-           if x["source"] == f"files/head{h}" and x["step"] == "16" and x["variant"] == "linformer_pool"}
+           if x["source"] == "files" and x["head"] == str(h) and x["step"] == "16" and x["variant"] == "linformer_pool"}
     c.check(abs(got.get("P_rel_fro", -1) - ref_p) < 1e-10 * ref_p and abs(got.get("out_rel_fro", -1) - ref_o) < 1e-10 * ref_o,
             f"head {h}: attnlab {got.get('P_rel_fro')}, {got.get('out_rel_fro')} vs numpy {ref_p}, {ref_o}")
 
@@ -285,7 +313,7 @@ c.check(r.returncode == 0 and {x["source"] for x in rows if x["metric"] != "poin
 for h in (0, 1):
     p_ = softmax_rows(q[h] @ k[h].T / 4.0)
     ref = float(np.mean(-(p_ * np.log(p_)).sum(axis=1)))
-    got = [float(x["value"]) for x in rows if x["metric"] == "entropy" and x["variant"] == f"head{h}"]
+    got = [float(x["value"]) for x in rows if x["metric"] == "entropy" and x["head"] == str(h) and x["variant"] == ""]
     c.check(len(got) == 1 and abs(got[0] - ref) <= 1e-12 * ref, f"regimes head {h}: entropy {got} vs numpy {ref}")
 # pinv, probsparse, vq and error_vs_budget on the files alone (no generated source, no model export needed).
 for exp, extra in (("pinv", ["--m", "8,16", "--iters", 8]), ("probsparse", ["--factors", 1]),
@@ -293,9 +321,9 @@ for exp, extra in (("pinv", ["--m", "8,16", "--iters", 8]), ("probsparse", ["--f
     r = run("run", exp, "--q", path("uq.npy"), "--k", path("uk.npy"), "--v", path("uv.npy"), *extra,
             "--model-data", path("none"), "--out", path(f"{exp}_files.csv"))
     rows = rows_of(path(f"{exp}_files.csv")) if r.returncode == 0 else []
-    srcs = {x["source"] for x in rows if x["metric"] != "point_done"}
-    c.check(r.returncode == 0 and srcs and all(s.startswith("files") for s in srcs),
-            f"{exp} on files: {r.returncode} {srcs} {r.stderr!r}")
+    srcs = {(x["source"], x["head"], x["layer"], x["sequence"]) for x in rows if x["metric"] != "point_done"}
+    c.check(r.returncode == 0 and srcs == {("files", "0", "", ""), ("files", "1", "", "")},
+            f"{exp} on files: source files, the head in its column: {r.returncode} {srcs} {r.stderr!r}")
 # The files' checks: mixed dtypes refused naming each (the command's and the module's rule); V where it is used.
 np.save(path("uq32.npy"), q.astype(np.float32))
 r = run("run", "regimes", "--q", path("uq32.npy"), "--k", path("uk.npy"), "--v", path("uv.npy"), "--n", 64)

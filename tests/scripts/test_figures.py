@@ -9,7 +9,7 @@
     with no floor below the measurement's resolution, unresolved values as open markers with a note; the spread
     drawn when the CSV has time_max_s, and the figure drawn without it;
   - every figure of the driver on the committed CSVs: at most 6 series a panel except where noted, compact PNGs;
-  - plot.load, plot.is_head and the plot_* functions importable (the notebooks use them).
+  - plot.load, plot.is_model_head and the plot_* functions importable (the notebooks use them).
 Needs Debian's python3-matplotlib and python3-pandas; no attnlab build.
 """
 import os
@@ -23,7 +23,7 @@ import pandas as pd
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import plot  # noqa: E402
-from figures import common  # noqa: E402
+from figures import common, data  # noqa: E402
 
 failed, passed = [], 0
 
@@ -57,14 +57,16 @@ def recording_save(fig, out, name):
 common.save = recording_save
 
 COLUMNS = ["schema_version", "code_version", "experiment", "point", "source", "method", "spec", "n", "d", "seed",
-           "variant", "step", "metric", "value"]
+           "sequence", "layer", "head", "dtype", "variant", "step", "metric", "value"]
 
 
 def write(results, name, rows):
     df = pd.DataFrame(rows)
     for c in COLUMNS:
         if c not in df:
-            df[c] = {"schema_version": 1, "code_version": "test", "experiment": name}.get(c, "")
+            df[c] = {"schema_version": 2, "code_version": "test", "experiment": name}.get(c, "")
+    for c in ("sequence", "layer", "head"):   # integers, empty where a row is not a model head
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     df["point"] = range(len(df))
     df[COLUMNS].to_csv(os.path.join(results, f"{name}.csv.gz"), index=False)
 
@@ -81,10 +83,11 @@ KEYS = {4: 9.0, 8: 17.0, 16: 33.0, 32: 63.0}        # local's measured keys per 
 REFORMER_KEYS = {8: 31.0, 16: 61.0, 32: 116.0}
 rows = []
 rng = np.random.default_rng(0)
-for src in ("gaussian", "trained/L0H0", "trained/L1H0"):
+for src, head in (("gaussian", {}), ("trained", dict(sequence=0, layer=0, head=0)),
+                  ("trained", dict(sequence=0, layer=1, head=0))):
     for fam, budgets in FAMILIES.items():
         for i, b in enumerate(budgets):
-            base = dict(source=src, variant=fam, step=b, n=512, d=64, seed=0, method=fam, spec=f"{fam}:b={b}")
+            base = dict(source=src, variant=fam, step=b, n=512, d=64, seed=0, method=fam, spec=f"{fam}:b={b}", **head)
             err = 0.5 / (i + 1) * (1 + 0.1 * rng.random())
             if fam == "cur":
                 err = 1e10 / (i + 1)      # explodes: beyond the axis, must be drawn as ▲
@@ -116,9 +119,9 @@ for name in ("error_vs_budget_P_rel_fro", "error_vs_budget_out_rel_fro"):
               f"{name}: y within the useful range [1e-4, 10]: {a['ylim']}")
     # Rows are sources (sorted); every value of a row inside [1e-4, 10] lies inside each of its panels' axes.
     d = pd.DataFrame(rows)
-    d = d[d.metric == name.replace("error_vs_budget_", "")].assign(family=lambda x: x.source.str.split("/").str[0])
-    per_row = len(axes) // d.family.nunique()
-    for r, (fam, g) in enumerate(sorted(d.groupby("family"))):
+    d = d[d.metric == name.replace("error_vs_budget_", "")]
+    per_row = len(axes) // d.source.nunique()
+    for r, (fam, g) in enumerate(sorted(d.groupby("source"))):
         med = g.groupby(["variant", "step"])["value"].median()
         inside = med[(med >= 1e-4) & (med <= 10)]
         for a in axes[r * per_row:(r + 1) * per_row]:
@@ -217,7 +220,7 @@ for spread in (False, True):
 drawn.clear()
 committed = os.path.join(ROOT, "results")
 for name, fn in plot.PLOTS.items():
-    if common.csv_path(committed, name):
+    if data.csv_path(committed, name):
         for p in fn(committed, out):
             from PIL import Image
             with Image.open(p) as im:
@@ -225,10 +228,21 @@ for name, fn in plot.PLOTS.items():
 for name, axes in drawn.items():
     many = [a["series"] for a in axes if a["series"] > 6]
     check(not many, f"{name}: at most 6 labelled series a panel: {[a['series'] for a in axes]}")
-check(all(callable(getattr(plot, f)) for f in ("load", "is_head", "plot_error_vs_budget", "plot_scaling",
+check(all(callable(getattr(plot, f)) for f in ("load", "is_model_head", "plot_error_vs_budget", "plot_scaling",
                                                  "plot_spectrum", "plot_pinv", "plot_regimes", "plot_probsparse",
                                                  "plot_vq", "plot_performer_mse", "plot_error_vs_length")),
-      "plot.load, plot.is_head and plot.plot_* importable")
+      "plot.load, plot.is_model_head and plot.plot_* importable")
+# Results schema 1 is refused, naming the migration (tools/migrate_results.py).
+old = os.path.join(tmp, "schema1")
+os.makedirs(old)
+with open(os.path.join(old, "vq.csv"), "w") as f:
+    f.write("schema_version,code_version,experiment,point,source,method,spec,n,d,seed,variant,step,metric,value\n"
+            "1,v,vq,p,trained/L0H1,vq,vq:codes=8,64,16,0,hard,8,out_rel_fro,0.5\n")
+try:
+    data.load(old, "vq")
+    check(False, "a schema-1 CSV is refused")
+except SystemExit as e:
+    check("schema 1" in str(e) and "tools/migrate_results.py" in str(e), f"schema 1 refused with the hint: {e}")
 shutil.rmtree(tmp)
 print(f"{passed} passed, {len(failed)} failed")
 sys.exit(1 if failed else 0)

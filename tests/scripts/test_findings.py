@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The committed results stay small and the quoted numbers stay true:
   - every number README.md and the notebooks quote equals what tools/findings.py computes from the committed CSVs
-    (README.md is docs/README.template.md rendered; the notebooks' text is tools/make_notebooks.py's), and
+    (README.md is docs/README.template.md rendered; the notebooks' text is tools/notebook_texts.py's), and
     results/findings.md is up to date;
   - a changed number is caught: a README with one quoted value altered fails the check;
   - a placeholder without a value is caught: in README.md (left unrendered) or in the template (unknown key, any

@@ -164,7 +164,7 @@ for model, seq, layer, head in (("trained", 1, 0, 1), ("initialized", 0, 1, 0)):
     k = np.load(os.path.join(a, model, f"seq{seq}_layer{layer}_k.npy"))[head].astype(np.float64)
     sv = np.linalg.svd(softmax_rows(q @ k.T / 4.0), compute_uv=False)
     got = sorted(((int(x["step"]), float(x["value"])) for x in sp
-                  if x["source"] == model and x["variant"] == f"L{layer}H{head}" and x["seed"] == str(seq)
+                  if x["source"] == model and (x["sequence"], x["layer"], x["head"]) == (str(seq), str(layer), str(head))
                   and x["metric"] == "singular_value"))
     got = np.array([v for _, v in got])
     c.check(got.shape == sv.shape and np.abs(got - sv).max() < 1e-10 * sv[0],
@@ -176,14 +176,16 @@ r = run("run", "error_vs_budget", "--sources", "trained,initialized", "--model-d
         "--model-seqs", "1", "--families", "svd,nystrom", "--out", out)
 c.check(r.returncode == 0, f"error_vs_budget on model sources: {r.stderr[-300:]}")
 ev = rows(out)
-c.check({x["source"] for x in ev} == {"trained/L1H0", "initialized/L1H0"}, "error_vs_budget source column")
+c.check({(x["source"], x["sequence"], x["layer"], x["head"], x["seed"]) for x in ev} ==
+        {("trained", "0", "1", "0", "0"), ("initialized", "0", "1", "0", "0")},
+        "error_vs_budget: the model's name in the source column; sequence, layer, head in theirs; seed = sequence")
 for model in ("trained", "initialized"):
     q = np.load(os.path.join(a, model, "seq0_layer1_q.npy"))[0].astype(np.float64)
     k = np.load(os.path.join(a, model, "seq0_layer1_k.npy"))[0].astype(np.float64)
     sv = np.linalg.svd(softmax_rows(q @ k.T / 4.0), compute_uv=False)
     for rank in (8, 16, 32, 64):
         want = np.sqrt((sv[rank:] ** 2).sum() / (sv ** 2).sum())
-        got = [float(x["value"]) for x in ev if x["source"] == f"{model}/L1H0" and x["variant"] == "svd"
+        got = [float(x["value"]) for x in ev if x["source"] == model and x["variant"] == "svd"
                and x["step"] == str(rank) and x["metric"] == "P_rel_fro"]
         c.check(len(got) == 1 and abs(got[0] - want) <= 1e-8 + 1e-6 * want,
                 f"{model} svd rank {rank}: Eckart–Young {want:.3g} vs {got}")
@@ -195,7 +197,7 @@ out = path("evb_causal.csv")
 r = run("run", "error_vs_budget", "--sources", "trained_causal", "--model-data", a, "--model-heads", "1:0",
         "--model-seqs", "1", "--families", "local,nystrom", "--repeats", "0", "--out", out)
 ev = rows(out) if r.returncode == 0 else []
-c.check(r.returncode == 0 and {x["source"] for x in ev} == {"trained_causal/L1H0"} and
+c.check(r.returncode == 0 and {(x["source"], x["layer"], x["head"]) for x in ev} == {("trained_causal", "1", "0")} and
         {x["variant"] for x in ev} == {"local"}, f"error_vs_budget on trained_causal: local only, causal source label "
                                                  f"({r.stderr[-300:]})")
 full = [float(x["value"]) for x in ev if x["step"] == "64" and x["metric"] == "out_rel_fro"]
@@ -210,12 +212,12 @@ for name, extra in (("probsparse", []), ("pinv", ["--m", "8,16", "--iters", "10"
     out = path(f"{name}_model.csv")
     r = run("run", name, "--sources", "trained", "--model-data", a, "--model-heads", "0:1", "--model-seqs", "1",
             *extra, "--out", out)
-    want = "trained" if name == "regimes" else "trained/L0H1"
-    c.check(r.returncode == 0 and {x["source"] for x in rows(out)} == {want},
+    c.check(r.returncode == 0 and {(x["source"], x["sequence"], x["layer"], x["head"]) for x in rows(out)} ==
+            {("trained", "0", "0", "1")},
             f"{name} on the trained source: {r.stderr[-300:]}")
 reg = rows(path("regimes_model.csv"))
-c.check({x["source"] for x in reg} == {"trained"} and {x["variant"] for x in reg} == {"L0H1"} and
-        any(x["metric"] == "entropy" for x in reg), "regimes: one point per head, variant L{layer}H{head}")
+c.check({x["source"] for x in reg} == {"trained"} and {x["variant"] for x in reg} == {""} and
+        any(x["metric"] == "entropy" for x in reg), "regimes: one point per head, layer and head in their columns")
 lemma = [float(x["value"]) for x in rows(path("probsparse_model.csv")) if x["metric"].startswith("lemma1")]
 c.check(lemma == [1.0, 1.0], f"probsparse: Lemma 1 holds on every query of the trained head: {lemma}")
 

@@ -7,8 +7,9 @@ sees (measured). One row per source; the same family has the same colour in ever
 import numpy as np
 import pandas as pd
 
-from .common import (family_colour, family_label, family_marker, finish, load, log_range, note_clipped,
-                     plain_log_ticks, plot_clipped, plt, tidy_log_axis)
+from .common import (family_colour, family_label, family_marker, finish, log_range, note_clipped, plain_log_ticks,
+                     plot_clipped, plt, tidy_log_axis)
+from .data import HEAD, load, n_heads
 
 # (panel title, x label, families): at most five families a panel, each panel one budget unit.
 GROUPS = [
@@ -66,7 +67,7 @@ def budget_x(d, family):
 
 
 def row_title(df_src, src):
-    heads = df_src["source"].nunique()
+    heads = n_heads(df_src)
     return src + (f", median of {heads} heads" if heads > 1 else "")
 
 
@@ -94,13 +95,13 @@ def column_legends(axes, groups, extra=()):
 def plot_error_vs_budget(results, out):
     df = load(results, "error_vs_budget")
     saved = []
-    sources = sorted(df["family"].unique())
+    sources = sorted(df["source"].unique())
     groups = groups_for(set(df["variant"]))
     for metric, label in (("P_rel_fro", "‖P − P̃‖_F / ‖P‖_F"), ("out_rel_fro", "‖O − Õ‖_F / ‖O‖_F")):
         fig, axes = grid(sources, groups)
         xs_rank = []
         for r, src in enumerate(sources):
-            d = df[df.family == src]
+            d = df[df.source == src]
             e = d[d.metric == metric]
             med = e.groupby(["variant", "step"])["value"].median()   # what is drawn: the range is its range
             shown = {f for _, _, fs in groups for f in fs}
@@ -167,7 +168,7 @@ def plot_error_vs_cost(df, out):
     saved = []
     if "cost_time_s" not in set(df["metric"]):
         return saved
-    sources = sorted(df["family"].unique())
+    sources = sorted(df["source"].unique())
     groups = [(t, x, [f for f in fams if f != "svd"]) for t, x, fams in groups_for(set(df["variant"]))]
     has_median = "cost_time_median_s" in set(df["metric"])
     for cost_metric, name in (("cost_time_s", "error_vs_cost_time"),
@@ -178,7 +179,7 @@ def plot_error_vs_cost(df, out):
         fig, axes = grid(sources, groups)
         all_costs, any_unresolved = [], False
         for r, src in enumerate(sources):
-            d = df[df.family == src]
+            d = df[df.source == src]
             err = d[d.metric == "out_rel_fro"].groupby(["variant", "step"])["value"].median()
             raw = d[d.metric == cost_metric].groupby(["variant", "step"])["value"].median()
             cost = raw * scale
@@ -198,8 +199,8 @@ def plot_error_vs_cost(df, out):
                 front_all.append((max(c for c, _ in everything), front_all[-1][1]))
             exact_ms = None
             if not memory:
-                speed = d[d.metric == "cost_speedup_vs_exact"].set_index(["variant", "step", "source"])["value"]
-                t = d[d.metric == "cost_time_s"].set_index(["variant", "step", "source"])["value"]
+                speed = d[d.metric == "cost_speedup_vs_exact"].set_index(["variant", "step", *HEAD])["value"]
+                t = d[d.metric == "cost_time_s"].set_index(["variant", "step", *HEAD])["value"]
                 exact_ms = (t * speed).median() * scale
             for c, (title, xlabel, fams) in enumerate(groups):
                 ax = axes[r][c]

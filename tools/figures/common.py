@@ -1,60 +1,20 @@
-"""What every figure shares: reading a tidy CSV, the panel grid, and finish() — caption, layout and a compact,
-deterministic PNG. The figure families are the other modules of this package; tools/plot.py draws them."""
+"""What every figure shares: colours and labels per method family, the panel grid, log axes, and finish() —
+caption, layout and a compact, deterministic PNG. Reading the tidy CSVs is data.py's (no matplotlib there). The figure
+families are the other modules of this package; tools/plot.py draws them."""
 import os
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+
+from .data import head_name  # noqa: E402
 
 # tab10 (ten distinct hues) rather than tab20's light/dark pairs, which made neighbouring series look alike; figures
 # keep to a few series per panel and colour methods by FAMILY_COLOURS. Fonts large enough to read in a README.
 plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.get_cmap("tab10").colors)
 plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
                      "xtick.labelsize": 8, "ytick.labelsize": 8, "legend.framealpha": 0.9})
-
-SCHEMA_VERSION = 1
-
-
-def csv_path(results, name):
-    """results/NAME.csv.gz (the default, compact) or results/NAME.csv; None when neither exists."""
-    for ext in (".csv.gz", ".csv"):
-        p = os.path.join(results, name + ext)
-        if os.path.exists(p):
-            return p
-    return None
-
-
-def load(results, name):
-    path = csv_path(results, name)
-    if path is None:
-        sys.exit(f"no {name}.csv.gz or {name}.csv in {results}")
-    df = pd.read_csv(path, keep_default_na=False)
-    versions = set(df["schema_version"])
-    if versions != {SCHEMA_VERSION}:
-        sys.exit(f"{path}: schema version {versions}, this script reads {SCHEMA_VERSION}")
-    df = df[df["metric"] != "point_done"].copy()
-    df["value"] = pd.to_numeric(df["value"], errors="raise")
-    df["step"] = pd.to_numeric(df["step"], errors="coerce")  # empty: no step
-    for col in ("n", "d", "seed"):  # numbers, not strings (matplotlib would make them categories)
-        df[col] = pd.to_numeric(df[col], errors="coerce")
-    # "trained/L1H2", "files/head0" -> "trained", "files": the panels aggregate heads (median) by family
-    df["family"] = df["source"].str.split("/").str[0]
-    return df
-
-
-def is_head(variant):
-    """Model-source spectra name heads "L{layer}H{head}" in the variant column."""
-    return isinstance(variant, str) and len(variant) >= 4 and variant[0] == "L" and "H" in variant
-
-
-def head_of(variant):
-    """"L{layer}H{head}" -> (layer, head)."""
-    layer, head = variant[1:].split("H")
-    return int(layer), int(head)
-
 
 # One colour per method family, the same in every figure; the references (the SVD floor, exact attention) are black.
 # Families that share a panel get clearly different hues; grey is kept for reference lines.
@@ -252,10 +212,11 @@ def compact_png(path):
 
 
 def lines_per_source(d, x, xlabel, ylabel, style=None, width=4.6, order=None):
-    """A panel per source, a log-log line per variant (mean over seeds) against column x, and one legend for all
-    panels to their right (the same variants in each). style(variant) -> dict(color, marker, ls, lw, label);
-    by default the variant's method family's colour and name, svd* in bold black. Returns (fig, right), right the
-    fraction of the width the panels take (pass it to finish)."""
+    """A panel per source (a model's heads: per head), a log-log line per variant (mean over seeds) against column x,
+    and one legend for all panels to their right (the same variants in each). style(variant) -> dict(color, marker,
+    ls, lw, label); by default the variant's method family's colour and name, svd* in bold black. Returns (fig,
+    right), right the fraction of the width the panels take (pass it to finish)."""
+    d = d.assign(source=head_name(d))
     sources = sorted(d["source"].unique())
     variants = order or sorted(d["variant"].unique())
     style = style or family_style

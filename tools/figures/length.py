@@ -1,7 +1,8 @@
 """Error against n at a fixed budget."""
 import re
 
-from .common import load, finish, lines_per_source
+from .common import finish, lines_per_source
+from .data import load
 
 
 def plot_error_vs_length(results, out):

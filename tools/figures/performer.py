@@ -1,7 +1,8 @@
 """Performer Fig. 4 and Fig. 2: kernel and output MSE against M; Lemma 2's MSE ratio."""
 import numpy as np
 
-from .common import finish, load, log_ticks, plt
+from .common import finish, log_ticks, plt
+from .data import load
 
 # Colour: the feature map; line: iid (dashed, squares) or orthogonal (solid, circles) features; Lemma 2's closed
 # form for iid features dotted in the feature map's colour.

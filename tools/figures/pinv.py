@@ -1,7 +1,8 @@
 """Nyströmformer's iterative pseudo-inverse: residuals, iterations against the condition number, Nyström's error."""
 import matplotlib.pyplot as plt
 
-from .common import finish, load, panels, source_colour, tidy_log_axis
+from .common import finish, panels, source_colour, tidy_log_axis
+from .data import load, n_heads
 
 # The landmark count m in one sequential hue (light: few landmarks), the iteration by the line style; one legend
 # for all panels, right of them.
@@ -28,19 +29,19 @@ def legend_right(fig, handles, labels, width_in=1.8):
 def plot_pinv(results, out):
     df = load(results, "pinv")
     saved = []
-    sources = sorted(df["family"].unique())
+    sources = sorted(df["source"].unique())
     ms = sorted({landmarks(s) for s in df["spec"].unique() if s.startswith("landmarks=")})
     # Residual histories per landmark count, one panel per source.
     fig, axes = panels(len(sources), 4.6, 3.6)
     for ax, src in zip(axes, sources):
-        d = df[(df.family == src) & (df.metric == "residual")]
+        d = df[(df.source == src) & (df.metric == "residual")]
         for (variant, spec), g in d.groupby(["variant", "spec"]):
             g = g.groupby("step")["value"].median()
             ax.semilogy(g.index, g.values, "-" if variant == "order3" else "--", color=m_colour(landmarks(spec), ms),
                         lw=1.4)
         ax.axhline(1e-6, color="gray", lw=0.8)
         ax.axvline(6, color="red", lw=0.8, ls=":")
-        heads = d["source"].nunique()
+        heads = n_heads(d)
         ax.set(title=src + (f" (median of {heads} heads)" if heads > 1 else ""), xlabel="iteration k",
                ylabel="‖I − A Z_k‖_F")
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
@@ -57,7 +58,7 @@ def plot_pinv(results, out):
     cond = df[df.metric == "cond"].set_index("point")["value"]
     for src in sources:
         for variant, marker in (("order3", "o"), ("newton", "s")):
-            d = df[(df.metric == "iterations_to_1e-6") & (df.variant == variant) & (df.family == src)]
+            d = df[(df.metric == "iterations_to_1e-6") & (df.variant == variant) & (df.source == src)]
             d = d.set_index("point")["value"]
             ax.semilogx(cond.loc[d.index], d.values, marker, color=source_colour(src), ms=5,
                         mfc="none" if variant == "newton" else None)
@@ -73,14 +74,14 @@ def plot_pinv(results, out):
     # Nyström's attention error against the iteration count, with the SVD pseudo-inverse.
     fig, axes = panels(len(sources), 4.6, 3.6)
     for ax, src in zip(axes, sources):
-        d = df[(df.family == src) & (df.metric == "nystrom_out_rel_fro")]
+        d = df[(df.source == src) & (df.metric == "nystrom_out_rel_fro")]
         for spec, g in sorted(d[d.variant == "order3"].groupby("spec"), key=lambda x: landmarks(x[0])):
             g = g.groupby("step")["value"].median()
             colour = m_colour(landmarks(spec), ms)
             ax.semilogy(g.index, g.values, "-o", ms=3, color=colour)
             svd = d[(d.variant == "svd") & (d.spec == spec)]["value"].median()
             ax.axhline(svd, color=colour, ls=":", lw=1.2)
-        heads = d["source"].nunique()
+        heads = n_heads(d)
         ax.set(title=src + (f" (median of {heads} heads)" if heads > 1 else ""), xlabel="order-3 iterations",
                ylabel="‖O − Õ‖_F / ‖O‖_F")
         ax.grid(True, which="major", lw=0.3, alpha=0.5)

@@ -1,7 +1,8 @@
 """Informer's sparsity measure: top-u recall and error, and the distribution of M."""
 import matplotlib.pyplot as plt
 
-from .common import finish, load, source_colour
+from .common import finish, source_colour
+from .data import load, n_heads
 
 # Recall: M̄ over all keys vs sampled keys by colour; the length by the line style (solid: the smallest n).
 ESTIMATOR_COLOURS = {"full M̄": "#1f77b4", "sampled M̄": "#ff7f0e"}
@@ -13,7 +14,7 @@ def plot_probsparse(results, out):
     saved = []
     rec = df[df.metric == "top_u_recall"]
     err = df[(df.metric == "out_rel_fro") & (df.variant == "method")]
-    sources = sorted(set(rec["family"]) | set(err["family"]))
+    sources = sorted(set(rec["source"]) | set(err["source"]))
     ns = sorted(df["n"].dropna().unique())
     ns = [n for n in ns if n > 0]
     # One column per source: recall of the top-u queries (top), ProbSparse's output error (bottom).
@@ -21,17 +22,17 @@ def plot_probsparse(results, out):
                              sharex=True)
     for c, src in enumerate(sources):
         ax = axes[0][c]
-        for (variant, n), g in rec[rec.family == src].groupby(["variant", "n"]):
+        for (variant, n), g in rec[rec.source == src].groupby(["variant", "n"]):
             g = g.groupby("step")["value"].median()
             ax.plot(g.index / 100, g.values, N_STYLES[ns.index(n) % 4], marker="o", ms=3,
                     color=ESTIMATOR_COLOURS.get(variant, "0.4"))
-        heads = rec[rec.family == src]["source"].nunique()
+        heads = n_heads(rec[rec.source == src])
         ax.set(title=src + (f" ({heads} heads, median)" if heads > 1 else ""), ylim=(0, 1.03))
         ax.grid(True, lw=0.3, alpha=0.5)
         if c == 0:
             ax.set_ylabel("recall of the true top-u queries")
         ax = axes[1][c]
-        for n, g in err[err.family == src].groupby("n"):
+        for n, g in err[err.source == src].groupby("n"):
             g = g.groupby("step")["value"].median()
             ax.plot(g.index / 100, g.values, N_STYLES[ns.index(n) % 4], marker="o", ms=3, color="#e377c2")
         ax.set(xlabel="sampling factor c", ylim=(0, max(1.05, err["value"].max() * 1.05)))
@@ -54,8 +55,8 @@ def plot_probsparse(results, out):
     q = df[df.metric == "M_quantile"]
     fig, ax = plt.subplots(figsize=(8, 4.2))
     handles, labels = [], []
-    for (src, n), g in q.groupby(["family", "n"]):
-        heads = g.groupby("source")
+    for (src, n), g in q.groupby(["source", "n"]):
+        heads = g.groupby(["layer", "head"], dropna=False)   # one line per head: the mean over its sequences
         ls = N_STYLES[ns.index(n) % 4] if n in ns else "-"
         for j, (_, h) in enumerate(heads):   # model sources: one thin line per head
             h = h.groupby("step")["value"].mean()

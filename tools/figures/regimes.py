@@ -1,17 +1,23 @@
 """Low-rank vs sparse vs sparse + low-rank against the entropy (Scatterbrain Fig. 1)."""
-from .common import family_style, finish, is_head, load, panels, plt
+import pandas as pd
+
+from .common import family_style, finish, panels, plt
+from .data import HEAD, is_model_head, load
 
 
 def plot_regimes(results, out):
     df = load(results, "regimes")
-    ent = df[df.metric == "entropy"].set_index(["source", "variant", "seed"])["value"]
+    # Each row's point: the source, the temperature (variant) and seed, or the model head (-1: not a head).
+    key = ["source", "variant", "seed", *HEAD]
+    keys = df[key].fillna({c: -1 for c in HEAD})
+    ent = df[df.metric == "entropy"]["value"].set_axis(pd.MultiIndex.from_frame(keys[df.metric == "entropy"]))
     d = df[df.metric == "out_rel_fro"].copy()
-    d["entropy"] = [ent.loc[(s, v, sd)] for s, v, sd in zip(d.source, d.variant, d.seed)]
+    d["entropy"] = [ent.loc[k] for k in keys[df.metric == "out_rel_fro"].itertuples(index=False, name=None)]
     sources = sorted(d["source"].unique())
     methods = sorted(d["method"].unique(), key=lambda m: (m != "svd", m))
     fig, axes = panels(len(sources), 4.6, 3.8)
     for ax, src in zip(axes, sources):
-        heads = d[d.source == src]["variant"].map(is_head).any()
+        heads = is_model_head(d[d.source == src]).any()
         for method in methods:
             g = d[(d.source == src) & (d.method == method)].groupby("entropy")["value"].mean()
             if g.empty:

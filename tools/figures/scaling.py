@@ -3,7 +3,8 @@ lengths). Two panels per quantity, a few methods each: exact attention with the 
 exact attention with the sparse and clustering ones."""
 import numpy as np
 
-from .common import family_colour, family_key, family_label, family_marker, finish, load, log_ticks, plt
+from .common import family_colour, family_key, family_label, family_marker, finish, log_ticks, plt
+from .data import load, upper_half_slope
 
 PAGE = 4096   # the memory measurement's resolution: one page; below it a value is not resolved
 GROUPS = [("exact, kernel and low-rank methods", ["exact", "exact_materialized", "linear", "performer", "nystrom",
@@ -26,16 +27,6 @@ def split(variants, spec_of):
             out.append(("other methods", [v for v in variants if family_key(spec_of[v]) == "exact"] + rest[:5]))
             rest = rest[5:]
     return [g for g in out if g[1]]
-
-
-def upper_half_slope(x, y):
-    """The log-log slope over the upper half of the lengths (at least the two largest), and that range's start."""
-    ok = np.isfinite(y) & (y > 0)
-    x, y = x[ok], y[ok]
-    if len(x) < 2:
-        return float("nan"), None
-    k = min(len(x) - 2, len(x) // 2)
-    return np.polyfit(np.log(x[k:]), np.log(y[k:]), 1)[0], x[k]
 
 
 def plot_scaling(results, out):

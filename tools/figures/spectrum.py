@@ -2,7 +2,8 @@
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .common import caption, finish, head_of, is_head, load, panels, save
+from .common import caption, finish, panels, save
+from .data import is_model_head, load
 
 # Temperatures in one sequential hue (light: cold), so that the order reads off the colour; heads by layer (viridis).
 TEMPS = plt.get_cmap("plasma")
@@ -19,29 +20,51 @@ def by_temperature(variants):
     return sorted(variants, key=lambda v: float(v.split("=")[1]) if v.startswith("T=") else float("inf"))
 
 
+def labelled(df):
+    """The rows with a line label: the variant (T=x), or for the user's files (a head, no layer) "head=h"; a model
+    head's lines are named by its layer and head columns."""
+    files = df["head"].notna() & ~is_model_head(df)
+    return df.assign(label=df["variant"].where(~files, "head=" + df["head"].fillna(0).astype(int).astype(str)))
+
+
+def lines(d):
+    """The lines of one source's labelled rows, in drawing order: (kind, name, rows) — ("T", "T=x", ...) per
+    temperature (by temperature), then ("head", (layer, head), ...) per model head and ("other", label, ...) for the
+    rest (the user's files: "head=h"), in the rows' order."""
+    temps = d[d.label.str.startswith("T=")]
+    out = [("T", v, temps[temps.label == v]) for v in by_temperature(temps["label"].unique())]
+    rest = d[~d.label.str.startswith("T=")]
+    for (layer, head), g in rest[is_model_head(rest)].groupby(["layer", "head"], sort=False):
+        out.append(("head", (int(layer), int(head)), g))
+    other = rest[~is_model_head(rest)]
+    for label in other["label"].unique():
+        out.append(("other", label, other[other.label == label]))
+    return out
+
+
 def plot_spectrum(results, out):
-    df = load(results, "spectrum")
+    df = labelled(load(results, "spectrum"))
     saved = []
     d = df[df.metric == "cumulative"]
     groups = sorted(d["source"].unique())
     fig, axes = panels(len(groups))
     for ax, src in zip(axes, groups):
         dd = d[d.source == src]
-        heads = sorted(v for v in dd["variant"].unique() if is_head(v))
-        layers = sorted({head_of(v)[0] for v in heads})
-        for variant in by_temperature(dd["variant"].unique()):
-            g = dd[dd.variant == variant].groupby("step")["value"].mean()   # mean over seeds / held-out sequences
-            if is_head(variant):   # Linformer Fig. 1 (left): one line per head, coloured by layer
-                layer = head_of(variant)[0]
-                first = variant == next(v for v in heads if v.startswith(f"L{layer}H"))
+        heads = dd[is_model_head(dd)][["layer", "head"]].drop_duplicates().astype(int)
+        layers = sorted(heads["layer"].unique())
+        for kind, name, rows in lines(dd):
+            g = rows.groupby("step")["value"].mean()   # mean over seeds / held-out sequences
+            if kind == "head":   # Linformer Fig. 1 (left): one line per head, coloured by layer
+                layer, head = name
+                first = head == sorted(heads[heads.layer == layer]["head"])[0]
                 colour = plt.get_cmap("viridis")(0.85 * layer / max(1, len(layers) - 1))   # not the last yellow: unreadable on white
                 ax.plot(g.index, g.values, lw=0.9, color=colour,
                         label=f"layer {layer}" if first else None)
-            elif variant.startswith("T="):
-                ax.plot(g.index, g.values, lw=1.6, color=t_colour(variant, dd["variant"].unique()),
-                        label=variant.replace("=", " = "))
+            elif kind == "T":
+                ax.plot(g.index, g.values, lw=1.6, color=t_colour(name, dd["label"].unique()),
+                        label=name.replace("=", " = "))
             else:
-                ax.plot(g.index, g.values, lw=1.6, label=variant)
+                ax.plot(g.index, g.values, lw=1.6, label=name)
         ax.axvline(128, color="gray", lw=0.8, ls=":")
         ax.set(title=src, xlabel="singular value index", ylabel="normalized cumulative singular value", ylim=(0, 1.02))
         ax.grid(True, lw=0.3, alpha=0.5)
@@ -50,9 +73,9 @@ def plot_spectrum(results, out):
            "Linformer Fig. 1: normalized cumulative singular values of P (n = 512; model sources: one line per "
            "head, mean over held-out sequences); dotted: index 128."))
     at = df[df.metric == "cumulative_at_128"]
-    gen = at[~at["variant"].map(is_head)]
+    gen = at[~is_model_head(at)]
     if len(gen):
-        table = gen.pivot_table(index="source", columns="variant", values="value")
+        table = gen.pivot_table(index="source", columns="label", values="value")
         fig, ax = plt.subplots(figsize=(1.2 * len(table.columns) + 2.5, 0.5 * len(table) + 1.8))
         im = ax.imshow(table.values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(table.columns)), table.columns, rotation=30, fontsize=8)
@@ -62,10 +85,8 @@ def plot_spectrum(results, out):
         fig.colorbar(im, ax=ax)
         saved.append(finish(fig, out, "spectrum_at_128",
                "Cumulative singular value at index 128 per generated source and temperature (n = 512).", bottom=0.06))
-    heads = at[at["variant"].map(is_head)].copy()
+    heads = at[is_model_head(at)].astype({"layer": int, "head": int})
     if len(heads):   # Linformer Fig. 1 (right): layer x head heatmap of the value at index 128, per model
-        heads["layer"] = heads["variant"].map(lambda v: head_of(v)[0])
-        heads["head"] = heads["variant"].map(lambda v: head_of(v)[1])
         models = sorted(heads["source"].unique(), key=lambda m: m != "trained")
         fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 1, 3.8), squeeze=False)
         for ax, model in zip(axes[0], models):
@@ -91,12 +112,12 @@ def plot_spectrum(results, out):
         for ax, src in zip(axes[0], srcs):   # one panel per source: a line per temperature (and length)
             t = top[top.source == src]
             lengths = sorted(t["n"].unique())
-            for variant in by_temperature(t["variant"].unique()):
+            for variant in by_temperature(t["label"].unique()):
                 for j, n in enumerate(lengths):
-                    g = t[(t.variant == variant) & (t.n == n)].groupby("step")["value"].mean()
+                    g = t[(t.label == variant) & (t.n == n)].groupby("step")["value"].mean()
                     if g.empty:
                         continue
-                    colour = t_colour(variant, t["variant"].unique()) if variant.startswith("T=") else None
+                    colour = t_colour(variant, t["label"].unique()) if variant.startswith("T=") else None
                     ax.semilogy(g.index + 1, g.values / g.values[0], ["-", "--", ":"][j % 3], lw=1.6,
                                 color=colour, label=variant.replace("=", " = ") +
                                 (f", n = {int(n)}" if len(lengths) > 1 else ""))

@@ -1,5 +1,6 @@
 """Transformer-VQ against codebook size, hard vs soft, vs Performer."""
-from .common import family_colour, finish, lines_per_source, load, plt
+from .common import family_colour, finish, lines_per_source, plt
+from .data import load
 
 # Hard and mean-field assignment in the VQ colours; soft assignment's temperatures in one sequential hue (light:
 # cold, close to hard); Performer, read as a soft VQ, in its own colour.

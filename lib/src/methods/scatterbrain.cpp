@@ -7,181 +7,131 @@
 // (not the exact ones) makes P̃ = P on the support only when the support covers the row. Positive features keep
 // every row sum positive. Each row is computed in units of e^{R_i}, R_i = max(the row's largest exact logit on the
 // support, the log-scale of its largest estimated entry), so nothing overflows. Non-causal.
-#include "attnlab/error.hpp"
 #include "attnlab/methods/scatterbrain.hpp"
-#include "attnlab/performer.hpp"
-#include "pattern_method.hpp"
 
-#include <fmt/format.h>
+#include "attnlab/core/error.hpp"
 
-#include <cmath>
-#include <optional>
+#include <algorithm>
+#include <vector>
 
 namespace attnlab {
-namespace {
 
-/// P̃ = D⁻¹(A·Btᵀ + S): a rank-M part and a sparse correction, rows scaled by 1/D.
-template <typename T>
-class SparseLowRankOperator final : public AttentionOperator<T> {
- public:
-  using Sparse = typename SparseOperator<T>::Sparse;
-  SparseLowRankOperator(MatrixR<T> a, MatrixR<T> bt, Sparse s) : a_(std::move(a)), bt_(std::move(bt)), s_(std::move(s)) {}
-  Index rows() const override { return a_.rows(); }
-  Index cols() const override { return bt_.rows(); }
-  MatrixR<T> apply(const ConstRef<T>& x) const override {
-    MatrixR<T> y = a_ * (bt_.transpose() * x);
-    y += s_ * x;
-    return y;
-  }
-  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override {
-    MatrixR<T> y = bt_ * (a_.transpose() * x);
-    y += s_.transpose() * x;
-    return y;
-  }
-  MatrixR<T> row_block(Index first, Index count) const override {
-    MatrixR<T> y = a_.middleRows(first, count) * bt_.transpose();
-    y += MatrixR<T>(s_.middleRows(first, count));
-    return y;
-  }
-  /// The rank-limited part (rows already normalized).
-  const MatrixR<T>& left() const { return a_; }
-  const MatrixR<T>& right() const { return bt_; }
-
- private:
-  MatrixR<T> a_, bt_;
-  Sparse s_;
-};
-
-template <typename T>
-class ScatterbrainMethod final : public Method<T> {
- public:
-  using Method<T>::Method;
-  Index rank_bound() const override { return -1; }  // rank-M plus a sparse part: not rank-limited
-
- protected:
-  /// The O(n·M) parts: features, each row's reference log-scale R_i and row sum of Ã in units of e^{R_i}. The
-  /// band's correction is formed by output() in dense blocks, and as a sparse matrix only when P̃ is asked for.
-  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    const ScatterbrainOptions o = ScatterbrainOptions::from(this->params());  // the spec's values, typed
-    const Index nq = q.rows(), nk = k.rows(), off = nk - nq, w = o.window;
-    Rng rng(o.seed);
-    const MatrixR<T> omega = performer_projection<T>(o.features, q.cols(), true, true, rng);
-    const T root = T(std::sqrt(opts.scale));
-    xq_ = q * root;
-    xk_ = k * root;
-    fq_ = performer_features<T>(xq_, omega, PerformerKernel::Positive);
-    const RandomFeatures<T> fk = performer_features<T>(xk_, omega, PerformerKernel::Positive);
-    // The estimate of exp(s·q_iᵀk_j) is e^{lq_i + lk_j}·(fq_i·fk_j), with fq, fk ∈ (0, 1].
-    gk_ = fk.logscale.maxCoeff();
-    kscaled_ = (fk.logscale.array() - gk_).exp().matrix().asDiagonal() * fk.f;  // e^{lk − gk}·fk
-    const VectorX<T> colsum = kscaled_.colwise().sum().transpose();
-    w_ = w;
-    off_ = off;
-    ref_.resize(nq);
-    den_.resize(nq);
-    // Per block of queries, the band's exact logits and estimates as two GEMMs (as local attention's kernel).
-    band_blocks([&](Index i0, Index bi, Index, Index, const MatrixR<T>& corr) {
-      for (Index r = 0; r < bi; ++r) {
-        const Index i = i0 + r;
-        den_(i) = est_scale(i) * fq_.f.row(i).dot(colsum) + corr.row(r).sum();
-      }
-    }, &ref_);
-    // (Checked here, not inside the parallel blocks: an exception must not leave an OpenMP region.)
-    require((den_.array() > T(0)).all(), "scatterbrain: a row sum vanished");
-    op_.reset();
-    return Status::Success;
-  }
-  /// O = D⁻¹(A·(Btᵀ·V) + S·V), the band part S·V by blocks: never the sparse matrix.
-  MatrixR<T> do_output(const ConstRef<T>& v) const override {
-    const MatrixR<T> ktv = kscaled_.transpose() * v;  // M × d_v
-    MatrixR<T> out(xq_.rows(), v.cols());
-    band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
-      auto o = out.middleRows(i0, bi);
-      o.noalias() = fq_.f.middleRows(i0, bi) * ktv;
-      for (Index r = 0; r < bi; ++r) o.row(r) *= est_scale(i0 + r);
-      o.noalias() += corr * v.middleRows(lo, bj);
-      for (Index r = 0; r < bi; ++r) o.row(r) /= den_(i0 + r);
-    }, nullptr);
-    return out;
-  }
-  const AttentionOperator<T>& do_op() const override {
-    if (!op_) {
-      std::vector<Eigen::Triplet<T, Index>> trips;
-      band_blocks([&](Index i0, Index bi, Index lo, Index, const MatrixR<T>& corr) {
-        for (Index r = 0; r < bi; ++r) {
-          const Index i = i0 + r, c = i + off_;
-          const Index first = std::max<Index>(0, c - w_), last = std::min(xk_.rows() - 1, c + w_);
-          for (Index j = first; j <= last; ++j) trips.emplace_back(i, j, corr(r, j - lo) / den_(i));
-        }
-      }, nullptr, /*serial=*/true);
-      typename SparseOperator<T>::Sparse s(xq_.rows(), xk_.rows());
-      s.setFromTriplets(trips.begin(), trips.end());
-      VectorX<T> arow(xq_.rows());
-      for (Index i = 0; i < arow.size(); ++i) arow(i) = est_scale(i) / den_(i);
-      op_.emplace(MatrixR<T>(arow.asDiagonal() * fq_.f), kscaled_, std::move(s));
-    }
-    return *op_;
-  }
-
- private:
-  /// e^{lq_i + gk − R_i}: the Performer estimates of row i in units of e^{R_i}.
-  T est_scale(Index i) const { return std::exp(fq_.logscale(i) + gk_ - ref_(i)); }
-  /// For each block of 64 queries, the keys [lo, lo + bj) its bands span and the correction block
-  /// C_ij = e^{s·q_iᵀk_j − R_i} − e^{lq_i + lk_j − R_i}·(fq_i·fk_j) on each row's band (0 off it), in units of
-  /// e^{R_i}; with set_ref, R_i = max(the row's largest exact logit on its band, the log-scale of its estimated
-  /// entries) is computed into *set_ref first. f(i0, bi, lo, bj, C) is called per block (in parallel unless serial).
-  template <typename F>
-  void band_blocks(F&& f, VectorX<T>* set_ref, bool serial = false) const {
-    const Index nq = xq_.rows(), nk = xk_.rows(), block = 64, blocks = (nq + block - 1) / block;
-    const VectorX<T>& ref = set_ref ? *set_ref : ref_;
-#pragma omp parallel if (!serial)
-    {
-      MatrixR<T> logits, est;
-#pragma omp for schedule(static)
-      for (Index b = 0; b < blocks; ++b) {
-        const Index i0 = b * block, bi = std::min(block, nq - i0);
-        const Index lo = std::max<Index>(0, i0 + off_ - w_);
-        const Index hi = std::min(nk - 1, i0 + bi - 1 + off_ + w_);
-        const Index bj = hi - lo + 1;
-        logits.noalias() = xq_.middleRows(i0, bi) * xk_.middleRows(lo, bj).transpose();
-        est.noalias() = fq_.f.middleRows(i0, bi) * kscaled_.middleRows(lo, bj).transpose();
-        for (Index r = 0; r < bi; ++r) {
-          const Index i = i0 + r, c = i + off_;
-          const Index first = std::max<Index>(0, c - w_) - lo, last = std::min(nk - 1, c + w_) - lo;
-          const Index len = last - first + 1;
-          const T base = fq_.logscale(i) + gk_;  // log-scale of the estimated entries of this row
-          if (set_ref) (*set_ref)(i) = std::max(base, logits.row(r).segment(first, len).maxCoeff());
-          const T scale = std::exp(base - ref(i));  // est_scale(i), with R_i possibly just set
-          auto lrow = logits.row(r);
-          lrow.segment(first, len) = (lrow.segment(first, len).array() - ref(i)).exp().matrix() -
-                                     scale * est.row(r).segment(first, len);
-          lrow.head(first).setZero();
-          lrow.tail(bj - last - 1).setZero();
-        }
-        f(i0, bi, lo, bj, logits);
-      }
-    }
-  }
-
-  MatrixR<T> xq_, xk_, kscaled_;
-  RandomFeatures<T> fq_;
-  VectorX<T> ref_, den_;
-  T gk_ = 0;
-  Index w_ = 0, off_ = 0;
-  mutable std::optional<SparseLowRankOperator<T>> op_;
-};
-
-}  // namespace
-
-MethodDescriptor ScatterbrainOptions::descriptor() {
-  return describe<ScatterbrainMethod>(
-      kName, "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)",
-      "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1", Causal::refused("its Performer part mixes every position"),
-      {ParamSpec::integer("features", 64, 1, 1 << 16, "Performer features M (positive, orthogonal)"),
-       ParamSpec::integer("window", 16, 0, 1 << 24, "half-width of the band where entries are exact").budget(),
-       ParamSpec::seed()});
+const MethodDescriptor& ScatterbrainOptions::descriptor() {
+  static const MethodDescriptor d = describe<ScatterbrainMethod, ScatterbrainOptions>(
+      "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)",
+      "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1", Causal::refused("its Performer part mixes every position"));
+  return d;
 }
 
-ATTNLAB_TYPED_METHOD_DEFINE(Scatterbrain)
+template <typename T>
+ScatterbrainMethod<T>::ScatterbrainMethod(const ScatterbrainOptions& options)
+    : Method<T>(ScatterbrainOptions::descriptor(), options.params()), o_(options) {}
+
+/// For each block of 64 queries, the keys [lo, lo + bj) its bands span and the correction block
+/// C_ij = e^{s·q_iᵀk_j − R_i} − e^{lq_i + lk_j − R_i}·(fq_i·fk_j) on each row's band (0 off it), in units of
+/// e^{R_i}; with set_ref, R_i = max(the row's largest exact logit on its band, the log-scale of its estimated
+/// entries) is computed into *set_ref first. f(i0, bi, lo, bj, C) is called per block (in parallel unless serial).
+template <typename T>
+template <typename F>
+void ScatterbrainMethod<T>::band_blocks(F&& f, VectorX<T>* set_ref, bool serial) const {
+  const Index nq = xq_.rows(), nk = xk_.rows(), block = 64, blocks = (nq + block - 1) / block;
+  const VectorX<T>& ref = set_ref ? *set_ref : ref_;
+#pragma omp parallel if (!serial)
+  {
+    MatrixR<T> logits, est;
+#pragma omp for schedule(static)
+    for (Index b = 0; b < blocks; ++b) {
+      const Index i0 = b * block, bi = std::min(block, nq - i0);
+      const Index lo = std::max<Index>(0, i0 + off_ - w_);
+      const Index hi = std::min(nk - 1, i0 + bi - 1 + off_ + w_);
+      const Index bj = hi - lo + 1;
+      logits.noalias() = xq_.middleRows(i0, bi) * xk_.middleRows(lo, bj).transpose();
+      est.noalias() = fq_.f.middleRows(i0, bi) * kscaled_.middleRows(lo, bj).transpose();
+      for (Index r = 0; r < bi; ++r) {
+        const Index i = i0 + r, c = i + off_;
+        const Index first = std::max<Index>(0, c - w_) - lo, last = std::min(nk - 1, c + w_) - lo;
+        const Index len = last - first + 1;
+        const T base = fq_.logscale(i) + gk_;  // log-scale of the estimated entries of this row
+        if (set_ref) (*set_ref)(i) = std::max(base, logits.row(r).segment(first, len).maxCoeff());
+        const T scale = std::exp(base - ref(i));  // est_scale(i), with R_i possibly just set
+        auto lrow = logits.row(r);
+        lrow.segment(first, len) = (lrow.segment(first, len).array() - ref(i)).exp().matrix() -
+                                   scale * est.row(r).segment(first, len);
+        lrow.head(first).setZero();
+        lrow.tail(bj - last - 1).setZero();
+      }
+      f(i0, bi, lo, bj, logits);
+    }
+  }
+}
+
+template <typename T>
+Status ScatterbrainMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
+  const ScatterbrainOptions& o = o_;
+  const Index nq = q.rows(), nk = k.rows(), off = nk - nq, w = o.window;
+  Rng rng(o.seed);
+  const MatrixR<T> omega = performer_projection<T>(o.features, q.cols(), true, true, rng);
+  const T root = T(std::sqrt(opts.scale));
+  xq_ = q * root;
+  xk_ = k * root;
+  fq_ = performer_features<T>(xq_, omega, PerformerKernel::Positive);
+  const RandomFeatures<T> fk = performer_features<T>(xk_, omega, PerformerKernel::Positive);
+  // The estimate of exp(s·q_iᵀk_j) is e^{lq_i + lk_j}·(fq_i·fk_j), with fq, fk ∈ (0, 1].
+  gk_ = fk.logscale.maxCoeff();
+  kscaled_ = (fk.logscale.array() - gk_).exp().matrix().asDiagonal() * fk.f;  // e^{lk − gk}·fk
+  const VectorX<T> colsum = kscaled_.colwise().sum().transpose();
+  w_ = w;
+  off_ = off;
+  ref_.resize(nq);
+  den_.resize(nq);
+  // Per block of queries, the band's exact logits and estimates as two GEMMs (as local attention's kernel).
+  band_blocks([&](Index i0, Index bi, Index, Index, const MatrixR<T>& corr) {
+    for (Index r = 0; r < bi; ++r) {
+      const Index i = i0 + r;
+      den_(i) = est_scale(i) * fq_.f.row(i).dot(colsum) + corr.row(r).sum();
+    }
+  }, &ref_);
+  // (Checked here, not inside the parallel blocks: an exception must not leave an OpenMP region.)
+  require((den_.array() > T(0)).all(), "scatterbrain: a row sum vanished");
+  op_.reset();
+  return Status::Success;
+}
+
+template <typename T>
+MatrixR<T> ScatterbrainMethod<T>::do_output(const ConstRef<T>& v) const {
+  const MatrixR<T> ktv = kscaled_.transpose() * v;  // M × d_v
+  MatrixR<T> out(xq_.rows(), v.cols());
+  band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
+    auto o = out.middleRows(i0, bi);
+    o.noalias() = fq_.f.middleRows(i0, bi) * ktv;
+    for (Index r = 0; r < bi; ++r) o.row(r) *= est_scale(i0 + r);
+    o.noalias() += corr * v.middleRows(lo, bj);
+    for (Index r = 0; r < bi; ++r) o.row(r) /= den_(i0 + r);
+  }, nullptr);
+  return out;
+}
+
+template <typename T>
+const AttentionOperator<T>& ScatterbrainMethod<T>::do_op() const {
+  if (!op_) {
+    std::vector<Eigen::Triplet<T, Index>> trips;
+    band_blocks([&](Index i0, Index bi, Index lo, Index, const MatrixR<T>& corr) {
+      for (Index r = 0; r < bi; ++r) {
+        const Index i = i0 + r, c = i + off_;
+        const Index first = std::max<Index>(0, c - w_), last = std::min(xk_.rows() - 1, c + w_);
+        for (Index j = first; j <= last; ++j) trips.emplace_back(i, j, corr(r, j - lo) / den_(i));
+      }
+    }, nullptr, /*serial=*/true);
+    typename SparseOperator<T>::Sparse s(xq_.rows(), xk_.rows());
+    s.setFromTriplets(trips.begin(), trips.end());
+    VectorX<T> arow(xq_.rows());
+    for (Index i = 0; i < arow.size(); ++i) arow(i) = est_scale(i) / den_(i);
+    op_.emplace(MatrixR<T>(arow.asDiagonal() * fq_.f), kscaled_, std::move(s));
+  }
+  return *op_;
+}
+
+template class ScatterbrainMethod<float>;
+template class ScatterbrainMethod<double>;
 
 }  // namespace attnlab

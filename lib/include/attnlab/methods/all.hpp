@@ -1,10 +1,11 @@
-// Every registered method's typed class and options struct, one header per method under attnlab/methods/.
-// This list is the registry: its order is the registry's (`attnlab methods`, the conformance test, the experiments'
-// families), and the build derives the registry's and the typed tests' lists from it (lib/CMakeLists.txt). Adding a
-// method: its header here (NameOptions with ATTNLAB_OPTIONS, then ATTNLAB_TYPED_METHOD(Name), where Name is the
-// file's name capitalised), its .cpp under lib/src/methods/ (the method, NameOptions::descriptor(), from(), spec(),
-// ATTNLAB_TYPED_METHOD_DEFINE(Name)), and one line below.
+// Every registered method: its header (the options struct and the public typed class, e.g. NystromOptions and
+// NystromMethod<T>) and its place in the registry. The tuple below is the registry's list, in its order (`attnlab
+// methods`, the conformance test, the experiments' families); lib/src/core/registry.cpp reads it. Adding a method:
+// its header under attnlab/methods/ and its .cpp under lib/src/methods/ (the class, NameOptions::descriptor(), the
+// float and double instantiations), then its #include and its entry in the tuple here.
 #pragma once
+
+#include <tuple>
 
 #include "attnlab/methods/exact.hpp"
 #include "attnlab/methods/linear.hpp"
@@ -21,3 +22,13 @@
 #include "attnlab/methods/sparse.hpp"
 #include "attnlab/methods/reformer.hpp"
 #include "attnlab/methods/scatterbrain.hpp"
+
+namespace attnlab {
+
+/// The registry: every method's options struct, in registry order.
+using RegisteredMethodOptions =
+    std::tuple<ExactOptions, LinearOptions, EfficientOptions, TaylorOptions, PerformerOptions, NystromOptions,
+               LinformerOptions, SvdOptions, CurOptions, VqOptions, ProbSparseOptions, LocalOptions, SparseOptions,
+               ReformerOptions, ScatterbrainOptions>;
+
+}  // namespace attnlab

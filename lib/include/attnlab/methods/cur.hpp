@@ -1,28 +1,58 @@
-// `cur` — classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal).
-// Implements: Drineas, Mahoney & Muthukrishnan 2008 (CUR, leverage-score sampling); the Nyström form of Xiong et al. 2021.
-// Typed use (the same method as make_method<double>("cur:...") from a spec string):
-//   attnlab::CurOptions o;  o.columns = 64;
-//   attnlab::Cur<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `cur` — the classical Nyström / CUR approximation of the exact P (Drineas & Mahoney 2005):
+//   P ≈ P[:,J]·pinv(P[I,J])·P[I,:]
+// with C columns J and rows I (I = J for square P) sampled uniformly or by the leverage scores of the rank-C singular
+// subspaces (Drineas, Mahoney & Muthukrishnan 2008). Xiong et al. 2021 §3.1 write this form for the softmax matrix
+// and note that it needs all of P, which Nyströmformer avoids; here it is the reference it departs from. Non-causal.
+//   attnlab::CurOptions o;  o.columns = 32;  o.select = attnlab::CurSelect::Leverage;
+//   attnlab::CurMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "cur:columns=32,select=leverage" builds the same class (make_method reads the spec into CurOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/lowrank_method.hpp"
 
 #include <cstdint>
-#include <string>
 
 namespace attnlab {
 
-/// The options of `cur`, with the registry's defaults (a test checks that they agree).
-struct CurOptions {
-  static constexpr const char* kName = "cur";
-  Index columns = 64;  ///< number of sampled columns (and rows) C (integer in [1, 1048576])
-  std::string select = "uniform";  ///< sampling of J (and I) (one of uniform|leverage)
-  double rcond = 1e-10;  ///< relative singular-value cutoff of pinv(P[I,J]) (0: eps·C) (number in [0, 1])
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
+/// How CUR samples its columns J (and rows I).
+enum class CurSelect { Uniform, Leverage };
 
-  ATTNLAB_OPTIONS(CurOptions, columns, select, rcond, seed)  // from(params), spec(), descriptor()
+struct CurOptions : MethodOptions<CurOptions> {
+  static constexpr const char* kName = "cur";
+  Index columns = 64;
+  CurSelect select = CurSelect::Uniform;
+  double rcond = 1e-10;
+  std::uint64_t seed = 0;
+
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("columns", &CurOptions::columns, 1, 1 << 20, "number of sampled columns (and rows) C").budget();
+    p.choice("select", &CurOptions::select, {{CurSelect::Uniform, "uniform"}, {CurSelect::Leverage, "leverage"}},
+             "sampling of J (and I)");
+    p.real("rcond", &CurOptions::rcond, 0, 1, "relative singular-value cutoff of pinv(P[I,J]) (0: eps·C)");
+    p.seed(&CurOptions::seed);
+  }
+  /// The method's entry in the registry (lib/src/methods/cur.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Cur)  // Cur<T>: a Method<T> built from CurOptions
+template <typename T>
+class CurMethod final : public LowRankMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit CurMethod(const CurOptions& options = {});
+  const CurOptions& settings() const { return o_; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+
+ private:
+  CurOptions o_;
+};
+
+extern template class CurMethod<float>;
+extern template class CurMethod<double>;
 
 }  // namespace attnlab

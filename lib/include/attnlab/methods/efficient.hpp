@@ -1,24 +1,41 @@
-// `efficient` — efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal).
-// Implements: Shen et al. 2021 (Efficient Attention: Attention with Linear Complexities).
-// Typed use (the same method as make_method<double>("efficient:...") from a spec string):
-//   attnlab::Efficient<double> m;  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `efficient` — efficient attention P̃ = softmax₂(Q)·softmax₁(K)ᵀ, O = softmax₂(Q)·(softmax₁(K)ᵀ·V): the softmax
+// over the features of each query, over the positions of each key feature (non-causal: the softmax over positions
+// mixes the future in).
+// Implements: Shen et al. 2021 (Efficient Attention: Attention with Linear Complexities), the softmax normalization
+// of §3. It has no parameters.
+//   attnlab::EfficientMethod<double> m;  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "efficient" builds the same class.
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
-
-#include <cstdint>
-#include <string>
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/lowrank_method.hpp"
 
 namespace attnlab {
 
-/// The options of `efficient`, with the registry's defaults (a test checks that they agree).
-struct EfficientOptions {
+struct EfficientOptions : MethodOptions<EfficientOptions> {
   static constexpr const char* kName = "efficient";
 
-
-  ATTNLAB_OPTIONS_NONE(EfficientOptions)  // from(params), spec(), descriptor()
+  template <class P>
+  static void parameters(P&) {}
+  /// The method's entry in the registry (lib/src/methods/efficient.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Efficient)  // Efficient<T>: a Method<T> built from EfficientOptions
+template <typename T>
+class EfficientMethod final : public LowRankMethod<T> {
+ public:
+  explicit EfficientMethod(const EfficientOptions& options = {});
+  const EfficientOptions& settings() const { return o_; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+
+ private:
+  EfficientOptions o_;
+};
+
+extern template class EfficientMethod<float>;
+extern template class EfficientMethod<double>;
 
 }  // namespace attnlab

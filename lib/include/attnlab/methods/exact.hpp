@@ -1,27 +1,58 @@
 // `exact` — softmax attention, streaming (online softmax) or materialized.
-// Implements: P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. 1); online softmax (Milakov & Gimelshein 2018).
-// Typed use (the same method as make_method<double>("exact:...") from a spec string):
-//   attnlab::ExactOptions o;  o.impl = "streaming";
-//   attnlab::Exact<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// Implements: P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. (1)); the streaming path is the online
+// softmax of Milakov & Gimelshein 2018 over key tiles, O(n·d) memory.
+//   attnlab::ExactOptions o;  o.impl = attnlab::ExactImpl::Streaming;
+//   attnlab::ExactMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "exact:impl=streaming" builds the same class (make_method reads the spec into ExactOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
-
-#include <cstdint>
-#include <string>
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/lazy_method.hpp"
+#include "attnlab/operators/exact.hpp"
 
 namespace attnlab {
 
-/// The options of `exact`, with the registry's defaults (a test checks that they agree).
-struct ExactOptions {
-  static constexpr const char* kName = "exact";
-  /// output path: tiled online softmax (O(n·d) memory) or the full matrix P (one of streaming|materialized)
-  std::string impl = "streaming";
-  Index tile = 256;  ///< tile edge of the streaming kernels (integer in [8, 8192])
+/// How `exact` forms its output: tiles of keys with an online softmax, or the full matrix P.
+enum class ExactImpl { Streaming, Materialized };
 
-  ATTNLAB_OPTIONS(ExactOptions, impl, tile)  // from(params), spec(), descriptor()
+struct ExactOptions : MethodOptions<ExactOptions> {
+  static constexpr const char* kName = "exact";
+  ExactImpl impl = ExactImpl::Streaming;
+  Index tile = kDefaultTile;
+
+  template <class P>
+  static void parameters(P& p) {
+    p.choice("impl", &ExactOptions::impl,
+             {{ExactImpl::Streaming, "streaming"}, {ExactImpl::Materialized, "materialized"}},
+             "output path: tiled online softmax (O(n·d) memory) or the full matrix P");
+    p.integer("tile", &ExactOptions::tile, 8, 8192, "tile edge of the streaming kernels");
+  }
+  /// The method's entry in the registry (lib/src/methods/exact.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Exact)  // Exact<T>: a Method<T> built from ExactOptions
+/// The inputs are kept in the method's own storage (LazyOperatorMethod::keep: same-shape calls reuse it) and the
+/// operator is built only when analysis asks for it, so that a layer run again and again allocates only its output.
+template <typename T>
+class ExactMethod final : public LazyOperatorMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit ExactMethod(const ExactOptions& options = {});
+  const ExactOptions& settings() const { return o_; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  std::unique_ptr<AttentionOperator<T>> build_op() const override;
+  MatrixR<T> do_output(const ConstRef<T>& v) const override;
+  MatrixR<T> do_matrix() const override;
+
+ private:
+  ExactOptions o_;
+  MatrixR<T> p_;  // P itself (impl = materialized)
+};
+
+extern template class ExactMethod<float>;
+extern template class ExactMethod<double>;
 
 }  // namespace attnlab

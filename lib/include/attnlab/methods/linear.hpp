@@ -1,28 +1,53 @@
-// `linear` — linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k).
-// Implements: Katharopoulos et al. 2020 (Transformers are RNNs) §3.2, φ(x) = elu(x) + 1; causal masking §3.3 (prefix sums).
-// Typed use (the same method as make_method<double>("linear:...") from a spec string):
-//   attnlab::LinearOptions o;  o.feature = "elu";
-//   attnlab::Linear<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `linear` — linear attention with a feature map: O_i = φ(q_i)ᵀΣ_j φ(k_j)v_jᵀ / φ(q_i)ᵀΣ_j φ(k_j).
+// Implements: Katharopoulos et al. 2020 (Transformers are RNNs) §3.2, φ(x) = elu(x) + 1 (or relu) on raw q and k;
+// causal masking by prefix sums, §3.3 (eqs. (9)–(10)), chunked or recurrent (CausalFormOptions).
+//   attnlab::LinearOptions o;  o.feature = attnlab::LinearFeature::Elu;
+//   attnlab::LinearMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "linear:feature=elu" builds the same class (make_method reads the spec into LinearOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
-
-#include <cstdint>
-#include <string>
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/kernel_method.hpp"
 
 namespace attnlab {
 
-/// The options of `linear`, with the registry's defaults (a test checks that they agree).
-struct LinearOptions {
-  static constexpr const char* kName = "linear";
-  std::string feature = "elu";  ///< feature map φ on raw q and k: elu(x)+1 or relu(x) (one of elu|relu)
-  /// causal prefix sums: blocks of matrix products, or the RNN form one position at a time (one of chunked|recurrent)
-  std::string causal_form = "chunked";
-  Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
+/// Linear attention's feature map φ: elu(x) + 1 or relu(x).
+enum class LinearFeature { Elu, Relu };
 
-  ATTNLAB_OPTIONS(LinearOptions, feature, causal_form, chunk)  // from(params), spec(), descriptor()
+struct LinearOptions : MethodOptions<LinearOptions>, CausalFormOptions {
+  static constexpr const char* kName = "linear";
+  LinearFeature feature = LinearFeature::Elu;
+
+  template <class P>
+  static void parameters(P& p) {
+    p.choice("feature", &LinearOptions::feature, {{LinearFeature::Elu, "elu"}, {LinearFeature::Relu, "relu"}},
+             "feature map φ on raw q and k: elu(x)+1 or relu(x)");
+    CausalFormOptions::parameters(p);
+  }
+  /// The method's entry in the registry (lib/src/methods/linear.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Linear)  // Linear<T>: a Method<T> built from LinearOptions
+template <typename T>
+class LinearMethod final : public KernelMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit LinearMethod(const LinearOptions& options = {});
+  const LinearOptions& settings() const { return o_; }
+
+ protected:
+  void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
+                      VectorX<T>& g) const override;
+  /// relu rows can vanish: then P̃'s row is zero.
+  bool nonnegative() const override { return o_.feature != LinearFeature::Relu; }
+  Index feature_count(Index d) const override { return d; }
+
+ private:
+  LinearOptions o_;
+};
+
+extern template class LinearMethod<float>;
+extern template class LinearMethod<double>;
 
 }  // namespace attnlab

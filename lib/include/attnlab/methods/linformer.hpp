@@ -1,29 +1,67 @@
-// `linformer` — Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal).
-// Implements: Wang et al. 2020 (Linformer) eq. (7), Theorem 2.
-// Typed use (the same method as make_method<double>("linformer:...") from a spec string):
-//   attnlab::LinformerOptions o;  o.k = 256;
-//   attnlab::Linformer<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `linformer` — Linformer (Wang et al. 2020, eq. (7)): P̃ = softmax(s·Q(EK)ᵀ)·F with k×n projections E, F of the
+// keys and values, so the output softmax(s·Q(EK)ᵀ)·(FV) costs O(n·k·d). E, F Gaussian N(0, 1/k) (the
+// Johnson–Lindenstrauss projection of Wang et al. 2020, Theorem 2), uniform ±1/√k, mean pooling over k segments, or
+// the identity (k = n: exact attention). Non-causal: E and F mix every position.
+//   attnlab::LinformerOptions o;  o.k = 128;  o.projection = attnlab::LinformerProjection::Pool;
+//   attnlab::LinformerMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "linformer:k=128,projection=pool" builds the same class (make_method reads the spec into LinformerOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/lowrank_method.hpp"
 
 #include <cstdint>
-#include <string>
 
 namespace attnlab {
 
-/// The options of `linformer`, with the registry's defaults (a test checks that they agree).
-struct LinformerOptions {
-  static constexpr const char* kName = "linformer";
-  Index k = 64;  ///< projected length k (≤ n_k) (integer in [1, 1048576])
-  /// E, F: N(0, 1/k) entries, ±1/√k, mean pooling over k segments, or I (k = n) (one of gaussian|uniform|pool|identity)
-  std::string projection = "gaussian";
-  bool share_kv = false;  ///< E = F (key-value sharing) (true|false)
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
+/// Linformer's projections E, F (k × n).
+enum class LinformerProjection { Gaussian, Uniform, Pool, Identity };
 
-  ATTNLAB_OPTIONS(LinformerOptions, k, projection, share_kv, seed)  // from(params), spec(), descriptor()
+struct LinformerOptions : MethodOptions<LinformerOptions> {
+  static constexpr const char* kName = "linformer";
+  Index k = 64;
+  LinformerProjection projection = LinformerProjection::Gaussian;
+  bool share_kv = false;
+  std::uint64_t seed = 0;
+
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("k", &LinformerOptions::k, 1, 1 << 20, "projected length k (≤ n_k)").budget();
+    p.choice("projection", &LinformerOptions::projection,
+             {{LinformerProjection::Gaussian, "gaussian"},
+              {LinformerProjection::Uniform, "uniform"},
+              {LinformerProjection::Pool, "pool"},
+              {LinformerProjection::Identity, "identity"}},
+             "E, F: N(0, 1/k) entries, ±1/√k, mean pooling over k segments, or I (k = n)");
+    p.boolean("share_kv", &LinformerOptions::share_kv, "E = F (key-value sharing)");
+    p.seed(&LinformerOptions::seed);
+  }
+  /// The method's entry in the registry (lib/src/methods/linformer.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Linformer)  // Linformer<T>: a Method<T> built from LinformerOptions
+template <typename T>
+class LinformerMethod final : public LowRankMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit LinformerMethod(const LinformerOptions& options = {});
+  const LinformerOptions& settings() const { return o_; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  MatrixR<T> do_output(const ConstRef<T>& v) const override;
+  std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
+
+ private:
+  LinformerOptions o_;
+  Index drawn_n_ = -1;  // the n_k that E and F were drawn for
+  MatrixR<T> e_, f_;    // the parameters, k × n_k
+  MatrixR<T> q_, ek_;   // the queries (kept for the output) and E·K
+  AttentionOptions plain_;
+};
+
+extern template class LinformerMethod<float>;
+extern template class LinformerMethod<double>;
 
 }  // namespace attnlab

@@ -1,25 +1,46 @@
-// `local` — sliding-window attention, |j − i| ≤ W.
-// Implements: Beltagy et al. 2020 (Longformer) §3.1, sliding window.
-// Typed use (the same method as make_method<double>("local:...") from a spec string):
+// `local` — sliding-window attention (Beltagy et al. 2020, Longformer §3.1, "sliding window"): each query attends to
+// the keys |j − c_i| ≤ W around its aligned position c_i = i + (n_k − n_q) (with a causal mask, c_i − W ≤ j ≤ c_i),
+// softmax over that band only: O(n·W·d).
 //   attnlab::LocalOptions o;  o.window = 64;
-//   attnlab::Local<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+//   attnlab::LocalMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "local:window=64" builds the same class (make_method reads the spec into LocalOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
-
-#include <cstdint>
-#include <string>
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/pattern_method.hpp"
 
 namespace attnlab {
 
-/// The options of `local`, with the registry's defaults (a test checks that they agree).
-struct LocalOptions {
+struct LocalOptions : MethodOptions<LocalOptions> {
   static constexpr const char* kName = "local";
-  Index window = 64;  ///< half-width W of the band (integer in [0, 16777216])
+  Index window = 64;
 
-  ATTNLAB_OPTIONS(LocalOptions, window)  // from(params), spec(), descriptor()
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("window", &LocalOptions::window, 0, 1 << 24, "half-width W of the band").budget();
+  }
+  /// The method's entry in the registry (lib/src/methods/local.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Local)  // Local<T>: a Method<T> built from LocalOptions
+template <typename T>
+class LocalMethod final : public PatternMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit LocalMethod(const LocalOptions& options = {});
+  const LocalOptions& settings() const { return o_; }
+
+ protected:
+  /// The blocked kernel: blocks of 64 queries against the keys their bands span, one GEMM each (never P̃).
+  MatrixR<T> do_output(const ConstRef<T>& v) const override;
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;
+
+ private:
+  LocalOptions o_;
+};
+
+extern template class LocalMethod<float>;
+extern template class LocalMethod<double>;
 
 }  // namespace attnlab

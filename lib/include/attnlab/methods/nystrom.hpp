@@ -1,30 +1,71 @@
-// `nystrom` — Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal).
-// Implements: Xiong et al. 2021 (Nyströmformer) eq. (14), landmarks by segment means; the order-3 pseudo-inverse iteration of Razavi et al. 2014.
-// Typed use (the same method as make_method<double>("nystrom:...") from a spec string):
+// `nystrom` — Nyströmformer (Xiong et al. 2021, eq. (14)): P̃ = softmax(s·QK̃ᵀ) · Z · softmax(s·Q̃Kᵀ) with m landmarks
+// Q̃, K̃ and Z ≈ pinv(softmax(s·Q̃K̃ᵀ)) by the order-3 iteration of Razavi et al. 2014 (Xiong et al. 2021, eq. (16)).
+// Non-causal: the landmarks pool every position.
 //   attnlab::NystromOptions o;  o.landmarks = 64;
-//   attnlab::Nystrom<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+//   attnlab::NystromMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "nystrom:landmarks=64" builds the same class (make_method reads the spec into NystromOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
+#include "attnlab/components/pinv.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/lowrank_method.hpp"
 
 #include <cstdint>
-#include <string>
 
 namespace attnlab {
 
-/// The options of `nystrom`, with the registry's defaults (a test checks that they agree).
-struct NystromOptions {
-  static constexpr const char* kName = "nystrom";
-  Index landmarks = 64;  ///< number of landmarks m (≤ n) (integer in [1, 1048576])
-  /// pseudo-inverse: order-3 iteration (Razavi et al. 2014), Newton–Schulz, or SVD (one of iterative|newton|svd)
-  std::string pinv = "iterative";
-  Index iters = 6;  ///< iterations of the iterative pseudo-inverses (the paper uses 6) (integer in [0, 10000])
-  std::string select = "segments";  ///< landmarks: segment means, or uniformly sampled rows (one of segments|random)
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
+/// How Nyström's landmarks are chosen.
+enum class LandmarkSelect { Segments, Random };
 
-  ATTNLAB_OPTIONS(NystromOptions, landmarks, pinv, iters, select, seed)  // from(params), spec(), descriptor()
+struct NystromOptions : MethodOptions<NystromOptions> {
+  static constexpr const char* kName = "nystrom";
+  Index landmarks = 64;
+  PinvMethod pinv = PinvMethod::Order3;
+  Index iters = 6;
+  LandmarkSelect select = LandmarkSelect::Segments;
+  std::uint64_t seed = 0;
+
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("landmarks", &NystromOptions::landmarks, 1, 1 << 20, "number of landmarks m (≤ n)").budget();
+    p.choice("pinv", &NystromOptions::pinv,
+             {{PinvMethod::Order3, "iterative"}, {PinvMethod::NewtonSchulz, "newton"}, {PinvMethod::Svd, "svd"}},
+             "pseudo-inverse: order-3 iteration (Razavi et al. 2014, as Nyströmformer), Newton–Schulz, or SVD");
+    p.integer("iters", &NystromOptions::iters, 0, 10000,
+              "iterations of the iterative pseudo-inverses (the paper uses 6)");
+    p.choice("select", &NystromOptions::select,
+             {{LandmarkSelect::Segments, "segments"}, {LandmarkSelect::Random, "random"}},
+             "landmarks: segment means, or uniformly sampled rows");
+    p.seed(&NystromOptions::seed);
+  }
+  /// The method's entry in the registry (lib/src/methods/nystrom.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Nystrom)  // Nystrom<T>: a Method<T> built from NystromOptions
+template <typename T>
+class NystromMethod final : public LowRankMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit NystromMethod(const NystromOptions& options = {});
+  const NystromOptions& settings() const { return o_; }
+  /// ‖I − AZ‖_F of the pseudo-inverse used: how far the iteration is from converged.
+  std::vector<std::pair<std::string, double>> diagnostics() const override { return {{"pinv_residual", residual_}}; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  MatrixR<T> do_output(const ConstRef<T>& v) const override;
+  std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
+
+ private:
+  NystromOptions o_;
+  double residual_ = 0;
+  MatrixR<T> q_, kl_;  // the queries (kept for the output) and the key landmarks K̃
+  MatrixR<T> z_, b_;   // Z ≈ A⁺ (m × m), softmax(s·Q̃Kᵀ) (m × n_k)
+  AttentionOptions plain_;
+};
+
+extern template class NystromMethod<float>;
+extern template class NystromMethod<double>;
 
 }  // namespace attnlab

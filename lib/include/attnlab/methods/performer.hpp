@@ -1,33 +1,82 @@
 // `performer` — Performer / FAVOR+ random features estimating exp(s·qᵀk).
-// Implements: Choromanski et al. 2021 (Performer) Lemma 1, eq. (7); Lemma 2 for the variances.
-// Typed use (the same method as make_method<double>("performer:...") from a spec string):
-//   attnlab::PerformerOptions o;  o.features = 256;
-//   attnlab::Performer<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// Implements: Choromanski et al. 2021 (Performer) Lemma 1, eq. (7) (positive, trigonometric and hyperbolic feature
+// maps, attnlab/components/random_features.hpp) with orthogonal random features, Lemma 2 for the variances;
+// normalized, and causal by prefix sums (Katharopoulos et al. 2020 eqs. (9)–(10)), chunked or recurrent
+// (CausalFormOptions).
+//   attnlab::PerformerOptions o;  o.features = 256;  o.kernel = attnlab::PerformerKernel::Positive;
+//   attnlab::PerformerMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "performer:features=256" builds the same class (make_method reads the spec into PerformerOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
+#include "attnlab/components/random_features.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/kernel_method.hpp"
 
 #include <cstdint>
-#include <string>
+#include <vector>
 
 namespace attnlab {
 
-/// The options of `performer`, with the registry's defaults (a test checks that they agree).
-struct PerformerOptions {
-  static constexpr const char* kName = "performer";
-  Index features = 256;  ///< number of random projections M (trig/hyperbolic use 2M features) (integer in [1, 65536])
-  std::string kernel = "positive";  ///< feature map (one of positive|trig|hyperbolic)
-  bool orthogonal = true;  ///< orthogonal random features (blocks of d) instead of iid (true|false)
-  std::string norms = "chi";  ///< row norms of orthogonal features: χ(d) (unbiased) or √d (one of chi|sqrt_d)
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
-  /// causal prefix sums: blocks of matrix products, or the RNN form one position at a time (one of chunked|recurrent)
-  std::string causal_form = "chunked";
-  Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
+/// Row norms of Performer's orthogonal projections: χ(d) draws (unbiased) or all √d.
+enum class PerformerNorms { Chi, SqrtD };
 
-  // from(params), spec(), descriptor()
-  ATTNLAB_OPTIONS(PerformerOptions, features, kernel, orthogonal, norms, seed, causal_form, chunk)
+struct PerformerOptions : MethodOptions<PerformerOptions>, CausalFormOptions {
+  static constexpr const char* kName = "performer";
+  Index features = 256;
+  PerformerKernel kernel = PerformerKernel::Positive;
+  bool orthogonal = true;
+  PerformerNorms norms = PerformerNorms::Chi;
+  std::uint64_t seed = 0;
+
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("features", &PerformerOptions::features, 1, 1 << 16,
+              "number of random projections M (trig/hyperbolic use 2M features)")
+        .budget();
+    p.choice("kernel", &PerformerOptions::kernel,
+             {{PerformerKernel::Positive, "positive"}, {PerformerKernel::Trig, "trig"},
+              {PerformerKernel::Hyperbolic, "hyperbolic"}},
+             "feature map");
+    p.boolean("orthogonal", &PerformerOptions::orthogonal, "orthogonal random features (blocks of d) instead of iid");
+    p.choice("norms", &PerformerOptions::norms, {{PerformerNorms::Chi, "chi"}, {PerformerNorms::SqrtD, "sqrt_d"}},
+             "row norms of orthogonal features: χ(d) (unbiased) or √d");
+    p.seed(&PerformerOptions::seed);
+    CausalFormOptions::parameters(p);
+  }
+  /// The method's entry in the registry (lib/src/methods/performer.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Performer)  // Performer<T>: a Method<T> built from PerformerOptions
+template <typename T>
+class PerformerMethod final : public KernelMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit PerformerMethod(const PerformerOptions& options = {});
+  const PerformerOptions& settings() const { return o_; }
+
+ protected:
+  void prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
+                      VectorX<T>& g) const override;
+  bool nonnegative() const override { return o_.kernel != PerformerKernel::Trig; }
+  Index feature_count(Index) const override {
+    return o_.kernel == PerformerKernel::Positive ? o_.features : 2 * o_.features;
+  }
+
+ private:
+  PerformerOptions o_;
+  Index omega_d_ = -1;  // the dimension ω was drawn for
+  MatrixR<T> omega_;
+  /// Per-thread scratch of block_features (scaled rows, projections, log-scales), reused by every call.
+  struct Scratch {
+    RandomFeatures<T> r;
+    MatrixR<T> xs, proj;
+  };
+  mutable std::vector<Scratch> scratch_;
+};
+
+extern template class PerformerMethod<float>;
+extern template class PerformerMethod<double>;
 
 }  // namespace attnlab

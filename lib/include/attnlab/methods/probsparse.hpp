@@ -1,33 +1,82 @@
-// `probsparse` — Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest.
-// Implements: Zhou et al. 2021 (Informer) eqs. (2)-(4), Lemma 1.
-// Typed use (the same method as make_method<double>("probsparse:...") from a spec string):
-//   attnlab::ProbsparseOptions o;  o.factor = 5;
-//   attnlab::Probsparse<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `probsparse` — Informer's ProbSparse self-attention (Zhou et al. 2021, eqs. (2)-(4), Lemma 1): the u = c·⌈ln n_q⌉
+// queries with the largest sparsity measure M̄ (max − mean of the logits over U = c·⌈ln n_k⌉ sampled keys, eq. (4);
+// or M = LSE − mean, eq. (2)) get exact softmax rows (eq. (3)); the other ("lazy") queries get mean(V). Causal: the
+// selection is online (a query is exact when its measure is among the u largest so far), exact rows are masked, and
+// lazy rows get the mean of the visible V (lazy=mean) or the reference code's unnormalized cumulative sum
+// (lazy=cumsum).
+//   attnlab::ProbSparseOptions o;  o.factor = 3;  o.sample = attnlab::ProbSparseSample::Full;
+//   attnlab::ProbSparseMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "probsparse:factor=3,sample=full" builds the same class (make_method reads the spec into
+// ProbSparseOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
+#include "attnlab/components/sparsity_measure.hpp"
+#include "attnlab/core/method.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/operators/probsparse.hpp"
 
 #include <cstdint>
-#include <string>
+#include <optional>
 
 namespace attnlab {
 
-/// The options of `probsparse`, with the registry's defaults (a test checks that they agree).
-struct ProbsparseOptions {
-  static constexpr const char* kName = "probsparse";
-  /// sampling factor c: u = c·⌈ln n_q⌉ queries, U = c·⌈ln n_k⌉ keys (number in [0.001, 1000000000])
-  double factor = 5.0;
-  Index samples = 0;  ///< keys sampled per query for M̄ (0: c·⌈ln n_k⌉) (integer in [0, 1073741824])
-  std::string sample = "random";  ///< M̄ on sampled keys (with replacement) or on all keys (one of random|full)
-  std::string measure = "maxmean";  ///< M̄ = max − mean (the paper's estimate) or M = LSE − mean (one of maxmean|lse)
-  /// causal lazy rows: mean of visible V, or the reference's unnormalized cumulative sum (one of mean|cumsum)
-  std::string lazy = "mean";
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
+/// Which keys ProbSparse's measure M̄ reads: U keys sampled per query (with replacement, as the paper), or all.
+enum class ProbSparseSample { Random, Full };
+/// What the lazy rows of a causal ProbSparse give: the mean of the visible V, or the reference code's cumulative sum.
+enum class ProbSparseLazy { Mean, Cumsum };
 
-  // from(params), spec(), descriptor()
-  ATTNLAB_OPTIONS(ProbsparseOptions, factor, samples, sample, measure, lazy, seed)
+struct ProbSparseOptions : MethodOptions<ProbSparseOptions> {
+  static constexpr const char* kName = "probsparse";
+  double factor = 5;
+  Index samples = 0;
+  ProbSparseSample sample = ProbSparseSample::Random;
+  SparsityMeasure measure = SparsityMeasure::MaxMean;
+  ProbSparseLazy lazy = ProbSparseLazy::Mean;
+  std::uint64_t seed = 0;
+
+  template <class P>
+  static void parameters(P& p) {
+    p.real("factor", &ProbSparseOptions::factor, 1e-3, 1e9,
+           "sampling factor c: u = c·⌈ln n_q⌉ queries, U = c·⌈ln n_k⌉ keys")
+        .budget();
+    p.integer("samples", &ProbSparseOptions::samples, 0, 1 << 30, "keys sampled per query for M̄ (0: c·⌈ln n_k⌉)");
+    p.choice("sample", &ProbSparseOptions::sample,
+             {{ProbSparseSample::Random, "random"}, {ProbSparseSample::Full, "full"}},
+             "M̄ on sampled keys (with replacement) or on all keys");
+    p.choice("measure", &ProbSparseOptions::measure,
+             {{SparsityMeasure::MaxMean, "maxmean"}, {SparsityMeasure::Lse, "lse"}},
+             "M̄ = max − mean (the paper's estimate) or M = LSE − mean");
+    p.choice("lazy", &ProbSparseOptions::lazy, {{ProbSparseLazy::Mean, "mean"}, {ProbSparseLazy::Cumsum, "cumsum"}},
+             "causal lazy rows: mean of visible V, or the reference's unnormalized cumulative sum");
+    p.seed(&ProbSparseOptions::seed);
+  }
+  /// The method's entry in the registry (lib/src/methods/probsparse.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Probsparse)  // Probsparse<T>: a Method<T> built from ProbsparseOptions
+template <typename T>
+class ProbSparseMethod final : public Method<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit ProbSparseMethod(const ProbSparseOptions& options = {});
+  const ProbSparseOptions& settings() const { return o_; }
+  /// How many queries got exact rows in the last compute().
+  std::vector<std::pair<std::string, double>> diagnostics() const override {
+    return {{"selected_queries", op_ ? double(op_->selected()) : 0.0}};
+  }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  const AttentionOperator<T>& do_op() const override { return *op_; }
+  MatrixR<T> do_output(const ConstRef<T>& v) const override { return op_->output(v); }
+
+ private:
+  ProbSparseOptions o_;
+  std::optional<ProbSparseOperator<T>> op_;
+};
+
+extern template class ProbSparseMethod<float>;
+extern template class ProbSparseMethod<double>;
 
 }  // namespace attnlab

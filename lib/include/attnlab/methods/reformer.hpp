@@ -1,28 +1,59 @@
-// `reformer` — Reformer LSH attention: angular hashing, sorted chunks, multi-round union.
-// Implements: Kitaev et al. 2020 (Reformer) §2: angular LSH, sorted chunks, multi-round.
-// Typed use (the same method as make_method<double>("reformer:...") from a spec string):
-//   attnlab::ReformerOptions o;  o.buckets = 8;
-//   attnlab::Reformer<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `reformer` — Reformer's LSH attention (Kitaev et al. 2020, "Reformer: The Efficient Transformer", §2–3): angular
+// LSH h(x) = argmax[xR; −xR] with a random rotation R (d × B/2), one per round, the same hash for queries and keys;
+// positions sorted by (bucket, position) and cut into chunks of L keys, each query attending to its chunk and the
+// previous one; several rounds combined as the softmax over the union of their key sets (the multi-round form with
+// the duplicate correction, §3). With a causal mask, query i attends to the 2·L most recent keys j ≤ c_i of its own
+// bucket and to c_i.
+//   attnlab::ReformerOptions o;  o.buckets = 8;  o.chunk = 64;
+//   attnlab::ReformerMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "reformer:buckets=8,chunk=64" builds the same class (make_method reads the spec into ReformerOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/pattern_method.hpp"
 
 #include <cstdint>
-#include <string>
 
 namespace attnlab {
 
-/// The options of `reformer`, with the registry's defaults (a test checks that they agree).
-struct ReformerOptions {
+struct ReformerOptions : MethodOptions<ReformerOptions> {
   static constexpr const char* kName = "reformer";
-  Index buckets = 8;  ///< number of hash buckets (1 or even) (integer in [1, 65536])
-  Index rounds = 2;  ///< hashing rounds (integer in [1, 64])
-  Index chunk = 64;  ///< keys per chunk (each query sees its chunk and the previous) (integer in [1, 16777216])
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
+  Index buckets = 8;
+  Index rounds = 2;
+  Index chunk = 64;
+  std::uint64_t seed = 0;
 
-  ATTNLAB_OPTIONS(ReformerOptions, buckets, rounds, chunk, seed)  // from(params), spec(), descriptor()
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("buckets", &ReformerOptions::buckets, 1, 1 << 16, "number of hash buckets (1 or even)");
+    p.integer("rounds", &ReformerOptions::rounds, 1, 64, "hashing rounds");
+    p.integer("chunk", &ReformerOptions::chunk, 1, 1 << 24,
+              "keys per chunk (each query sees its chunk and the previous)")
+        .budget();
+    p.seed(&ReformerOptions::seed);
+  }
+  /// The method's entry in the registry (lib/src/methods/reformer.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Reformer)  // Reformer<T>: a Method<T> built from ReformerOptions
+template <typename T>
+class ReformerMethod final : public PatternMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit ReformerMethod(const ReformerOptions& options = {});
+  const ReformerOptions& settings() const { return o_; }
+
+ protected:
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;
+  /// Non-causal: dense chunk products per round, merged by an online softmax; causal: the sparse product.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override;
+
+ private:
+  ReformerOptions o_;
+};
+
+extern template class ReformerMethod<float>;
+extern template class ReformerMethod<double>;
 
 }  // namespace attnlab

@@ -1,27 +1,77 @@
-// `scatterbrain` — Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal).
-// Implements: Chen et al. 2021 (Scatterbrain) §3, Algorithm 1.
-// Typed use (the same method as make_method<double>("scatterbrain:...") from a spec string):
-//   attnlab::ScatterbrainOptions o;  o.features = 64;
-//   attnlab::Scatterbrain<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `scatterbrain` — sparse + low-rank attention (Chen et al. 2021, "Scatterbrain: Unifying Sparse and Low-rank
+// Attention Approximation", §3 and Algorithm 1): the unnormalized attention exp(s·QKᵀ) is estimated by the Performer
+// term φ(Q)φ(K)ᵀ (positive orthogonal random features, Choromanski et al. 2021) plus a sparse correction S that, on
+// the band |j − c_i| ≤ W, replaces the estimate by the exact value:
+//   Ã = φ(Q)φ(K)ᵀ + S,  S_ij = exp(s·q_iᵀk_j) − φ(q_i)ᵀφ(k_j) on the band, 0 elsewhere;  P̃ = diag(Ã·1)⁻¹·Ã.
+// Non-causal: the Performer part mixes every position.
+//   attnlab::ScatterbrainOptions o;  o.features = 64;  o.window = 16;
+//   attnlab::ScatterbrainMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "scatterbrain:features=64,window=16" builds the same class (make_method reads the spec into
+// ScatterbrainOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
+#include "attnlab/components/random_features.hpp"
+#include "attnlab/core/method.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/operators/sparse_low_rank.hpp"
 
+#include <cmath>
 #include <cstdint>
-#include <string>
+#include <optional>
 
 namespace attnlab {
 
-/// The options of `scatterbrain`, with the registry's defaults (a test checks that they agree).
-struct ScatterbrainOptions {
+struct ScatterbrainOptions : MethodOptions<ScatterbrainOptions> {
   static constexpr const char* kName = "scatterbrain";
-  Index features = 64;  ///< Performer features M (positive, orthogonal) (integer in [1, 65536])
-  Index window = 16;  ///< half-width of the band where entries are exact (integer in [0, 16777216])
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
+  Index features = 64;
+  Index window = 16;
+  std::uint64_t seed = 0;
 
-  ATTNLAB_OPTIONS(ScatterbrainOptions, features, window, seed)  // from(params), spec(), descriptor()
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("features", &ScatterbrainOptions::features, 1, 1 << 16, "Performer features M (positive, orthogonal)");
+    p.integer("window", &ScatterbrainOptions::window, 0, 1 << 24, "half-width of the band where entries are exact")
+        .budget();
+    p.seed(&ScatterbrainOptions::seed);
+  }
+  /// The method's entry in the registry (lib/src/methods/scatterbrain.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Scatterbrain)  // Scatterbrain<T>: a Method<T> built from ScatterbrainOptions
+template <typename T>
+class ScatterbrainMethod final : public Method<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit ScatterbrainMethod(const ScatterbrainOptions& options = {});
+  const ScatterbrainOptions& settings() const { return o_; }
+  Index rank_bound() const override { return -1; }  // rank-M plus a sparse part: not rank-limited
+
+ protected:
+  /// The O(n·M) parts: features, each row's reference log-scale R_i and row sum of Ã in units of e^{R_i}. The
+  /// band's correction is formed by output() in dense blocks, and as a sparse matrix only when P̃ is asked for.
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  /// O = D⁻¹(A·(Btᵀ·V) + S·V), the band part S·V by blocks: never the sparse matrix.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override;
+  const AttentionOperator<T>& do_op() const override;
+
+ private:
+  /// e^{lq_i + gk − R_i}: the Performer estimates of row i in units of e^{R_i}.
+  T est_scale(Index i) const { return std::exp(fq_.logscale(i) + gk_ - ref_(i)); }
+  /// For each block of 64 queries, the band's correction block (lib/src/methods/scatterbrain.cpp).
+  template <typename F>
+  void band_blocks(F&& f, VectorX<T>* set_ref, bool serial = false) const;
+
+  ScatterbrainOptions o_;
+  MatrixR<T> xq_, xk_, kscaled_;
+  RandomFeatures<T> fq_;
+  VectorX<T> ref_, den_;
+  T gk_ = 0;
+  Index w_ = 0, off_ = 0;
+  mutable std::optional<SparseLowRankOperator<T>> op_;
+};
+
+extern template class ScatterbrainMethod<float>;
+extern template class ScatterbrainMethod<double>;
 
 }  // namespace attnlab

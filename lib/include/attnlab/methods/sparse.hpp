@@ -1,29 +1,58 @@
-// `sparse` — fixed sparse patterns: band + strided + global tokens + random keys.
-// Implements: Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random).
-// Typed use (the same method as make_method<double>("sparse:...") from a spec string):
-//   attnlab::SparseOptions o;  o.window = 16;
-//   attnlab::Sparse<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `sparse` — fixed sparse patterns, the union of: the sliding-window band |j − c_i| ≤ W (Beltagy et al. 2020,
+// Longformer §3.1); strided keys (c_i − j) mod S = 0 (Child et al. 2019, "Generating Long Sequences with Sparse
+// Transformers", strided attention); G global tokens that attend to and are attended by every position (Beltagy
+// et al. 2020 §3.1; Zaheer et al. 2020, BigBird §2); R random keys per query (Zaheer et al. 2020, BigBird §2). The
+// softmax is taken over that union only; a causal mask restricts every part to j ≤ c_i.
+//   attnlab::SparseOptions o;  o.window = 16;  o.stride = 32;
+//   attnlab::SparseMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "sparse:window=16,stride=32" builds the same class (make_method reads the spec into SparseOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/pattern_method.hpp"
 
 #include <cstdint>
-#include <string>
 
 namespace attnlab {
 
-/// The options of `sparse`, with the registry's defaults (a test checks that they agree).
-struct SparseOptions {
+struct SparseOptions : MethodOptions<SparseOptions> {
   static constexpr const char* kName = "sparse";
-  Index window = 16;  ///< half-width of the band (−1: no band) (integer in [-1, 16777216])
-  Index stride = 32;  ///< strided keys (c_i − j) mod S = 0 (0: none) (integer in [0, 16777216])
-  Index globals = 2;  ///< number of global tokens (integer in [0, 16777216])
-  Index random = 8;  ///< random keys per query (integer in [0, 16777216])
-  std::uint64_t seed = 0;  ///< random seed (integer in [0, 9223372036854775807])
+  Index window = 16;
+  Index stride = 32;
+  Index globals = 2;
+  Index random = 8;
+  std::uint64_t seed = 0;
 
-  ATTNLAB_OPTIONS(SparseOptions, window, stride, globals, random, seed)  // from(params), spec(), descriptor()
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("window", &SparseOptions::window, -1, 1 << 24, "half-width of the band (−1: no band)").budget();
+    p.integer("stride", &SparseOptions::stride, 0, 1 << 24, "strided keys (c_i − j) mod S = 0 (0: none)");
+    p.integer("globals", &SparseOptions::globals, 0, 1 << 24, "number of global tokens");
+    p.integer("random", &SparseOptions::random, 0, 1 << 24, "random keys per query");
+    p.seed(&SparseOptions::seed);
+  }
+  /// The method's entry in the registry (lib/src/methods/sparse.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Sparse)  // Sparse<T>: a Method<T> built from SparseOptions
+template <typename T>
+class SparseMethod final : public PatternMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit SparseMethod(const SparseOptions& options = {});
+  const SparseOptions& settings() const { return o_; }
+
+ protected:
+  /// The union's output part by part (dense blocks, strided GEMMs, a few dot products) merged by an online softmax.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override;
+  Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;
+
+ private:
+  SparseOptions o_;
+};
+
+extern template class SparseMethod<float>;
+extern template class SparseMethod<double>;
 
 }  // namespace attnlab

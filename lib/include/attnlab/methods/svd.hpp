@@ -1,30 +1,56 @@
-// `svd` — best rank-R approximation of the exact P (Eckart–Young floor; non-causal).
-// Implements: Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ.
-// Typed use (the same method as make_method<double>("svd:...") from a spec string):
-//   attnlab::SvdOptions o;  o.rank = 64;
-//   attnlab::Svd<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `svd` — the best rank-R approximation of the exact P, P_R = U_RΣ_RV_Rᵀ: by Eckart & Young 1936 (Mirsky 1960 for
+// every unitarily invariant norm) no matrix of rank ≤ R is closer to P in Frobenius or spectral norm, so it is the
+// floor every rank-R method is measured against. Computed as P_R = (P·V_R)·V_Rᵀ from the top right singular vectors
+// (dense SVD for small n, randomized block Krylov or Lanczos, matrix-free, for large n). Non-causal.
+//   attnlab::SvdOptions o;  o.rank = 32;
+//   attnlab::SvdMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "svd:rank=32" builds the same class (make_method reads the spec into SvdOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
-
-#include <cstdint>
-#include <string>
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/lowrank_method.hpp"
 
 namespace attnlab {
 
-/// The options of `svd`, with the registry's defaults (a test checks that they agree).
-struct SvdOptions {
-  static constexpr const char* kName = "svd";
-  Index rank = 64;  ///< rank R (integer in [1, 1048576])
-  /// n_k up to which a dense SVD is used; above, the matrix-free solver (integer in [1, 1048576])
-  Index dense_limit = 512;
-  /// top-R solver: auto (dense up to dense_limit, else block Krylov), block, lanczos (Spectra on PᵀP), dense (one of
-  /// auto|block|lanczos|dense)
-  std::string solver = "auto";
+/// The top-R singular solver of `svd` (analysis/spectrum.hpp's SpectrumSolver, in the order the spec lists them).
+enum class SvdSolver { Auto, Block, Lanczos, Dense };
 
-  ATTNLAB_OPTIONS(SvdOptions, rank, dense_limit, solver)  // from(params), spec(), descriptor()
+struct SvdOptions : MethodOptions<SvdOptions> {
+  static constexpr const char* kName = "svd";
+  Index rank = 64;
+  Index dense_limit = 512;
+  SvdSolver solver = SvdSolver::Auto;
+
+  template <class P>
+  static void parameters(P& p) {
+    p.integer("rank", &SvdOptions::rank, 1, 1 << 20, "rank R").budget();
+    p.integer("dense_limit", &SvdOptions::dense_limit, 1, 1 << 20,
+              "n_k up to which a dense SVD is used; above, the matrix-free solver");
+    p.choice("solver", &SvdOptions::solver,
+             {{SvdSolver::Auto, "auto"}, {SvdSolver::Block, "block"}, {SvdSolver::Lanczos, "lanczos"},
+              {SvdSolver::Dense, "dense"}},
+             "top-R solver: auto (dense up to dense_limit, else block Krylov), block, lanczos (Spectra on PᵀP), dense");
+  }
+  /// The method's entry in the registry (lib/src/methods/svd.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Svd)  // Svd<T>: a Method<T> built from SvdOptions
+template <typename T>
+class SvdMethod final : public LowRankMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit SvdMethod(const SvdOptions& options = {});
+  const SvdOptions& settings() const { return o_; }
+
+ protected:
+  Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+
+ private:
+  SvdOptions o_;
+};
+
+extern template class SvdMethod<float>;
+extern template class SvdMethod<double>;
 
 }  // namespace attnlab

@@ -1,27 +1,46 @@
-// `taylor` — first-order Taylor attention, sim = 1 + cos(q, k).
-// Implements: Su 2020, blog 'Exploring Linear Attention: Must Attention Have a Softmax?' (e^{qᵀk} ≈ 1 + qᵀk on normalized q, k).
-// Typed use (the same method as make_method<double>("taylor:...") from a spec string):
-//   attnlab::TaylorOptions o;  o.causal_form = "chunked";
-//   attnlab::Taylor<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// `taylor` — first-order Taylor attention, sim(q, k) = 1 + cos(q, k) = φ(q)ᵀφ(k) with φ(x) = [1, x/‖x‖]: the
+// first-order Taylor expansion of exp(cos(q, k)) (as in the linear-attention literature; no single paper), always
+// ≥ 0. Normalized and causal as linear attention (Katharopoulos et al. 2020 eq. (2); prefix sums §3.3, eqs.
+// (9)–(10)), chunked or recurrent (CausalFormOptions).
+//   attnlab::TaylorOptions o;  o.causal_form = attnlab::CausalForm::Chunked;
+//   attnlab::TaylorMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
+// The spec "taylor:causal_form=chunked" builds the same class (make_method reads the spec into TaylorOptions).
 #pragma once
 
-#include "attnlab/methods/typed.hpp"
-
-#include <cstdint>
-#include <string>
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/kernel_method.hpp"
 
 namespace attnlab {
 
-/// The options of `taylor`, with the registry's defaults (a test checks that they agree).
-struct TaylorOptions {
+struct TaylorOptions : MethodOptions<TaylorOptions>, CausalFormOptions {
   static constexpr const char* kName = "taylor";
-  /// causal prefix sums: blocks of matrix products, or the RNN form one position at a time (one of chunked|recurrent)
-  std::string causal_form = "chunked";
-  Index chunk = 64;  ///< block size of the chunked causal form (integer in [1, 65536])
 
-  ATTNLAB_OPTIONS(TaylorOptions, causal_form, chunk)  // from(params), spec(), descriptor()
+  template <class P>
+  static void parameters(P& p) {
+    CausalFormOptions::parameters(p);
+  }
+  /// The method's entry in the registry (lib/src/methods/taylor.cpp).
+  static const MethodDescriptor& descriptor();
 };
 
-ATTNLAB_TYPED_METHOD(Taylor)  // Taylor<T>: a Method<T> built from TaylorOptions
+template <typename T>
+class TaylorMethod final : public KernelMethod<T> {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit TaylorMethod(const TaylorOptions& options = {});
+  const TaylorOptions& settings() const { return o_; }
+
+ protected:
+  void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
+                      VectorX<T>& g) const override;
+  Index feature_count(Index d) const override { return d + 1; }
+
+ private:
+  TaylorOptions o_;
+};
+
+extern template class TaylorMethod<float>;
+extern template class TaylorMethod<double>;
 
 }  // namespace attnlab

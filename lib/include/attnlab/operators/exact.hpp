@@ -3,8 +3,8 @@
 #pragma once
 
 #include "attnlab/operators/operator.hpp"
-#include "attnlab/options.hpp"
-#include "attnlab/types.hpp"
+#include "attnlab/core/options.hpp"
+#include "attnlab/core/types.hpp"
 #include <mutex>
 #include <vector>
 
@@ -50,5 +50,20 @@ class ExactOperator final : public AttentionOperator<T> {
 
 extern template class ExactOperator<float>;
 extern template class ExactOperator<double>;
+
+// ---- Exact softmax attention, three ways, all with a stable log-sum-exp:
+/// P = softmax(scale·QKᵀ [+ mask]), materialized (memory-guarded).
+template <typename T>
+MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts);
+
+/// O = softmax(scale·QKᵀ [+ mask])·V, streaming over key tiles with an online softmax.
+template <typename T>
+MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                        const AttentionOptions& opts, Index tile = kDefaultTile, const QueryLayout& layout = {});
+
+/// Row log-sum-exp ℓ_i of the (masked) logits, streaming.
+template <typename T>
+VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                         Index tile = kDefaultTile, const QueryLayout& layout = {});
 
 }  // namespace attnlab

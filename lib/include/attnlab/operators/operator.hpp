@@ -4,7 +4,7 @@
 // iterations are written once against this interface, so a 32k×32k matrix never has to be formed.
 #pragma once
 
-#include "attnlab/types.hpp"
+#include "attnlab/core/types.hpp"
 #include <memory>
 
 namespace attnlab {

@@ -1,0 +1,64 @@
+// Pseudo-inverses: the iterative schemes of Nyströmformer and their SVD reference.
+//   order3 (Razavi et al. 2014, as Xiong et al. 2021 use it): Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))); with E = I − AZ one
+//          step gives E' = ¾E³ + ¼E⁴ (cubic), 4 products per step;
+//   newton (Newton–Schulz): Z ← Z(2I − AZ), E' = E² (quadratic), 2 products per step;
+//   both from Z₀ = Aᵀ / (‖A‖₁‖A‖∞) (Xiong et al. 2021's initialisation), which makes ‖I − AZ₀‖₂ < 1 for nonsingular A;
+//   svd: Moore–Penrose from the SVD, singular values below rcond·σ_max dropped.
+// The solver keeps the history of ‖I − AZ_k‖_F (and ‖Z_k − A⁺‖_F when A⁺ is given), for the convergence
+// experiments: the paper's 6 iterations are far from converged on badly conditioned landmark matrices.
+#pragma once
+
+#include "attnlab/core/types.hpp"
+
+#include <vector>
+
+namespace attnlab {
+
+enum class PinvMethod { Order3, NewtonSchulz, Svd };
+PinvMethod parse_pinv_method(const std::string& name);  // "iterative"|"order3", "newton", "svd"
+
+template <typename T>
+class Pseudoinverse {
+ public:
+  Pseudoinverse& setMethod(PinvMethod m) { method_ = m; return *this; }
+  /// Number of iterations (iterative methods).
+  Pseudoinverse& setIterations(Index k) { iters_ = k; return *this; }
+  /// Stop early once ‖I − AZ_k‖_F ≤ tol (0: always run every iteration).
+  Pseudoinverse& setTolerance(double tol) { tol_ = tol; return *this; }
+  /// Relative cutoff of the SVD method (≤ 0: eps·max(rows, cols)).
+  Pseudoinverse& setRcond(double r) { rcond_ = r; return *this; }
+  /// A⁺ to measure ‖Z_k − A⁺‖_F against, per iteration (optional).
+  Pseudoinverse& setReference(const MatrixR<double>& a_pinv) { reference_ = a_pinv; return *this; }
+
+  Pseudoinverse& compute(const ConstRef<T>& a);
+  Status info() const { return status_; }
+  const MatrixR<T>& pseudoinverse() const { return z_; }
+  /// ‖I − AZ_k‖_F for k = 0 … iterations() (square A; for the SVD method a single entry).
+  const std::vector<double>& residuals() const { return residuals_; }
+  /// ‖Z_k − A⁺‖_F for k = 0 … iterations(), when a reference was set.
+  const std::vector<double>& errors() const { return errors_; }
+  Index iterations() const { return Index(residuals_.size()) - 1; }
+
+ private:
+  PinvMethod method_ = PinvMethod::Order3;
+  Index iters_ = 6;
+  double tol_ = 0;
+  double rcond_ = -1;
+  MatrixR<double> reference_;
+  MatrixR<T> z_;
+  std::vector<double> residuals_, errors_;
+  Status status_ = Status::NotComputed;
+};
+
+/// Moore–Penrose pseudo-inverse by SVD (in double), cutoff rcond·σ_max (≤ 0: eps_T·max(rows, cols)).
+template <typename T>
+MatrixR<T> svd_pinv(const ConstRef<T>& a, double rcond = -1);
+
+/// Asymptotic convergence order from an error history: the median of log(e_{k+1}/e_k) / log(e_k/e_{k−1}) over
+/// the steps where the errors lie in [floor, ceiling] (the asymptotic regime above rounding).
+double convergence_order(const std::vector<double>& errors, double floor = 1e-12, double ceiling = 1e-1);
+
+extern template class Pseudoinverse<float>;
+extern template class Pseudoinverse<double>;
+
+}  // namespace attnlab

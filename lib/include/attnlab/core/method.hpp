@@ -1,0 +1,91 @@
+// The one interface every attention method implements (the faiss pattern: one family, one interface,
+// and the exact method is a member of the family and the ground truth).
+//
+// A method sees attention as a linear map of V: given Q and K (and the options), it builds the attention
+// matrix it implies, P̃(Q, K); its output for values V is P̃·V. So, as an Eigen solver:
+//   method.compute(Q, K, options);   // fit landmarks, features, codebooks, ... (data-dependent state)
+//   method.output(V);                // fast path, the method's own complexity
+//   method.op();                     // P̃ as an operator (apply, apply_transpose), for spectra and norms
+//   method.matrix();                 // P̃ materialized, for small problems (memory-guarded)
+#pragma once
+
+#include "attnlab/operators/dense.hpp"
+#include "attnlab/operators/difference.hpp"
+#include "attnlab/operators/low_rank.hpp"
+#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/options.hpp"
+#include "attnlab/core/spec.hpp"
+#include "attnlab/core/types.hpp"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnlab {
+
+struct MethodDescriptor;
+
+template <typename T>
+class Method {
+ public:
+  Method(const MethodDescriptor& descriptor, Params params);
+  virtual ~Method() = default;
+  Method(const Method&) = delete;
+  Method& operator=(const Method&) = delete;
+
+  const std::string& name() const;
+  const Params& params() const { return params_; }
+  /// The canonical specification, every parameter written out: replays the same method.
+  std::string spec() const;
+  /// Whether this instance honours a causal mask (the descriptor's flag unless a method narrows it by parameter).
+  virtual bool supports_causal() const;
+
+  /// Fits the method to (Q, K). Throws Error for mismatched shapes, bad options, or a causal mask the
+  /// method cannot honour (it is refused, never silently leaked).
+  Method& compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts = {});
+  Status info() const { return status_; }
+
+  /// O = P̃·V by the method's fast path.
+  MatrixR<T> output(const ConstRef<T>& v) const;
+  /// P̃ as an operator. Valid while the method lives and is not recomputed.
+  const AttentionOperator<T>& op() const;
+  /// P̃ materialized (n_q×n_k); refuses when it would not fit in memory.
+  MatrixR<T> matrix() const;
+  /// Data-dependent state fitted on all keys before the attention (VQ's codebook): a look-ahead outside the
+  /// attention itself, described here ("" when there is none). With a causal mask the attention given that state
+  /// is causal; the state is not.
+  virtual std::string lookahead() const { return ""; }
+  /// Method-specific numbers worth recording beside the errors (e.g. Nyström's ‖I − AZ‖_F), as (name, value).
+  virtual std::vector<std::pair<std::string, double>> diagnostics() const { return {}; }
+  /// An upper bound on rank(P̃) (landmarks, features, ...), or -1 when the method is not rank-limited.
+  virtual Index rank_bound() const { return -1; }
+
+  Index n_q() const { return n_q_; }
+  Index n_k() const { return n_k_; }
+  const AttentionOptions& options() const { return opts_; }
+
+ protected:
+  /// Builds the state; opts.scale is already resolved. Returns the status (Success unless an inner
+  /// iteration failed to converge or a numerical issue was detected).
+  virtual Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) = 0;
+  /// The operator form of P̃, built by do_compute.
+  virtual const AttentionOperator<T>& do_op() const = 0;
+  /// Fast path; the default applies the operator.
+  virtual MatrixR<T> do_output(const ConstRef<T>& v) const { return do_op().apply(v); }
+  /// Materialized P̃; the default densifies the operator block by block.
+  virtual MatrixR<T> do_matrix() const { return materialize(do_op()); }
+
+ private:
+  void require_computed(const char* what) const;
+  const MethodDescriptor& descriptor_;
+  Params params_;
+  Status status_ = Status::NotComputed;
+  AttentionOptions opts_;
+  Index n_q_ = 0, n_k_ = 0;
+};
+
+extern template class Method<float>;
+extern template class Method<double>;
+
+}  // namespace attnlab

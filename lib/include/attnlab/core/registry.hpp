@@ -1,0 +1,147 @@
+// The method registry and factory: every method is built from a short spec string,
+// `name[:key=value,...]`. Unknown names and keys, bad values and unsupported options are refused with a
+// message listing what is valid.
+#pragma once
+
+#include "attnlab/core/method.hpp"
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/spec.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnlab {
+
+/// The size of a problem, known before any work: n_q queries and n_k keys of dimension d, values of dimension d_v,
+/// `elem` bytes per value (4: float32, 8: float64).
+struct ProblemSize {
+  Index n_q = 0, n_k = 0, d = 0, d_v = 0;
+  std::uint64_t elem = 8;
+};
+
+/// Bytes a method allocates beyond its inputs in compute() and output(), from its parameters and the problem's size.
+using MemoryEstimate = std::function<std::uint64_t(const Params&, const ProblemSize&)>;
+/// Throws Error when the parameters cannot apply to a problem of this size (a budget beyond the sequence): the
+/// checks compute() makes, made before any work.
+using SizeCheck = std::function<void(const Params&, const ProblemSize&)>;
+
+struct MethodDescriptor {
+  std::string name;
+  std::string summary;    // one line
+  std::string reference;  // the equation / paper it implements
+  bool causal = false;    // supports a causal mask
+  std::string causal_note;  // how a causal mask is honoured, or why it is refused (the README's table)
+  std::string budget;       // the parameter that trades accuracy for cost (landmarks, features, ...); "" if none
+  std::vector<ParamSpec> params;
+  /// What the method forms beyond its inputs and its output: given for the methods that can form something
+  /// quadratic (exact:impl=materialized, svd's dense path, ...), empty for the others (linear in n).
+  MemoryEstimate memory;
+  /// This descriptor with its memory estimate: `return describe<M>(...).with_memory([](const Params&, ...) {...});`
+  MethodDescriptor with_memory(MemoryEstimate f) && {
+    memory = std::move(f);
+    return std::move(*this);
+  }
+  /// The parameters' limits in the problem's size (landmarks ≤ n, ...), for methods that have some.
+  SizeCheck size_check;
+  MethodDescriptor with_size_check(SizeCheck f) && {
+    size_check = std::move(f);
+    return std::move(*this);
+  }
+  std::function<std::unique_ptr<Method<float>>(const MethodDescriptor&, Params)> make_f32;
+  std::function<std::unique_ptr<Method<double>>(const MethodDescriptor&, Params)> make_f64;
+};
+
+/// Every registered method, in a fixed order.
+const std::vector<MethodDescriptor>& registered_methods();
+/// The names, joined by ", " (for messages).
+std::string registered_method_names();
+/// Looks a method up by name; throws Error "no method 'X'; did you mean y?" (the close names, spec.hpp's
+/// close_matches), or listing every registered name when none is close.
+const MethodDescriptor& find_method(const std::string& name);
+
+/// Bytes the method built from `params` will form on a problem of `size` beyond its inputs and its output (the
+/// descriptor's estimate; 0 for the methods linear in n): known before any work, for the memory guard.
+std::uint64_t estimate_memory(const MethodDescriptor& d, const Params& params, const ProblemSize& size);
+/// Before any work: throws Error when the method cannot run on a problem of `size` — a parameter beyond the
+/// sequence (the descriptor's size check, as compute() would say later), or more memory than the guard allows
+/// (memory.hpp: available memory or --max-memory; the message names the method, the sizes and the bytes).
+template <typename T>
+void check_method_fits(const Method<T>& m, const ProblemSize& size);
+
+/// A budget that counts items taken from the sequence (landmarks, rank, columns, codes, Linformer's projected
+/// length k) cannot exceed it: throws Error "METHOD: PARAM = VALUE exceeds the sequence (WHAT = N)". Budgets that
+/// bound a neighbourhood (a window, a chunk) or a share (ProbSparse's factor) saturate at the whole sequence — exact
+/// attention — and random features (Performer) may outnumber the positions: neither is refused.
+void require_budget_within(const std::string& method, const std::string& param, Index value, Index n,
+                           const std::string& what = "n_k");
+
+/// The spec as a user would write it: the name and the parameters that differ from their defaults, the seed left out
+/// when it is `default_seed` ("nystrom:landmarks=32" for nystrom:landmarks=32,pinv=iterative,iters=6,...).
+std::string short_spec(const MethodDescriptor& d, const Params& params,
+                       std::optional<std::uint64_t> default_seed = std::nullopt);
+
+/// Builds a method from its spec. When the method has a `seed` parameter that the spec leaves out,
+/// default_seed (if given) is used in its place.
+template <typename T>
+std::unique_ptr<Method<T>> make_method(const std::string& spec,
+                                       std::optional<std::uint64_t> default_seed = std::nullopt);
+
+/// Whether a method honours a causal mask, and how — or why it refuses one (the README's "causal" column).
+struct Causal {
+  bool supported = false;
+  std::string note;
+  /// Honoured: "yes", or "yes: HOW".
+  static Causal yes(const std::string& how = "") { return {true, how.empty() ? "yes" : "yes: " + how}; }
+  /// Refused, "refused: WHY": the method mixes every position and would see the future.
+  static Causal refused(const std::string& why) { return {false, "refused: " + why}; }
+  /// Honoured under some parameter values only (the method narrows supports_causal()); the note says which.
+  static Causal conditional(std::string note) { return {true, std::move(note)}; }
+};
+
+/// The parameters of `a`, then those of `b` (a family's shared parameters after a method's own).
+std::vector<ParamSpec> join_params(std::vector<ParamSpec> a, const std::vector<ParamSpec>& b);
+
+namespace detail {
+MethodDescriptor describe(std::string name, std::string summary, std::string reference, Causal causal,
+                          std::vector<ParamSpec> params);
+}  // namespace detail
+
+/// The descriptor of method template M, built as M<T>(descriptor, params): its name (the options struct's kName),
+/// a one-line summary, the equations it implements, its causal support and its parameters in spec order, the budget
+/// parameter marked (ParamSpec::budget()). Each method's `NameOptions::descriptor()` is one such call.
+template <template <typename> class M>
+MethodDescriptor describe(std::string name, std::string summary, std::string reference, Causal causal,
+                          std::vector<ParamSpec> params = {}) {
+  MethodDescriptor d = detail::describe(std::move(name), std::move(summary), std::move(reference), std::move(causal),
+                                        std::move(params));
+  d.make_f32 = [](const MethodDescriptor& desc, Params p) -> std::unique_ptr<Method<float>> {
+    return std::make_unique<M<float>>(desc, std::move(p));
+  };
+  d.make_f64 = [](const MethodDescriptor& desc, Params p) -> std::unique_ptr<Method<double>> {
+    return std::make_unique<M<double>>(desc, std::move(p));
+  };
+  return d;
+}
+
+/// The descriptor of the method class template M, built from its options struct O (M<T>(const O&)): its name
+/// (O::kName) and parameters (O's declaration, core/parameters.hpp), a one-line summary, the paper and equations it
+/// implements, and its causal support. Each method's `NameOptions::descriptor()` is one such call; the string factory
+/// reads a spec's values into O and calls M's constructor.
+template <template <typename> class M, typename O>
+MethodDescriptor describe(std::string summary, std::string reference, Causal causal) {
+  MethodDescriptor d = detail::describe(O::kName, std::move(summary), std::move(reference), std::move(causal),
+                                        O::parameter_specs());
+  d.make_f32 = [](const MethodDescriptor&, Params p) -> std::unique_ptr<Method<float>> {
+    return std::make_unique<M<float>>(O::from(p));
+  };
+  d.make_f64 = [](const MethodDescriptor&, Params p) -> std::unique_ptr<Method<double>> {
+    return std::make_unique<M<double>>(O::from(p));
+  };
+  return d;
+}
+
+}  // namespace attnlab

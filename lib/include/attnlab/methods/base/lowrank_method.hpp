@@ -1,0 +1,51 @@
+// Shared base of the methods whose P̃ is a factored product A·Btᵀ (Nyström, Linformer, efficient, SVD, CUR).
+// Two ways to hand over the factors:
+//  - set_factors(A, Bt): built in do_compute; the operator and the output P̃·V = A(BtᵀV) follow;
+//  - defer_factors(rank): the method keeps the pieces its own do_output needs (its fast path, which may
+//    associate differently or stream), and make_factors() builds A and Bt only when the operator is asked for
+//    (metrics, spectra, the matrix), so the hot path never forms an n×rank factor it does not need.
+#pragma once
+
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/method.hpp"
+
+#include <optional>
+#include <utility>
+
+namespace attnlab {
+
+template <typename T>
+class LowRankMethod : public Method<T> {
+ public:
+  using Method<T>::Method;
+  Index rank_bound() const override { return op_ ? op_->rank_bound() : deferred_rank_; }
+
+ protected:
+  void set_factors(MatrixR<T> a, MatrixR<T> bt, bool distributions) {
+    op_.emplace(std::move(a), std::move(bt), distributions);
+    deferred_rank_ = -1;
+  }
+  void defer_factors(Index rank, bool distributions) {
+    op_.reset();
+    deferred_rank_ = rank;
+    distributions_ = distributions;
+  }
+  /// The factors (A, Bt) of a deferred compute; called once, on first use of the operator.
+  virtual std::pair<MatrixR<T>, MatrixR<T>> make_factors() const {
+    throw Error("internal: deferred factors without make_factors()");
+  }
+  const AttentionOperator<T>& do_op() const override {
+    if (!op_) {
+      auto [a, bt] = make_factors();
+      op_.emplace(std::move(a), std::move(bt), distributions_);
+    }
+    return *op_;
+  }
+
+ private:
+  mutable std::optional<LowRankOperator<T>> op_;
+  Index deferred_rank_ = -1;
+  bool distributions_ = false;
+};
+
+}  // namespace attnlab

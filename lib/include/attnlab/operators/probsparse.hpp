@@ -1,0 +1,52 @@
+// Informer's ProbSparse attention matrix (Zhou et al. 2021, eq. (3)) as an operator: exact softmax rows for the
+// selected ("active") queries, and for the others ("lazy") a uniform row over the visible keys — their output is
+// mean(V) — or, causal with cumsum, the reference code's all-ones row (its unnormalized cumulative sum of V).
+#pragma once
+
+#include "attnlab/core/options.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/operators/operator.hpp"
+
+#include <optional>
+#include <vector>
+
+namespace attnlab {
+
+/// Exact rows for the selected queries, uniform (mean) or all-ones (cumsum, causal only) rows on the visible keys
+/// elsewhere. `selected`: the active queries, ascending (components/sparsity_measure.hpp's select_queries).
+template <typename T>
+class ProbSparseOperator final : public AttentionOperator<T> {
+ public:
+  ProbSparseOperator(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                     std::vector<Index> selected, bool cumsum);
+  Index rows() const override { return nq_; }
+  Index cols() const override { return nk_; }
+  bool rows_are_distributions() const override { return !cumsum_; }
+  MatrixR<T> apply(const ConstRef<T>& x) const override;
+  MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
+  MatrixR<T> row_block(Index first, Index count) const override;
+
+  /// Lazy rows' weight on each visible key.
+  T lazy_weight(Index i) const { return cumsum_ ? T(1) : T(1) / T(visible(i)); }
+  /// The keys query i sees.
+  Index visible(Index i) const { return causal_ ? i + off_ + 1 : nk_; }
+  /// Y_i = Σ_{visible j} w_i x_j for the lazy rows; selected rows are left for the caller.
+  MatrixR<T> lazy_apply(const ConstRef<T>& x) const;
+  /// The fast path P̃·V: exact rows by the streaming kernel (no log-sum-exp pass), lazy rows by (prefix) sums.
+  MatrixR<T> output(const ConstRef<T>& v) const;
+  /// How many queries get exact rows.
+  Index selected() const { return Index(selected_.size()); }
+
+ private:
+  void scatter(const MatrixR<T>& rows, MatrixR<T>& y) const;
+  Index nq_, nk_, off_ = 0;
+  bool causal_, cumsum_;
+  std::vector<Index> selected_;
+  std::vector<bool> is_selected_;
+  std::optional<ExactOperator<T>> exact_;
+};
+
+extern template class ProbSparseOperator<float>;
+extern template class ProbSparseOperator<double>;
+
+}  // namespace attnlab

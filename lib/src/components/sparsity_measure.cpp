@@ -1,0 +1,83 @@
+// Informer's query sparsity measurement and the selection of the active queries (Zhou et al. 2021, eqs. (2) and (4),
+// Lemma 1): components/sparsity_measure.hpp.
+// M̄ averages over the sampled keys; the reference code (Informer2020's _prob_QK) divides the sampled sum by n_k
+// instead, which shifts every M̄ by a query-dependent amount: attnlab follows the paper's definition (eq. (4)).
+#include "attnlab/components/sparsity_measure.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+
+namespace attnlab {
+
+Index probsparse_u(Index n_q, double factor) {
+  return std::min<Index>(n_q, std::max<Index>(1, Index(factor * std::ceil(std::log(double(n_q))))));
+}
+
+Index probsparse_default_samples(Index n_k, double factor) {
+  return std::max<Index>(1, Index(factor * std::ceil(std::log(double(n_k)))));
+}
+
+template <typename T>
+VectorX<double> sparsity_measure(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                                 SparsityMeasure kind, Index samples, Rng& rng) {
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  const double s = opts.resolved_scale(q.cols());
+  const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
+  VectorX<double> m(nq);
+  // The sampled keys of every query drawn first, in query order (the same draws as one query at a time), so that the
+  // measure can then be computed in parallel over queries: each thread's gathered rows of K are cache misses at
+  // large n, and two threads keep twice as many in flight.
+  const bool sampled = samples > 0 && kind == SparsityMeasure::MaxMean;
+  std::vector<Index> idx(sampled ? std::size_t(nq) * std::size_t(samples) : 0);
+  if (sampled)
+    for (Index i = 0; i < nq; ++i) {
+      const Index visible = opts.causal ? i + off + 1 : nk;
+      for (Index t = 0; t < samples; ++t) idx[std::size_t(i * samples + t)] = Index(rng.below(std::uint64_t(visible)));
+    }
+#pragma omp parallel for schedule(static)
+  for (Index i = 0; i < nq; ++i) {
+    const Index visible = opts.causal ? i + off + 1 : nk;
+    VectorX<double> logits;
+    if (sampled) {
+      logits.resize(samples);
+      for (Index t = 0; t < samples; ++t)
+        logits(t) = s * double(q.row(i).dot(k.row(idx[std::size_t(i * samples + t)])));
+    } else {
+      logits = (k.topRows(visible) * q.row(i).transpose()).template cast<double>() * s;
+    }
+    const double mx = logits.maxCoeff(), mean = logits.mean();
+    m(i) = kind == SparsityMeasure::MaxMean ? mx - mean : mx + std::log((logits.array() - mx).exp().sum()) - mean;
+  }
+  return m;
+}
+
+std::vector<Index> select_queries(const VectorX<double>& measure, Index u, bool causal) {
+  const Index n = measure.size();
+  std::vector<Index> sel;
+  if (!causal) {
+    std::vector<Index> order(static_cast<std::size_t>(n));
+    std::iota(order.begin(), order.end(), Index(0));
+    std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) { return measure(a) > measure(b); });
+    sel.assign(order.begin(), order.begin() + std::min(u, n));
+  } else {
+    std::priority_queue<double, std::vector<double>, std::greater<>> best;  // the u largest so far
+    for (Index i = 0; i < n; ++i) {
+      if (Index(best.size()) < u || measure(i) > best.top()) {
+        sel.push_back(i);
+        best.push(measure(i));
+        if (Index(best.size()) > u) best.pop();
+      }
+    }
+  }
+  std::sort(sel.begin(), sel.end());
+  return sel;
+}
+
+template VectorX<double> sparsity_measure<float>(const ConstRef<float>&, const ConstRef<float>&,
+                                                 const AttentionOptions&, SparsityMeasure, Index, Rng&);
+template VectorX<double> sparsity_measure<double>(const ConstRef<double>&, const ConstRef<double>&,
+                                                  const AttentionOptions&, SparsityMeasure, Index, Rng&);
+
+}  // namespace attnlab

@@ -1,0 +1,76 @@
+// The Method base: validation, the causal refusal, and the compute()/info() protocol.
+#include "attnlab/core/method.hpp"
+
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/registry.hpp"
+
+#include <fmt/format.h>
+
+namespace attnlab {
+
+template <typename T>
+Method<T>::Method(const MethodDescriptor& descriptor, Params params)
+    : descriptor_(descriptor), params_(std::move(params)) {}
+
+template <typename T>
+const std::string& Method<T>::name() const {
+  return descriptor_.name;
+}
+
+template <typename T>
+std::string Method<T>::spec() const {
+  const std::string p = params_.to_string();
+  return p.empty() ? descriptor_.name : descriptor_.name + ":" + p;
+}
+
+template <typename T>
+bool Method<T>::supports_causal() const {
+  return descriptor_.causal;
+}
+
+template <typename T>
+Method<T>& Method<T>::compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  if (opts.causal && !supports_causal())
+    throw Error(fmt::format("method '{}' cannot honour a causal mask ({}); use a method that supports "
+                            "causal attention (see `attnlab methods`)",
+                            descriptor_.name, descriptor_.summary));
+  AttentionOptions resolved = opts;
+  resolved.scale = opts.resolved_scale(q.cols());
+  status_ = Status::NotComputed;
+  status_ = do_compute(q, k, resolved);
+  opts_ = resolved;
+  n_q_ = q.rows();
+  n_k_ = k.rows();
+  return *this;
+}
+
+template <typename T>
+void Method<T>::require_computed(const char* what) const {
+  if (status_ == Status::NotComputed)
+    throw Error(fmt::format("method '{}': {} called before compute()", descriptor_.name, what));
+}
+
+template <typename T>
+MatrixR<T> Method<T>::output(const ConstRef<T>& v) const {
+  require_computed("output()");
+  validate_v(n_k_, v.rows());
+  return do_output(v);
+}
+
+template <typename T>
+const AttentionOperator<T>& Method<T>::op() const {
+  require_computed("op()");
+  return do_op();
+}
+
+template <typename T>
+MatrixR<T> Method<T>::matrix() const {
+  require_computed("matrix()");
+  return do_matrix();
+}
+
+template class Method<float>;
+template class Method<double>;
+
+}  // namespace attnlab

@@ -1,0 +1,109 @@
+// `cur` — the classical Nyström / CUR approximation of the exact P (Drineas & Mahoney 2005; its use on softmax
+// matrices, Xiong et al. 2021 §3.1):
+//   P ≈ P[:,J]·pinv(P[I,J])·P[I,:],
+// I = J for square P, sampled uniformly or by the leverage scores of the rank-C singular subspaces (Drineas, Mahoney
+// & Muthukrishnan 2008). The columns and rows of P are read from the row log-sum-exp, never forming P whole. A
+// rank-limited analysis of all of P: a causal P̃ from it would not be causal, so causal is refused.
+#include "attnlab/methods/cur.hpp"
+
+#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/landmarks.hpp"
+#include "attnlab/components/pinv.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+#include "attnlab/operators/exact.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+namespace attnlab {
+namespace {
+
+/// c indices of [0, n) without replacement, with probability ∝ weights (Efraimidis–Spirakis keys u^{1/w}).
+std::vector<Index> weighted_sample(const VectorX<double>& w, Index c, Rng& rng) {
+  std::vector<std::pair<double, Index>> keys;
+  for (Index j = 0; j < w.size(); ++j) {
+    const double u = std::max(rng.uniform(), 1e-300);
+    keys.emplace_back(w(j) > 0 ? std::log(u) / w(j) : -std::numeric_limits<double>::infinity(), j);
+  }
+  std::partial_sort(keys.begin(), keys.begin() + c, keys.end(), std::greater<>());
+  std::vector<Index> idx;
+  for (Index i = 0; i < c; ++i) idx.push_back(keys[std::size_t(i)].second);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+}  // namespace
+
+const MethodDescriptor& CurOptions::descriptor() {
+  static const MethodDescriptor d =
+      describe<CurMethod, CurOptions>(
+          "classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal)",
+          "Drineas, Mahoney & Muthukrishnan 2008 (CUR, leverage-score sampling); the Nyström form of Xiong et al. "
+          "2021",
+          Causal::refused("columns and rows of all of P"))
+          .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
+            // Leverage scores come from the top C singular vectors: a dense SVD of P (in T, float64 and the SVD's
+            // copy) where top_singular's defaults choose it (n_k ≤ 512, or C > n_k/2). The factors are n × C.
+            const Index c = p.integer("columns");
+            const bool dense = p.choice("select") == "leverage" && (s.n_k <= 512 || c > s.n_k / 2);
+            return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
+                             matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem));
+          })
+          .with_size_check([](const Params& p, const ProblemSize& s) {
+            require_budget_within("cur", "columns", p.integer("columns"), std::min(s.n_q, s.n_k),
+                                  "min(n_q, n_k)");
+          });
+  return d;
+}
+
+template <typename T>
+CurMethod<T>::CurMethod(const CurOptions& options)
+    : LowRankMethod<T>(CurOptions::descriptor(), options.params()), o_(options) {}
+
+template <typename T>
+Status CurMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
+  const Index c = o_.columns;
+  require(c <= std::min(q.rows(), k.rows()),
+          fmt::format("cur: columns = {} exceeds min(n_q, n_k) = {}", c, std::min(q.rows(), k.rows())));
+  const ExactOperator<T> p(q, k, opts);
+  Rng rng(o_.seed);
+  std::vector<Index> cols, rows;
+  if (o_.select == CurSelect::Uniform) {
+    cols = sample_without_replacement(k.rows(), c, rng);
+    rows = q.rows() == k.rows() ? cols : sample_without_replacement(q.rows(), c, rng);
+  } else {
+    // Leverage scores of the rank-c singular subspaces: ‖V_c[j,:]‖² for columns, ‖U_c[i,:]‖² for rows.
+    const TopSingular top = top_singular(p, c);
+    cols = weighted_sample(top.right.rowwise().squaredNorm(), c, rng);
+    if (q.rows() == k.rows()) {
+      rows = cols;
+    } else {
+      MatrixR<double> u = p.apply(top.right.template cast<T>()).template cast<double>();
+      for (Index i = 0; i < c; ++i) u.col(i) /= std::max(top.values(i), 1e-300);
+      rows = weighted_sample(u.rowwise().squaredNorm(), c, rng);
+    }
+  }
+  // C = P[:, J] from the row log-sum-exp: exp(s·q_iᵀk_j − ℓ_i).
+  const MatrixR<T> kj = take_rows<T>(k, cols);
+  MatrixR<T> cm = (q * kj.transpose()) * T(opts.scale);
+  cm = (cm.array().colwise() - p.row_lse().array()).exp().matrix();
+  MatrixR<T> rm(c, k.rows());
+  for (Index i = 0; i < c; ++i) rm.row(i) = p.row_block(rows[std::size_t(i)], 1);
+  MatrixR<T> w(c, c);
+  for (Index j = 0; j < c; ++j) w.col(j) = rm.col(cols[std::size_t(j)]);
+  // pinv(P[I,J]) with singular values below rcond·σ_max dropped: with rcond at rounding level (the formula as
+  // written) a nearly singular P[I,J] — clustered attention has rank ≈ clusters < C — amplifies noise.
+  MatrixR<T> a = cm * svd_pinv<T>(w, o_.rcond);
+  this->set_factors(std::move(a), rm.transpose(), false);
+  return Status::Success;
+}
+
+template class CurMethod<float>;
+template class CurMethod<double>;
+
+}  // namespace attnlab

@@ -1,0 +1,34 @@
+// `linear` — linear attention (Katharopoulos et al. 2020, §3.2): sim(q, k) = φ(q)ᵀφ(k) with φ = elu(x) + 1 or
+// relu(x), on raw q and k; P̃_ij = sim(q_i, k_j) / Σ_j' sim(q_i, k_j') (eq. (2)); causal by prefix sums (§3.3,
+// eqs. (9)–(10)) in KernelMethod. The scale does not enter (as in the paper): the method acts on raw q and k.
+#include "attnlab/methods/linear.hpp"
+
+namespace attnlab {
+
+const MethodDescriptor& LinearOptions::descriptor() {
+  static const MethodDescriptor d = describe<LinearMethod, LinearOptions>(
+      "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)",
+      "Katharopoulos et al. 2020 (Transformers are RNNs) §3.2, φ(x) = elu(x) + 1; causal masking §3.3 (prefix sums)",
+      Causal::yes("recurrent or chunked prefix sums"));
+  return d;
+}
+
+template <typename T>
+LinearMethod<T>::LinearMethod(const LinearOptions& options)
+    : KernelMethod<T>(LinearOptions::descriptor(), options.params(), options), o_(options) {}
+
+template <typename T>
+void LinearMethod<T>::block_features(const ConstRef<T>& x, bool, const AttentionOptions&, MatrixR<T>& f,
+                                     VectorX<T>& g) const {
+  // Evaluated into f's own storage (kept across calls by the caller's workspace): no temporary per block.
+  if (o_.feature == LinearFeature::Relu) f = x.cwiseMax(T(0));
+  // elu(x) + 1 = x + 1 for x > 0, e^x for x ≤ 0: always positive. Written max(x, 0) + e^{min(x, 0)} so that
+  // Eigen vectorizes the exp (a scalar std::exp per entry cost more than the whole attention at n = 4096).
+  else f = (x.array().max(T(0)) + x.array().min(T(0)).exp()).matrix();
+  g.resize(0);
+}
+
+template class LinearMethod<float>;
+template class LinearMethod<double>;
+
+}  // namespace attnlab

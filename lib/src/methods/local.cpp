@@ -1,0 +1,79 @@
+// `local` — sliding-window attention (Beltagy et al. 2020, Longformer §3.1): keys with |j − c_i| ≤ W around the
+// aligned position c_i = i + (n_k − n_q) (causal: c_i − W ≤ j ≤ c_i), softmax over the band only; O(n·W·d).
+#include "attnlab/methods/local.hpp"
+
+#include <algorithm>
+
+namespace attnlab {
+
+const MethodDescriptor& LocalOptions::descriptor() {
+  static const MethodDescriptor d = describe<LocalMethod, LocalOptions>(
+      "sliding-window attention, |j − i| ≤ W", "Beltagy et al. 2020 (Longformer) §3.1, sliding window", Causal::yes());
+  return d;
+}
+
+namespace {
+
+/// Sliding-window attention as dense blocks: a block of queries [i0, i0 + B) against the keys its bands span,
+/// [c_i0 − W, c_{i0+B−1} + W] (causal: up to c_{i0+B−1}): one GEMM for the logits, the band mask, a stable row
+/// softmax, one GEMM with V. O(n·(B + 2W)·d) work, O(B·(B + 2W)) memory per thread; the same P̃ as the pattern.
+template <typename T>
+MatrixR<T> local_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef<T>& v, const AttentionOptions& opts,
+                        Index w) {
+  const Index nq = q.rows(), nk = k.rows(), off = nk - nq, dv = v.cols();
+  const Index block = 64, blocks = (nq + block - 1) / block;
+  const T s = T(opts.scale);
+  MatrixR<T> out(nq, dv);
+#pragma omp parallel
+  {
+    MatrixR<T> logits;
+#pragma omp for schedule(static)
+    for (Index b = 0; b < blocks; ++b) {
+      const Index i0 = b * block, bi = std::min(block, nq - i0);
+      const Index lo = std::max<Index>(0, i0 + off - w);
+      const Index hi = opts.causal ? std::min(nk - 1, i0 + bi - 1 + off) : std::min(nk - 1, i0 + bi - 1 + off + w);
+      const Index bj = hi - lo + 1;
+      logits.noalias() = (q.middleRows(i0, bi) * s) * k.middleRows(lo, bj).transpose();
+      for (Index r = 0; r < bi; ++r) {
+        const Index c = i0 + r + off;
+        const Index first = std::max<Index>(0, c - w) - lo;
+        const Index last = (opts.causal ? std::min(c, nk - 1) : std::min(c + w, nk - 1)) - lo;
+        auto row = logits.row(r);
+        const T mx = row.segment(first, last - first + 1).maxCoeff();
+        row.head(first).setZero();
+        row.segment(first, last - first + 1) = (row.segment(first, last - first + 1).array() - mx).exp();
+        row.tail(bj - last - 1).setZero();
+        row /= row.sum();
+      }
+      out.middleRows(i0, bi).noalias() = logits * v.middleRows(lo, bj);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+template <typename T>
+LocalMethod<T>::LocalMethod(const LocalOptions& options)
+    : PatternMethod<T>(LocalOptions::descriptor(), options.params()), o_(options) {}
+
+template <typename T>
+MatrixR<T> LocalMethod<T>::do_output(const ConstRef<T>& v) const {
+  return local_output<T>(this->queries(), this->keys(), v, this->options(), o_.window);
+}
+
+template <typename T>
+Pattern LocalMethod<T>::pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const {
+  Pattern p(static_cast<std::size_t>(q.rows()));
+  const Index w = o_.window;
+  add_band(p, q.rows(), k.rows(), w, opts.causal);
+  // Without a mask and with n_k > n_q + W the first queries' bands can miss every key: keep c_i at least.
+  for (Index i = 0; i < q.rows(); ++i)
+    if (p[std::size_t(i)].empty()) p[std::size_t(i)].push_back(std::min(k.rows() - 1, i + k.rows() - q.rows()));
+  return p;
+}
+
+template class LocalMethod<float>;
+template class LocalMethod<double>;
+
+}  // namespace attnlab

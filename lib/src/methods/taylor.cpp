@@ -1,0 +1,39 @@
+// `taylor` — sim(q, k) = 1 + (q/‖q‖)ᵀ(k/‖k‖) = 1 + cos(q, k), the first-order Taylor expansion of exp(cos(q, k))
+// (as in the linear-attention literature; no single paper), = φ(q)ᵀφ(k) with φ(x) = [1, x/‖x‖]: a linear attention
+// (Katharopoulos et al. 2020 eq. (2)), causal by prefix sums (§3.3, eqs. (9)–(10)) in KernelMethod. The scale does
+// not enter: the method acts on raw q and k.
+#include "attnlab/methods/taylor.hpp"
+
+namespace attnlab {
+
+const MethodDescriptor& TaylorOptions::descriptor() {
+  static const MethodDescriptor d = describe<TaylorMethod, TaylorOptions>(
+      "first-order Taylor attention, sim = 1 + cos(q, k)",
+      "Su 2020, blog 'Exploring Linear Attention: Must Attention Have a Softmax?' "
+      "(e^{qᵀk} ≈ 1 + qᵀk on normalized q, k)",
+      Causal::yes("recurrent or chunked prefix sums"));
+  return d;
+}
+
+template <typename T>
+TaylorMethod<T>::TaylorMethod(const TaylorOptions& options)
+    : KernelMethod<T>(TaylorOptions::descriptor(), options.params(), options), o_(options) {}
+
+template <typename T>
+void TaylorMethod<T>::block_features(const ConstRef<T>& x, bool, const AttentionOptions&, MatrixR<T>& f,
+                                     VectorX<T>& g) const {
+  // φ(x) = [1, x/‖x‖]: 1 + cos ≥ 0.
+  f.resize(x.rows(), x.cols() + 1);  // keeps its storage when the size does not change
+  f.col(0).setOnes();
+  for (Index i = 0; i < x.rows(); ++i) {
+    const T n = x.row(i).norm();
+    if (n > 0) f.row(i).tail(x.cols()) = x.row(i) / n;
+    else f.row(i).tail(x.cols()).setZero();  // a zero vector has no direction: sim = 1
+  }
+  g.resize(0);
+}
+
+template class TaylorMethod<float>;
+template class TaylorMethod<double>;
+
+}  // namespace attnlab

@@ -1,0 +1,284 @@
+// Exact softmax attention kernels. One tiler forms scale·Q_I K_Jᵀ for a query tile I and a key tile J with
+// the causal mask applied; the materialized, streaming, log-sum-exp and operator forms all use it, so they
+// mask and scale identically. Parallel over tiles of the output (OpenMP).
+#include "attnlab/operators/exact.hpp"
+
+#include "attnlab/core/cancel.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attnlab {
+namespace {
+
+template <typename T>
+struct Tiler {
+  const ConstRef<T>& q;
+  const ConstRef<T>& k;
+  T scale;
+  bool causal;
+  Index offset;                // query at position p sees keys j <= p + offset when causal
+  const std::vector<Index>* pos;  // positions of the rows in the full query sequence (null: row = position)
+
+  Tiler(const ConstRef<T>& q_, const ConstRef<T>& k_, const AttentionOptions& o, const QueryLayout& layout = {})
+      : q(q_), k(k_), scale(T(o.resolved_scale(q_.cols()))), causal(o.causal),
+        offset(causal_offset(layout.positions.empty() ? q_.rows() : layout.n_q_full, k_.rows())),
+        pos(layout.positions.empty() ? nullptr : &layout.positions) {}
+
+  Index position(Index i) const { return pos ? (*pos)[std::size_t(i)] : i; }
+  /// One past the last key any query of [i0, i0 + bi) may see (positions ascend).
+  Index key_end(Index i0, Index bi) const {
+    return causal ? std::min<Index>(k.rows(), position(i0 + bi - 1) + offset + 1) : k.rows();
+  }
+  /// First query that may see key j0.
+  Index query_begin(Index j0) const {
+    if (!causal) return 0;
+    if (!pos) return std::max<Index>(0, j0 - offset);
+    return Index(std::lower_bound(pos->begin(), pos->end(), j0 - offset) - pos->begin());
+  }
+
+  /// s = scale·Q[i0:i0+bi] K[j0:j0+bj]ᵀ (unmasked; the kernels read only each row's visible prefix).
+  void logits(Index i0, Index bi, Index j0, Index bj, MatrixR<T>& s) const {
+    s.resize(bi, bj);
+    s.noalias() = q.middleRows(i0, bi) * k.middleRows(j0, bj).transpose();
+    s *= scale;
+  }
+  /// How many of the keys [j0, j0 + bj) query i sees: the mask keeps a prefix of every row.
+  Index visible(Index i, Index j0, Index bj) const {
+    return causal ? std::clamp<Index>(position(i) + offset + 1 - j0, 0, bj) : bj;
+  }
+  /// Row r of a logit tile for query i → exp(s − shift) on the visible keys, exactly 0 on masked ones.
+  /// (Eigen's vectorized exp(−∞) is ~1e-39, not 0: masked entries are never exponentiated.)
+  void exp_row(MatrixR<T>& s, Index r, Index i, Index j0, T shift) const {
+    const Index vis = visible(i, j0, s.cols());
+    s.row(r).head(vis) = (s.row(r).head(vis).array() - shift).exp();
+    s.row(r).tail(s.cols() - vis).setZero();
+  }
+  /// Max of the visible logits of row r (−∞ when none is visible).
+  T row_max(const MatrixR<T>& s, Index r, Index i, Index j0) const {
+    const Index vis = visible(i, j0, s.cols());
+    return vis ? s.row(r).head(vis).maxCoeff() : -std::numeric_limits<T>::infinity();
+  }
+};
+
+Index checked_tile(Index tile) {
+  require(tile >= 1, fmt::format("tile must be positive, got {}", tile));
+  return tile;
+}
+
+void validate(Index nq, Index dq, Index nk, Index dk, const AttentionOptions& opts, const QueryLayout& layout = {}) {
+  if (layout.positions.empty()) {
+    validate_qk(nq, dq, nk, dk, opts);
+    return;
+  }
+  require(Index(layout.positions.size()) == nq, "query layout: one position per query row");
+  require(std::is_sorted(layout.positions.begin(), layout.positions.end()) &&
+              (nq == 0 || (layout.positions.front() >= 0 && layout.positions.back() < layout.n_q_full)),
+          "query layout: positions must ascend within [0, n_q_full)");
+  validate_qk(layout.n_q_full, dq, nk, dk, opts);
+}
+
+}  // namespace
+
+template <typename T>
+MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  check_memory(matrix_bytes(q.rows(), k.rows(), sizeof(T)),
+               fmt::format("the {}×{} {} attention matrix", q.rows(), k.rows(), dtype_name(dtype_of<T>())));
+  Tiler<T> t(q, k, opts);
+  MatrixR<T> p;
+  t.logits(0, q.rows(), 0, k.rows(), p);
+  // Row softmax with the max subtracted first: exp never overflows, and the row's max becomes exp(0) = 1,
+  // so the sum is ≥ 1 and never underflows (stable log-sum-exp).
+#pragma omp parallel for schedule(static)
+  for (Index i = 0; i < p.rows(); ++i) {
+    t.exp_row(p, i, i, 0, t.row_max(p, i, i, 0));
+    p.row(i) /= p.row(i).sum();
+  }
+  return p;
+}
+
+template <typename T>
+MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                        const AttentionOptions& opts, Index tile, const QueryLayout& layout) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout);
+  validate_v(k.rows(), v.rows());
+  checked_tile(tile);
+  const Tiler<T> t(q, k, opts, layout);
+  const Index nq = q.rows(), dv = v.cols();
+  const Index ntiles = (nq + tile - 1) / tile;
+  MatrixR<T> out(nq, dv);
+#pragma omp parallel
+  {
+    MatrixR<T> s;
+    MatrixR<T> acc(tile, dv);
+    VectorX<T> m(tile), l(tile);
+#pragma omp for schedule(dynamic)
+    for (Index it = 0; it < ntiles; ++it) {
+      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
+      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
+      m.head(bi).setConstant(-std::numeric_limits<T>::infinity());
+      l.head(bi).setZero();
+      acc.topRows(bi).setZero();
+      const Index kend = t.key_end(i0, bi);
+      for (Index j0 = 0; j0 < kend; j0 += tile) {
+        const Index bj = std::min(tile, kend - j0);
+        t.logits(i0, bi, j0, bj, s);
+        // Online softmax: keep the running max m_i and the running sum l_i = Σ exp(s_ij − m_i); when the max
+        // grows, rescale l and the accumulator by exp(m_old − m_new). Key 0 is in the first tile of every
+        // row, so m_i is finite from the first tile on.
+        for (Index r = 0; r < bi; ++r) {
+          const T mnew = std::max(m(r), t.row_max(s, r, i0 + r, j0));
+          const T alpha = std::exp(m(r) - mnew);
+          t.exp_row(s, r, i0 + r, j0, mnew);
+          l(r) = alpha * l(r) + s.row(r).sum();
+          acc.row(r) *= alpha;
+          m(r) = mnew;
+        }
+        acc.topRows(bi).noalias() += s * v.middleRows(j0, bj);
+      }
+      out.middleRows(i0, bi) = acc.topRows(bi).array().colwise() / l.head(bi).array();
+    }
+  }
+  throw_if_cancelled();
+  return out;
+}
+
+template <typename T>
+VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts, Index tile,
+                         const QueryLayout& layout) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout);
+  checked_tile(tile);
+  const Tiler<T> t(q, k, opts, layout);
+  const Index nq = q.rows();
+  const Index ntiles = (nq + tile - 1) / tile;
+  VectorX<T> lse(nq);
+#pragma omp parallel
+  {
+    MatrixR<T> s;
+#pragma omp for schedule(dynamic)
+    for (Index it = 0; it < ntiles; ++it) {
+      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
+      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
+      VectorX<T> m = VectorX<T>::Constant(bi, -std::numeric_limits<T>::infinity());
+      VectorX<T> l = VectorX<T>::Zero(bi);
+      const Index kend = t.key_end(i0, bi);
+      for (Index j0 = 0; j0 < kend; j0 += tile) {
+        const Index bj = std::min(tile, kend - j0);
+        t.logits(i0, bi, j0, bj, s);
+        for (Index r = 0; r < bi; ++r) {
+          const T mnew = std::max(m(r), t.row_max(s, r, i0 + r, j0));
+          const Index vis = t.visible(i0 + r, j0, bj);
+          l(r) = std::exp(m(r) - mnew) * l(r) + (s.row(r).head(vis).array() - mnew).exp().sum();
+          m(r) = mnew;
+        }
+      }
+      lse.segment(i0, bi) = m.array() + l.array().log();
+    }
+  }
+  throw_if_cancelled();
+  return lse;
+}
+
+template <typename T>
+ExactOperator<T>::ExactOperator(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                                Index tile, QueryLayout layout)
+    : q_(q), k_(k), opts_(opts), tile_(checked_tile(tile)), layout_(std::move(layout)) {
+  validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout_);
+  opts_.scale = opts.resolved_scale(q.cols());
+}
+
+template <typename T>
+const VectorX<T>& ExactOperator<T>::row_lse() const {
+  std::call_once(lse_once_, [this] { lse_ = exact_row_lse<T>(q_, k_, opts_, tile_, layout_); });
+  return lse_;
+}
+
+template <typename T>
+MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
+  require(x.rows() == cols(), fmt::format("apply: X has {} rows, the operator has {} columns", x.rows(), cols()));
+  const VectorX<T>& lse = row_lse();
+  const ConstRef<T> q(q_), k(k_);
+  const Tiler<T> t(q, k, opts_, layout_);
+  const Index nq = rows(), b = x.cols(), tile = tile_;
+  const Index ntiles = (nq + tile - 1) / tile;
+  MatrixR<T> y = MatrixR<T>::Zero(nq, b);
+#pragma omp parallel
+  {
+    MatrixR<T> s;
+#pragma omp for schedule(dynamic)
+    for (Index it = 0; it < ntiles; ++it) {
+      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
+      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
+      const Index kend = t.key_end(i0, bi);
+      for (Index j0 = 0; j0 < kend; j0 += tile) {
+        const Index bj = std::min(tile, kend - j0);
+        t.logits(i0, bi, j0, bj, s);
+        // P_ij = exp(s_ij − ℓ_i)
+        for (Index r = 0; r < bi; ++r) t.exp_row(s, r, i0 + r, j0, lse(i0 + r));
+        y.middleRows(i0, bi).noalias() += s * x.middleRows(j0, bj);
+      }
+    }
+  }
+  throw_if_cancelled();
+  return y;
+}
+
+template <typename T>
+MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
+  require(x.rows() == rows(),
+          fmt::format("apply_transpose: X has {} rows, the operator has {} rows", x.rows(), rows()));
+  const VectorX<T>& lse = row_lse();
+  const ConstRef<T> q(q_), k(k_);
+  const Tiler<T> t(q, k, opts_, layout_);
+  const Index nq = rows(), nk = cols(), b = x.cols(), tile = tile_;
+  const Index ntiles = (nk + tile - 1) / tile;
+  MatrixR<T> y = MatrixR<T>::Zero(nk, b);
+  // Parallel over key tiles, so that each thread owns the rows of Y it writes.
+#pragma omp parallel
+  {
+    MatrixR<T> s;
+#pragma omp for schedule(dynamic)
+    for (Index jt = 0; jt < ntiles; ++jt) {
+      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
+      const Index j0 = jt * tile, bj = std::min(tile, nk - j0);
+      for (Index i0 = (t.query_begin(j0) / tile) * tile; i0 < nq; i0 += tile) {
+        const Index bi = std::min(tile, nq - i0);
+        t.logits(i0, bi, j0, bj, s);
+        for (Index r = 0; r < bi; ++r) t.exp_row(s, r, i0 + r, j0, lse(i0 + r));
+        y.middleRows(j0, bj).noalias() += s.transpose() * x.middleRows(i0, bi);
+      }
+    }
+  }
+  throw_if_cancelled();
+  return y;
+}
+
+template <typename T>
+MatrixR<T> ExactOperator<T>::row_block(Index first, Index count) const {
+  require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
+  const VectorX<T>& lse = row_lse();
+  const ConstRef<T> q(q_), k(k_);
+  const Tiler<T> t(q, k, opts_, layout_);
+  MatrixR<T> s;
+  t.logits(first, count, 0, cols(), s);
+  for (Index r = 0; r < count; ++r) t.exp_row(s, r, first + r, 0, lse(first + r));
+  return s;
+}
+
+#define ATTNLAB_INSTANTIATE_EXACT(T)                                                                     \
+  template MatrixR<T> exact_matrix<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&); \
+  template MatrixR<T> exact_output<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&,       \
+                                      const AttentionOptions&, Index, const QueryLayout&);              \
+  template VectorX<T> exact_row_lse<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&, \
+                                       Index, const QueryLayout&);                                      \
+  template class ExactOperator<T>;
+ATTNLAB_INSTANTIATE_EXACT(float)
+ATTNLAB_INSTANTIATE_EXACT(double)
+
+}  // namespace attnlab

@@ -1,0 +1,34 @@
+// P̃ = A·Btᵀ + S as an operator (attnlab/operators/sparse_low_rank.hpp).
+#include "attnlab/operators/sparse_low_rank.hpp"
+
+namespace attnlab {
+
+template <typename T>
+SparseLowRankOperator<T>::SparseLowRankOperator(MatrixR<T> a, MatrixR<T> bt, Sparse s)
+    : a_(std::move(a)), bt_(std::move(bt)), s_(std::move(s)) {}
+
+template <typename T>
+MatrixR<T> SparseLowRankOperator<T>::apply(const ConstRef<T>& x) const {
+  MatrixR<T> y = a_ * (bt_.transpose() * x);
+  y += s_ * x;
+  return y;
+}
+
+template <typename T>
+MatrixR<T> SparseLowRankOperator<T>::apply_transpose(const ConstRef<T>& x) const {
+  MatrixR<T> y = bt_ * (a_.transpose() * x);
+  y += s_.transpose() * x;
+  return y;
+}
+
+template <typename T>
+MatrixR<T> SparseLowRankOperator<T>::row_block(Index first, Index count) const {
+  MatrixR<T> y = a_.middleRows(first, count) * bt_.transpose();
+  y += MatrixR<T>(s_.middleRows(first, count));
+  return y;
+}
+
+template class SparseLowRankOperator<float>;
+template class SparseLowRankOperator<double>;
+
+}  // namespace attnlab

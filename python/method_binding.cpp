@@ -1,0 +1,570 @@
+// attnlab._core.Method: a method built once from its spec, fitted on (Q, K) — one library Method<T> per head, T
+// the dtype of Q at fit time — and then applied to many V, its operator P̃ applied to any X (or Pᵀ̃ to X), P̃
+// materialized, its diagnostics and the top singular values of P̃ (block Krylov on the operator, never forming it).
+//
+// The Python layer (python/attnlab/__init__.py: attnlab.Method) checks the arguments' types, turns tensors and
+// array-likes into numpy arrays and carries the docstrings; this class takes what it passes. Arrays as in
+// module.cpp: (n, d) or (heads, n, d), float32 or float64, read in place when C-contiguous, refused with NaN or
+// infinities; outputs checked finite. The GIL is released while C++ runs (run_released: Ctrl-C honoured, the
+// module's threads).
+//
+// Threads: the fitted state is immutable once built and shared (std::shared_ptr) by every call that uses it; fit()
+// builds a new one and swaps it in, so a call running on another Python thread keeps the state it started with. The
+// methods' own lazy state (operators built on first use, workspaces) is not safe for concurrent use, so the calls
+// on one fitted state take its mutex — always with the GIL released, so that no thread holds one while waiting for
+// the other.
+#include "method_binding.hpp"
+
+#include "common.hpp"
+
+#include "attnlab/analysis/evaluate.hpp"
+#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/memory.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/core/spec.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace py = pybind11;
+using namespace attnlab;
+using attnlab_python::run_released;
+
+namespace {
+
+// ---- arrays (as module.cpp reads them, with the same messages) -----------------------------------------------
+
+/// A (n, d) or (h, n, d) float array seen as h row-major matrices, read in place when C-contiguous.
+template <typename T>
+struct Heads {
+  py::array_t<T> array;  // keeps the buffer alive (the caller's array, or its contiguous copy)
+  Index heads = 1, rows = 0, cols = 0;
+  bool batched = false;
+  const T* data = nullptr;
+  Eigen::Map<const MatrixR<T>> head(Index h) const { return {data + h * rows * cols, rows, cols}; }
+};
+
+std::string dtype_str(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+py::array as_array(const py::handle& obj, const char* name) {
+  if (obj.is_none()) throw Error(fmt::format("{}: an array is required, got None", name));
+  py::array a = py::array::ensure(obj);
+  if (!a) throw Error(fmt::format("{}: not convertible to a numpy array", name));
+  return a;
+}
+
+/// The dtype a fit computes in: Q's, which must be float32 or float64.
+bool is_f32(const py::handle& q) {
+  const py::array a = as_array(q, "q");
+  if (a.dtype().is(py::dtype::of<float>())) return true;
+  if (a.dtype().is(py::dtype::of<double>())) return false;
+  throw Error(fmt::format("q: dtype {} is not supported; give float32 or float64 arrays", dtype_str(a)));
+}
+
+/// `name` as h matrices of T; `ref` says where T comes from in the message of a dtype mismatch.
+template <typename T>
+Heads<T> heads_of(const py::handle& obj, const char* name, const char* ref = "q's") {
+  py::array a = as_array(obj, name);
+  if (!a.dtype().is(py::dtype::of<T>()))
+    throw Error(fmt::format("{}: dtype {} differs from {} {}; give Q, K, V one dtype (float32 or float64)", name,
+                            dtype_str(a), ref, dtype_name(dtype_of<T>())));
+  if (a.ndim() != 2 && a.ndim() != 3)
+    throw Error(fmt::format("{}: expected (n, d) or (heads, n, d), got {} dimensions", name, a.ndim()));
+  Heads<T> h;
+  if (a.flags() & py::array::c_style) h.array = py::reinterpret_borrow<py::array_t<T>>(a);
+  else h.array = py::array_t<T, py::array::c_style>::ensure(a);
+  h.batched = a.ndim() == 3;
+  h.heads = h.batched ? Index(a.shape(0)) : 1;
+  h.rows = Index(a.shape(a.ndim() - 2));
+  h.cols = Index(a.shape(a.ndim() - 1));
+  h.data = h.array.data();
+  if (h.rows < 1 || h.cols < 1 || h.heads < 1)
+    throw Error(fmt::format("{}: empty array (shape {})", name, py::str(a.attr("shape")).cast<std::string>()));
+  const Eigen::Map<const VectorX<T>> all(h.data, h.heads * h.rows * h.cols);
+  if (!all_finite(all)) throw Error(fmt::format("{}: has NaN or infinite values", name));
+  return h;
+}
+
+/// Q and K (and V when given) agree: the same layout and heads, Q's and K's d, one row of V per key.
+template <typename T>
+void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
+  if (q.batched != k.batched || q.heads != k.heads || (v && (v->batched != q.batched || v->heads != q.heads))) {
+    if (v) throw Error("q, k, v: give all three as (n, d) or all as (heads, n, d) with the same number of heads");
+    throw Error("q, k: give both as (n, d) or both as (heads, n, d) with the same number of heads");
+  }
+  if (q.cols != k.cols) throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
+  if (v && v->rows != k.rows)
+    throw Error(fmt::format("k, v: different lengths (k has {} rows, v has {})", k.rows, v->rows));
+}
+
+/// A new (h, rows, cols) or (rows, cols) array.
+template <typename T>
+py::array_t<T> new_array(bool batched, Index heads, Index rows, Index cols) {
+  if (batched) return py::array_t<T>({py::ssize_t(heads), py::ssize_t(rows), py::ssize_t(cols)});
+  return py::array_t<T>({py::ssize_t(rows), py::ssize_t(cols)});
+}
+
+std::string head_label(const std::string& what, bool batched, Index h) {
+  return batched ? fmt::format("{} (head {})", what, h) : what;
+}
+
+std::string shape_str(bool batched, Index heads, Index rows, Index cols) {
+  return batched ? fmt::format("({}, {}, {})", heads, rows, cols) : fmt::format("({}, {})", rows, cols);
+}
+
+// ---- the fitted state ---------------------------------------------------------------------------------------
+
+/// One fit: a library method per head, fitted on that head's Q and K; immutable once built.
+template <typename T>
+struct Fitted {
+  using Scalar = T;
+  std::vector<std::unique_ptr<Method<T>>> heads;
+  bool batched = false;
+  Index n_q = 0, n_k = 0, d = 0;
+  std::mutex mutex;  // the methods' lazy state (operators built on first use, workspaces)
+};
+
+template <typename T>
+using FittedPtr = std::shared_ptr<Fitted<T>>;
+
+// ---- the class ----------------------------------------------------------------------------------------------
+
+class PyMethod {
+ public:
+  /// `spec` with `options` (keyword parameters, values as a spec writes them) added: a parameter given both ways
+  /// is refused. `seed` fills the spec's seed when it gives none (randomized methods; ignored by the others);
+  /// strict: a seed given both in the spec and as `seed` is refused too (attnlab.Method), else the spec's wins
+  /// (attnlab.apply, as it always has).
+  PyMethod(const std::string& spec, const std::vector<std::pair<std::string, std::string>>& options, bool causal,
+           std::optional<double> scale, std::optional<std::uint64_t> seed, bool strict)
+      : text_(spec), seed_(seed), causal_(causal), scale_(scale) {
+    Spec parsed = parse_spec(spec);
+    const MethodDescriptor& d = find_method(parsed.name);  // an unknown name first: "did you mean"
+    const auto given = [&](const std::string& key) {
+      return std::find_if(parsed.values.begin(), parsed.values.end(), [&](const auto& kv) { return kv.first == key; });
+    };
+    if (strict && seed) {
+      const auto s = given("seed");
+      if (s != parsed.values.end())
+        throw Error(fmt::format("{}: the seed is given twice, in the spec (seed={}) and as seed={}; give it once",
+                                d.name, s->second, *seed));
+    }
+    if (!options.empty()) {
+      for (const auto& [key, value] : options) {
+        const auto s = given(key);
+        if (s != parsed.values.end())
+          throw Error(fmt::format("{}: parameter '{}' is given twice, in the spec ({}={}) and as a keyword ({}={}); "
+                                  "give it once", d.name, key, key, s->second, key, value));
+        if (value.empty() || value.find_first_of(",=: \t\n") != std::string::npos)
+          throw Error(fmt::format("{}: {}='{}' is not a value a spec can hold (no ',', '=', ':' or spaces)", d.name,
+                                  key, value));
+      }
+      for (const auto& kv : options) parsed.values.push_back(kv);
+      text_ = parsed.name;
+      char sep = ':';
+      for (const auto& [key, value] : parsed.values) {
+        text_ += sep + key + "=" + value;
+        sep = ',';
+      }
+    }
+    const auto proto = make_method<double>(text_, seed_);  // unknown parameters, bad values: the library's messages
+    if (causal && !proto->supports_causal())
+      throw Error(fmt::format("method '{}' cannot honour a causal mask (it would leak the future); use a causal "
+                              "method or causal=False", proto->name()));
+    if (scale && !(std::isfinite(*scale) && *scale > 0))
+      throw Error(fmt::format("scale must be finite and positive, got {}", *scale));
+    canonical_ = proto->spec();
+    name_ = proto->name();
+    short_ = short_spec(d, proto->params());
+    lookahead_ = proto->lookahead();
+    supports_causal_ = proto->supports_causal();
+    opts_.causal = causal;
+    opts_.scale = scale ? *scale : std::numeric_limits<double>::quiet_NaN();
+  }
+
+  const std::string& spec() const { return canonical_; }
+  const std::string& short_form() const { return short_; }
+  const std::string& name() const { return name_; }
+  const std::string& lookahead() const { return lookahead_; }
+  bool causal() const { return causal_; }
+  bool supports_causal() const { return supports_causal_; }
+  std::optional<double> scale() const { return scale_; }
+  bool fitted() const { return !std::holds_alternative<std::monostate>(state_); }
+
+  py::object dtype() const {
+    if (std::holds_alternative<FittedPtr<float>>(state_)) return py::str("float32");
+    if (std::holds_alternative<FittedPtr<double>>(state_)) return py::str("float64");
+    return py::none();
+  }
+  /// (heads or None, n_q, n_k, d, resolved scale) of the fit, or None.
+  py::object fit_shape() const {
+    if (!fitted()) return py::none();
+    return visit("", [](const auto& f) -> py::object {
+      const auto& m = *f->heads.front();
+      return py::make_tuple(f->batched ? py::object(py::int_(f->heads.size())) : py::object(py::none()), f->n_q,
+                            f->n_k, f->d, m.options().scale);
+    });
+  }
+
+  // ---- fit --------------------------------------------------------------------------------------------------
+
+  void fit(const py::handle& qo, const py::handle& ko) {
+    state_ = std::monostate{};  // a failed fit leaves the method unfitted, never on its previous data
+    if (is_f32(qo)) fit_t<float>(qo, ko);
+    else fit_t<double>(qo, ko);
+  }
+
+  /// Fit on (Q, K), then the output for V, every check on the three first. keep: the fit stays (Method.__call__);
+  /// otherwise (attnlab.apply) one method object runs the heads in turn, so that memory holds one head's work, and
+  /// this object stays as it was. matrix: also P̃ (output, P̃).
+  py::object call(const py::handle& qo, const py::handle& ko, const py::handle& vo, bool matrix, bool keep) {
+    if (keep) state_ = std::monostate{};
+    return is_f32(qo) ? call_t<float>(qo, ko, vo, matrix, keep) : call_t<double>(qo, ko, vo, matrix, keep);
+  }
+
+  // ---- the fitted method ------------------------------------------------------------------------------------
+
+  py::object output(const py::handle& vo) const {
+    return visit("output(v)", [&](const auto& f) -> py::object {
+      using T = typename std::decay_t<decltype(*f)>::Scalar;
+      const Heads<T> v = operand<T>(*f, vo, "v", f->n_k, "n_k", "output(v)");
+      return output_heads<T>(*f, v);
+    });
+  }
+
+  /// P̃·X (transpose: P̃ᵀ·X).
+  py::object apply(const py::handle& xo, bool transpose) const {
+    const char* what = transpose ? "apply_transpose(x)" : "apply(x)";
+    return visit(what, [&](const auto& f) -> py::object {
+      using T = typename std::decay_t<decltype(*f)>::Scalar;
+      const Index rows = transpose ? f->n_q : f->n_k, out_rows = transpose ? f->n_k : f->n_q;
+      const Heads<T> x = operand<T>(*f, xo, "x", rows, transpose ? "n_q" : "n_k", what);
+      py::array_t<T> out = new_array<T>(f->batched, Index(f->heads.size()), out_rows, x.cols);
+      T* dst = out.mutable_data();
+      const std::string label = fmt::format("{} of {}", transpose ? "P̃ᵀ·X" : "P̃·X", canonical_);
+      run_released([&] {
+        std::lock_guard<std::mutex> lock(f->mutex);
+        for (std::size_t h = 0; h < f->heads.size(); ++h) {
+          throw_if_cancelled();
+          const AttentionOperator<T>& op = f->heads[h]->op();
+          const MatrixR<T> y = transpose ? op.apply_transpose(x.head(Index(h))) : op.apply(x.head(Index(h)));
+          require_finite_output(y, head_label(label, f->batched, Index(h)));
+          Eigen::Map<MatrixR<T>>(dst + Index(h) * out_rows * x.cols, out_rows, x.cols) = y;
+        }
+      });
+      return std::move(out);
+    });
+  }
+
+  py::object matrix() const {
+    return visit("matrix()", [&](const auto& f) -> py::object {
+      using T = typename std::decay_t<decltype(*f)>::Scalar;
+      const Index heads = Index(f->heads.size());
+      check_memory(matrix_bytes(std::uint64_t(heads * f->n_q), std::uint64_t(f->n_k), sizeof(T)),
+                   fmt::format("matrix(): P̃ of {}, {} × {}{} ({})", canonical_, f->n_q, f->n_k,
+                               f->batched ? fmt::format(" on each of {} heads", heads) : "",
+                               dtype_name(dtype_of<T>())));
+      py::array_t<T> out = new_array<T>(f->batched, heads, f->n_q, f->n_k);
+      T* dst = out.mutable_data();
+      run_released([&] {
+        std::lock_guard<std::mutex> lock(f->mutex);
+        for (Index h = 0; h < heads; ++h) {
+          throw_if_cancelled();
+          const MatrixR<T> p = f->heads[h]->matrix();
+          require_finite_output(p, head_label(fmt::format("the matrix of {}", canonical_), f->batched, h));
+          Eigen::Map<MatrixR<T>>(dst + h * f->n_q * f->n_k, f->n_q, f->n_k) = p;
+        }
+      });
+      return std::move(out);
+    });
+  }
+
+  /// Singular values of P̃, descending, float64: every one (top None: dense SVD of P̃, memory-guarded) or the top
+  /// `top` of the operator, matrix-free (top_singular: solver, tol).
+  py::object spectrum(const std::optional<Index>& top, const std::string& solver_name, double tol) const {
+    return visit("spectrum()", [&](const auto& f) -> py::object {
+      using T = typename std::decay_t<decltype(*f)>::Scalar;
+      const Index nmin = std::min(f->n_q, f->n_k), heads = Index(f->heads.size());
+      if (top && (*top < 1 || *top > nmin))
+        throw Error(fmt::format("top = {} is out of range: 1 ≤ top ≤ min(n_q, n_k) = {}", *top, nmin));
+      if (!(std::isfinite(tol) && tol > 0)) throw Error(fmt::format("tol must be finite and positive, got {}", tol));
+      TopSingularOptions so;
+      so.solver = parse_spectrum_solver(solver_name);
+      so.tol = tol;
+      const Index count = top ? *top : nmin;
+      py::array_t<double> out = f->batched ? py::array_t<double>({py::ssize_t(heads), py::ssize_t(count)})
+                                           : py::array_t<double>({py::ssize_t(count)});
+      double* dst = out.mutable_data();
+      const std::string label = fmt::format("P̃ of {}", canonical_);
+      run_released([&] {
+        std::lock_guard<std::mutex> lock(f->mutex);
+        for (Index h = 0; h < heads; ++h) {
+          throw_if_cancelled();
+          const Method<T>& m = *f->heads[h];
+          VectorX<double> s;
+          if (!top) {
+            // Every value: dense. P̃ is checked first: an SVD of a matrix with NaN returns neither an error nor a
+            // full spectrum.
+            const MatrixR<T> p = m.matrix();
+            require_finite_output(p, head_label(label, f->batched, h));
+            s = singular_values<T>(p);
+          } else {
+            const AttentionOperator<T>& op = m.op();
+            // The same check matrix-free: P̃·1 is NaN in every row of P̃ that is.
+            require_finite_output<T>(op.apply(MatrixR<T>::Ones(f->n_k, 1)), head_label(label, f->batched, h));
+            s = top_singular<T>(op, *top, so).values;
+          }
+          if (s.size() < count || !all_finite(s.head(count)))
+            throw Error(fmt::format("{} has non-finite values: a numerical failure",
+                                    head_label(fmt::format("the spectrum of {}", canonical_), f->batched, h)));
+          Eigen::Map<VectorX<double>>(dst + h * count, count) = s.head(count);
+        }
+      });
+      return std::move(out);
+    });
+  }
+
+  /// The method's diagnostics, name → value: a dict, or one per head (a list) after a batched fit.
+  py::object diagnostics() const {
+    return visit("diagnostics", [&](const auto& f) -> py::object {
+      std::vector<std::vector<std::pair<std::string, double>>> all;
+      run_released([&] {
+        std::lock_guard<std::mutex> lock(f->mutex);
+        for (const auto& m : f->heads) all.push_back(m->diagnostics());
+      });
+      py::list heads;
+      for (const auto& one : all) {
+        py::dict d;
+        for (const auto& [name, value] : one) d[py::str(name)] = value;
+        heads.append(d);
+      }
+      if (!f->batched) return heads[0];
+      return std::move(heads);
+    });
+  }
+
+  /// An upper bound on rank(P̃) (the largest over heads), or None when the method is not rank-limited.
+  py::object rank_bound() const {
+    return visit("rank_bound", [&](const auto& f) -> py::object {
+      Index r = -1;
+      bool unbounded = false;
+      run_released([&] {
+        std::lock_guard<std::mutex> lock(f->mutex);
+        for (const auto& m : f->heads) {
+          const Index b = m->rank_bound();
+          if (b < 0) unbounded = true;
+          r = std::max(r, b);
+        }
+      });
+      if (unbounded || r < 0) return py::none();
+      return py::int_(r);
+    });
+  }
+
+  /// "success", or each status that is not, with its heads ("no convergence (heads 0, 2)").
+  py::object status() const {
+    return visit("status", [&](const auto& f) -> py::object {
+      std::vector<std::pair<std::string, std::vector<Index>>> bad;
+      for (std::size_t h = 0; h < f->heads.size(); ++h) {
+        const Status s = f->heads[h]->info();
+        if (s == Status::Success) continue;
+        const std::string name = status_name(s);
+        auto it = std::find_if(bad.begin(), bad.end(), [&](const auto& b) { return b.first == name; });
+        if (it == bad.end()) bad.push_back({name, {Index(h)}});
+        else it->second.push_back(Index(h));
+      }
+      if (bad.empty()) return py::str("success");
+      std::string text;
+      for (const auto& [name, heads] : bad) {
+        if (!text.empty()) text += "; ";
+        text += name;
+        if (f->batched) text += fmt::format(" (head{} {})", heads.size() == 1 ? "" : "s", fmt::join(heads, ", "));
+      }
+      return py::str(text);
+    });
+  }
+
+ private:
+  using State = std::variant<std::monostate, FittedPtr<float>, FittedPtr<double>>;
+
+  /// f(shared_ptr<Fitted<T>>) on the fitted state (a reference that keeps it alive through the call), or Error
+  /// naming what needs the fit.
+  template <typename F>
+  py::object visit(const char* what, F&& fn) const {
+    if (const auto* f = std::get_if<FittedPtr<float>>(&state_)) {
+      const FittedPtr<float> keep = *f;
+      return fn(keep);
+    }
+    if (const auto* f = std::get_if<FittedPtr<double>>(&state_)) {
+      const FittedPtr<double> keep = *f;
+      return fn(keep);
+    }
+    throw Error(fmt::format("{}: the method is not fitted; call fit(q, k) first", what));
+  }
+
+  /// An array to apply the fitted method to (V, X): the fit's layout and heads, `rows` rows.
+  template <typename T>
+  Heads<T> operand(const Fitted<T>& f, const py::handle& obj, const char* name, Index rows, const char* rows_name,
+                   const char* what) const {
+    const Heads<T> x = heads_of<T>(obj, name, "the fit's");
+    const Index heads = Index(f.heads.size());
+    if (x.batched != f.batched || x.heads != heads)
+      throw Error(fmt::format("{}: {} has shape {}, but the method was fitted on {}; give {} as {}", what, name,
+                              shape_str(x.batched, x.heads, x.rows, x.cols),
+                              f.batched ? fmt::format("{} heads", heads) : std::string("(n, d) inputs"), name,
+                              f.batched ? fmt::format("({}, {}, ·)", heads, rows) : fmt::format("({}, ·)", rows)));
+    if (x.rows != rows)
+      throw Error(fmt::format("{}: {} has {} rows, but P̃ is n_q × n_k = {} × {}: {} needs {} = {} rows", what, name,
+                              x.rows, f.n_q, f.n_k, name, rows_name, rows));
+    return x;
+  }
+
+  template <typename T>
+  FittedPtr<T> fit_heads(const Heads<T>& q, const Heads<T>& k, Index d_v) const {
+    auto f = std::make_shared<Fitted<T>>();
+    f->batched = q.batched;
+    f->n_q = q.rows;
+    f->n_k = k.rows;
+    f->d = q.cols;
+    for (Index h = 0; h < q.heads; ++h) f->heads.push_back(make_method<T>(text_, seed_));
+    precheck<T>(*f->heads.front(), q, k, d_v, q.heads);
+    run_released([&] {
+      for (Index h = 0; h < q.heads; ++h) {
+        throw_if_cancelled();
+        f->heads[h]->compute(q.head(h), k.head(h), opts_);
+      }
+    });
+    return f;
+  }
+
+  /// Before any work: a budget beyond the sequence, or more memory than the guard allows (the fit keeps every
+  /// head's state: `kept` heads of it).
+  template <typename T>
+  void precheck(const Method<T>& m, const Heads<T>& q, const Heads<T>& k, Index d_v, Index kept) const {
+    const ProblemSize size{q.rows, k.rows, q.cols, d_v, sizeof(T)};
+    check_method_fits(m, size);
+    if (kept > 1) {
+      const std::uint64_t one = estimate_memory(find_method(m.name()), m.params(), size);
+      if (one > 0)
+        check_memory(matrix_bytes(one, std::uint64_t(kept), 1),
+                     fmt::format("{} fitted on {} heads (each head's state is kept) of n_q = {}, n_k = {}, d = {} ({})",
+                                 m.spec(), kept, q.rows, k.rows, q.cols, dtype_name(dtype_of<T>())));
+    }
+  }
+
+  template <typename T>
+  void fit_t(const py::handle& qo, const py::handle& ko) {
+    const Heads<T> q = heads_of<T>(qo, "q"), k = heads_of<T>(ko, "k");
+    check_qkv<T>(q, k, nullptr);
+    state_ = fit_heads<T>(q, k, q.cols);
+  }
+
+  template <typename T>
+  py::array_t<T> output_heads(Fitted<T>& f, const Heads<T>& v) const {
+    const Index heads = Index(f.heads.size());
+    py::array_t<T> out = new_array<T>(f.batched, heads, f.n_q, v.cols);
+    T* dst = out.mutable_data();
+    const std::string label = fmt::format("the output of {}", canonical_);
+    run_released([&] {
+      std::lock_guard<std::mutex> lock(f.mutex);
+      for (Index h = 0; h < heads; ++h) {
+        throw_if_cancelled();
+        // A numerical failure (e.g. float64 inputs of 1e300 overflow the scores) is an error, never a silent NaN.
+        const MatrixR<T> o = f.heads[h]->output(v.head(h));
+        require_finite_output(o, head_label(label, f.batched, h));
+        Eigen::Map<MatrixR<T>>(dst + h * f.n_q * v.cols, f.n_q, v.cols) = o;
+      }
+    });
+    return out;
+  }
+
+  template <typename T>
+  py::object call_t(const py::handle& qo, const py::handle& ko, const py::handle& vo, bool matrix, bool keep) {
+    const Heads<T> q = heads_of<T>(qo, "q"), k = heads_of<T>(ko, "k"), v = heads_of<T>(vo, "v");
+    check_qkv(q, k, &v);
+    if (keep) {
+      FittedPtr<T> f = fit_heads<T>(q, k, v.cols);
+      state_ = f;
+      py::array_t<T> out = output_heads<T>(*f, v);
+      if (!matrix) return std::move(out);
+      return py::make_tuple(out, this->matrix());
+    }
+    auto method = make_method<T>(text_, seed_);
+    precheck<T>(*method, q, k, v.cols, 1);
+    py::array_t<T> out = new_array<T>(q.batched, q.heads, q.rows, v.cols);
+    py::array_t<T> p;
+    if (matrix) p = new_array<T>(q.batched, q.heads, q.rows, k.rows);
+    T* out_data = out.mutable_data();
+    T* p_data = matrix ? p.mutable_data() : nullptr;
+    run_released([&] {
+      for (Index h = 0; h < q.heads; ++h) {
+        throw_if_cancelled();
+        method->compute(q.head(h), k.head(h), opts_);
+        const MatrixR<T> o = method->output(v.head(h));
+        require_finite_output(o, head_label(fmt::format("the output of {}", method->spec()), q.batched, h));
+        Eigen::Map<MatrixR<T>>(out_data + h * q.rows * v.cols, q.rows, v.cols) = o;
+        if (matrix) {
+          const MatrixR<T> ph = method->matrix();
+          require_finite_output(ph, head_label(fmt::format("the matrix of {}", method->spec()), q.batched, h));
+          Eigen::Map<MatrixR<T>>(p_data + h * q.rows * k.rows, q.rows, k.rows) = ph;
+        }
+      }
+    });
+    if (matrix) return py::make_tuple(out, p);
+    return std::move(out);
+  }
+
+  std::string text_;  // the spec as given, keyword parameters added
+  std::optional<std::uint64_t> seed_;
+  bool causal_ = false;
+  std::optional<double> scale_;
+  AttentionOptions opts_;
+  std::string canonical_, short_, name_, lookahead_;
+  bool supports_causal_ = false;
+  State state_;
+};
+
+}  // namespace
+
+void bind_method(py::module_& m) {
+  // The docstrings users read are the Python layer's (attnlab.Method); these name what each member takes.
+  py::class_<PyMethod>(m, "Method", "attnlab's compiled Method; use attnlab.Method (it checks its arguments).")
+      .def(py::init<const std::string&, const std::vector<std::pair<std::string, std::string>>&, bool,
+                    std::optional<double>, std::optional<std::uint64_t>, bool>(),
+           py::arg("spec"), py::arg("options"), py::arg("causal"), py::arg("scale"), py::arg("seed"),
+           py::arg("strict"))
+      .def_property_readonly("spec", &PyMethod::spec)
+      .def_property_readonly("short_spec", &PyMethod::short_form)
+      .def_property_readonly("name", &PyMethod::name)
+      .def_property_readonly("lookahead", &PyMethod::lookahead)
+      .def_property_readonly("causal", &PyMethod::causal)
+      .def_property_readonly("supports_causal", &PyMethod::supports_causal)
+      .def_property_readonly("scale", &PyMethod::scale)
+      .def_property_readonly("fitted", &PyMethod::fitted)
+      .def_property_readonly("dtype", &PyMethod::dtype)
+      .def_property_readonly("fit_shape", &PyMethod::fit_shape)
+      .def_property_readonly("diagnostics", &PyMethod::diagnostics)
+      .def_property_readonly("rank_bound", &PyMethod::rank_bound)
+      .def_property_readonly("status", &PyMethod::status)
+      .def("fit", &PyMethod::fit, py::arg("q"), py::arg("k"))
+      .def("call", &PyMethod::call, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("matrix"), py::arg("keep"))
+      .def("output", &PyMethod::output, py::arg("v"))
+      .def("apply", &PyMethod::apply, py::arg("x"), py::arg("transpose"))
+      .def("matrix", &PyMethod::matrix)
+      .def("spectrum", &PyMethod::spectrum, py::arg("top"), py::arg("solver"), py::arg("tol"));
+}

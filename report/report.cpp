@@ -1,0 +1,591 @@
+// The per-model report (see report.hpp). Errors in float64 against exact attention; cost as a user runs it, by the
+// library's cost harness (attnlab/cost.hpp): float32 compute() + output() in steady state (a warm-up, then `repeats`
+// timed calls; minimum and median), at the head's length or at `cost_n`, with exact streaming attention timed the
+// same way. The recommendation treats times within the timing noise as equal: among the methods under the target
+// that are as fast as the fastest (within the noise), the most accurate, then the simplest.
+#include "report.hpp"
+
+#include "attnlab/core/cancel.hpp"
+#include "attnlab/core/error.hpp"
+#include "attnlab/operators/exact.hpp"
+#include "attnlab/analysis/metrics.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/io/tidy_csv.hpp"
+#include "attnlab/analysis/budget_families.hpp"
+#include "attnlab/analysis/evaluate.hpp"
+#include "attnlab/analysis/cost.hpp"
+#include "attnlab/io/model_export.hpp"
+#include "svg.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <tuple>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace attnlab::report {
+namespace {
+
+namespace fs = std::filesystem;
+using attnlab::BudgetFamily;
+
+struct Point {
+  std::string family, spec;
+  Index budget = 0;
+  double error = 0, p_error = NAN, seconds = NAN, seconds_median = NAN, speedup = NAN;
+  bool pareto = false;
+  /// Relative timing noise of this point: the spread of its calls, at least the report's noise floor.
+  double noise = 0;
+};
+
+struct HeadResult {
+  std::string layer;
+  Index head = 0, n = 0, d = 0;
+  double entropy = 0, entropy_max = 0, fro2 = 0, exact_seconds = 0, exact_seconds_median = 0;  // fro2 = ‖P‖_F²
+  double exact_noise = 0;
+  Index cost_n = 0;  // the length the costs were measured at
+  Index r90 = -1, r99 = -1;  // ranks holding 90% / 99% of ‖P‖_F² (-1: beyond the values computed)
+  std::vector<double> sigma;
+  bool sigma_complete = false;
+  std::vector<Point> points;
+  /// The Eckart–Young floor per rank r: ‖P − P_r‖_F/‖P‖_F of P's best rank-r approximation, from its singular
+  /// values — no P̃ of rank ≤ r is closer to P (the rank-limited methods: Nyström, Linformer, Performer, VQ).
+  std::vector<std::pair<Index, double>> floor;
+  /// The output error of that best rank-r P applied to V (the svd family): a reference, not a floor for outputs
+  /// (the best approximation of O is not the best of P; sparse methods are not rank-limited).
+  std::vector<std::pair<Index, double>> svd_out;
+  const Point* best = nullptr;  // the recommendation; null: keep exact
+  const Point* fit = nullptr;   // the fastest point under the target, faster than exact or not
+  std::string why;             // when keeping exact
+};
+
+/// How much machinery a family adds to attention (lower: simpler), for ties within the timing noise: a fixed
+/// pattern, then one feature map, then landmark/projection methods, then data-dependent hashing, selection and
+/// clustering, then combinations (Scatterbrain = a local pattern + Performer). Unknown families come last.
+int simplicity(const std::string& family) {
+  static const std::vector<std::string> order = {"local", "linear", "performer", "linformer_pool", "nystrom",
+                                                 "nystrom_svd", "linformer_gaussian", "reformer", "probsparse",
+                                                 "vq", "scatterbrain"};
+  const auto it = std::find(order.begin(), order.end(), family);
+  return int(it - order.begin());
+}
+
+/// ‖P‖_F² / σ₁²: how many singular values P's energy is spread over.
+double stable_rank(const HeadResult& h) { return h.fro2 / (h.sigma[0] * h.sigma[0]); }
+
+std::vector<BudgetFamily> chosen_families(const Options& o) {
+  std::vector<BudgetFamily> out;
+  const auto all = budget_families();
+  for (const auto& f : all) {
+    const bool asked = o.families.empty() ? f.deployable
+                                          : std::find(o.families.begin(), o.families.end(), f.label) != o.families.end();
+    if (!asked) continue;
+    const std::string name = f.spec.substr(0, f.spec.find(':'));
+    if (o.causal && !find_method(name).causal) continue;
+    out.push_back(f);
+  }
+  for (const auto& label : o.families)
+    if (std::none_of(all.begin(), all.end(), [&](const BudgetFamily& f) { return f.label == label; })) {
+      std::string names;
+      for (const auto& f : all) names += (names.empty() ? "" : ", ") + f.label;
+      throw Error(fmt::format("report: unknown family '{}'; valid: {}", label, names));
+    }
+  require(!out.empty(), "report: no method family left to evaluate (a causal mask keeps only causal methods)");
+  return out;
+}
+
+HeadResult analyse(const std::string& layer, Index head, const HeadData& h, const std::vector<BudgetFamily>& families,
+                   const Options& o) {
+  HeadResult r;
+  r.layer = layer;
+  r.head = head;
+  r.n = h.q.rows();
+  r.d = h.q.cols();
+  AttentionOptions aopts;
+  aopts.causal = o.causal;
+  const Reference<double> ref(h.q, h.k, h.v, aopts);  // exact attention: what every method is evaluated against
+  const ExactOperator<double>& exact = ref.op();
+
+  const RowStats rs = row_stats(exact, 256);
+  r.entropy = rs.mean_entropy;
+  r.fro2 = rs.fro2;
+  r.entropy_max = std::log(double(h.k.rows()));
+
+  // Spectrum: every value up to dense_limit, else the top ones matrix-free.
+  if (std::max(r.n, h.k.rows()) <= o.dense_limit) {
+    const VectorX<double> s = singular_values<double>(exact_matrix<double>(h.q, h.k, aopts));
+    r.sigma.assign(s.data(), s.data() + s.size());
+    r.sigma_complete = true;
+  } else {
+    const TopSingular t = top_singular<double>(exact, std::min<Index>(o.top, std::min(r.n, h.k.rows())));
+    r.sigma.assign(t.values.data(), t.values.data() + t.values.size());
+  }
+  double acc = 0;
+  for (std::size_t i = 0; i < r.sigma.size(); ++i) {
+    acc += r.sigma[i] * r.sigma[i];
+    if (r.r90 < 0 && acc >= 0.90 * r.fro2) r.r90 = Index(i + 1);
+    if (r.r99 < 0 && acc >= 0.99 * r.fro2) r.r99 = Index(i + 1);
+  }
+
+  // Cost inputs: the head itself, or its rows repeated cyclically to cost_n (see Options::cost_n).
+  r.cost_n = o.cost_n > 0 ? o.cost_n : r.n;
+  const auto at_cost_length = [&](const MatrixR<double>& x) {
+    MatrixR<float> y(r.cost_n, x.cols());
+    for (Index i = 0; i < r.cost_n; ++i) y.row(i) = x.row(i % x.rows()).cast<float>();
+    return y;
+  };
+  const MatrixR<float> qf = at_cost_length(h.q), kf = at_cost_length(h.k), vf = at_cost_length(h.v);
+  CostOptions co;
+  co.repeats = int(o.repeats);
+  co.memory = false;
+  const auto noise_of = [&](const Cost& c) { return std::max(o.noise, c.spread()); };
+  {
+    const Cost c = measure_method<float>("exact", qf, kf, vf, 0, aopts, co);
+    require(!c.refused, fmt::format("report: exact attention at n = {}: {}", r.cost_n, c.reason));
+    r.exact_seconds = c.min_s;
+    r.exact_seconds_median = c.median_s;
+    r.exact_noise = noise_of(c);
+  }
+  const bool matrix = r.n <= o.dense_limit;
+  const Index n_min = std::min(r.n, h.k.rows());
+  for (const auto& f : budget_families())
+    if (f.label == "svd")  // errors only (the SVD is an analysis baseline, not a deployable method)
+      for (Index b : f.budgets) {
+        if (b > n_min) continue;
+        // ‖P − P_b‖²_F = Σ_{i>b} σ_i²: summed over the tail when every value is known, else ‖P‖²_F − Σ_{i≤b} σ_i².
+        double tail = 0, all = 0;
+        for (std::size_t i = 0; i < r.sigma.size(); ++i) {
+          all += r.sigma[i] * r.sigma[i];
+          if (Index(i) >= b) tail += r.sigma[i] * r.sigma[i];
+        }
+        if (!r.sigma_complete) {
+          if (Index(r.sigma.size()) < b) continue;  // beyond the values computed
+          tail = std::max(0.0, r.fro2 - (all - tail));
+          all = r.fro2;
+        }
+        r.floor.emplace_back(b, std::sqrt(tail / all));
+        // The floor holds for a causal P too (its singular values); the rank-b SVD method itself has no causal
+        // form (it factors the materialized P without the mask), so a causal report has no SVD output line.
+        if (aopts.causal) continue;
+        auto m = make_method<double>(f.spec_at(b), 0);
+        EvaluateOptions errors_only;
+        errors_only.matrix_errors = false;
+        r.svd_out.emplace_back(b, *evaluate<double>(*m, ref, errors_only).value("out_rel_fro"));
+      }
+  for (const auto& f : families)
+    for (Index b : f.budgets) {
+      throw_if_cancelled();
+      // A budget as large as the head is no approximation there (k = n keys, n landmarks): its error would be
+      // measured exact while its cost is taken at cost_n, where the same budget does approximate. Skipped then.
+      if (b > n_min || (r.cost_n > r.n && b >= n_min)) continue;
+      Point p;
+      p.family = f.label;
+      p.budget = b;
+      auto m = make_method<double>(f.spec_at(b), 0);
+      EvaluateOptions eo;
+      eo.matrix_errors = matrix;
+      eo.spectral = false;
+      const Evaluation e = evaluate<double>(*m, ref, eo);
+      p.spec = e.spec;
+      p.error = *e.value("out_rel_fro");
+      if (matrix) p.p_error = *e.value("P_rel_fro");
+      if (b <= std::min(r.cost_n, r.n)) {
+        const Cost c = measure_method<float>(p.spec, qf, kf, vf, 0, aopts, co);
+        if (!c.refused) {
+          p.seconds = c.min_s;
+          p.seconds_median = c.median_s;
+          p.speedup = speedup(r.exact_seconds, c.min_s);
+          p.noise = noise_of(c);
+        }
+      }
+      r.points.push_back(p);
+    }
+  // Pareto frontier in (time, error): no other point is both faster and more accurate.
+  std::vector<Point*> by_time;
+  for (auto& p : r.points)
+    if (std::isfinite(p.seconds)) by_time.push_back(&p);
+  std::sort(by_time.begin(), by_time.end(), [](const Point* a, const Point* b) {
+    return a->seconds != b->seconds ? a->seconds < b->seconds : a->error < b->error;
+  });
+  double best_err = INFINITY;
+  for (Point* p : by_time)
+    if (p->error < best_err) {
+      p->pareto = true;
+      best_err = p->error;
+    }
+  // Recommendation. Candidates: the points under the target. Times within the noise of the fastest candidate count
+  // as equally fast (a rerun can swap them); among those, the lowest error wins, then the simpler method (fewer
+  // kinds of work: see simplicity()), then the smaller budget. It is recommended only if it beats exact attention by
+  // more than the noise of both timings; otherwise keep exact, saying why.
+  std::vector<const Point*> under;
+  for (const Point* p : by_time)
+    if (p->error <= o.target) under.push_back(p);
+  if (!under.empty()) {
+    const Point* fastest = under.front();
+    const Point* pick = fastest;
+    for (const Point* p : under) {
+      if (p->seconds > fastest->seconds * (1 + std::max(fastest->noise, p->noise))) break;
+      const auto key = [](const Point* x) { return std::make_tuple(x->error, simplicity(x->family), x->budget); };
+      if (key(p) < key(pick)) pick = p;
+    }
+    r.fit = pick;
+    if (pick->seconds * (1 + std::max(pick->noise, r.exact_noise)) < r.exact_seconds) r.best = pick;
+    else
+      r.why = fmt::format("{} {} meets the target ({:.3g}) but is not faster than exact beyond the timing noise "
+                          "({:.3g} ms against {:.3g} ms at n = {})",
+                          pick->family, pick->budget, pick->error, pick->seconds * 1e3, r.exact_seconds * 1e3,
+                          r.cost_n);
+  }
+  if (!r.best && r.why.empty()) {
+    const auto it = std::min_element(r.points.begin(), r.points.end(),
+                                     [](const Point& a, const Point& b) { return a.error < b.error; });
+    r.why = it == r.points.end() ? "no method ran"
+                                 : fmt::format("no method stays under {:.3g} (best: {} {} at {:.3g})", o.target,
+                                               it->family, it->budget, it->error);
+  }
+  return r;
+}
+
+std::string fmt_rank(Index r, bool complete) { return r > 0 ? std::to_string(r) : complete ? "–" : "> computed"; }
+
+/// The floor at ranks 16 and 64, "0.12 / 0.031" ("–" where the rank exceeds n).
+std::string fmt_floor(const HeadResult& h) {
+  const auto at = [&](Index rank) {
+    for (const auto& [r, e] : h.floor)
+      if (r == rank) return fmt::format("{:.2g}", e);
+    return std::string("–");
+  };
+  return at(16) + " / " + at(64);
+}
+
+std::string recommendation(const HeadResult& h) {
+  return h.best ? h.best->spec : std::string("keep exact");
+}
+
+/// Colour of a family on every figure (by its position in error_vs_budget's list).
+std::string family_colour(const std::string& label) {
+  const auto all = budget_families();
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (all[i].label == label) return svg::colour(i);
+  return "#000";
+}
+
+std::string head_plot(const HeadResult& h, const std::vector<BudgetFamily>& families, double target) {
+  svg::Plot p(fmt::format("{} head {}: output error against time", h.layer, h.head),
+              {fmt::format("time per call (s, float32, n = {})", h.cost_n), true}, {"‖O − Õ‖_F / ‖O‖_F", true}, 420, 300);
+  for (const auto& f : families) {
+    svg::Series s;
+    s.label = f.label;
+    s.colour = family_colour(f.label);
+    for (const auto& pt : h.points)
+      if (pt.family == f.label && std::isfinite(pt.seconds)) s.points.emplace_back(pt.seconds, std::max(pt.error, 1e-17));
+    std::sort(s.points.begin(), s.points.end());
+    p.add(s);
+  }
+  svg::Series front;
+  front.label = "Pareto frontier";
+  front.colour = "#000";
+  front.markers = false;
+  front.dashed = true;
+  front.width = 1;
+  for (const auto& pt : h.points)
+    if (pt.pareto) front.points.emplace_back(pt.seconds, std::max(pt.error, 1e-17));
+  std::sort(front.points.begin(), front.points.end());
+  p.add(front);
+  p.hline(target, fmt::format("target {:g}", target));
+  for (const auto& [rank, err] : h.svd_out)
+    if (rank == 64) p.hline(std::max(err, 1e-17), "rank-64 SVD of P, on V");
+  p.vline(h.exact_seconds, "exact");
+  return p.render();
+}
+
+/// A sequential palette for the heads of a layer (dark to light blue-grey), apart from the families' qualitative
+/// colours so that a head is never mistaken for a method.
+std::string head_colour(std::size_t i) {
+  static const char* p[] = {"#08306b", "#2171b5", "#6baed6", "#9e9ac8", "#54278f", "#969696", "#252525", "#bdbdbd"};
+  return p[i % (sizeof(p) / sizeof(p[0]))];
+}
+
+/// The layer's cumulative spectra, with its own legend (HTML, above the plot) naming each head's colour.
+std::string spectrum_plot(const std::vector<const HeadResult*>& heads, const std::string& layer) {
+  svg::Plot p(fmt::format("{}: cumulative spectrum of P", layer), {"rank r", true},
+              {"share of ‖P‖²_F in the top r singular values", false, 0, 1}, 420, 300);
+  std::vector<std::pair<std::string, std::string>> legend;
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    const HeadResult& h = *heads[i];
+    svg::Series s;
+    s.label = fmt::format("head {}", h.head);
+    s.colour = head_colour(i);
+    s.markers = false;
+    double acc = 0;
+    for (std::size_t r = 0; r < h.sigma.size(); ++r) {
+      acc += h.sigma[r] * h.sigma[r];
+      s.points.emplace_back(double(r + 1), acc / h.fro2);
+    }
+    p.add(s);
+    legend.emplace_back(s.label, s.colour);
+  }
+  return "<div>" + svg::Plot::legend(legend) + p.render() + "</div>";
+}
+
+std::string speedup_colour(double s) {
+  // White at 1×, deepening green to ≥ 100× (log scale).
+  const double t = std::clamp(std::log10(std::max(s, 1.0)) / 2.0, 0.0, 1.0);
+  const int g = int(255 - 120 * t), rb = int(255 - 200 * t);
+  return fmt::format("#{:02x}{:02x}{:02x}", rb, g, rb);
+}
+
+}  // namespace
+
+std::vector<Layer> load_model_export(const std::string& dir_in, const std::string& layers, Index seq, bool causal) {
+  fs::path dir(dir_in), model = "trained";
+  // attnlab.torch.capture's export has captured/ where tools/trained_attention.py's has trained/.
+  if (fs::exists(dir / "meta.json") && !fs::exists(dir / "trained") && fs::exists(dir / "captured")) model = "captured";
+  if (!fs::exists(dir / "meta.json")) {
+    require(fs::exists(dir.parent_path() / "meta.json"),
+            fmt::format("report: {} is not a model export (no meta.json in it or its parent; make one with "
+                        "tools/trained_attention.py)", dir_in));
+    model = dir.filename();
+    dir = dir.parent_path();
+  }
+  const ModelData data(dir.string(), model.string());
+  require(data.bidirectional() || causal,
+          fmt::format("report: {} holds a causal model's attention; add --causal (causal=True): the non-causal "
+                      "methods would let every position see the future", dir_in));
+  require(seq >= 0 && seq < data.sequences(),
+          fmt::format("report: sequence {} out of range (the export has {})", seq, data.sequences()));
+  std::vector<Index> which;
+  if (layers == "all") {
+    for (Index l = 0; l < data.layers(); ++l) which.push_back(l);
+  } else {
+    std::stringstream ss(layers);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      Index l = -1;
+      try {
+        std::size_t used = 0;
+        l = std::stol(item, &used);
+        if (used != item.size()) l = -1;
+      } catch (const std::exception&) {
+      }
+      require(l >= 0 && l < data.layers(),
+              fmt::format("report: layer '{}' is not in 0..{} (or 'all')", item, data.layers() - 1));
+      which.push_back(l);
+    }
+  }
+  std::vector<Layer> out;
+  for (Index l : which) {
+    Layer layer;
+    layer.name = fmt::format("L{}", l);
+    for (Index h = 0; h < data.heads(); ++h) {
+      const Qkv<double> p = data.load({seq, l, h});
+      layer.heads.push_back({p.q, p.k, p.v});
+    }
+    out.push_back(std::move(layer));
+  }
+  return out;
+}
+
+Summary write_report(const std::vector<Layer>& layers, const Options& o) {
+  require(o.target > 0 && std::isfinite(o.target), fmt::format("report: target must be > 0, got {}", o.target));
+  require(o.repeats >= 1, "report: repeats must be ≥ 1");
+  require(o.cost_n >= 0, fmt::format("report: cost length must be ≥ 0 (0: each head's own), got {}", o.cost_n));
+  require(o.noise >= 0 && std::isfinite(o.noise), fmt::format("report: noise must be ≥ 0, got {}", o.noise));
+  require(!layers.empty() && !layers.front().heads.empty(), "report: no heads given");
+  for (const auto& l : layers)
+    for (const auto& h : l.heads)
+      require(h.q.cols() == h.k.cols() && h.k.rows() == h.v.rows() && h.q.rows() >= 1,
+              fmt::format("report: {}: Q, K, V shapes disagree", l.name));
+  const auto families = chosen_families(o);
+  require(o.threads >= 0, fmt::format("report: threads must be ≥ 0, got {}", o.threads));
+  fs::create_directories(o.out);
+  // The thread count for this report only: restored on return, also when an error or Ctrl-C ends it.
+  struct Threads {
+    int saved = omp_get_max_threads();
+    explicit Threads(int n) {
+      if (n > 0) omp_set_num_threads(n);
+    }
+    ~Threads() { omp_set_num_threads(saved); }
+  } threads_guard(o.threads);
+
+  std::vector<HeadResult> results;
+  Index total = 0, done = 0;
+  for (const auto& l : layers) total += Index(l.heads.size());
+  for (const auto& l : layers)
+    for (std::size_t h = 0; h < l.heads.size(); ++h) {
+      results.push_back(analyse(l.name, Index(h), l.heads[h], families, o));
+      ++done;
+      if (o.progress)
+        fmt::print(stderr, "report: [{}/{}] {} head {}: {} \n", done, total, l.name, h, recommendation(results.back()));
+    }
+
+  Summary sum;
+  sum.heads = Index(results.size());
+  // report.csv: tidy, one value per row.
+  sum.csv = (fs::path(o.out) / "report.csv").string();
+  {
+    TidyCsvWriter csv(sum.csv, {"experiment", "layer", "head", "n", "d", "family", "spec", "budget"});
+    for (const auto& h : results) {
+      const auto keys = [&](const std::string& fam, const std::string& spec, Index b) {
+        return std::vector<std::string>{"report", h.layer, std::to_string(h.head), std::to_string(h.n), std::to_string(h.d),
+                                        fam, spec, b ? std::to_string(b) : ""};
+      };
+      const auto hk = keys("", "exact", 0);
+      csv.write(hk, "entropy", h.entropy);
+      csv.write(hk, "entropy_max", h.entropy_max);
+      csv.write(hk, "stable_rank", stable_rank(h));
+      if (h.r90 > 0) csv.write(hk, "rank_90", double(h.r90));
+      if (h.r99 > 0) csv.write(hk, "rank_99", double(h.r99));
+      csv.write(hk, "time_s", h.exact_seconds);
+      csv.write(hk, "time_median_s", h.exact_seconds_median);
+      csv.write(hk, "cost_n", double(h.cost_n));
+      for (const auto& [rank, err] : h.floor) csv.write(keys("svd", "svd", rank), "eckart_young_floor", err);
+      for (const auto& [rank, err] : h.svd_out) csv.write(keys("svd", "svd", rank), "svd_out_rel_fro", err);
+      for (std::size_t i = 0; i < h.sigma.size(); ++i)
+        csv.write(keys("", "exact", Index(i + 1)), "singular_value", h.sigma[i]);
+      for (const auto& p : h.points) {
+        const auto k = keys(p.family, p.spec, p.budget);
+        csv.write(k, "out_rel_fro", p.error);
+        if (std::isfinite(p.p_error)) csv.write(k, "P_rel_fro", p.p_error);
+        if (std::isfinite(p.seconds)) {
+          csv.write(k, "time_s", p.seconds);
+          csv.write(k, "time_median_s", p.seconds_median);
+          csv.write(k, "speedup_vs_exact", p.speedup);
+        }
+        csv.write(k, "pareto", p.pareto ? 1.0 : 0.0);
+        csv.write(k, "recommended", &p == h.best ? 1.0 : 0.0);
+      }
+    }
+  }
+  std::ofstream(sum.csv + ".config") << fmt::format(
+      "report of {} heads; target {}; repeats {}; cost length {}; noise {}; causal {}; {}; families {}\n"
+      "code_version: {}\n", results.size(), o.target, o.repeats, results[0].cost_n, o.noise, o.causal, cost_context(), [&] {
+        std::string s;
+        for (const auto& f : families) s += (s.empty() ? "" : ",") + f.label;
+        return s;
+      }(), code_version());
+
+  // summary.md
+  for (const auto& h : results) sum.keep_exact += h.best ? 0 : 1;
+  std::map<std::string, int> by_family;
+  for (const auto& h : results) ++by_family[h.best ? h.best->family : "keep exact"];
+  const Index cost_n = results[0].cost_n;
+  const std::string cost_where =
+      cost_n == results[0].n ? fmt::format("at the heads' own length n = {}", cost_n)
+                             : fmt::format("at n = {} (each head's rows repeated to that length; errors on the heads "
+                                           "themselves at n = {})", cost_n, results[0].n);
+  std::string md = fmt::format("# {}\n\n{} heads (n = {}, d = {}); target output error ‖O − Õ‖_F/‖O‖_F ≤ {:g}; "
+                               "cost {}: float32 compute + output in steady state (a warm-up, then the fastest of {} "
+                               "calls), against exact streaming attention timed the same way; times within the "
+                               "timing noise (≥ {:.0f}%) count as equal. {}.\n\n",
+                               o.title, results.size(), results[0].n, results[0].d, o.target, cost_where, o.repeats,
+                               o.noise * 100, cost_context());
+  md += "Recommendations: ";
+  for (const auto& [f, c] : by_family) md += fmt::format("{} × {}; ", c, f);
+  md += "\n\n| layer | head | entropy (nats) | stable rank | rank for 90% | Eckart–Young floor (rank 16 / 64) | "
+        "recommendation | error | speed-up | best under the target (error, speed-up) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& h : results)
+    md += fmt::format("| {} | {} | {:.2f} / {:.2f} | {:.1f} | {} | {} | {} | {} | {} | {} |\n", h.layer, h.head,
+                      h.entropy, h.entropy_max, stable_rank(h), fmt_rank(h.r90, h.sigma_complete), fmt_floor(h),
+                      recommendation(h),
+                      h.best ? fmt::format("{:.3g}", h.best->error) : "–",
+                      h.best ? fmt::format("{:.1f}×", h.best->speedup) : "1×",
+                      h.fit ? fmt::format("{} {} ({:.3g}, {:.2f}×)", h.fit->family, h.fit->budget, h.fit->error,
+                                          h.fit->speedup)
+                            : "none");
+  sum.summary_md = (fs::path(o.out) / "summary.md").string();
+  std::ofstream(sum.summary_md) << md;
+
+  // index.html: maps, table, then per layer the spectra and per head error against cost.
+  std::vector<std::string> row_labels;
+  Index max_heads = 0;
+  for (const auto& l : layers) {
+    row_labels.push_back(l.name);
+    max_heads = std::max(max_heads, Index(l.heads.size()));
+  }
+  std::vector<std::string> col_labels;
+  for (Index h = 0; h < max_heads; ++h) col_labels.push_back(fmt::format("head {}", h));
+  std::vector<std::vector<std::pair<std::string, std::string>>> rec_cells(layers.size()), speed_cells(layers.size());
+  {
+    std::size_t i = 0;
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      for (std::size_t h = 0; h < layers[l].heads.size(); ++h, ++i) {
+        const HeadResult& r = results[i];
+        const std::string fam = r.best ? r.best->family : "";
+        rec_cells[l].emplace_back(r.best ? family_colour(fam) + "55" : "#eeeeee",
+                                  r.best ? fmt::format("{} {}", fam, r.best->budget) : "keep exact");
+        speed_cells[l].emplace_back(speedup_colour(r.best ? r.best->speedup : 1.0),
+                                    r.best ? fmt::format("{:.1f}× ({:.2g})", r.best->speedup, r.best->error) : "1×");
+      }
+  }
+  std::string html = fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0}</title>\n<style>"
+      "body{{font-family:sans-serif;max-width:1400px;margin:1em auto;padding:0 1em;color:#222}}"
+      "table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}"
+      "th{{background:#f3f3f3}}td.l{{text-align:left}}.figs{{display:flex;flex-wrap:wrap;gap:8px}}"
+      ".legend span{{margin-right:12px;font-size:12px;white-space:nowrap}}.legend i{{display:inline-block;width:10px;"
+      "height:10px;margin-right:4px}}.note{{color:#555;font-size:13px}}</style></head><body>\n<h1>{0}</h1>\n",
+      svg::escape(o.title));
+  html += fmt::format(
+      "<p>{} heads, n = {}, d = {}. For each head: every efficient method at several budgets, its output error "
+      "‖O − Õ‖<sub>F</sub>/‖O‖<sub>F</sub> against exact attention (float64), and its cost as run {} (float32 "
+      "compute + output in steady state: a warm-up, then the fastest of {} calls; exact streaming attention timed the "
+      "same way). <b>Recommendation</b>: among the methods under the target error {:g}, those as fast as the fastest "
+      "within the timing noise (≥ {:.0f}%, or the calls' own spread), the most accurate, then the simplest — if it "
+      "beats exact attention by more than the noise; otherwise <i>keep exact</i>. The <b>Eckart–Young floor</b> is "
+      "‖P − P<sub>r</sub>‖<sub>F</sub>/‖P‖<sub>F</sub> of P's best rank-r approximation: no attention matrix of rank "
+      "≤ r (Nyström, Linformer, Performer, VQ at budget r) comes closer; report.csv gives each method's own "
+      "P_rel_fro beside it. Times are this "
+      "machine's ({}): speed-ups grow with n for the sub-quadratic methods.</p>\n<p>{}</p>\n",
+      results.size(), results[0].n, results[0].d, svg::escape(cost_where), o.repeats, o.target, o.noise * 100,
+      svg::escape(cost_context()),
+      svg::escape(md.substr(md.find("Recommendations"), md.find("\n\n|") - md.find("Recommendations"))));
+  html += "<div class=\"figs\">" + svg::heat_map("Recommended method (family, budget)", row_labels, col_labels, rec_cells) +
+          svg::heat_map("Its speed-up over exact (its output error)", row_labels, col_labels, speed_cells) + "</div>\n";
+  html += "<h2>Heads</h2>\n<table><tr><th>layer</th><th>head</th><th>entropy / max (nats)</th><th>stable rank</th>"
+          "<th>rank for 90% / 99% of ‖P‖²<sub>F</sub></th><th>Eckart–Young floor (rank 16 / 64)</th><th>exact (ms)</th>"
+          "<th>recommendation</th><th>error</th><th>speed-up</th>"
+          "<th class=\"l\">best under the target (faster than exact or not)</th>"
+          "<th class=\"l\">note</th></tr>\n";
+  for (const auto& h : results)
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2f} / {:.2f}</td><td>{:.1f}</td><td>{} / {}</td><td>{}</td><td>{:.3f}</td>"
+                        "<td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l note\">{}</td></tr>\n",
+                        h.layer, h.head, h.entropy, h.entropy_max, stable_rank(h), fmt_rank(h.r90, h.sigma_complete),
+                        fmt_rank(h.r99, h.sigma_complete), fmt_floor(h), h.exact_seconds * 1e3,
+                        svg::escape(recommendation(h)),
+                        h.best ? fmt::format("{:.3g}", h.best->error) : "–",
+                        h.best ? fmt::format("{:.1f}×", h.best->speedup) : "1×",
+                        h.fit ? svg::escape(fmt::format("{} {} ({:.3g}, {:.2f}×)", h.fit->family, h.fit->budget,
+                                                        h.fit->error, h.fit->speedup))
+                              : "none",
+                        svg::escape(h.why));
+  html += "</table>\n";
+  std::vector<std::pair<std::string, std::string>> legend;
+  for (const auto& f : families) legend.emplace_back(f.label, family_colour(f.label));
+  legend.emplace_back("Pareto frontier (dashed)", "#000");
+  std::size_t i = 0;
+  for (const auto& l : layers) {
+    std::vector<const HeadResult*> lh;
+    for (std::size_t h = 0; h < l.heads.size(); ++h) lh.push_back(&results[i + h]);
+    html += fmt::format("<h2>{}</h2>\n", svg::escape(l.name)) + svg::Plot::legend(legend) + "<div class=\"figs\">" +
+            spectrum_plot(lh, l.name);
+    for (const HeadResult* h : lh) html += head_plot(*h, families, o.target);
+    html += "</div>\n";
+    i += l.heads.size();
+  }
+  html += fmt::format("<p class=\"note\">attnlab {}; data in report.csv (tidy: one value per row), summary in "
+                      "summary.md.</p>\n</body></html>\n",
+                      code_version());
+  sum.index_html = (fs::path(o.out) / "index.html").string();
+  std::ofstream(sum.index_html) << html;
+  return sum;
+}
+
+}  // namespace attnlab::report

@@ -1,0 +1,59 @@
+// `attnlab report` / attnlab.report(): "which approximation for my model?" answered head by head. For every head of
+// the given layers: the attention's entropy, its singular-value spectrum (cumulative energy, stable rank), every
+// efficient method's output error against its measured cost at several budgets (the families of error_vs_budget),
+// the Pareto frontier, and the recommendation: the cheapest method and budget whose output error stays under the
+// target and that is faster than exact attention, or "keep exact". Across heads: layer × head maps of the
+// recommendation and of its speed-up. Writes DIR/index.html (figures inline as SVG), DIR/report.csv (tidy) and
+// DIR/summary.md.
+#pragma once
+
+#include "attnlab/core/types.hpp"
+
+#include <string>
+#include <vector>
+
+namespace attnlab::report {
+
+struct HeadData {
+  MatrixR<double> q, k, v;
+};
+
+struct Layer {
+  std::string name;  // "L0", or "input" for arrays given directly
+  std::vector<HeadData> heads;
+};
+
+struct Options {
+  std::string out = "attnlab_report";
+  double target = 0.05;               ///< output error ‖O − Õ‖_F/‖O‖_F a recommendation must stay under
+  std::vector<std::string> families;  ///< error_vs_budget's family labels; empty: every deployable one
+  Index repeats = 5;                  ///< timing: timed calls after a warm-up (float32; cost harness, attnlab/cost.hpp)
+  /// Costs at this sequence length (0: each head's own). Errors stay measured on the heads themselves; the cost
+  /// inputs are the head's own Q, K, V rows repeated cyclically to this length, so that data-dependent work
+  /// (buckets, clusters) sees the head's distribution. Speed-ups grow with n: cost where the model will run.
+  Index cost_n = 0;
+  /// Timing noise assumed at least this large (relative): candidates whose times are within the noise of the
+  /// fastest are treated as equally fast, and a method must beat exact attention by more than the noise.
+  double noise = 0.10;
+  bool causal = false;                ///< causal mask (only the methods that honour it)
+  Index dense_limit = 2048;           ///< full spectrum up to this n; above it the top `top` values, matrix-free
+  Index top = 64;
+  bool progress = true;               ///< a line per head on stderr
+  int threads = 0;                    ///< OpenMP threads for the whole report (0: the default, OMP_NUM_THREADS or all)
+  std::string title = "attnlab report";
+};
+
+struct Summary {
+  std::string index_html, csv, summary_md;
+  Index heads = 0, keep_exact = 0;
+};
+
+/// Reads a model export (tools/trained_attention.py's layout): DIR is the export (holding meta.json; model
+/// "trained", or "captured" for attnlab.torch.capture's) or one model's directory under it (DIR/../meta.json).
+/// `layers`: "all" or a comma list of indices. A causal model's export is refused unless `causal` (its heads
+/// never saw the future; non-causal methods on them would).
+std::vector<Layer> load_model_export(const std::string& dir, const std::string& layers, Index seq, bool causal);
+
+Summary write_report(const std::vector<Layer>& layers, const Options& opts);
+
+}  // namespace attnlab::report

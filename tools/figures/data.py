@@ -1,0 +1,75 @@
+"""The tidy CSVs as frames, and the fits that a figure and a quoted number share; no matplotlib, so that
+tools/findings.py reads the results without a plotting library. The figures (common.py and the family modules) and
+tools/findings.py import from here."""
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+
+SCHEMA_VERSION = 2
+# A model head's columns (results schema 2; README: "Results files"): empty (NaN here) for generated sources.
+HEAD = ["sequence", "layer", "head"]
+
+
+def csv_path(results, name):
+    """results/NAME.csv.gz (the default, compact) or results/NAME.csv; None when neither exists."""
+    for ext in (".csv.gz", ".csv"):
+        p = os.path.join(results, name + ext)
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def load(results, name):
+    """An experiment's tidy CSV: schema checked, point_done rows dropped, value numeric; n, d, seed, sequence, layer,
+    head and step numeric (NaN: none). The source is the source's name alone (trained, not trained/L1H2): the panels
+    aggregate a model's heads (median) by source."""
+    path = csv_path(results, name)
+    if path is None:
+        sys.exit(f"no {name}.csv.gz or {name}.csv in {results}")
+    df = pd.read_csv(path, keep_default_na=False)
+    versions = set(df["schema_version"])
+    if versions == {1}:
+        sys.exit(f"{path}: results schema 1 (model heads packed into source, seed and variant); this script reads "
+                 f"schema {SCHEMA_VERSION}: migrate it with `python3 tools/migrate_results.py {path}` (same values, "
+                 "new columns)")
+    if versions != {SCHEMA_VERSION}:
+        sys.exit(f"{path}: schema version {versions}, this script reads {SCHEMA_VERSION}")
+    df = df[df["metric"] != "point_done"].copy()
+    df["value"] = pd.to_numeric(df["value"], errors="raise")
+    # Numbers, not strings (matplotlib would make them categories); empty: NaN (no step, not a model head).
+    for col in ("n", "d", "seed", "step", *HEAD):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def is_model_head(d):
+    """Rows of a model's head (trained, initialized, trained_causal: a layer and a head; the user's files have heads but
+    no layers)."""
+    return d["layer"].notna()
+
+
+def head_name(d):
+    """Each row's source and head as one name, for a figure that draws each head apart: "trained/L1H2" (a model
+    head), "files/head0" (the user's files), else the source."""
+    layer, head = (d[c].fillna(-1).astype(int).astype(str) for c in ("layer", "head"))
+    model, files = is_model_head(d), d["head"].notna() & ~is_model_head(d)
+    return d["source"].mask(model, d["source"] + "/L" + layer + "H" + head).mask(files, d["source"] + "/head" + head)
+
+
+def n_heads(d):
+    """How many distinct (layer, head) pairs the rows hold (a head counts once over its held-out sequences); 1 for a
+    generated source."""
+    return len(d[["layer", "head"]].drop_duplicates())
+
+
+def upper_half_slope(x, y):
+    """The log-log slope over the upper half of the lengths (at least the two largest), and that range's start. The
+    scaling figure's legend and the findings quote the same fit."""
+    ok = np.isfinite(y) & (y > 0)
+    x, y = x[ok], y[ok]
+    if len(x) < 2:
+        return float("nan"), None
+    k = min(len(x) - 2, len(x) // 2)
+    return np.polyfit(np.log(x[k:]), np.log(y[k:]), 1)[0], x[k]
