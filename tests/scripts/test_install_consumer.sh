@@ -28,7 +28,7 @@ int main() {
   // A typed class with its options struct (attnlab/methods/nystrom.hpp): the same method as the spec.
   attnlab::NystromOptions o;
   o.landmarks = 10;
-  attnlab::Nystrom<double> nys(o);
+  attnlab::NystromMethod<double> nys(o);
   nys.compute(q, k);
   auto by_spec = attnlab::make_method<double>("nystrom:landmarks=10");
   by_spec->compute(q, k);
