@@ -7,7 +7,12 @@
 #include "attnlab/core/error.hpp"
 
 #include <omp.h>
+#include <Eigen/Core>
+#include <fmt/format.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include "attnlab/core/types.hpp"
 
 #include <csignal>
 #include <thread>
@@ -87,6 +92,35 @@ void run_released(F&& work) {
     attnlab::throw_if_cancelled();
     throw;
   }
+}
+
+// ---- arrays: what the module's functions and attnlab.Method both read -------------------------------------
+
+/// A (n, d) or (h, n, d) float array seen as h row-major matrices, read in place when C-contiguous.
+template <typename T>
+struct Heads {
+  pybind11::array_t<T> array;  // keeps the buffer alive (the caller's array, or its contiguous copy)
+  attnlab::Index heads = 1, rows = 0, cols = 0;
+  bool batched = false;
+  const T* data = nullptr;
+  Eigen::Map<const attnlab::MatrixR<T>> head(attnlab::Index h) const { return {data + h * rows * cols, rows, cols}; }
+};
+
+inline std::string dtype_str(const pybind11::array& a) { return pybind11::str(a.dtype()).cast<std::string>(); }
+
+inline pybind11::array as_array(const pybind11::handle& obj, const char* name) {
+  if (obj.is_none()) throw attnlab::Error(fmt::format("{}: an array is required, got None", name));
+  pybind11::array a = pybind11::array::ensure(obj);
+  if (!a) throw attnlab::Error(fmt::format("{}: not convertible to a numpy array", name));
+  return a;
+}
+
+/// The dtype a call or a fit computes in: Q's, which must be float32 or float64.
+inline bool is_f32(const pybind11::handle& q) {
+  const pybind11::array a = as_array(q, "q");
+  if (a.dtype().is(pybind11::dtype::of<float>())) return true;
+  if (a.dtype().is(pybind11::dtype::of<double>())) return false;
+  throw attnlab::Error(fmt::format("q: dtype {} is not supported; give float32 or float64 arrays", dtype_str(a)));
 }
 
 }  // namespace attnlab_python

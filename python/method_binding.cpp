@@ -43,38 +43,11 @@
 
 namespace py = pybind11;
 using namespace attnlab;
-using attnlab_python::run_released;
+using namespace attnlab_python;  // common.hpp: run_released, the array readers
 
 namespace {
 
-// ---- arrays (as module.cpp reads them, with the same messages) -----------------------------------------------
-
-/// A (n, d) or (h, n, d) float array seen as h row-major matrices, read in place when C-contiguous.
-template <typename T>
-struct Heads {
-  py::array_t<T> array;  // keeps the buffer alive (the caller's array, or its contiguous copy)
-  Index heads = 1, rows = 0, cols = 0;
-  bool batched = false;
-  const T* data = nullptr;
-  Eigen::Map<const MatrixR<T>> head(Index h) const { return {data + h * rows * cols, rows, cols}; }
-};
-
-std::string dtype_str(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
-
-py::array as_array(const py::handle& obj, const char* name) {
-  if (obj.is_none()) throw Error(fmt::format("{}: an array is required, got None", name));
-  py::array a = py::array::ensure(obj);
-  if (!a) throw Error(fmt::format("{}: not convertible to a numpy array", name));
-  return a;
-}
-
-/// The dtype a fit computes in: Q's, which must be float32 or float64.
-bool is_f32(const py::handle& q) {
-  const py::array a = as_array(q, "q");
-  if (a.dtype().is(py::dtype::of<float>())) return true;
-  if (a.dtype().is(py::dtype::of<double>())) return false;
-  throw Error(fmt::format("q: dtype {} is not supported; give float32 or float64 arrays", dtype_str(a)));
-}
+// ---- arrays (common.hpp's readers; heads_of with the fit's dtype message) -----------------------------------------------
 
 /// `name` as h matrices of T; `ref` says where T comes from in the message of a dtype mismatch.
 template <typename T>
