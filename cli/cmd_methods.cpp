@@ -1,5 +1,5 @@
-// `attnlab methods [NAME...]`: the registered methods (or those named) with their parameters, defaults and causal
-// support.
+// `attnlab methods [NAME...]`: the registered methods (or those named) with their parameters, defaults, causal
+// support and backward pass.
 #include "attnlab/core/registry.hpp"
 #include "commands.hpp"
 
@@ -17,8 +17,9 @@ std::string cell(std::string s) {
 }  // namespace
 
 std::string methods_markdown() {
-  std::string t = "| spec (defaults; choices after the default) | what | causal mask | budget | implements |\n"
-                  "|---|---|---|---|---|\n";
+  std::string t =
+      "| spec (defaults; choices after the default) | what | causal mask | backward | budget | implements |\n"
+      "|---|---|---|---|---|---|\n";
   for (const auto& d : registered_methods()) {
     std::string spec = d.name;
     char sep = ':';
@@ -30,8 +31,8 @@ std::string methods_markdown() {
       spec += sep + p.name + "=" + value;
       sep = ',';
     }
-    t += fmt::format("| `{}` | {} | {} | {} | {} |\n", cell(spec), cell(d.summary), cell(d.causal_note),
-                     d.budget.empty() ? "–" : "`" + d.budget + "`", cell(d.reference));
+    t += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", cell(spec), cell(d.summary), cell(d.causal_note),
+                     cell(d.backward_note), d.budget.empty() ? "–" : "`" + d.budget + "`", cell(d.reference));
   }
   return t;
 }
@@ -63,6 +64,7 @@ void add_methods(CLI::App& app) {
       }
       fmt::print("{}  —  {}\n", d.name, d.summary);
       fmt::print("    causal: {}\n", d.causal_note);
+      fmt::print("    backward: {}\n", d.backward_note);
       if (!d.budget.empty()) fmt::print("    budget: {}\n", d.budget);
       fmt::print("    implements: {}\n", d.reference);
       for (const auto& p : d.params)

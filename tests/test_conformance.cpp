@@ -1,9 +1,10 @@
 // The one conformance test every registered method runs (the RandLAPACK pattern): in float32 and float64,
 // causal where supported, the materialized P̃ times V equals the fast output; the operator agrees with the
 // matrix both ways; outputs stay finite for logits scaled by 100; a causal method never reads the future;
-// a non-causal method refuses the mask.
+// a non-causal method refuses the mask; every backward pass agrees with central differences of its forward.
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/registry.hpp"
+#include "gradient_check.hpp"
 #include "test_util.hpp"
 
 #include <string>
@@ -85,10 +86,67 @@ void check_method(const std::string& name) {
   }
 }
 
+// The backward pass of every method that defines one (Method::backward), causal where the method honours a mask:
+//  - against central differences of the method's own forward in float64 (test::check_gradients: random directions
+//    in Q, K and V, the method refitted with the same seed — its random parameters and, for small steps, its
+//    discrete choices are those of the fit, which is what the backward holds fixed);
+//  - float32 against float64;
+//  - under a causal mask, dO at query i reaches no key after i: changing dO's row i leaves those keys' dK, dV alone.
+// A method that defines none refuses with its reason (descriptor.backward_note, `attnlab methods`).
+void check_backward(const std::string& name) {
+  SCOPED_TRACE(name);
+  auto m = make_method<double>(name, 11);
+  const MethodDescriptor& desc = find_method(m->name());
+  for (const Shape s : {Shape{70, 70, 16, 5}, Shape{72, 97, 16, 7}}) {
+    for (bool causal : {false, true}) {
+      if (causal && !m->supports_causal()) continue;
+      SCOPED_TRACE(::testing::Message() << "nq=" << s.nq << " nk=" << s.nk << " causal=" << causal);
+      const MatrixR<double> q = randn<double>(s.nq, s.d, 21), k = randn<double>(s.nk, s.d, 22),
+                            v = randn<double>(s.nk, s.dv, 23), d_out = randn<double>(s.nq, s.dv, 24);
+      AttentionOptions o;
+      o.causal = causal;
+      m->compute(q, k, o);
+      if (!desc.backward) {
+        try {
+          m->backward(v, d_out);
+          ADD_FAILURE() << "a method without a backward pass must refuse";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find(desc.backward_note), std::string::npos) << e.what();
+        }
+        continue;
+      }
+      const Gradients<double> g = m->backward(v, d_out);
+      const auto fd = test::check_gradients(
+          test::method_forward([&] { return make_method<double>(name, 11); }, o), q, k, v, d_out, g);
+      EXPECT_LT(fd.worst, 1e-6) << fd.where << " disagrees with central differences of the forward";
+
+      auto m32 = make_method<float>(name, 11);
+      m32->compute(q.cast<float>(), k.cast<float>(), o);
+      const Gradients<float> g32 = m32->backward(v.cast<float>(), d_out.cast<float>());
+      EXPECT_LT(rel_err(g32.dq, g.dq), 1e-4) << "float32 dQ";
+      EXPECT_LT(rel_err(g32.dk, g.dk), 1e-4) << "float32 dK";
+      EXPECT_LT(rel_err(g32.dv, g.dv), 1e-4) << "float32 dV";
+
+      if (causal) {
+        const Index off = s.nk - s.nq, i = s.nq / 2;
+        MatrixR<double> d_out2 = d_out;
+        d_out2.row(i) = randn<double>(1, s.dv, 25) * 3.0;
+        const Gradients<double> g2 = m->backward(v, d_out2);
+        const Index after = s.nk - (i + off + 1);  // keys i + off + 1, ... are after query i
+        EXPECT_LE((g2.dk.bottomRows(after) - g.dk.bottomRows(after)).cwiseAbs().maxCoeff(), 1e-12 * g.dk.norm())
+            << "dO at query " << i << " reached dK of a later key";
+        EXPECT_LE((g2.dv.bottomRows(after) - g.dv.bottomRows(after)).cwiseAbs().maxCoeff(), 1e-12 * g.dv.norm())
+            << "dO at query " << i << " reached dV of a later key";
+      }
+    }
+  }
+}
+
 class Conformance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Conformance, Float32) { check_method<float>(GetParam()); }
 TEST_P(Conformance, Float64) { check_method<double>(GetParam()); }
+TEST_P(Conformance, Backward) { check_backward(GetParam()); }
 
 std::vector<std::string> method_names() {
   std::vector<std::string> v;

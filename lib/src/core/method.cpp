@@ -70,6 +70,26 @@ MatrixR<T> Method<T>::matrix() const {
   return do_matrix();
 }
 
+template <typename T>
+Gradients<T> Method<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  require_computed("backward()");
+  validate_v(n_k_, v.rows());
+  require(d_out.rows() == n_q_ && d_out.cols() == v.cols(),
+          fmt::format("method '{}': backward: dO is {}×{}, the output is {}×{} (n_q × d_v)", descriptor_.name,
+                      d_out.rows(), d_out.cols(), n_q_, v.cols()));
+  require(v.allFinite() && d_out.allFinite(),
+          fmt::format("method '{}': backward: V and dO must be finite", descriptor_.name));
+  Gradients<T> g = do_backward(v, d_out);
+  if (g.dq.rows() != n_q_ || g.dk.rows() != n_k_ || g.dv.rows() != n_k_ || g.dv.cols() != v.cols())
+    throw Error(fmt::format("internal: method '{}': backward returned gradients of the wrong shape", descriptor_.name));
+  return g;
+}
+
+template <typename T>
+Gradients<T> Method<T>::do_backward(const ConstRef<T>&, const ConstRef<T>&) const {
+  throw Error(fmt::format("method '{}' has no backward pass: {}", descriptor_.name, descriptor_.backward_note));
+}
+
 template class Method<float>;
 template class Method<double>;
 

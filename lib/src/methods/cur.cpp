@@ -13,8 +13,6 @@
 #include "attnlab/core/memory.hpp"
 #include "attnlab/operators/exact.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -39,41 +37,31 @@ std::vector<Index> weighted_sample(const VectorX<double>& w, Index c, Rng& rng) 
 
 }  // namespace
 
-const MethodDescriptor& CurOptions::descriptor() {
-  static const MethodDescriptor d =
-      describe<CurMethod, CurOptions>(
-          "classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal)",
-          "Drineas, Mahoney & Muthukrishnan 2008 (CUR, leverage-score sampling); the Nyström form of Xiong et al. "
-          "2021",
-          Causal::refused("columns and rows of all of P"))
-          .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
-            // Leverage scores come from the top C singular vectors: a dense SVD of P (in T, float64 and the SVD's
-            // copy) where top_singular's defaults choose it (n_k ≤ 512, or C > n_k/2). The factors are n × C.
-            const Index c = p.integer("columns");
-            const bool dense = p.choice("select") == "leverage" && (s.n_k <= 512 || c > s.n_k / 2);
-            return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
-                             matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem));
-          })
-          .with_size_check([](const Params& p, const ProblemSize& s) {
-            require_budget_within("cur", "columns", p.integer("columns"), std::min(s.n_q, s.n_k),
-                                  "min(n_q, n_k)");
-          });
-  return d;
+MethodDescriptor CurOptions::registry_entry() {
+  return describe<CurMethod, CurOptions>(
+      "classical Nyström / CUR of the exact P: P[:,J]·pinv(P[I,J])·P[I,:] (non-causal)",
+      "Drineas, Mahoney & Muthukrishnan 2008 (CUR, leverage-score sampling); the Nyström form of Xiong et al. "
+      "2021",
+      Causal::refused("columns and rows of all of P"))
+      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
+        // Leverage scores come from the top C singular vectors: a dense SVD of P (in T, float64 and the SVD's
+        // copy) where top_singular's defaults choose it (n_k ≤ 512, or C > n_k/2). The factors are n × C.
+        const Index c = p.integer("columns");
+        const bool dense = p.choice("select") == "leverage" && (s.n_k <= 512 || c > s.n_k / 2);
+        return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
+                         matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem));
+      })
+      .with_size_check(budget_within_min_n("cur", "columns"));
 }
 
 template <typename T>
-CurMethod<T>::CurMethod(const CurOptions& options)
-    : LowRankMethod<T>(CurOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 Status CurMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index c = o_.columns;
-  require(c <= std::min(q.rows(), k.rows()),
-          fmt::format("cur: columns = {} exceeds min(n_q, n_k) = {}", c, std::min(q.rows(), k.rows())));
+  const Index c = this->o_.columns;
+  require_within_min_n("cur", "columns", c, q.rows(), k.rows());
   const ExactOperator<T> p(q, k, opts);
-  Rng rng(o_.seed);
+  Rng rng(this->o_.seed);
   std::vector<Index> cols, rows;
-  if (o_.select == CurSelect::Uniform) {
+  if (this->o_.select == CurSelect::Uniform) {
     cols = sample_without_replacement(k.rows(), c, rng);
     rows = q.rows() == k.rows() ? cols : sample_without_replacement(q.rows(), c, rng);
   } else {
@@ -98,7 +86,7 @@ Status CurMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, cons
   for (Index j = 0; j < c; ++j) w.col(j) = rm.col(cols[std::size_t(j)]);
   // pinv(P[I,J]) with singular values below rcond·σ_max dropped: with rcond at rounding level (the formula as
   // written) a nearly singular P[I,J] — clustered attention has rank ≈ clusters < C — amplifies noise.
-  MatrixR<T> a = cm * svd_pinv<T>(w, o_.rcond);
+  MatrixR<T> a = cm * svd_pinv<T>(w, this->o_.rcond);
   this->set_factors(std::move(a), rm.transpose(), false);
   return Status::Success;
 }

@@ -9,17 +9,12 @@
 
 namespace attnlab {
 
-const MethodDescriptor& EfficientOptions::descriptor() {
-  static const MethodDescriptor d = describe<EfficientMethod, EfficientOptions>(
+MethodDescriptor EfficientOptions::registry_entry() {
+  return describe<EfficientMethod, EfficientOptions>(
       "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)",
       "Shen et al. 2021 (Efficient Attention: Attention with Linear Complexities)",
       Causal::refused("the softmax over keys mixes every position"));
-  return d;
 }
-
-template <typename T>
-EfficientMethod<T>::EfficientMethod(const EfficientOptions& options)
-    : LowRankMethod<T>(EfficientOptions::descriptor(), options.params()), o_(options) {}
 
 template <typename T>
 Status EfficientMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions&) {

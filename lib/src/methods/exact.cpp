@@ -12,45 +12,60 @@
 
 namespace attnlab {
 
-const MethodDescriptor& ExactOptions::descriptor() {
-  static const MethodDescriptor d =
-      describe<ExactMethod, ExactOptions>(
-          "softmax attention, streaming (online softmax) or materialized",
-          "P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. 1); online softmax (Milakov & Gimelshein 2018)",
-          Causal::yes())
-          .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
-            return ExactOptions::from(p).impl == ExactImpl::Materialized ? matrix_bytes(s.n_q, s.n_k, s.elem)
-                                                                         : 0;  // P itself
-          });
-  return d;
+MethodDescriptor ExactOptions::registry_entry() {
+  return describe<ExactMethod, ExactOptions>(
+      "softmax attention, streaming (online softmax) or materialized",
+      "P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. 1); online softmax (Milakov & Gimelshein 2018)",
+      Causal::yes())
+      .with_backward(Backward::yes("O(n) memory, FlashAttention-2 Alg. 2 (Dao 2023)"))
+      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
+        return ExactOptions::from(p).impl == ExactImpl::Materialized ? matrix_bytes(s.n_q, s.n_k, s.elem)
+                                                                     : 0;  // P itself
+      });
 }
-
-template <typename T>
-ExactMethod<T>::ExactMethod(const ExactOptions& options)
-    : LazyOperatorMethod<T>(ExactOptions::descriptor(), options.params()), o_(options) {}
 
 template <typename T>
 Status ExactMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   this->keep(q, k);
-  if (o_.impl == ExactImpl::Materialized) p_ = exact_matrix<T>(q, k, opts);
+  if (this->o_.impl == ExactImpl::Materialized) p_ = exact_matrix<T>(q, k, opts);
   return Status::Success;
 }
 
 template <typename T>
 std::unique_ptr<AttentionOperator<T>> ExactMethod<T>::build_op() const {
-  return std::make_unique<ExactOperator<T>>(this->queries(), this->keys(), this->options(), o_.tile);
+  return std::make_unique<ExactOperator<T>>(this->queries(), this->keys(), this->options(), this->o_.tile);
 }
 
 template <typename T>
 MatrixR<T> ExactMethod<T>::do_output(const ConstRef<T>& v) const {
-  if (o_.impl == ExactImpl::Materialized) return p_ * v;
-  return exact_output<T>(this->queries(), this->keys(), v, this->options(), o_.tile);
+  if (this->o_.impl == ExactImpl::Materialized) return p_ * v;
+  return exact_output<T>(this->queries(), this->keys(), v, this->options(), this->o_.tile);
 }
 
 template <typename T>
 MatrixR<T> ExactMethod<T>::do_matrix() const {
-  if (o_.impl == ExactImpl::Materialized) return p_;
+  if (this->o_.impl == ExactImpl::Materialized) return p_;
   return exact_matrix<T>(this->queries(), this->keys(), this->options());
+}
+
+template <typename T>
+Gradients<T> ExactMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const ConstRef<T> q = this->queries(), k = this->keys();
+  if (this->o_.impl == ExactImpl::Streaming) {
+    VectorX<T> lse;
+    const MatrixR<T> out = exact_output<T>(q, k, v, this->options(), this->o_.tile, {}, &lse);
+    return exact_backward<T>(q, k, v, out, lse, d_out, this->options(), this->o_.tile);
+  }
+  // dS = P ∘ (dP − D), dP = dO Vᵀ, D_i = Σ_j P_ij dP_ij; masked entries of P are 0, so are theirs in dS.
+  const T s = T(this->options().scale);
+  Gradients<T> g;
+  g.dv.noalias() = p_.transpose() * d_out;
+  MatrixR<T> ds = d_out * v.transpose();
+  const VectorX<T> dsum = (p_.array() * ds.array()).rowwise().sum();
+  ds = (p_.array() * (ds.array().colwise() - dsum.array()) * s).matrix();
+  g.dq.noalias() = ds * k;
+  g.dk.noalias() = ds.transpose() * q;
+  return g;
 }
 
 template class ExactMethod<float>;

@@ -5,23 +5,18 @@
 
 namespace attnlab {
 
-const MethodDescriptor& LinearOptions::descriptor() {
-  static const MethodDescriptor d = describe<LinearMethod, LinearOptions>(
+MethodDescriptor LinearOptions::registry_entry() {
+  return describe<LinearMethod, LinearOptions>(
       "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)",
       "Katharopoulos et al. 2020 (Transformers are RNNs) §3.2, φ(x) = elu(x) + 1; causal masking §3.3 (prefix sums)",
-      Causal::yes("recurrent or chunked prefix sums"));
-  return d;
+      LinearOptions::causal_support());
 }
-
-template <typename T>
-LinearMethod<T>::LinearMethod(const LinearOptions& options)
-    : KernelMethod<T>(LinearOptions::descriptor(), options.params(), options), o_(options) {}
 
 template <typename T>
 void LinearMethod<T>::block_features(const ConstRef<T>& x, bool, const AttentionOptions&, MatrixR<T>& f,
                                      VectorX<T>& g) const {
   // Evaluated into f's own storage (kept across calls by the caller's workspace): no temporary per block.
-  if (o_.feature == LinearFeature::Relu) f = x.cwiseMax(T(0));
+  if (this->o_.feature == LinearFeature::Relu) f = x.cwiseMax(T(0));
   // elu(x) + 1 = x + 1 for x > 0, e^x for x ≤ 0: always positive. Written max(x, 0) + e^{min(x, 0)} so that
   // Eigen vectorizes the exp (a scalar std::exp per entry cost more than the whole attention at n = 4096).
   else f = (x.array().max(T(0)) + x.array().min(T(0)).exp()).matrix();

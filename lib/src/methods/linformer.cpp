@@ -17,28 +17,22 @@
 
 namespace attnlab {
 
-const MethodDescriptor& LinformerOptions::descriptor() {
-  static const MethodDescriptor d =
-      describe<LinformerMethod, LinformerOptions>(
-          "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)",
-          "Wang et al. 2020 (Linformer) eq. (7), Theorem 2", Causal::refused("E and F mix every position"))
-          .with_size_check([](const Params& p, const ProblemSize& s) {
-            require_budget_within("linformer", "k", p.integer("k"), s.n_k);
-          });
-  return d;
+MethodDescriptor LinformerOptions::registry_entry() {
+  return describe<LinformerMethod, LinformerOptions>(
+      "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)",
+      "Wang et al. 2020 (Linformer) eq. (7), Theorem 2", Causal::refused("E and F mix every position"))
+      .with_size_check([](const Params& p, const ProblemSize& s) {
+        require_budget_within("linformer", "k", p.integer("k"), s.n_k);
+      });
 }
 
 template <typename T>
-LinformerMethod<T>::LinformerMethod(const LinformerOptions& options)
-    : LowRankMethod<T>(LinformerOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 Status LinformerMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index kk = o_.k, n = k.rows();
+  const Index kk = this->o_.k, n = k.rows();
   // k rows projected from n_k keys: more than n_k is no longer a low-rank approximation, only a costlier one.
   require_budget_within("linformer", "k", kk, n);
-  const LinformerProjection proj = o_.projection;
-  Rng rng(o_.seed);
+  const LinformerProjection proj = this->o_.projection;
+  Rng rng(this->o_.seed);
   const auto draw = [&]() -> MatrixR<T> {
     if (proj == LinformerProjection::Gaussian) return gaussian_matrix<T>(kk, n, rng) / T(std::sqrt(double(kk)));
     if (proj == LinformerProjection::Uniform) {
@@ -56,7 +50,7 @@ Status LinformerMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k
   // Gaussians, cost more than the attention itself at n = 4096).
   if (n != drawn_n_) {
     e_ = draw();
-    f_ = o_.share_kv ? e_ : draw();
+    f_ = this->o_.share_kv ? e_ : draw();
     drawn_n_ = n;
   }
   ek_ = detail::tall_transpose_product<T>(e_.transpose(), k);  // E·K, k × d, summed over n

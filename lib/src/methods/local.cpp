@@ -6,10 +6,9 @@
 
 namespace attnlab {
 
-const MethodDescriptor& LocalOptions::descriptor() {
-  static const MethodDescriptor d = describe<LocalMethod, LocalOptions>(
+MethodDescriptor LocalOptions::registry_entry() {
+  return describe<LocalMethod, LocalOptions>(
       "sliding-window attention, |j − i| ≤ W", "Beltagy et al. 2020 (Longformer) §3.1, sliding window", Causal::yes());
-  return d;
 }
 
 namespace {
@@ -54,18 +53,14 @@ MatrixR<T> local_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef
 }  // namespace
 
 template <typename T>
-LocalMethod<T>::LocalMethod(const LocalOptions& options)
-    : PatternMethod<T>(LocalOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 MatrixR<T> LocalMethod<T>::do_output(const ConstRef<T>& v) const {
-  return local_output<T>(this->queries(), this->keys(), v, this->options(), o_.window);
+  return local_output<T>(this->queries(), this->keys(), v, this->options(), this->o_.window);
 }
 
 template <typename T>
 Pattern LocalMethod<T>::pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const {
   Pattern p(static_cast<std::size_t>(q.rows()));
-  const Index w = o_.window;
+  const Index w = this->o_.window;
   add_band(p, q.rows(), k.rows(), w, opts.causal);
   // Without a mask and with n_k > n_q + W the first queries' bands can miss every key: keep c_i at least.
   for (Index i = 0; i < q.rows(); ++i)

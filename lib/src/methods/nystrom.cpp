@@ -15,35 +15,26 @@
 
 namespace attnlab {
 
-const MethodDescriptor& NystromOptions::descriptor() {
-  static const MethodDescriptor d =
-      describe<NystromMethod, NystromOptions>(
-          "Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal)",
-          "Xiong et al. 2021 (Nyströmformer) eq. (14), landmarks by segment means; the order-3 pseudo-inverse "
-          "iteration of Razavi et al. 2014",
-          Causal::refused("landmarks pool every position"))
-          .with_size_check([](const Params& p, const ProblemSize& s) {
-            require_budget_within("nystrom", "landmarks", p.integer("landmarks"), std::min(s.n_q, s.n_k),
-                                  "min(n_q, n_k)");
-          });
-  return d;
+MethodDescriptor NystromOptions::registry_entry() {
+  return describe<NystromMethod, NystromOptions>(
+      "Nyströmformer: softmax(QK̃ᵀ)·pinv(softmax(Q̃K̃ᵀ))·softmax(Q̃Kᵀ) with m landmarks (non-causal)",
+      "Xiong et al. 2021 (Nyströmformer) eq. (14), landmarks by segment means; the order-3 pseudo-inverse "
+      "iteration of Razavi et al. 2014",
+      Causal::refused("landmarks pool every position"))
+      .with_size_check(budget_within_min_n("nystrom", "landmarks"));
 }
 
 template <typename T>
-NystromMethod<T>::NystromMethod(const NystromOptions& options)
-    : LowRankMethod<T>(NystromOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 Status NystromMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index m = o_.landmarks;
+  const Index m = this->o_.landmarks;
   require(m <= q.rows() && m <= k.rows(),
           fmt::format("nystrom: landmarks = {} exceeds the sequence (n_q = {}, n_k = {})", m, q.rows(), k.rows()));
   MatrixR<T> ql, kl;
-  if (o_.select == LandmarkSelect::Segments) {
+  if (this->o_.select == LandmarkSelect::Segments) {
     ql = segment_means<T>(q, m);
     kl = segment_means<T>(k, m);
   } else {
-    Rng rng(o_.seed);
+    Rng rng(this->o_.seed);
     const auto iq = sample_without_replacement(q.rows(), m, rng);
     const auto ik = q.rows() == k.rows() ? iq : sample_without_replacement(k.rows(), m, rng);
     ql = take_rows<T>(q, iq);
@@ -57,7 +48,7 @@ Status NystromMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, 
   const MatrixR<T> a = exact_matrix<T>(ql, kl, plain);  // m × m
   b_ = exact_matrix<T>(ql, k, plain);                   // m × n_k
   Pseudoinverse<T> pinv;
-  pinv.setMethod(o_.pinv).setIterations(o_.iters).compute(a);
+  pinv.setMethod(this->o_.pinv).setIterations(this->o_.iters).compute(a);
   residual_ = pinv.residuals().back();
   z_ = pinv.pseudoinverse();
   this->defer_factors(m, false);  // F·Z has negative entries

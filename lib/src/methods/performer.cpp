@@ -15,25 +15,21 @@
 
 namespace attnlab {
 
-const MethodDescriptor& PerformerOptions::descriptor() {
-  static const MethodDescriptor d = describe<PerformerMethod, PerformerOptions>(
+MethodDescriptor PerformerOptions::registry_entry() {
+  return describe<PerformerMethod, PerformerOptions>(
       "Performer / FAVOR+ random features estimating exp(s·qᵀk)",
       "Choromanski et al. 2021 (Performer) Lemma 1, eq. (7); Lemma 2 for the variances",
-      Causal::yes("recurrent or chunked prefix sums"));
-  return d;
+      PerformerOptions::causal_support());
 }
-
-template <typename T>
-PerformerMethod<T>::PerformerMethod(const PerformerOptions& options)
-    : KernelMethod<T>(PerformerOptions::descriptor(), options.params(), options), o_(options) {}
 
 template <typename T>
 void PerformerMethod<T>::prepare(const ConstRef<T>& q, const ConstRef<T>&, const AttentionOptions&) {
   scratch_.resize(std::size_t(std::max(1, omp_get_max_threads())));
   // ω is the method's parameter: drawn once per d (QR of Gaussian blocks) and reused by later calls.
   if (q.cols() != omega_d_) {
-    Rng rng(o_.seed);
-    omega_ = performer_projection<T>(o_.features, q.cols(), o_.orthogonal, o_.norms == PerformerNorms::Chi, rng);
+    const PerformerOptions& o = this->o_;
+    Rng rng(o.seed);
+    omega_ = performer_projection<T>(o.features, q.cols(), o.orthogonal, o.norms == PerformerNorms::Chi, rng);
     omega_d_ = q.cols();
   }
 }
@@ -48,7 +44,7 @@ void PerformerMethod<T>::block_features(const ConstRef<T>& x, bool keys, const A
   Scratch local;
   Scratch& sc = t < scratch_.size() ? scratch_[t] : local;
   sc.r.f.swap(f);
-  performer_features_into<T>(x, T(std::sqrt(opts.scale)), omega_, o_.kernel, sc.r, sc.xs, sc.proj);
+  performer_features_into<T>(x, T(std::sqrt(opts.scale)), omega_, this->o_.kernel, sc.r, sc.xs, sc.proj);
   f.swap(sc.r.f);
   if (keys) g = sc.r.logscale;
   else g.resize(0);

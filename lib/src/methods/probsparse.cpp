@@ -8,31 +8,26 @@
 
 namespace attnlab {
 
-const MethodDescriptor& ProbSparseOptions::descriptor() {
-  static const MethodDescriptor d = describe<ProbSparseMethod, ProbSparseOptions>(
+MethodDescriptor ProbSparseOptions::registry_entry() {
+  return describe<ProbSparseMethod, ProbSparseOptions>(
       "Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest",
       "Zhou et al. 2021 (Informer) eqs. (2)-(4), Lemma 1",
       Causal::yes("online top-u selection (query i is exact when its measure is among the u largest so far)"));
-  return d;
 }
 
 template <typename T>
-ProbSparseMethod<T>::ProbSparseMethod(const ProbSparseOptions& options)
-    : Method<T>(ProbSparseOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 Status ProbSparseMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const double c = o_.factor;
-  const bool lse = o_.measure == SparsityMeasure::Lse;
+  const double c = this->o_.factor;
+  const bool lse = this->o_.measure == SparsityMeasure::Lse;
   Index samples = 0;  // all keys
-  if (!lse && o_.sample == ProbSparseSample::Random) {
-    samples = o_.samples;
+  if (!lse && this->o_.sample == ProbSparseSample::Random) {
+    samples = this->o_.samples;
     if (samples == 0) samples = probsparse_default_samples(k.rows(), c);
   }
-  Rng rng(o_.seed);
-  const VectorX<double> m = sparsity_measure<T>(q, k, opts, o_.measure, samples, rng);
+  Rng rng(this->o_.seed);
+  const VectorX<double> m = sparsity_measure<T>(q, k, opts, this->o_.measure, samples, rng);
   op_.emplace(q, k, opts, select_queries(m, probsparse_u(q.rows(), c), opts.causal),
-              o_.lazy == ProbSparseLazy::Cumsum);
+              this->o_.lazy == ProbSparseLazy::Cumsum);
   return Status::Success;
 }
 

@@ -22,12 +22,11 @@
 
 namespace attnlab {
 
-const MethodDescriptor& ReformerOptions::descriptor() {
-  static const MethodDescriptor d = describe<ReformerMethod, ReformerOptions>(
+MethodDescriptor ReformerOptions::registry_entry() {
+  return describe<ReformerMethod, ReformerOptions>(
       "Reformer LSH attention: angular hashing, sorted chunks, multi-round union",
       "Kitaev et al. 2020 (Reformer) §2: angular LSH, sorted chunks, multi-round",
       Causal::yes("the most recent same-bucket keys"));
-  return d;
 }
 
 namespace {
@@ -109,22 +108,18 @@ std::vector<ReformerRound> rounds(const ConstRef<T>& q, const ConstRef<T>& k, co
 }  // namespace
 
 template <typename T>
-ReformerMethod<T>::ReformerMethod(const ReformerOptions& options)
-    : PatternMethod<T>(ReformerOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 Pattern ReformerMethod<T>::pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const {
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
   Pattern p(static_cast<std::size_t>(nq));
   if (!opts.causal) {
-    for (const ReformerRound& r : rounds<T>(q, k, o_))
+    for (const ReformerRound& r : rounds<T>(q, k, this->o_))
       for (Index i = 0; i < nq; ++i)
         for (Index t = r.lo[std::size_t(i)]; t < r.hi[std::size_t(i)]; ++t)
           p[std::size_t(i)].push_back(r.key_order[std::size_t(t)]);
   } else {
     // Per bucket, the keys in position order; query i takes the 2·chunk latest ones with j ≤ c_i.
-    const Index buckets = o_.buckets, chunk = o_.chunk;
-    for (const auto& [hk, hq] : hashes<T>(q, k, o_)) {
+    const Index buckets = this->o_.buckets, chunk = this->o_.chunk;
+    for (const auto& [hk, hq] : hashes<T>(q, k, this->o_)) {
       std::vector<std::vector<Index>> members(static_cast<std::size_t>(std::max<Index>(1, buckets)));
       for (Index j = 0; j < nk; ++j) members[std::size_t(hk[std::size_t(j)])].push_back(j);
       for (Index i = 0; i < nq; ++i) {
@@ -152,7 +147,7 @@ MatrixR<T> ReformerMethod<T>::do_output(const ConstRef<T>& v) const {
   const MatrixR<T>& q = this->queries();
   const MatrixR<T>& k = this->keys();
   const Index nq = q.rows(), dv = v.cols();
-  const std::vector<ReformerRound> rs = rounds<T>(q, k, o_);
+  const std::vector<ReformerRound> rs = rounds<T>(q, k, this->o_);
   const T s = T(opts.scale), neg_inf = -std::numeric_limits<T>::infinity();
   VectorX<T> m = VectorX<T>::Constant(nq, neg_inf), l = VectorX<T>::Zero(nq);
   MatrixR<T> acc = MatrixR<T>::Zero(nq, dv);

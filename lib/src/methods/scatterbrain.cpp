@@ -16,16 +16,11 @@
 
 namespace attnlab {
 
-const MethodDescriptor& ScatterbrainOptions::descriptor() {
-  static const MethodDescriptor d = describe<ScatterbrainMethod, ScatterbrainOptions>(
+MethodDescriptor ScatterbrainOptions::registry_entry() {
+  return describe<ScatterbrainMethod, ScatterbrainOptions>(
       "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)",
       "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1", Causal::refused("its Performer part mixes every position"));
-  return d;
 }
-
-template <typename T>
-ScatterbrainMethod<T>::ScatterbrainMethod(const ScatterbrainOptions& options)
-    : Method<T>(ScatterbrainOptions::descriptor(), options.params()), o_(options) {}
 
 /// For each block of 64 queries, the keys [lo, lo + bj) its bands span and the correction block
 /// C_ij = e^{s·q_iᵀk_j − R_i} − e^{lq_i + lk_j − R_i}·(fq_i·fk_j) on each row's band (0 off it), in units of
@@ -67,7 +62,7 @@ void ScatterbrainMethod<T>::band_blocks(F&& f, VectorX<T>* set_ref, bool serial)
 
 template <typename T>
 Status ScatterbrainMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const ScatterbrainOptions& o = o_;
+  const ScatterbrainOptions& o = this->o_;
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq, w = o.window;
   Rng rng(o.seed);
   const MatrixR<T> omega = performer_projection<T>(o.features, q.cols(), true, true, rng);

@@ -14,11 +14,10 @@
 
 namespace attnlab {
 
-const MethodDescriptor& SparseOptions::descriptor() {
-  static const MethodDescriptor d = describe<SparseMethod, SparseOptions>(
+MethodDescriptor SparseOptions::registry_entry() {
+  return describe<SparseMethod, SparseOptions>(
       "fixed sparse patterns: band + strided + global tokens + random keys",
       "Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random)", Causal::yes());
-  return d;
 }
 
 namespace {
@@ -197,24 +196,20 @@ MatrixR<T> sparse_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRe
 }  // namespace
 
 template <typename T>
-SparseMethod<T>::SparseMethod(const SparseOptions& options)
-    : PatternMethod<T>(SparseOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 MatrixR<T> SparseMethod<T>::do_output(const ConstRef<T>& v) const {
   const MatrixR<T>& q = this->queries();
   const MatrixR<T>& k = this->keys();
   // With more queries than keys (non-causal), early queries' aligned positions fall before the first key: the
   // pattern path handles (and refuses) those; the blocked kernel assumes c_i ≥ 0.
   if (q.rows() > k.rows()) return PatternMethod<T>::do_output(v);
-  const SparseOptions& o = o_;
+  const SparseOptions& o = this->o_;
   return sparse_output<T>(q, k, v, this->options(), o.window, o.stride, o.globals, o.random, o.seed);
 }
 
 template <typename T>
 Pattern SparseMethod<T>::pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const {
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
-  const SparseOptions& o = o_;
+  const SparseOptions& o = this->o_;
   const Index w = o.window, stride = o.stride, g = o.globals, r = o.random;
   Pattern p(static_cast<std::size_t>(nq));
   if (w >= 0) add_band(p, nq, nk, w, opts.causal);

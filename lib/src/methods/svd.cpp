@@ -11,8 +11,6 @@
 #include "attnlab/core/memory.hpp"
 #include "attnlab/operators/exact.hpp"
 
-#include <fmt/format.h>
-
 namespace attnlab {
 namespace {
 
@@ -28,39 +26,30 @@ SpectrumSolver spectrum_solver(SvdSolver s) {
 
 }  // namespace
 
-const MethodDescriptor& SvdOptions::descriptor() {
-  static const MethodDescriptor d =
-      describe<SvdMethod, SvdOptions>("best rank-R approximation of the exact P (Eckart–Young floor; non-causal)",
-                                      "Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ",
-                                      Causal::refused("a rank-R approximation of all of P"))
-          .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
-            const std::string& solver = p.choice("solver");
-            const bool dense = solver == "dense" || (solver == "auto" && (s.n_k <= p.integer("dense_limit") ||
-                                                                          p.integer("rank") > s.n_k / 2));
-            // The dense path: P in T, its float64 copy and the SVD's working copy; the factors are n × R.
-            const std::uint64_t factors =
-                matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(p.integer("rank")), s.elem);
-            return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0, factors);
-          })
-          .with_size_check([](const Params& p, const ProblemSize& s) {
-            require_budget_within("svd", "rank", p.integer("rank"), std::min(s.n_q, s.n_k), "min(n_q, n_k)");
-          });
-  return d;
+MethodDescriptor SvdOptions::registry_entry() {
+  return describe<SvdMethod, SvdOptions>(
+      "best rank-R approximation of the exact P (Eckart–Young floor; non-causal)",
+      "Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ", Causal::refused("a rank-R approximation of all of P"))
+      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
+        const std::string& solver = p.choice("solver");
+        const bool dense = solver == "dense" || (solver == "auto" && (s.n_k <= p.integer("dense_limit") ||
+                                                                      p.integer("rank") > s.n_k / 2));
+        // The dense path: P in T, its float64 copy and the SVD's working copy; the factors are n × R.
+        const std::uint64_t factors =
+            matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(p.integer("rank")), s.elem);
+        return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0, factors);
+      })
+      .with_size_check(budget_within_min_n("svd", "rank"));
 }
 
 template <typename T>
-SvdMethod<T>::SvdMethod(const SvdOptions& options)
-    : LowRankMethod<T>(SvdOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 Status SvdMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index r = o_.rank;
-  require(r <= std::min(q.rows(), k.rows()),
-          fmt::format("svd: rank = {} exceeds min(n_q, n_k) = {}", r, std::min(q.rows(), k.rows())));
+  const Index r = this->o_.rank;
+  require_within_min_n("svd", "rank", r, q.rows(), k.rows());
   const ExactOperator<T> p(q, k, opts);
   TopSingularOptions so;
-  so.solver = spectrum_solver(o_.solver);
-  so.dense_limit = o_.dense_limit;
+  so.solver = spectrum_solver(this->o_.solver);
+  so.dense_limit = this->o_.dense_limit;
   const TopSingular top = top_singular(p, r, so);
   const MatrixR<T> v = top.right.template cast<T>();
   this->set_factors(p.apply(v), v, false);

@@ -6,18 +6,13 @@
 
 namespace attnlab {
 
-const MethodDescriptor& TaylorOptions::descriptor() {
-  static const MethodDescriptor d = describe<TaylorMethod, TaylorOptions>(
+MethodDescriptor TaylorOptions::registry_entry() {
+  return describe<TaylorMethod, TaylorOptions>(
       "first-order Taylor attention, sim = 1 + cos(q, k)",
       "Su 2020, blog 'Exploring Linear Attention: Must Attention Have a Softmax?' "
       "(e^{qᵀk} ≈ 1 + qᵀk on normalized q, k)",
-      Causal::yes("recurrent or chunked prefix sums"));
-  return d;
+      TaylorOptions::causal_support());
 }
-
-template <typename T>
-TaylorMethod<T>::TaylorMethod(const TaylorOptions& options)
-    : KernelMethod<T>(TaylorOptions::descriptor(), options.params(), options), o_(options) {}
 
 template <typename T>
 void TaylorMethod<T>::block_features(const ConstRef<T>& x, bool, const AttentionOptions&, MatrixR<T>& f,

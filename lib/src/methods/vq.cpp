@@ -25,49 +25,44 @@
 
 namespace attnlab {
 
-const MethodDescriptor& VqOptions::descriptor() {
-  static const MethodDescriptor d =
-      describe<VqMethod, VqOptions>(
-          "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard",
-          "Lingle 2023 (Transformer-VQ): K ≈ ΔC, exp(QCᵀ)(ΔᵀV); soft (GMM) assignment after Su 2023, blog "
-          "'Traces of Transformer-VQ in the Performer'",
-          Causal::conditional("assign=hard, quantize=keys: the attention is causal; the codebook is fitted on all "
-                              "keys (a look-ahead in the codebook)"))
-          .with_size_check([](const Params& p, const ProblemSize& s) {
-            require_budget_within("vq", "codes", p.integer("codes"), s.n_k, "n_k, the keys");
-            if (p.choice("quantize") == "both")
-              require_budget_within("vq", "codes", p.integer("codes"), s.n_q, "n_q, the queries");
-          });
-  return d;
+MethodDescriptor VqOptions::registry_entry() {
+  return describe<VqMethod, VqOptions>(
+      "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard",
+      "Lingle 2023 (Transformer-VQ): K ≈ ΔC, exp(QCᵀ)(ΔᵀV); soft (GMM) assignment after Su 2023, blog "
+      "'Traces of Transformer-VQ in the Performer'",
+      Causal::conditional("assign=hard, quantize=keys: the attention is causal; the codebook is fitted on all "
+                          "keys (a look-ahead in the codebook)"))
+      .with_size_check([](const Params& p, const ProblemSize& s) {
+        require_budget_within("vq", "codes", p.integer("codes"), s.n_k, "n_k, the keys");
+        if (p.choice("quantize") == "both")
+          require_budget_within("vq", "codes", p.integer("codes"), s.n_q, "n_q, the queries");
+      });
 }
 
 template <typename T>
-VqMethod<T>::VqMethod(const VqOptions& options) : Method<T>(VqOptions::descriptor(), options.params()), o_(options) {}
-
-template <typename T>
 Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index codes = o_.codes;
+  const Index codes = this->o_.codes;
   require(codes <= k.rows(), fmt::format("vq: codes = {} exceeds the {} keys", codes, k.rows()));
-  Rng rng(o_.seed);
-  const Index iters = o_.iters;
+  Rng rng(this->o_.seed);
+  const Index iters = this->o_.iters;
   const KMeansResult<T> km = kmeans<T>(k, codes, iters, rng);
   inertia_ = km.inertia;
   iterations_ = km.iterations;
   const T s = T(opts.scale);
   MatrixR<T> logits = (q * km.centroids.transpose()) * s;  // ℓ = s·QCᵀ
-  if (o_.quantize == VqQuantize::Both) {
+  if (this->o_.quantize == VqQuantize::Both) {
     require(codes <= q.rows(), fmt::format("vq: codes = {} exceeds the {} queries", codes, q.rows()));
     const KMeansResult<T> kq = kmeans<T>(q, codes, iters, rng);
     MatrixR<T> resid = k;  // r_j = k_j − c_a(j)
     for (Index j = 0; j < k.rows(); ++j) resid.row(j) -= km.centroids.row(km.assignment[std::size_t(j)]);
     const MatrixR<T> g = (kq.centroids * resid.transpose()) * s;  // c_q × n_k
     op_ = std::make_unique<MeanFieldOperator<T>>(logits, g, km.assignment, kq.assignment);
-  } else if (o_.assign == VqAssign::Hard) {
+  } else if (this->o_.assign == VqAssign::Hard) {
     op_ = codebook_attention<T>(q, k, km.centroids, opts);
   } else {
     // Responsibilities R_jy = softmax_y(−‖k_j − c_y‖²/(2T)) (the posterior of an isotropic Gaussian mixture with
     // equal weights and variance T), then P̃_ij = Σ_y exp(ℓ_iy − L_i) R_jy with L_i = log Σ_y exp(ℓ_iy)·Σ_j R_jy.
-    const T temp = T(o_.temperature);
+    const T temp = T(this->o_.temperature);
     MatrixR<T> r = (k * km.centroids.transpose()) * T(2);
     r.colwise() -= k.rowwise().squaredNorm();
     r.rowwise() -= km.centroids.rowwise().squaredNorm().transpose();  // −‖k − c‖²

@@ -6,6 +6,7 @@
 #include "attnlab/core/cancel.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
+#include "detail/exact_tiler.hpp"
 
 #include <fmt/format.h>
 
@@ -14,76 +15,9 @@
 #include <limits>
 
 namespace attnlab {
-namespace {
-
-template <typename T>
-struct Tiler {
-  const ConstRef<T>& q;
-  const ConstRef<T>& k;
-  T scale;
-  bool causal;
-  Index offset;                // query at position p sees keys j <= p + offset when causal
-  const std::vector<Index>* pos;  // positions of the rows in the full query sequence (null: row = position)
-
-  Tiler(const ConstRef<T>& q_, const ConstRef<T>& k_, const AttentionOptions& o, const QueryLayout& layout = {})
-      : q(q_), k(k_), scale(T(o.resolved_scale(q_.cols()))), causal(o.causal),
-        offset(causal_offset(layout.positions.empty() ? q_.rows() : layout.n_q_full, k_.rows())),
-        pos(layout.positions.empty() ? nullptr : &layout.positions) {}
-
-  Index position(Index i) const { return pos ? (*pos)[std::size_t(i)] : i; }
-  /// One past the last key any query of [i0, i0 + bi) may see (positions ascend).
-  Index key_end(Index i0, Index bi) const {
-    return causal ? std::min<Index>(k.rows(), position(i0 + bi - 1) + offset + 1) : k.rows();
-  }
-  /// First query that may see key j0.
-  Index query_begin(Index j0) const {
-    if (!causal) return 0;
-    if (!pos) return std::max<Index>(0, j0 - offset);
-    return Index(std::lower_bound(pos->begin(), pos->end(), j0 - offset) - pos->begin());
-  }
-
-  /// s = scale·Q[i0:i0+bi] K[j0:j0+bj]ᵀ (unmasked; the kernels read only each row's visible prefix).
-  void logits(Index i0, Index bi, Index j0, Index bj, MatrixR<T>& s) const {
-    s.resize(bi, bj);
-    s.noalias() = q.middleRows(i0, bi) * k.middleRows(j0, bj).transpose();
-    s *= scale;
-  }
-  /// How many of the keys [j0, j0 + bj) query i sees: the mask keeps a prefix of every row.
-  Index visible(Index i, Index j0, Index bj) const {
-    return causal ? std::clamp<Index>(position(i) + offset + 1 - j0, 0, bj) : bj;
-  }
-  /// Row r of a logit tile for query i → exp(s − shift) on the visible keys, exactly 0 on masked ones.
-  /// (Eigen's vectorized exp(−∞) is ~1e-39, not 0: masked entries are never exponentiated.)
-  void exp_row(MatrixR<T>& s, Index r, Index i, Index j0, T shift) const {
-    const Index vis = visible(i, j0, s.cols());
-    s.row(r).head(vis) = (s.row(r).head(vis).array() - shift).exp();
-    s.row(r).tail(s.cols() - vis).setZero();
-  }
-  /// Max of the visible logits of row r (−∞ when none is visible).
-  T row_max(const MatrixR<T>& s, Index r, Index i, Index j0) const {
-    const Index vis = visible(i, j0, s.cols());
-    return vis ? s.row(r).head(vis).maxCoeff() : -std::numeric_limits<T>::infinity();
-  }
-};
-
-Index checked_tile(Index tile) {
-  require(tile >= 1, fmt::format("tile must be positive, got {}", tile));
-  return tile;
-}
-
-void validate(Index nq, Index dq, Index nk, Index dk, const AttentionOptions& opts, const QueryLayout& layout = {}) {
-  if (layout.positions.empty()) {
-    validate_qk(nq, dq, nk, dk, opts);
-    return;
-  }
-  require(Index(layout.positions.size()) == nq, "query layout: one position per query row");
-  require(std::is_sorted(layout.positions.begin(), layout.positions.end()) &&
-              (nq == 0 || (layout.positions.front() >= 0 && layout.positions.back() < layout.n_q_full)),
-          "query layout: positions must ascend within [0, n_q_full)");
-  validate_qk(layout.n_q_full, dq, nk, dk, opts);
-}
-
-}  // namespace
+using detail::checked_tile;
+using detail::Tiler;
+using detail::validate;
 
 template <typename T>
 MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
@@ -105,7 +39,7 @@ MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const Attent
 
 template <typename T>
 MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
-                        const AttentionOptions& opts, Index tile, const QueryLayout& layout) {
+                        const AttentionOptions& opts, Index tile, const QueryLayout& layout, VectorX<T>* row_lse) {
   validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout);
   validate_v(k.rows(), v.rows());
   checked_tile(tile);
@@ -113,6 +47,7 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
   const Index nq = q.rows(), dv = v.cols();
   const Index ntiles = (nq + tile - 1) / tile;
   MatrixR<T> out(nq, dv);
+  if (row_lse) row_lse->resize(nq);
 #pragma omp parallel
   {
     MatrixR<T> s;
@@ -143,6 +78,7 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
         acc.topRows(bi).noalias() += s * v.middleRows(j0, bj);
       }
       out.middleRows(i0, bi) = acc.topRows(bi).array().colwise() / l.head(bi).array();
+      if (row_lse) row_lse->segment(i0, bi) = m.head(bi).array() + l.head(bi).array().log();
     }
   }
   throw_if_cancelled();
@@ -274,7 +210,7 @@ MatrixR<T> ExactOperator<T>::row_block(Index first, Index count) const {
 #define ATTNLAB_INSTANTIATE_EXACT(T)                                                                     \
   template MatrixR<T> exact_matrix<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&); \
   template MatrixR<T> exact_output<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&,       \
-                                      const AttentionOptions&, Index, const QueryLayout&);              \
+                                      const AttentionOptions&, Index, const QueryLayout&, VectorX<T>*); \
   template VectorX<T> exact_row_lse<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&, \
                                        Index, const QueryLayout&);                                      \
   template class ExactOperator<T>;

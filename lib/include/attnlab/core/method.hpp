@@ -13,6 +13,7 @@
 #include "attnlab/operators/difference.hpp"
 #include "attnlab/operators/low_rank.hpp"
 #include "attnlab/operators/operator.hpp"
+#include "attnlab/core/gradients.hpp"
 #include "attnlab/core/options.hpp"
 #include "attnlab/core/spec.hpp"
 #include "attnlab/core/types.hpp"
@@ -52,6 +53,13 @@ class Method {
   const AttentionOperator<T>& op() const;
   /// P̃ materialized (n_q×n_k); refuses when it would not fit in memory.
   MatrixR<T> matrix() const;
+  /// The backward pass of output(V): given the upstream gradient dO = dL/dO (n_q × d_v), the vector–Jacobian
+  /// products dL/dQ, dL/dK, dL/dV of this method's own forward, with the Q and K of compute() and its causal mask.
+  /// Random parameters (features, projections, sampled landmarks) and piecewise-constant choices (buckets, top-u
+  /// selections, codeword assignments) are held at their fitted values: the gradient of the attention given those
+  /// choices (each method's header says what it holds fixed; `attnlab methods` lists it). Throws Error for a method
+  /// that defines none (the message says why), for shapes that do not match, or before compute().
+  Gradients<T> backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
   /// Data-dependent state fitted on all keys before the attention (VQ's codebook): a look-ahead outside the
   /// attention itself, described here ("" when there is none). With a causal mask the attention given that state
   /// is causal; the state is not.
@@ -75,6 +83,8 @@ class Method {
   virtual MatrixR<T> do_output(const ConstRef<T>& v) const { return do_op().apply(v); }
   /// Materialized P̃; the default densifies the operator block by block.
   virtual MatrixR<T> do_matrix() const { return materialize(do_op()); }
+  /// The backward pass (shapes already checked); the default refuses with the descriptor's reason.
+  virtual Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
 
  private:
   void require_computed(const char* what) const;

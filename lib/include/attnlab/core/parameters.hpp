@@ -30,6 +30,8 @@
 
 namespace attnlab {
 
+struct MethodDescriptor;  // core/registry.hpp
+
 /// One value of a choice parameter: the enumerator and the name a spec writes for it.
 template <typename E>
 struct Choice {
@@ -172,9 +174,17 @@ Params make_params(std::vector<std::pair<std::string, std::string>> values);
 }  // namespace detail
 
 /// The base of every options struct O (CRTP): what O's one declaration, `template <class P> static void
-/// parameters(P&)`, gives — the parameter list, the struct from a spec's values, the struct as a spec.
+/// parameters(P&)`, gives — the parameter list, the struct from a spec's values, the struct as a spec — and the
+/// method's registry entry, kept once.
 template <typename O>
 struct MethodOptions {
+  /// The method's descriptor (core/registry.hpp): O::registry_entry(), defined in the method's .cpp (its summary,
+  /// the paper it implements, its causal support: describe<NameMethod, O>(...)), built on first use and kept, so
+  /// that every instance and the registry refer to the same one.
+  static const MethodDescriptor& descriptor() {
+    static const auto d = O::registry_entry();
+    return d;
+  }
   /// The registry's parameter list: names, types, defaults (O's initializers), ranges, choices, help, in spec order.
   static std::vector<ParamSpec> parameter_specs() {
     std::vector<ParamSpec> specs;

@@ -29,6 +29,8 @@ using MemoryEstimate = std::function<std::uint64_t(const Params&, const ProblemS
 /// checks compute() makes, made before any work.
 using SizeCheck = std::function<void(const Params&, const ProblemSize&)>;
 
+struct Backward;
+
 struct MethodDescriptor {
   std::string name;
   std::string summary;    // one line
@@ -36,6 +38,10 @@ struct MethodDescriptor {
   bool causal = false;    // supports a causal mask
   std::string causal_note;  // how a causal mask is honoured, or why it is refused (the README's table)
   std::string budget;       // the parameter that trades accuracy for cost (landmarks, features, ...); "" if none
+  /// Whether Method::backward is defined and what it holds fixed ("yes: …"), or why it is refused ("refused: …"):
+  /// the README's "backward" column.
+  bool backward = false;
+  std::string backward_note = "refused: not defined";
   std::vector<ParamSpec> params;
   /// What the method forms beyond its inputs and its output: given for the methods that can form something
   /// quadratic (exact:impl=materialized, svd's dense path, ...), empty for the others (linear in n).
@@ -45,6 +51,8 @@ struct MethodDescriptor {
     memory = std::move(f);
     return std::move(*this);
   }
+  /// This descriptor with its backward pass declared: `.with_backward(Backward::yes("ω held fixed"))`.
+  MethodDescriptor with_backward(const Backward& b) &&;
   /// The parameters' limits in the problem's size (landmarks ≤ n, ...), for methods that have some.
   SizeCheck size_check;
   MethodDescriptor with_size_check(SizeCheck f) && {
@@ -102,6 +110,23 @@ struct Causal {
   static Causal conditional(std::string note) { return {true, std::move(note)}; }
 };
 
+/// Whether a method defines a backward pass, and what it holds fixed — or why it refuses (the README's "backward"
+/// column). The conventions: random parameters and piecewise-constant choices are held at their fitted values.
+struct Backward {
+  bool supported = false;
+  std::string note;
+  /// Defined: "yes", or "yes: WHAT IS HELD FIXED".
+  static Backward yes(const std::string& held = "") { return {true, held.empty() ? "yes" : "yes: " + held}; }
+  /// Refused: "refused: WHY".
+  static Backward refused(const std::string& why) { return {false, "refused: " + why}; }
+};
+
+inline MethodDescriptor MethodDescriptor::with_backward(const Backward& b) && {
+  backward = b.supported;
+  backward_note = b.note;
+  return std::move(*this);
+}
+
 /// The parameters of `a`, then those of `b` (a family's shared parameters after a method's own).
 std::vector<ParamSpec> join_params(std::vector<ParamSpec> a, const std::vector<ParamSpec>& b);
 
@@ -112,7 +137,7 @@ MethodDescriptor describe(std::string name, std::string summary, std::string ref
 
 /// The descriptor of method template M, built as M<T>(descriptor, params): its name (the options struct's kName),
 /// a one-line summary, the equations it implements, its causal support and its parameters in spec order, the budget
-/// parameter marked (ParamSpec::budget()). Each method's `NameOptions::descriptor()` is one such call.
+/// parameter marked (ParamSpec::budget()).
 template <template <typename> class M>
 MethodDescriptor describe(std::string name, std::string summary, std::string reference, Causal causal,
                           std::vector<ParamSpec> params = {}) {
@@ -129,8 +154,8 @@ MethodDescriptor describe(std::string name, std::string summary, std::string ref
 
 /// The descriptor of the method class template M, built from its options struct O (M<T>(const O&)): its name
 /// (O::kName) and parameters (O's declaration, core/parameters.hpp), a one-line summary, the paper and equations it
-/// implements, and its causal support. Each method's `NameOptions::descriptor()` is one such call; the string factory
-/// reads a spec's values into O and calls M's constructor.
+/// implements, and its causal support. Each method's `NameOptions::registry_entry()` is one such call; the
+/// string factory reads a spec's values into O and calls M's constructor.
 template <template <typename> class M, typename O>
 MethodDescriptor describe(std::string summary, std::string reference, Causal causal) {
   MethodDescriptor d = detail::describe(O::kName, std::move(summary), std::move(reference), std::move(causal),

@@ -10,6 +10,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/lowrank_method.hpp"
 
 #include <cstdint>
@@ -34,22 +35,17 @@ struct CurOptions : MethodOptions<CurOptions> {
     p.real("rcond", &CurOptions::rcond, 0, 1, "relative singular-value cutoff of pinv(P[I,J]) (0: eps·C)");
     p.seed(&CurOptions::seed);
   }
-  /// The method's entry in the registry (lib/src/methods/cur.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/cur.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class CurMethod final : public LowRankMethod<T> {
+class CurMethod final : public ConfiguredMethod<CurOptions, LowRankMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit CurMethod(const CurOptions& options = {});
-  const CurOptions& settings() const { return o_; }
+  using ConfiguredMethod<CurOptions, LowRankMethod<T>>::ConfiguredMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
-
- private:
-  CurOptions o_;
 };
 
 extern template class CurMethod<float>;

@@ -9,6 +9,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/lowrank_method.hpp"
 
 namespace attnlab {
@@ -18,21 +19,17 @@ struct EfficientOptions : MethodOptions<EfficientOptions> {
 
   template <class P>
   static void parameters(P&) {}
-  /// The method's entry in the registry (lib/src/methods/efficient.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/efficient.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class EfficientMethod final : public LowRankMethod<T> {
+class EfficientMethod final : public ConfiguredMethod<EfficientOptions, LowRankMethod<T>> {
  public:
-  explicit EfficientMethod(const EfficientOptions& options = {});
-  const EfficientOptions& settings() const { return o_; }
+  using ConfiguredMethod<EfficientOptions, LowRankMethod<T>>::ConfiguredMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
-
- private:
-  EfficientOptions o_;
 };
 
 extern template class EfficientMethod<float>;

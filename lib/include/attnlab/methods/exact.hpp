@@ -8,6 +8,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/lazy_method.hpp"
 #include "attnlab/operators/exact.hpp"
 
@@ -28,27 +29,27 @@ struct ExactOptions : MethodOptions<ExactOptions> {
              "output path: tiled online softmax (O(n·d) memory) or the full matrix P");
     p.integer("tile", &ExactOptions::tile, 8, 8192, "tile edge of the streaming kernels");
   }
-  /// The method's entry in the registry (lib/src/methods/exact.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/exact.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 /// The inputs are kept in the method's own storage (LazyOperatorMethod::keep: same-shape calls reuse it) and the
 /// operator is built only when analysis asks for it, so that a layer run again and again allocates only its output.
 template <typename T>
-class ExactMethod final : public LazyOperatorMethod<T> {
+class ExactMethod final : public ConfiguredMethod<ExactOptions, LazyOperatorMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit ExactMethod(const ExactOptions& options = {});
-  const ExactOptions& settings() const { return o_; }
+  using ConfiguredMethod<ExactOptions, LazyOperatorMethod<T>>::ConfiguredMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   std::unique_ptr<AttentionOperator<T>> build_op() const override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   MatrixR<T> do_matrix() const override;
+  /// Streaming: exact_backward (FlashAttention-2 Alg. 2) in O(n) memory after one forward pass for O and ℓ;
+  /// materialized: the same closed form on the stored P.
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
  private:
-  ExactOptions o_;
   MatrixR<T> p_;  // P itself (impl = materialized)
 };
 

@@ -8,6 +8,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/kernel_method.hpp"
 
 namespace attnlab {
@@ -25,26 +26,21 @@ struct LinearOptions : MethodOptions<LinearOptions>, CausalFormOptions {
              "feature map φ on raw q and k: elu(x)+1 or relu(x)");
     CausalFormOptions::parameters(p);
   }
-  /// The method's entry in the registry (lib/src/methods/linear.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/linear.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class LinearMethod final : public KernelMethod<T> {
+class LinearMethod final : public ConfiguredMethod<LinearOptions, KernelMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit LinearMethod(const LinearOptions& options = {});
-  const LinearOptions& settings() const { return o_; }
+  using ConfiguredMethod<LinearOptions, KernelMethod<T>>::ConfiguredMethod;
 
  protected:
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
   /// relu rows can vanish: then P̃'s row is zero.
-  bool nonnegative() const override { return o_.feature != LinearFeature::Relu; }
+  bool nonnegative() const override { return this->o_.feature != LinearFeature::Relu; }
   Index feature_count(Index d) const override { return d; }
-
- private:
-  LinearOptions o_;
 };
 
 extern template class LinearMethod<float>;

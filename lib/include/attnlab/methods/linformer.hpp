@@ -9,6 +9,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/lowrank_method.hpp"
 
 #include <cstdint>
@@ -37,16 +38,14 @@ struct LinformerOptions : MethodOptions<LinformerOptions> {
     p.boolean("share_kv", &LinformerOptions::share_kv, "E = F (key-value sharing)");
     p.seed(&LinformerOptions::seed);
   }
-  /// The method's entry in the registry (lib/src/methods/linformer.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/linformer.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class LinformerMethod final : public LowRankMethod<T> {
+class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit LinformerMethod(const LinformerOptions& options = {});
-  const LinformerOptions& settings() const { return o_; }
+  using ConfiguredMethod<LinformerOptions, LowRankMethod<T>>::ConfiguredMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
@@ -54,7 +53,6 @@ class LinformerMethod final : public LowRankMethod<T> {
   std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
 
  private:
-  LinformerOptions o_;
   Index drawn_n_ = -1;  // the n_k that E and F were drawn for
   MatrixR<T> e_, f_;    // the parameters, k × n_k
   MatrixR<T> q_, ek_;   // the queries (kept for the output) and E·K

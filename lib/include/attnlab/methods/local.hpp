@@ -8,6 +8,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/pattern_method.hpp"
 
 namespace attnlab {
@@ -20,24 +21,19 @@ struct LocalOptions : MethodOptions<LocalOptions> {
   static void parameters(P& p) {
     p.integer("window", &LocalOptions::window, 0, 1 << 24, "half-width W of the band").budget();
   }
-  /// The method's entry in the registry (lib/src/methods/local.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/local.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class LocalMethod final : public PatternMethod<T> {
+class LocalMethod final : public ConfiguredMethod<LocalOptions, PatternMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit LocalMethod(const LocalOptions& options = {});
-  const LocalOptions& settings() const { return o_; }
+  using ConfiguredMethod<LocalOptions, PatternMethod<T>>::ConfiguredMethod;
 
  protected:
   /// The blocked kernel: blocks of 64 queries against the keys their bands span, one GEMM each (never P̃).
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;
-
- private:
-  LocalOptions o_;
 };
 
 extern template class LocalMethod<float>;

@@ -9,6 +9,7 @@
 #include "attnlab/components/pinv.hpp"
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/lowrank_method.hpp"
 
 #include <cstdint>
@@ -39,16 +40,14 @@ struct NystromOptions : MethodOptions<NystromOptions> {
              "landmarks: segment means, or uniformly sampled rows");
     p.seed(&NystromOptions::seed);
   }
-  /// The method's entry in the registry (lib/src/methods/nystrom.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/nystrom.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class NystromMethod final : public LowRankMethod<T> {
+class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit NystromMethod(const NystromOptions& options = {});
-  const NystromOptions& settings() const { return o_; }
+  using ConfiguredMethod<NystromOptions, LowRankMethod<T>>::ConfiguredMethod;
   /// ‖I − AZ‖_F of the pseudo-inverse used: how far the iteration is from converged.
   std::vector<std::pair<std::string, double>> diagnostics() const override { return {{"pinv_residual", residual_}}; }
 
@@ -58,7 +57,6 @@ class NystromMethod final : public LowRankMethod<T> {
   std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
 
  private:
-  NystromOptions o_;
   double residual_ = 0;
   MatrixR<T> q_, kl_;  // the queries (kept for the output) and the key landmarks K̃
   MatrixR<T> z_, b_;   // Z ≈ A⁺ (m × m), softmax(s·Q̃Kᵀ) (m × n_k)

@@ -11,6 +11,7 @@
 #include "attnlab/components/random_features.hpp"
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/kernel_method.hpp"
 
 #include <cstdint>
@@ -44,28 +45,25 @@ struct PerformerOptions : MethodOptions<PerformerOptions>, CausalFormOptions {
     p.seed(&PerformerOptions::seed);
     CausalFormOptions::parameters(p);
   }
-  /// The method's entry in the registry (lib/src/methods/performer.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/performer.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class PerformerMethod final : public KernelMethod<T> {
+class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit PerformerMethod(const PerformerOptions& options = {});
-  const PerformerOptions& settings() const { return o_; }
+  using ConfiguredMethod<PerformerOptions, KernelMethod<T>>::ConfiguredMethod;
 
  protected:
   void prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
-  bool nonnegative() const override { return o_.kernel != PerformerKernel::Trig; }
+  bool nonnegative() const override { return this->o_.kernel != PerformerKernel::Trig; }
   Index feature_count(Index) const override {
-    return o_.kernel == PerformerKernel::Positive ? o_.features : 2 * o_.features;
+    return this->o_.kernel == PerformerKernel::Positive ? this->o_.features : 2 * this->o_.features;
   }
 
  private:
-  PerformerOptions o_;
   Index omega_d_ = -1;  // the dimension ω was drawn for
   MatrixR<T> omega_;
   /// Per-thread scratch of block_features (scaled rows, projections, log-scales), reused by every call.

@@ -14,6 +14,7 @@
 #include "attnlab/core/method.hpp"
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/operators/probsparse.hpp"
 
 #include <cstdint>
@@ -51,16 +52,14 @@ struct ProbSparseOptions : MethodOptions<ProbSparseOptions> {
              "causal lazy rows: mean of visible V, or the reference's unnormalized cumulative sum");
     p.seed(&ProbSparseOptions::seed);
   }
-  /// The method's entry in the registry (lib/src/methods/probsparse.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/probsparse.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class ProbSparseMethod final : public Method<T> {
+class ProbSparseMethod final : public ConfiguredMethod<ProbSparseOptions, Method<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit ProbSparseMethod(const ProbSparseOptions& options = {});
-  const ProbSparseOptions& settings() const { return o_; }
+  using ConfiguredMethod<ProbSparseOptions, Method<T>>::ConfiguredMethod;
   /// How many queries got exact rows in the last compute().
   std::vector<std::pair<std::string, double>> diagnostics() const override {
     return {{"selected_queries", op_ ? double(op_->selected()) : 0.0}};
@@ -72,7 +71,6 @@ class ProbSparseMethod final : public Method<T> {
   MatrixR<T> do_output(const ConstRef<T>& v) const override { return op_->output(v); }
 
  private:
-  ProbSparseOptions o_;
   std::optional<ProbSparseOperator<T>> op_;
 };
 

@@ -11,6 +11,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/pattern_method.hpp"
 
 #include <cstdint>
@@ -33,24 +34,19 @@ struct ReformerOptions : MethodOptions<ReformerOptions> {
         .budget();
     p.seed(&ReformerOptions::seed);
   }
-  /// The method's entry in the registry (lib/src/methods/reformer.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/reformer.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class ReformerMethod final : public PatternMethod<T> {
+class ReformerMethod final : public ConfiguredMethod<ReformerOptions, PatternMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit ReformerMethod(const ReformerOptions& options = {});
-  const ReformerOptions& settings() const { return o_; }
+  using ConfiguredMethod<ReformerOptions, PatternMethod<T>>::ConfiguredMethod;
 
  protected:
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;
   /// Non-causal: dense chunk products per round, merged by an online softmax; causal: the sparse product.
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
-
- private:
-  ReformerOptions o_;
 };
 
 extern template class ReformerMethod<float>;

@@ -14,6 +14,7 @@
 #include "attnlab/core/method.hpp"
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/operators/sparse_low_rank.hpp"
 
 #include <cmath>
@@ -35,16 +36,14 @@ struct ScatterbrainOptions : MethodOptions<ScatterbrainOptions> {
         .budget();
     p.seed(&ScatterbrainOptions::seed);
   }
-  /// The method's entry in the registry (lib/src/methods/scatterbrain.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/scatterbrain.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class ScatterbrainMethod final : public Method<T> {
+class ScatterbrainMethod final : public ConfiguredMethod<ScatterbrainOptions, Method<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit ScatterbrainMethod(const ScatterbrainOptions& options = {});
-  const ScatterbrainOptions& settings() const { return o_; }
+  using ConfiguredMethod<ScatterbrainOptions, Method<T>>::ConfiguredMethod;
   Index rank_bound() const override { return -1; }  // rank-M plus a sparse part: not rank-limited
 
  protected:
@@ -62,7 +61,6 @@ class ScatterbrainMethod final : public Method<T> {
   template <typename F>
   void band_blocks(F&& f, VectorX<T>* set_ref, bool serial = false) const;
 
-  ScatterbrainOptions o_;
   MatrixR<T> xq_, xk_, kscaled_;
   RandomFeatures<T> fq_;
   VectorX<T> ref_, den_;

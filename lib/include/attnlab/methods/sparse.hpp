@@ -10,6 +10,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/pattern_method.hpp"
 
 #include <cstdint>
@@ -32,24 +33,19 @@ struct SparseOptions : MethodOptions<SparseOptions> {
     p.integer("random", &SparseOptions::random, 0, 1 << 24, "random keys per query");
     p.seed(&SparseOptions::seed);
   }
-  /// The method's entry in the registry (lib/src/methods/sparse.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/sparse.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class SparseMethod final : public PatternMethod<T> {
+class SparseMethod final : public ConfiguredMethod<SparseOptions, PatternMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit SparseMethod(const SparseOptions& options = {});
-  const SparseOptions& settings() const { return o_; }
+  using ConfiguredMethod<SparseOptions, PatternMethod<T>>::ConfiguredMethod;
 
  protected:
   /// The union's output part by part (dense blocks, strided GEMMs, a few dot products) merged by an online softmax.
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;
-
- private:
-  SparseOptions o_;
 };
 
 extern template class SparseMethod<float>;

@@ -9,6 +9,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/lowrank_method.hpp"
 
 namespace attnlab {
@@ -32,22 +33,17 @@ struct SvdOptions : MethodOptions<SvdOptions> {
               {SvdSolver::Dense, "dense"}},
              "top-R solver: auto (dense up to dense_limit, else block Krylov), block, lanczos (Spectra on PᵀP), dense");
   }
-  /// The method's entry in the registry (lib/src/methods/svd.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/svd.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class SvdMethod final : public LowRankMethod<T> {
+class SvdMethod final : public ConfiguredMethod<SvdOptions, LowRankMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit SvdMethod(const SvdOptions& options = {});
-  const SvdOptions& settings() const { return o_; }
+  using ConfiguredMethod<SvdOptions, LowRankMethod<T>>::ConfiguredMethod;
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
-
- private:
-  SvdOptions o_;
 };
 
 extern template class SvdMethod<float>;

@@ -9,6 +9,7 @@
 
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/kernel_method.hpp"
 
 namespace attnlab {
@@ -20,24 +21,19 @@ struct TaylorOptions : MethodOptions<TaylorOptions>, CausalFormOptions {
   static void parameters(P& p) {
     CausalFormOptions::parameters(p);
   }
-  /// The method's entry in the registry (lib/src/methods/taylor.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/taylor.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class TaylorMethod final : public KernelMethod<T> {
+class TaylorMethod final : public ConfiguredMethod<TaylorOptions, KernelMethod<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit TaylorMethod(const TaylorOptions& options = {});
-  const TaylorOptions& settings() const { return o_; }
+  using ConfiguredMethod<TaylorOptions, KernelMethod<T>>::ConfiguredMethod;
 
  protected:
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
   Index feature_count(Index d) const override { return d + 1; }
-
- private:
-  TaylorOptions o_;
 };
 
 extern template class TaylorMethod<float>;

@@ -12,6 +12,7 @@
 #include "attnlab/core/method.hpp"
 #include "attnlab/core/parameters.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/base/configured_method.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -43,18 +44,16 @@ struct VqOptions : MethodOptions<VqOptions> {
              "quantize K, or K and Q (mean-field form)");
     p.seed(&VqOptions::seed);
   }
-  /// The method's entry in the registry (lib/src/methods/vq.cpp).
-  static const MethodDescriptor& descriptor();
+  /// The method's entry in the registry (lib/src/methods/vq.cpp), kept by descriptor().
+  static MethodDescriptor registry_entry();
 };
 
 template <typename T>
-class VqMethod final : public Method<T> {
+class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
  public:
-  /// Throws Error when an option is out of range (the message names it and what is valid).
-  explicit VqMethod(const VqOptions& options = {});
-  const VqOptions& settings() const { return o_; }
+  using ConfiguredMethod<VqOptions, Method<T>>::ConfiguredMethod;
   bool supports_causal() const override {
-    return o_.assign == VqAssign::Hard && o_.quantize == VqQuantize::Keys;
+    return this->o_.assign == VqAssign::Hard && this->o_.quantize == VqQuantize::Keys;
   }
   std::string lookahead() const override { return "the codebook is fitted by k-means on all keys"; }
   /// The k-means fit of the key codebook: its inertia Σ‖k − c_a(k)‖² and the Lloyd iterations it ran.
@@ -67,7 +66,6 @@ class VqMethod final : public Method<T> {
   const AttentionOperator<T>& do_op() const override { return *op_; }
 
  private:
-  VqOptions o_;
   double inertia_ = 0;
   Index iterations_ = 0;
   std::unique_ptr<AttentionOperator<T>> op_;

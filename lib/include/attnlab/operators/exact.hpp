@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attnlab/operators/operator.hpp"
+#include "attnlab/core/gradients.hpp"
 #include "attnlab/core/options.hpp"
 #include "attnlab/core/types.hpp"
 #include <mutex>
@@ -56,14 +57,32 @@ extern template class ExactOperator<double>;
 template <typename T>
 MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts);
 
-/// O = softmax(scale·QKᵀ [+ mask])·V, streaming over key tiles with an online softmax.
+/// O = softmax(scale·QKᵀ [+ mask])·V, streaming over key tiles with an online softmax. With `row_lse`, also the
+/// rows' log-sum-exp ℓ_i that the pass forms anyway (what the backward needs: Dao 2023, FlashAttention-2, Alg. 1).
 template <typename T>
 MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
-                        const AttentionOptions& opts, Index tile = kDefaultTile, const QueryLayout& layout = {});
+                        const AttentionOptions& opts, Index tile = kDefaultTile, const QueryLayout& layout = {},
+                        VectorX<T>* row_lse = nullptr);
 
 /// Row log-sum-exp ℓ_i of the (masked) logits, streaming.
 template <typename T>
 VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
                          Index tile = kDefaultTile, const QueryLayout& layout = {});
+
+// ---- Backward
+/// The vector–Jacobian products of O = softmax(s·QKᵀ [+ mask])·V for the upstream gradient dO, in O(n) memory
+/// (Dao 2023, FlashAttention-2, Algorithm 2): the logit tiles are formed again from Q, K and the forward's row
+/// log-sum-exp ℓ, P_ij = exp(s·q_iᵀk_j − ℓ_i), D_i = rowsum(dO ∘ O)_i, and per tile
+///   dV += Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ += s·dS K,  dK += s·dSᵀ Q   (10·n_q·n_k·d flops with d_v = d);
+/// causal tiles above the diagonal are skipped. `out` and `row_lse` are the forward's (exact_output with row_lse).
+/// Parallel over key tiles in kBackwardGroups fixed interleaved groups, each with its own dQ accumulator summed in
+/// group order: the result does not depend on the number of threads; the extra memory is kBackwardGroups·n_q·d.
+template <typename T>
+Gradients<T> exact_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& out,
+                            const VectorX<T>& row_lse, const ConstRef<T>& d_out, const AttentionOptions& opts,
+                            Index tile = kDefaultTile, const QueryLayout& layout = {});
+
+/// Groups of key tiles in exact_backward (a constant, not the thread count, so that its sums are reproducible).
+constexpr Index kBackwardGroups = 4;
 
 }  // namespace attnlab

@@ -6,6 +6,7 @@
 #include "attnlab/operators/kernel.hpp"
 #include "attnlab/methods/base/lazy_method.hpp"
 #include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
 
 namespace attnlab {
 
@@ -25,6 +26,8 @@ struct CausalFormOptions {
              "causal prefix sums: blocks of matrix products, or the RNN form one position at a time");
     p.integer("chunk", &CausalFormOptions::chunk, 1, 65536, "block size of the chunked causal form");
   }
+  /// What the causal forms give every kernel method: a causal mask honoured (its descriptor's Causal).
+  static Causal causal_support() { return Causal::yes("recurrent or chunked prefix sums"); }
 };
 
 template <typename T>

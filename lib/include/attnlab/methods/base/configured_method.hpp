@@ -1,0 +1,44 @@
+// The typed class of a method over its options struct, declared once: every method's public class is
+//   template <typename T> class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMethod<T>> {
+//    public:
+//     using ConfiguredMethod<NystromOptions, LowRankMethod<T>>::ConfiguredMethod;
+//     ...its overrides...
+//   };
+// so that `NystromMethod<double> m(o);`, `NystromMethod<double> m;` (the defaults) and `m.settings()` come from here:
+// the base of the method's family (Method<T>, LowRankMethod<T>, PatternMethod<T>, KernelMethod<T>, ...) is built from
+// the registry's descriptor (Options::descriptor()) and the options' validated parameters, as the string factory
+// builds it from a spec (core/registry.hpp's describe<M, O>), and the options are kept for the overrides.
+#pragma once
+
+#include "attnlab/core/parameters.hpp"
+#include "attnlab/core/registry.hpp"
+
+#include <type_traits>
+
+namespace attnlab {
+
+struct CausalFormOptions;  // methods/base/kernel_method.hpp
+
+template <typename Options, typename Base>
+class ConfiguredMethod : public Base {
+ public:
+  /// Throws Error when an option is out of range (the message names it and what is valid).
+  explicit ConfiguredMethod(const Options& options = {})
+      : ConfiguredMethod(options, std::is_base_of<CausalFormOptions, Options>{}) {}
+  /// The options the method was built with (its params() are the same values as a spec).
+  const Options& settings() const { return o_; }
+
+ protected:
+  const Options o_;
+
+ private:
+  /// Options::params() checks every value against its range, with the spec parser's message, before the base is
+  /// built.
+  ConfiguredMethod(const Options& options, std::false_type)
+      : Base(Options::descriptor(), options.params()), o_(options) {}
+  /// The kernel methods' base also takes the causal form (the CausalFormOptions their options struct inherits).
+  ConfiguredMethod(const Options& options, std::true_type)
+      : Base(Options::descriptor(), options.params(), options), o_(options) {}
+};
+
+}  // namespace attnlab
