@@ -10,15 +10,19 @@ namespace {
 using attnlab::Index;
 using attnlab::MatrixR;
 
+/// A benchmark's problem: n and d its arguments (sizes()), Q, K, V (n × d) drawn from N(0, 1) with seed 1.
 template <typename T>
 struct Problem {
+  Index n, d;
   MatrixR<T> q, k, v;
-  explicit Problem(Index n, Index d) {
+  explicit Problem(const benchmark::State& state) : n(state.range(0)), d(state.range(1)) {
     attnlab::Rng rng(1);
     q = attnlab::gaussian_matrix<T>(n, d, rng);
     k = attnlab::gaussian_matrix<T>(n, d, rng);
     v = attnlab::gaussian_matrix<T>(n, d, rng);
   }
+  /// The operations of `products` n × d by d × n products (QKᵀ, PV): 2n²d each.
+  double flops(int products) const { return 2.0 * products * n * n * d; }
 };
 
 void set_counters(benchmark::State& state, double flops) {
@@ -28,44 +32,40 @@ void set_counters(benchmark::State& state, double flops) {
 
 template <typename T>
 void BM_Gemm(benchmark::State& state) {
-  const Index n = state.range(0), d = state.range(1);
-  Problem<T> p(n, d);
-  MatrixR<T> s(n, n);
+  const Problem<T> p(state);
+  MatrixR<T> s(p.n, p.n);
   for (auto _ : state) {
     s.noalias() = p.q * p.k.transpose();
     benchmark::DoNotOptimize(s.data());
   }
-  set_counters(state, 2.0 * n * n * d);
+  set_counters(state, p.flops(1));
 }
 
 template <typename T>
 void BM_ExactStreaming(benchmark::State& state) {
-  const Index n = state.range(0), d = state.range(1);
-  Problem<T> p(n, d);
+  const Problem<T> p(state);
   for (auto _ : state) benchmark::DoNotOptimize(attnlab::exact_output<T>(p.q, p.k, p.v, {}).data());
-  set_counters(state, 4.0 * n * n * d);  // QKᵀ and PV
+  set_counters(state, p.flops(2));  // QKᵀ and PV
 }
 
 template <typename T>
 void BM_ExactMaterialized(benchmark::State& state) {
-  const Index n = state.range(0), d = state.range(1);
-  Problem<T> p(n, d);
+  const Problem<T> p(state);
   for (auto _ : state) {
     const MatrixR<T> o = attnlab::exact_matrix<T>(p.q, p.k, {}) * p.v;
     benchmark::DoNotOptimize(o.data());
   }
-  set_counters(state, 4.0 * n * n * d);
+  set_counters(state, p.flops(2));
 }
 
 template <typename T>
 void BM_ExactOperatorApply(benchmark::State& state) {
-  const Index n = state.range(0), d = state.range(1);
-  Problem<T> p(n, d);
+  const Problem<T> p(state);
   attnlab::ExactOperator<T> op(p.q, p.k, {});
   op.row_lse();
   const MatrixR<T> x = p.v.leftCols(1);
   for (auto _ : state) benchmark::DoNotOptimize(op.apply(x).data());
-  set_counters(state, 2.0 * n * n * d);
+  set_counters(state, p.flops(1));
 }
 
 void sizes(benchmark::internal::Benchmark* b) {

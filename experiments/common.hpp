@@ -69,6 +69,14 @@ inline void method_rows(std::vector<Row>& rows, const Row& key, const std::strin
   }
 }
 
+/// One grid point per seed 0, ..., seeds − 1 of a generated problem: id "`id` seed=S" (the points' ids are the
+/// results' point column, which a re-run resumes by), rows run(S).
+template <typename Run>
+void add_seed_points(std::vector<Point>& pts, Index seeds, const std::string& id, Run run) {
+  for (Index s = 0; s < seeds; ++s)
+    pts.push_back({fmt::format("{} seed={}", id, s), [=] { return run(std::uint64_t(s)); }});
+}
+
 inline std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ",") + x;

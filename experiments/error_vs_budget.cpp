@@ -70,12 +70,11 @@ class ErrorVsBudget final : public Experiment {
           continue;
         }
         for (Index n : n_)
-          for (Index d : d_)
-            for (Index s = 0; s < seeds_; ++s) {
-              const Family f = *it;
-              pts.push_back({fmt::format("family={} source={} n={} d={} seed={}", f.label, src, n, d, s),
-                             [=] { return run(f, src, n, d, std::uint64_t(s)); }});
-            }
+          for (Index d : d_) {
+            const Family f = *it;
+            add_seed_points(pts, seeds_, fmt::format("family={} source={} n={} d={}", f.label, src, n, d),
+                            [=](std::uint64_t s) { return run(f, src, n, d, s); });
+          }
       }
     }
     return pts;

@@ -25,9 +25,8 @@ class ErrorVsLength final : public Experiment {
     std::vector<Point> pts;
     for (const auto& src : sources_)
       for (Index n : n_)
-        for (Index s = 0; s < seeds_; ++s)
-          pts.push_back({fmt::format("source={} n={} d={} budget={} seed={}", src, n, d_, budget_, s),
-                         [=] { return run(src, n, std::uint64_t(s)); }});
+        add_seed_points(pts, seeds_, fmt::format("source={} n={} d={} budget={}", src, n, d_, budget_),
+                        [=](std::uint64_t s) { return run(src, n, s); });
     return pts;
   }
 

@@ -12,6 +12,8 @@
 #include "options.hpp"
 #include "sweep.hpp"
 
+#include <fmt/format.h>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -66,6 +68,50 @@ struct ModelOptions {
     for (const ModelHead& h : heads)
       pts.push_back({data->point_id(h), [=, data = data] { return evaluate(*data, h); }});
   }
+  /// As above, one point per selected head and budget value (landmarks, codes, ...) up to the head's length n:
+  /// id "data.point_id(h) key=value", rows evaluate(data, h, value).
+  template <typename Evaluate>
+  void add_head_points(std::vector<Point>& pts, const std::string& source, const std::string& experiment,
+                       const std::string& key, const std::vector<Index>& values, Evaluate evaluate) const {
+    const auto [data, heads] = open_bidirectional(source, experiment);
+    for (const ModelHead& h : heads)
+      for (Index value : values) {
+        if (value > data->n()) continue;
+        pts.push_back({fmt::format("{} {}={}", data->point_id(h), key, value),
+                       [=, data = data] { return evaluate(*data, h, value); }});
+      }
+  }
+};
+
+/// An experiment on generated problems and on the heads of the model sources alike (pinv, probsparse, regimes,
+/// vq): its grid is one pass over --sources in their order, a model source giving its heads' points
+/// (model_points: ModelOptions::add_head_points) and a generated one its settings' points, one per seed
+/// (generated_points: add_seed_points).
+class SourcesExperiment : public Experiment {
+ public:
+  std::vector<Point> grid() final {
+    std::vector<Point> pts;
+    for (const auto& src : sources_) {
+      if (ModelData::is_model_source(src)) model_points(pts, src);
+      else generated_points(pts, src);
+    }
+    return pts;
+  }
+
+ protected:
+  /// Declares --seeds, then the model options with their presets (ModelOptions::declare): the experiment's last
+  /// options, after its own and its --sources.
+  void declare_seeds_and_model(Options& o, std::vector<std::string> heads_quick, std::vector<std::string> heads_paper,
+                               Index seqs_quick, Index seqs_paper) {
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    model_.declare(o, std::move(heads_quick), std::move(heads_paper), seqs_quick, seqs_paper);
+  }
+  virtual void model_points(std::vector<Point>& pts, const std::string& src) const = 0;
+  virtual void generated_points(std::vector<Point>& pts, const std::string& src) const = 0;
+
+  std::vector<std::string> sources_;
+  Index seeds_ = 1;
+  ModelOptions model_;
 };
 
 }  // namespace attnlab::experiments

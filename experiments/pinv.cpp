@@ -15,7 +15,7 @@
 namespace attnlab::experiments {
 namespace {
 
-class PinvExperiment final : public Experiment {
+class PinvExperiment final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({512}, {512, 4096});
@@ -24,35 +24,22 @@ class PinvExperiment final : public Experiment {
     o.add("--iters", iters_, "iterations of each pseudo-inverse iteration").preset(40, 60);
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
         .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
-    model_.declare(o, {"diagonal"}, {"all"}, 1, 1);
-  }
-  std::vector<Point> grid() override {
-    std::vector<Point> pts;
-    for (const auto& src : sources_) {
-      if (ModelData::is_model_source(src)) {
-        const auto [data, heads] = model_.open_bidirectional(src, name());
-        for (const ModelHead& h : heads)
-          for (Index m : m_) {
-            if (m > data->n()) continue;
-            pts.push_back({fmt::format("{} m={}", data->point_id(h), m), [=, data = data] {
-                             return evaluate(head_row(*data, h), data->load(h), m, std::uint64_t(h.seq));
-                           }});
-          }
-        continue;
-      }
-      for (Index n : n_)
-        for (Index m : m_)
-          for (Index s = 0; s < seeds_; ++s) {
-            if (m > n) continue;
-            pts.push_back({fmt::format("source={} n={} m={} d={} seed={}", src, n, m, d_, s),
-                           [=] { return run(src, n, m, std::uint64_t(s)); }});
-          }
-    }
-    return pts;
+    declare_seeds_and_model(o, {"diagonal"}, {"all"}, 1, 1);
   }
 
  private:
+  void model_points(std::vector<Point>& pts, const std::string& src) const override {
+    model_.add_head_points(pts, src, name(), "m", m_, [this](const ModelData& data, const ModelHead& h, Index m) {
+      return evaluate(head_row(data, h), data.load(h), m, std::uint64_t(h.seq));
+    });
+  }
+  void generated_points(std::vector<Point>& pts, const std::string& src) const override {
+    for (Index n : n_)
+      for (Index m : m_)
+        if (m <= n)
+          add_seed_points(pts, seeds_, fmt::format("source={} n={} m={} d={}", src, n, m, d_),
+                          [=](std::uint64_t s) { return run(src, n, m, s); });
+  }
   std::vector<Row> run(const std::string& src, Index n, Index m, std::uint64_t seed) const {
     return evaluate(source_row(src), generated(src, n, d_, seed), m, seed);
   }
@@ -108,9 +95,7 @@ class PinvExperiment final : public Experiment {
   }
 
   std::vector<Index> n_, m_;
-  Index d_ = 64, iters_ = 40, seeds_ = 1;
-  std::vector<std::string> sources_;
-  ModelOptions model_;
+  Index d_ = 64, iters_ = 40;
 };
 
 }  // namespace

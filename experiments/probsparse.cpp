@@ -16,7 +16,7 @@
 namespace attnlab::experiments {
 namespace {
 
-class ProbSparseExperiment final : public Experiment {
+class ProbSparseExperiment final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({512, 2048}, {512, 2048, 8192});
@@ -24,27 +24,20 @@ class ProbSparseExperiment final : public Experiment {
     o.add("--factors", factors_, "sampling factors c").preset({1, 2, 3, 5, 8, 12});
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
         .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
-    model_.declare(o, {"all"}, {"all"}, 1, 0);
-  }
-  std::vector<Point> grid() override {
-    std::vector<Point> pts;
-    for (const auto& src : sources_) {
-      if (ModelData::is_model_source(src)) {
-        model_.add_head_points(pts, src, name(), [this](const ModelData& data, const ModelHead& h) {
-          return evaluate(head_row(data, h), data.load(h), std::uint64_t(h.seq));
-        });
-        continue;
-      }
-      for (Index n : n_)
-        for (Index s = 0; s < seeds_; ++s)
-          pts.push_back({fmt::format("source={} n={} d={} seed={}", src, n, d_, s),
-                         [=] { return run(src, n, std::uint64_t(s)); }});
-    }
-    return pts;
+    declare_seeds_and_model(o, {"all"}, {"all"}, 1, 0);
   }
 
  private:
+  void model_points(std::vector<Point>& pts, const std::string& src) const override {
+    model_.add_head_points(pts, src, name(), [this](const ModelData& data, const ModelHead& h) {
+      return evaluate(head_row(data, h), data.load(h), std::uint64_t(h.seq));
+    });
+  }
+  void generated_points(std::vector<Point>& pts, const std::string& src) const override {
+    for (Index n : n_)
+      add_seed_points(pts, seeds_, fmt::format("source={} n={} d={}", src, n, d_),
+                      [=](std::uint64_t s) { return run(src, n, s); });
+  }
   std::vector<Row> run(const std::string& src, Index n, std::uint64_t seed) const {
     return evaluate(source_row(src), generated(src, n, d_, seed), seed);
   }
@@ -104,10 +97,8 @@ class ProbSparseExperiment final : public Experiment {
   }
 
   std::vector<Index> n_;
-  Index d_ = 64, seeds_ = 1;
+  Index d_ = 64;
   std::vector<double> factors_;
-  std::vector<std::string> sources_;
-  ModelOptions model_;
 };
 
 }  // namespace

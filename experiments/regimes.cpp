@@ -13,7 +13,7 @@
 namespace attnlab::experiments {
 namespace {
 
-class Regimes final : public Experiment {
+class Regimes final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
     o.add("--n", n_, "sequence length").preset(512, 1024);
@@ -26,27 +26,20 @@ class Regimes final : public Experiment {
         .separator(';')
         .preset({"svd:rank=64", "performer:features=64", "reformer:buckets=8,rounds=2,chunk=32", "local:window=32",
                  "scatterbrain:features=64,window=16"});
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
-    model_.declare(o, {"all"}, {"all"}, 1, 0);
-  }
-  std::vector<Point> grid() override {
-    std::vector<Point> pts;
-    for (const auto& src : sources_) {
-      if (ModelData::is_model_source(src)) {
-        model_.add_head_points(pts, src, name(), [this](const ModelData& data, const ModelHead& h) {
-          return evaluate(head_row(data, h), "", data.load(h), std::uint64_t(h.seq));
-        });
-        continue;
-      }
-      for (double t : temps_)
-        for (Index s = 0; s < seeds_; ++s)
-          pts.push_back({fmt::format("source={} T={} n={} d={} seed={}", src, t, n_, d_, s),
-                         [=] { return run(src, t, std::uint64_t(s)); }});
-    }
-    return pts;
+    declare_seeds_and_model(o, {"all"}, {"all"}, 1, 0);
   }
 
  private:
+  void model_points(std::vector<Point>& pts, const std::string& src) const override {
+    model_.add_head_points(pts, src, name(), [this](const ModelData& data, const ModelHead& h) {
+      return evaluate(head_row(data, h), "", data.load(h), std::uint64_t(h.seq));
+    });
+  }
+  void generated_points(std::vector<Point>& pts, const std::string& src) const override {
+    for (double t : temps_)
+      add_seed_points(pts, seeds_, fmt::format("source={} T={} n={} d={}", src, t, n_, d_),
+                      [=](std::uint64_t s) { return run(src, t, s); });
+  }
   std::vector<Row> run(const std::string& src, double t, std::uint64_t seed) const {
     return evaluate(source_row(src), fmt::format("T={}", t), generated(src, n_, d_, seed, t), seed);
   }
@@ -69,10 +62,9 @@ class Regimes final : public Experiment {
     return rows;
   }
 
-  Index n_ = 512, d_ = 64, seeds_ = 1;
+  Index n_ = 512, d_ = 64;
   std::vector<double> temps_;
-  std::vector<std::string> sources_, methods_;
-  ModelOptions model_;
+  std::vector<std::string> methods_;
 };
 
 }  // namespace

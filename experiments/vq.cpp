@@ -10,7 +10,7 @@
 namespace attnlab::experiments {
 namespace {
 
-class VqExperiment final : public Experiment {
+class VqExperiment final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
     o.add("--n", n_, "sequence length").preset(512, 2048);
@@ -18,34 +18,22 @@ class VqExperiment final : public Experiment {
     o.add("--codes", codes_, "codebook sizes (and Performer feature counts)").preset({8, 16, 32, 64, 128, 256});
     o.add("--temperatures", temps_, "soft-assignment temperatures").preset({0.1, 1, 10});
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized").preset({"gaussian", "clustered"});
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
-    model_.declare(o, {"diagonal"}, {"all"}, 1, 1);
-  }
-  std::vector<Point> grid() override {
-    std::vector<Point> pts;
-    for (const auto& src : sources_) {
-      if (ModelData::is_model_source(src)) {
-        const auto [data, heads] = model_.open_bidirectional(src, name());
-        for (const ModelHead& h : heads)
-          for (Index c : codes_) {
-            if (c > data->n()) continue;
-            pts.push_back({fmt::format("{} codes={}", data->point_id(h), c), [=, data = data] {
-                             return evaluate(head_row(*data, h), data->load(h), c, std::uint64_t(h.seq));
-                           }});
-          }
-        continue;
-      }
-      for (Index c : codes_)
-        for (Index s = 0; s < seeds_; ++s) {
-          if (c > n_) continue;
-          pts.push_back({fmt::format("source={} codes={} n={} d={} seed={}", src, c, n_, d_, s),
-                         [=] { return run(src, c, std::uint64_t(s)); }});
-        }
-    }
-    return pts;
+    declare_seeds_and_model(o, {"diagonal"}, {"all"}, 1, 1);
   }
 
  private:
+  void model_points(std::vector<Point>& pts, const std::string& src) const override {
+    model_.add_head_points(pts, src, name(), "codes", codes_,
+                           [this](const ModelData& data, const ModelHead& h, Index c) {
+                             return evaluate(head_row(data, h), data.load(h), c, std::uint64_t(h.seq));
+                           });
+  }
+  void generated_points(std::vector<Point>& pts, const std::string& src) const override {
+    for (Index c : codes_)
+      if (c <= n_)
+        add_seed_points(pts, seeds_, fmt::format("source={} codes={} n={} d={}", src, c, n_, d_),
+                        [=](std::uint64_t s) { return run(src, c, s); });
+  }
   std::vector<Row> run(const std::string& src, Index c, std::uint64_t seed) const {
     return evaluate(source_row(src), generated(src, n_, d_, seed), c, seed);
   }
@@ -65,11 +53,9 @@ class VqExperiment final : public Experiment {
     return rows;
   }
 
-  Index n_ = 512, d_ = 64, seeds_ = 1;
+  Index n_ = 512, d_ = 64;
   std::vector<Index> codes_;
   std::vector<double> temps_;
-  std::vector<std::string> sources_;
-  ModelOptions model_;
 };
 
 }  // namespace

@@ -3,8 +3,11 @@
 // method_binding.cpp's Method class alike). Inline functions: module_threads() is one setting for the whole module.
 #pragma once
 
+#include "attnlab/analysis/evaluate.hpp"
 #include "attnlab/core/cancel.hpp"
 #include "attnlab/core/error.hpp"
+#include "attnlab/core/method.hpp"
+#include "attnlab/core/options.hpp"
 
 #include <omp.h>
 #include <Eigen/Core>
@@ -15,6 +18,7 @@
 #include "attnlab/core/types.hpp"
 
 #include <csignal>
+#include <string>
 #include <thread>
 
 namespace attnlab_python {
@@ -121,6 +125,85 @@ inline bool is_f32(const pybind11::handle& q) {
   if (a.dtype().is(pybind11::dtype::of<float>())) return true;
   if (a.dtype().is(pybind11::dtype::of<double>())) return false;
   throw attnlab::Error(fmt::format("q: dtype {} is not supported; give float32 or float64 arrays", dtype_str(a)));
+}
+
+/// `name` as h matrices of T, read in place when C-contiguous, refused when empty or (check_finite) with NaN or
+/// infinities; `ref` says where T comes from in the message of a dtype mismatch (Q's; the fit's, for V and X).
+template <typename T>
+Heads<T> heads_of(const pybind11::handle& obj, const char* name, const char* ref = "q's", bool check_finite = true) {
+  namespace py = pybind11;
+  using attnlab::Error;
+  using attnlab::Index;
+  py::array a = as_array(obj, name);
+  if (!a.dtype().is(py::dtype::of<T>()))
+    throw Error(fmt::format("{}: dtype {} differs from {} {}; give Q, K, V one dtype (float32 or float64)", name,
+                            dtype_str(a), ref, attnlab::dtype_name(attnlab::dtype_of<T>())));
+  if (a.ndim() != 2 && a.ndim() != 3)
+    throw Error(fmt::format("{}: expected (n, d) or (heads, n, d), got {} dimensions", name, a.ndim()));
+  Heads<T> h;
+  // array_t<T, c_style> would copy silently; the contiguity is decided here, and a copy happens only when needed.
+  if (a.flags() & py::array::c_style) h.array = py::reinterpret_borrow<py::array_t<T>>(a);
+  else h.array = py::array_t<T, py::array::c_style>::ensure(a);
+  h.batched = a.ndim() == 3;
+  h.heads = h.batched ? Index(a.shape(0)) : 1;
+  h.rows = Index(a.shape(a.ndim() - 2));
+  h.cols = Index(a.shape(a.ndim() - 1));
+  h.data = h.array.data();
+  if (h.rows < 1 || h.cols < 1 || h.heads < 1)
+    throw Error(fmt::format("{}: empty array (shape {})", name, py::str(a.attr("shape")).cast<std::string>()));
+  if (check_finite) {
+    const Eigen::Map<const attnlab::VectorX<T>> all(h.data, h.heads * h.rows * h.cols);
+    if (!attnlab::all_finite(all)) throw Error(fmt::format("{}: has NaN or infinite values", name));
+  }
+  return h;
+}
+
+/// A new (h, rows, cols) or (rows, cols) array.
+template <typename T>
+pybind11::array_t<T> new_array(bool batched, attnlab::Index heads, attnlab::Index rows, attnlab::Index cols) {
+  using pybind11::ssize_t;
+  if (batched) return pybind11::array_t<T>({ssize_t(heads), ssize_t(rows), ssize_t(cols)});
+  return pybind11::array_t<T>({ssize_t(rows), ssize_t(cols)});
+}
+
+/// What an output check names: `what`, with its head after a (heads, n, d) call.
+inline std::string head_label(const std::string& what, bool batched, attnlab::Index h) {
+  return batched ? fmt::format("{} (head {})", what, h) : what;
+}
+
+// ---- one call of a method on every head ---------------------------------------------------------------------
+
+/// `method` fitted on each head's Q and K in turn with `opts` (the fit not kept: memory holds one head's work), its
+/// output P̃·V — and with `matrix` P̃ itself — checked finite and written into new arrays: the output, or
+/// (output, P̃). The one loop of module.cpp's apply() and of Method's call when it keeps no fit (attnlab.apply).
+template <typename T>
+pybind11::object apply_heads(attnlab::Method<T>& method, const Heads<T>& q, const Heads<T>& k, const Heads<T>& v,
+                             const attnlab::AttentionOptions& opts, bool matrix) {
+  using attnlab::Index;
+  using attnlab::MatrixR;
+  pybind11::array_t<T> out = new_array<T>(q.batched, q.heads, q.rows, v.cols);
+  pybind11::array_t<T> p;
+  if (matrix) p = new_array<T>(q.batched, q.heads, q.rows, k.rows);
+  T* out_data = out.mutable_data();  // taken while the GIL is held
+  T* p_data = matrix ? p.mutable_data() : nullptr;
+  run_released([&] {
+    for (Index h = 0; h < q.heads; ++h) {
+      attnlab::throw_if_cancelled();
+      method.compute(q.head(h), k.head(h), opts);
+      // A numerical failure (e.g. float64 inputs of 1e300 overflow the scores) is an error, never a silent NaN:
+      // the command refuses it the same way.
+      const MatrixR<T> o = method.output(v.head(h));
+      attnlab::require_finite_output(o, head_label(fmt::format("the output of {}", method.spec()), q.batched, h));
+      Eigen::Map<MatrixR<T>>(out_data + h * q.rows * v.cols, q.rows, v.cols) = o;
+      if (matrix) {
+        const MatrixR<T> ph = method.matrix();
+        attnlab::require_finite_output(ph, head_label(fmt::format("the matrix of {}", method.spec()), q.batched, h));
+        Eigen::Map<MatrixR<T>>(p_data + h * q.rows * k.rows, q.rows, k.rows) = ph;
+      }
+    }
+  });
+  if (matrix) return pybind11::make_tuple(out, p);
+  return std::move(out);
 }
 
 }  // namespace attnlab_python

@@ -47,31 +47,7 @@ using namespace attnlab_python;  // common.hpp: run_released, the array readers
 
 namespace {
 
-// ---- arrays (common.hpp's readers; heads_of with the fit's dtype message) -----------------------------------------------
-
-/// `name` as h matrices of T; `ref` says where T comes from in the message of a dtype mismatch.
-template <typename T>
-Heads<T> heads_of(const py::handle& obj, const char* name, const char* ref = "q's") {
-  py::array a = as_array(obj, name);
-  if (!a.dtype().is(py::dtype::of<T>()))
-    throw Error(fmt::format("{}: dtype {} differs from {} {}; give Q, K, V one dtype (float32 or float64)", name,
-                            dtype_str(a), ref, dtype_name(dtype_of<T>())));
-  if (a.ndim() != 2 && a.ndim() != 3)
-    throw Error(fmt::format("{}: expected (n, d) or (heads, n, d), got {} dimensions", name, a.ndim()));
-  Heads<T> h;
-  if (a.flags() & py::array::c_style) h.array = py::reinterpret_borrow<py::array_t<T>>(a);
-  else h.array = py::array_t<T, py::array::c_style>::ensure(a);
-  h.batched = a.ndim() == 3;
-  h.heads = h.batched ? Index(a.shape(0)) : 1;
-  h.rows = Index(a.shape(a.ndim() - 2));
-  h.cols = Index(a.shape(a.ndim() - 1));
-  h.data = h.array.data();
-  if (h.rows < 1 || h.cols < 1 || h.heads < 1)
-    throw Error(fmt::format("{}: empty array (shape {})", name, py::str(a.attr("shape")).cast<std::string>()));
-  const Eigen::Map<const VectorX<T>> all(h.data, h.heads * h.rows * h.cols);
-  if (!all_finite(all)) throw Error(fmt::format("{}: has NaN or infinite values", name));
-  return h;
-}
+// ---- arrays (common.hpp's readers: heads_of, new_array, head_label) --------------------------------------------
 
 /// Q and K (and V when given) agree: the same layout and heads, Q's and K's d, one row of V per key.
 template <typename T>
@@ -83,17 +59,6 @@ void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
   if (q.cols != k.cols) throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
   if (v && v->rows != k.rows)
     throw Error(fmt::format("k, v: different lengths (k has {} rows, v has {})", k.rows, v->rows));
-}
-
-/// A new (h, rows, cols) or (rows, cols) array.
-template <typename T>
-py::array_t<T> new_array(bool batched, Index heads, Index rows, Index cols) {
-  if (batched) return py::array_t<T>({py::ssize_t(heads), py::ssize_t(rows), py::ssize_t(cols)});
-  return py::array_t<T>({py::ssize_t(rows), py::ssize_t(cols)});
-}
-
-std::string head_label(const std::string& what, bool batched, Index h) {
-  return batched ? fmt::format("{} (head {})", what, h) : what;
 }
 
 std::string shape_str(bool batched, Index heads, Index rows, Index cols) {
@@ -479,27 +444,7 @@ class PyMethod {
     }
     auto method = make_method<T>(text_, seed_);
     precheck<T>(*method, q, k, v.cols, 1);
-    py::array_t<T> out = new_array<T>(q.batched, q.heads, q.rows, v.cols);
-    py::array_t<T> p;
-    if (matrix) p = new_array<T>(q.batched, q.heads, q.rows, k.rows);
-    T* out_data = out.mutable_data();
-    T* p_data = matrix ? p.mutable_data() : nullptr;
-    run_released([&] {
-      for (Index h = 0; h < q.heads; ++h) {
-        throw_if_cancelled();
-        method->compute(q.head(h), k.head(h), opts_);
-        const MatrixR<T> o = method->output(v.head(h));
-        require_finite_output(o, head_label(fmt::format("the output of {}", method->spec()), q.batched, h));
-        Eigen::Map<MatrixR<T>>(out_data + h * q.rows * v.cols, q.rows, v.cols) = o;
-        if (matrix) {
-          const MatrixR<T> ph = method->matrix();
-          require_finite_output(ph, head_label(fmt::format("the matrix of {}", method->spec()), q.batched, h));
-          Eigen::Map<MatrixR<T>>(p_data + h * q.rows * k.rows, q.rows, k.rows) = ph;
-        }
-      }
-    });
-    if (matrix) return py::make_tuple(out, p);
-    return std::move(out);
+    return apply_heads<T>(*method, q, k, v, opts_, matrix);
   }
 
   std::string text_;  // the spec as given, keyword parameters added

@@ -47,31 +47,7 @@ namespace {
 
 // ---- arrays -------------------------------------------------------------------------------------------------
 
-template <typename T>
-Heads<T> heads_of(const py::handle& obj, const char* name, bool check_finite = true) {
-  py::array a = as_array(obj, name);
-  if (!a.dtype().is(py::dtype::of<T>()))
-    throw Error(fmt::format("{}: dtype {} differs from q's {}; give Q, K, V one dtype (float32 or float64)", name,
-                            dtype_str(a), dtype_name(dtype_of<T>())));
-  if (a.ndim() != 2 && a.ndim() != 3)
-    throw Error(fmt::format("{}: expected (n, d) or (heads, n, d), got {} dimensions", name, a.ndim()));
-  Heads<T> h;
-  // array_t<T, c_style> would copy silently; the contiguity is decided here, and a copy happens only when needed.
-  if (a.flags() & py::array::c_style) h.array = py::reinterpret_borrow<py::array_t<T>>(a);
-  else h.array = py::array_t<T, py::array::c_style>::ensure(a);
-  h.batched = a.ndim() == 3;
-  h.heads = h.batched ? Index(a.shape(0)) : 1;
-  h.rows = Index(a.shape(a.ndim() - 2));
-  h.cols = Index(a.shape(a.ndim() - 1));
-  h.data = h.array.data();
-  if (h.rows < 1 || h.cols < 1 || h.heads < 1)
-    throw Error(fmt::format("{}: empty array (shape {})", name, py::str(a.attr("shape")).cast<std::string>()));
-  if (check_finite) {
-    const Eigen::Map<const VectorX<T>> all(h.data, h.heads * h.rows * h.cols);
-    if (!all_finite(all)) throw Error(fmt::format("{}: has NaN or infinite values", name));
-  }
-  return h;
-}
+// heads_of, new_array and head_label: common.hpp.
 
 template <typename T>
 void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
@@ -82,27 +58,11 @@ void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
     throw Error(fmt::format("k, v: different lengths (k has {} rows, v has {})", k.rows, v->rows));
 }
 
-/// A new (h, rows, cols) or (rows, cols) array.
-template <typename T>
-py::array_t<T> new_array(bool batched, Index heads, Index rows, Index cols) {
-  if (batched) return py::array_t<T>({py::ssize_t(heads), py::ssize_t(rows), py::ssize_t(cols)});
-  return py::array_t<T>({py::ssize_t(rows), py::ssize_t(cols)});
-}
-
-template <typename T>
-Eigen::Map<MatrixR<T>> head_of(py::array_t<T>& a, Index h, Index rows, Index cols) {
-  return {a.mutable_data() + h * rows * cols, rows, cols};
-}
-
 AttentionOptions attention_options(bool causal, const std::optional<double>& scale) {
   AttentionOptions o;
   o.causal = causal;
   o.scale = scale ? *scale : std::numeric_limits<double>::quiet_NaN();
   return o;
-}
-
-std::string head_label(const char* what, bool batched, Index h) {
-  return batched ? fmt::format("{} (head {})", what, h) : std::string(what);
 }
 
 // ---- methods() ----------------------------------------------------------------------------------------------
@@ -149,28 +109,7 @@ py::object apply_t(const std::string& spec, const py::handle& qo, const py::hand
   auto method = causal_checked<T>(spec, seed, causal);
   const Heads<T> q = heads_of<T>(qo, "q"), k = heads_of<T>(ko, "k"), v = heads_of<T>(vo, "v");
   check_qkv(q, k, &v);
-  const AttentionOptions opts = attention_options(causal, scale);
-  py::array_t<T> out = new_array<T>(q.batched, q.heads, q.rows, v.cols);
-  py::array_t<T> p;
-  if (matrix) p = new_array<T>(q.batched, q.heads, q.rows, k.rows);
-  run_released([&] {
-    for (Index h = 0; h < q.heads; ++h) {
-      throw_if_cancelled();
-      method->compute(q.head(h), k.head(h), opts);
-      // A numerical failure (e.g. float64 inputs of 1e300 overflow the scores) is an error, never a silent NaN:
-      // the command refuses it the same way.
-      const MatrixR<T> o = method->output(v.head(h));
-      require_finite_output(o, head_label(fmt::format("the output of {}", method->spec()).c_str(), q.batched, h));
-      head_of(out, h, q.rows, v.cols) = o;
-      if (matrix) {
-        const MatrixR<T> ph = method->matrix();
-        require_finite_output(ph, head_label(fmt::format("the matrix of {}", method->spec()).c_str(), q.batched, h));
-        head_of(p, h, q.rows, k.rows) = ph;
-      }
-    }
-  });
-  if (matrix) return py::make_tuple(out, p);
-  return std::move(out);
+  return apply_heads<T>(*method, q, k, v, attention_options(causal, scale), matrix);
 }
 
 // ---- compare() ----------------------------------------------------------------------------------------------
@@ -501,8 +440,8 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "_data_address",
       [](const py::handle& a) -> std::uintptr_t {
-        return is_f32(a) ? std::uintptr_t(heads_of<float>(a, "q", false).data)
-                         : std::uintptr_t(heads_of<double>(a, "q", false).data);
+        return is_f32(a) ? std::uintptr_t(heads_of<float>(a, "q", "q's", false).data)
+                         : std::uintptr_t(heads_of<double>(a, "q", "q's", false).data);
       },
       py::arg("a"));
   // For the tests: the OpenMP setting of the calling thread (PyTorch's, when it has set one), which calls leave as

@@ -22,6 +22,13 @@ std::vector<std::string> names(const std::vector<std::pair<std::string, double>>
   return v;
 }
 
+/// The causal mask, at the default scale.
+AttentionOptions causal_mask() {
+  AttentionOptions o;
+  o.causal = true;
+  return o;
+}
+
 TEST(Evaluate, ErrorsMatchTheDefinitions) {
   const Index n = 96, d = 8;
   const MatrixR<double> q = randn<double>(n, d, 1), k = randn<double>(n, d, 2), v = randn<double>(n, 5, 3);
@@ -48,9 +55,7 @@ TEST(Evaluate, ErrorsMatchTheDefinitions) {
 
 TEST(Evaluate, ExactAgainstItselfIsExactAndTheRowsHaveOneOrder) {
   const MatrixR<float> q = randn<float>(64, 8, 4), k = randn<float>(80, 8, 5), v = randn<float>(80, 3, 6);
-  AttentionOptions causal;
-  causal.causal = true;
-  const Reference<float> ref(q, k, v, causal);
+  const Reference<float> ref(q, k, v, causal_mask());
   auto exact = make_method<float>("exact");
   EvaluateOptions eo;
   eo.spectral = false;
@@ -103,9 +108,7 @@ TEST(Evaluate, CompareIsEvaluateWithTheHarnessCost) {
 
 TEST(Evaluate, RefusesWhatCannotBeEvaluated) {
   const MatrixR<double> q = randn<double>(32, 4, 10), k = randn<double>(32, 4, 11), v = randn<double>(32, 2, 12);
-  AttentionOptions causal;
-  causal.causal = true;
-  const Reference<double> ref(q, k, v, causal);
+  const Reference<double> ref(q, k, v, causal_mask());
   auto ny = make_method<double>("nystrom:landmarks=4");
   EXPECT_THROW(evaluate<double>(*ny, ref), Error);  // a causal mask Nyström cannot honour
   // An overflowing reference is the inputs' fault, said before any method runs.

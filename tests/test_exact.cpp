@@ -51,6 +51,21 @@ struct Case {
   }
 };
 
+/// A case's Q and K (drawn with seeds `seed` and `seed` + 1), its options and exact P materialized.
+template <typename T>
+struct CaseMatrix {
+  MatrixR<T> q, k;
+  AttentionOptions o;
+  MatrixR<T> p;
+};
+
+template <typename T>
+CaseMatrix<T> case_matrix(const Case& c, std::uint64_t seed) {
+  CaseMatrix<T> m{randn<T>(c.nq, c.d, seed), randn<T>(c.nk, c.d, seed + 1), c.options(), {}};
+  m.p = exact_matrix<T>(m.q, m.k, m.o);
+  return m;
+}
+
 const std::vector<Case> kCases = {
     {37, 37, 8, 5, false, 1},   {37, 37, 8, 5, true, 1},    {50, 83, 16, 7, false, 1}, {50, 83, 16, 7, true, 1},
     {300, 300, 32, 16, true, 1}, {300, 270, 32, 16, false, 1}, {64, 64, 16, 16, false, 100},
@@ -60,9 +75,7 @@ const std::vector<Case> kCases = {
 TYPED_TEST(ExactTest, MaterializedMatchesDefinition) {
   using T = TypeParam;
   for (const auto& c : kCases) {
-    const MatrixR<T> q = randn<T>(c.nq, c.d, 1), k = randn<T>(c.nk, c.d, 2);
-    const AttentionOptions o = c.options();
-    const MatrixR<T> p = exact_matrix<T>(q, k, o);
+    const auto [q, k, o, p] = case_matrix<T>(c, 1);
     const MatrixR<double> ref = naive_attention(q, k, o.scale, c.causal);
     // With logits ×100 the rounding of each logit, ~eps·|s|·Σ|q_c k_c| ≈ eps·100·√d, moves P by as much
     // (about 2e-5 in float32 at d = 16): the tolerance grows by 10 for those cases.
@@ -94,9 +107,7 @@ TYPED_TEST(ExactTest, StreamingMatchesMaterialized) {
 TYPED_TEST(ExactTest, OperatorReproducesMatrix) {
   using T = TypeParam;
   for (const auto& c : kCases) {
-    const MatrixR<T> q = randn<T>(c.nq, c.d, 6), k = randn<T>(c.nk, c.d, 7);
-    const AttentionOptions o = c.options();
-    const MatrixR<T> p = exact_matrix<T>(q, k, o);
+    const auto [q, k, o, p] = case_matrix<T>(c, 6);
     const ExactOperator<T> op(q, k, o, 16);
     // Two float computations of P (the materialized path and the operator's tiles) differ by rounding that grows
     // with the logits' magnitude and depends on the CPU's summation order: the tolerance is the derived worst-case

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <tuple>
 
 namespace attnlab {
@@ -19,6 +20,18 @@ using AllOptions = RegisteredMethodOptions;
 template <typename F>
 void each_options(F&& f) {
   std::apply([&](auto... o) { (f(o), ...); }, AllOptions{});
+}
+
+/// Building the typed method M from `options`, whose `param` the caller set out of range, is refused with the
+/// registry's message, which names the parameter.
+template <typename M, typename O>
+void expect_refused(const O& options, const std::string& param) {
+  try {
+    M m(options);
+    FAIL() << "out-of-range " << param << " accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << e.what();
+  }
 }
 
 TEST(Typed, EveryOptionsStructIsItsMethodsOneDeclaration) {
@@ -110,20 +123,10 @@ TEST(Typed, SameOutputAsTheSpecAndTheSameErrors) {
   // Out-of-range options are refused with the registry's message.
   NystromOptions bad;
   bad.landmarks = 0;
-  try {
-    NystromMethod<double> n(bad);
-    FAIL() << "landmarks = 0 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("landmarks"), std::string::npos) << e.what();
-  }
+  expect_refused<NystromMethod<double>>(bad, "landmarks");
   PerformerOptions po;
   po.features = 0;
-  try {
-    PerformerMethod<double> p(po);
-    FAIL() << "features = 0 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("features"), std::string::npos) << e.what();
-  }
+  expect_refused<PerformerMethod<double>>(po, "features");
 }
 
 }  // namespace

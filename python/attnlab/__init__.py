@@ -360,6 +360,11 @@ def _option(name, x):
     raise ValueError(f"{name} must be a number, True/False or a string (a parameter of the method), got {_show(x)}")
 
 
+def _core_attribute(name, doc):
+    """A read-only property of Method: the compiled method's attribute `name` (attnlab._core.Method), with `doc`."""
+    return property(lambda self: getattr(self._m, name), doc=doc)
+
+
 class Method:
     """One attention method, built once from its spec, fitted once on (Q, K), then applied to many V.
 
@@ -408,43 +413,30 @@ class Method:
 
     # ---- what it is --------------------------------------------------------------------------------------------
 
-    @property
-    def spec(self):
-        """The canonical spec, every parameter written out (defaults and the seed included): replays this method."""
-        return self._m.spec
+    spec = _core_attribute(
+        "spec",
+        "The canonical spec, every parameter written out (defaults and the seed included): replays this method.")
 
-    @property
-    def name(self):
-        """The method's name ('nystrom', ...)."""
-        return self._m.name
+    name = _core_attribute("name", "The method's name ('nystrom', ...).")
 
-    @property
-    def causal(self):
-        """Whether the causal mask is applied (the constructor's causal=)."""
-        return self._m.causal
+    causal = _core_attribute("causal", "Whether the causal mask is applied (the constructor's causal=).")
 
-    @property
-    def scale(self):
-        """The logit scale given to the constructor, or None for the default 1/sqrt(d)."""
-        return self._m.scale
+    scale = _core_attribute("scale", "The logit scale given to the constructor, or None for the default 1/sqrt(d).")
 
-    @property
-    def supports_causal(self):
-        """Whether this method (with these parameters) can honour a causal mask."""
-        return self._m.supports_causal
+    supports_causal = _core_attribute(
+        "supports_causal",
+        "Whether this method (with these parameters) can honour a causal mask.")
 
-    @property
-    def lookahead(self):
+    lookahead = _core_attribute(
+        "lookahead",
         """State fitted on all keys before the attention (VQ's codebook, by k-means on every key), described; ''
-        when there is none. With causal=True the attention given that state is causal; the state is not."""
-        return self._m.lookahead
+        when there is none. With causal=True the attention given that state is causal; the state is not.""")
 
     # ---- the fit -----------------------------------------------------------------------------------------------
 
-    @property
-    def fitted(self):
-        """True once fit(q, k) (or a call m(q, k, v)) has succeeded; a failed fit leaves the method unfitted."""
-        return self._m.fitted
+    fitted = _core_attribute(
+        "fitted",
+        "True once fit(q, k) (or a call m(q, k, v)) has succeeded; a failed fit leaves the method unfitted.")
 
     @property
     def dtype(self):
@@ -478,23 +470,20 @@ class Method:
             return None
         return (n_q, n_k) if h is None else (h, n_q, n_k)
 
-    @property
-    def diagnostics(self):
+    diagnostics = _core_attribute(
+        "diagnostics",
         """The method's own numbers, name -> float (Nyström's pinv_residual ‖I − AZ‖_F, ...; {} for methods that
-        have none); after a (heads, n, d) fit, a list of such dicts, one per head. Needs fit()."""
-        return self._m.diagnostics
+        have none); after a (heads, n, d) fit, a list of such dicts, one per head. Needs fit().""")
 
-    @property
-    def rank_bound(self):
+    rank_bound = _core_attribute(
+        "rank_bound",
         """An upper bound on rank(P̃) (landmarks, features, ...; the largest over heads), or None when the method
-        is not rank-limited. Needs fit()."""
-        return self._m.rank_bound
+        is not rank-limited. Needs fit().""")
 
-    @property
-    def status(self):
+    status = _core_attribute(
+        "status",
         """'success', or what went wrong in the fit without an error (an inner iteration that did not converge,
-        a numerical issue), with the heads it happened on. Needs fit()."""
-        return self._m.status
+        a numerical issue), with the heads it happened on. Needs fit().""")
 
     def fit(self, q, k, *, dtype=None):
         """Fits the method on Q (n_q, d) and K (n_k, d) — or (heads, n, d) each, one fit per head — and returns
@@ -512,7 +501,9 @@ class Method:
 
     # ---- the fitted method -------------------------------------------------------------------------------------
 
-    def _operand(self, x, name, what):
+    def _on_operand(self, x, name, what, call):
+        """call(x) on the fitted method, x checked first: fitted, x in the fitted dtype; a 1-D x after an (n, d) fit
+        is one column, and the result is then 1-D too."""
         if not self._m.fitted:
             raise ValueError(f"{what}: the method is not fitted; call fit(q, k) first")
         a = _array(x, name)
@@ -521,28 +512,23 @@ class Method:
             raise ValueError(f"{what}: {name} is {a.dtype} but the method was fitted in {dt}; pass "
                              f"{name}.astype('{dt}'), or fit on {a.dtype} q and k")
         vector = a.ndim == 1 and self.heads is None
-        return (a[:, None] if vector else a), vector
+        out = call(a[:, None] if vector else a)
+        return out[:, 0] if vector else out
 
     def output(self, v):
         """The output for values V: P̃·V by the method's fast path, (n_q, d_v) from V (n_k, d_v) — (heads, n_q,
         d_v) after a batched fit — in the fitted dtype. V needs n_k rows and the fitted dtype. Needs fit()."""
-        v, vector = self._operand(v, "v", "output(v)")
-        out = self._m.output(v)
-        return out[:, 0] if vector else out
+        return self._on_operand(v, "v", "output(v)", self._m.output)
 
     def apply(self, x):
         """P̃·X for X (n_k, b) — or (heads, n_k, b) — through the method's operator, never forming P̃: equal to
         output(x) up to rounding (output may take a faster path). Needs fit()."""
-        x, vector = self._operand(x, "x", "apply(x)")
-        out = self._m.apply(x, False)
-        return out[:, 0] if vector else out
+        return self._on_operand(x, "x", "apply(x)", lambda a: self._m.apply(a, False))
 
     def apply_transpose(self, x):
         """P̃ᵀ·X for X (n_q, b) — or (heads, n_q, b) — through the method's operator, never forming P̃: with
         apply(), what iterative solvers (svds, LSQR) need. Needs fit()."""
-        x, vector = self._operand(x, "x", "apply_transpose(x)")
-        out = self._m.apply(x, True)
-        return out[:, 0] if vector else out
+        return self._on_operand(x, "x", "apply_transpose(x)", lambda a: self._m.apply(a, True))
 
     def matrix(self):
         """P̃ materialized, (n_q, n_k) — or (heads, n_q, n_k) — in the fitted dtype: for small problems; refused

@@ -4,9 +4,6 @@ Run by ctest (python.module) with PYTHONPATH=build/python and Debian's pytest.
 """
 import csv
 import os
-import signal
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -175,50 +172,29 @@ def test_generate_is_seeded_and_typed():
     assert "gaussian" in attnlab.sources()
 
 
-def test_gil_released_during_a_long_call():
+def test_gil_released_during_a_long_call(ticking):
     q, k, v = attnlab.generate("gaussian", 3000, 64)
-    ticks = []
-    stop = threading.Event()
-
-    def tick():
-        while not stop.is_set():
-            ticks.append(1)
-            time.sleep(0.001)
-
-    t = threading.Thread(target=tick)
-    t.start()
-    try:
+    with ticking() as ticks:
         before = len(ticks)
         attnlab.spectrum(q, k, top=8)  # seconds of C++ work
         during = len(ticks) - before
-    finally:
-        stop.set()
-        t.join()
     assert during >= 5, "the other thread did not run: the GIL was held"
 
 
-def test_ctrl_c_interrupts_a_long_call():
+def test_ctrl_c_interrupts_a_long_call(ctrl_c):
     q, k, v = attnlab.generate("gaussian", 6000, 64, seed=1)
-    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    start = time.monotonic()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
+    with ctrl_c(within=20):  # and Python's own handler is back afterwards
         for _ in range(200):  # far longer than the timer, uninterrupted
             attnlab.spectrum(q, k, top=32, tol=1e-12)
-    assert time.monotonic() - start < 20
-    # The module works again afterwards, and Python's own handler is back.
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # The module works again afterwards.
     assert attnlab.apply("exact", q[:10], k[:10], v[:10]).shape == (10, 64)
 
 
-def test_ctrl_c_interrupts_the_timed_calls_of_compare():
+def test_ctrl_c_interrupts_the_timed_calls_of_compare(ctrl_c):
     # Inside the cost harness an interruption is a refused cost; it must still reach Python as KeyboardInterrupt.
     q, k, v = attnlab.generate("gaussian", 2000, 32, seed=1)
-    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
+    with ctrl_c():
         attnlab.compare(q, k, v, "nystrom:landmarks=16", matrix_metrics="off", repeats=100000)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_report_writes_html_csv_and_summary(tmp_path, qkv):

@@ -1,8 +1,11 @@
-"""Tiny harness shared by the script tests: run the attnlab command, record checks, print a summary."""
+"""Tiny harness shared by the script tests that run the attnlab command: the command, a scratch directory, and
+checks.py's record of checks."""
 import os
 import subprocess
 import sys
 import tempfile
+
+from checks import Checks  # noqa: F401  (the tests import it from here)
 
 try:
     import numpy as np  # noqa: F401
@@ -20,20 +23,3 @@ def path(name):
 
 def run(*args, timeout=300):
     return subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-
-    def check(self, ok, what):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed.append(what)
-            print(f"FAIL: {what}", flush=True)
-
-    def finish(self):
-        print(f"{self.passed} passed, {len(self.failed)} failed")
-        sys.exit(1 if self.failed else 0)

@@ -14,27 +14,19 @@ Needs Debian's python3-matplotlib and python3-pandas; no attnlab build.
 """
 import os
 import shutil
-import sys
 import tempfile
 
 import numpy as np
 import pandas as pd
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from checks import ROOT, Checks, import_tools
+
+import_tools()
 import plot  # noqa: E402
 from figures import common, data  # noqa: E402
 
-failed, passed = [], 0
-
-
-def check(ok, what):
-    global passed
-    if ok:
-        passed += 1
-    else:
-        failed.append(what)
-        print("FAIL:", what, flush=True)
+c = Checks()
+check = c.check
 
 
 # Every figure passes through common.save: keep a record of what each one holds before it is closed.
@@ -244,5 +236,4 @@ try:
 except SystemExit as e:
     check("schema 1" in str(e) and "tools/migrate_results.py" in str(e), f"schema 1 refused with the hint: {e}")
 shutil.rmtree(tmp)
-print(f"{passed} passed, {len(failed)} failed")
-sys.exit(1 if failed else 0)
+c.finish()

@@ -14,21 +14,14 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-failed, passed = [], 0
+from checks import ROOT, TOOLS, Checks, import_tools
+
+import_tools()
+c = Checks()
+check = c.check
 
 
-def check(ok, what):
-    global passed
-    if ok:
-        passed += 1
-    else:
-        failed.append(what)
-        print("FAIL:", what, flush=True)
-
-
-r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "findings.py"), "--check"], capture_output=True,
+r = subprocess.run([sys.executable, os.path.join(TOOLS, "findings.py"), "--check"], capture_output=True,
                    text=True, timeout=300)
 check(r.returncode == 0, f"README, notebooks and findings.md quote what the CSVs give: {r.stderr[-2000:]}")
 print(r.stdout.strip())
@@ -112,5 +105,4 @@ check(size <= 5_000_000, f"committed results/ without paper/ is {size / 1e6:.2f}
 plain = [f for f in os.listdir(os.path.join(ROOT, "results")) if f.endswith(".csv") and f not in ("compare_default.csv", "timings.csv")]
 check(not plain, f"experiment CSVs are compressed: {plain}")
 print(f"results/ holds {size / 1e6:.2f} MB, results/paper/ {paper_size / 1e6:.2f} MB")
-print(f"{passed} passed, {len(failed)} failed")
-sys.exit(1 if failed else 0)
+c.finish()

@@ -12,21 +12,13 @@ import sys
 import tempfile
 import zlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOLS = os.path.join(ROOT, "tools")
-sys.path.insert(0, TOOLS)
+from checks import TOOLS, Checks, import_tools
+
+import_tools()
 import migrate_results  # noqa: E402
 
-passed, failed = 0, []
-
-
-def check(ok, what):
-    global passed
-    if ok:
-        passed += 1
-    else:
-        failed.append(what)
-        print(f"FAIL: {what}", flush=True)
+c = Checks()
+check = c.check
 
 
 def tool(name, *args):
@@ -149,5 +141,4 @@ r = tool("migrate_results.py", os.path.join(tmp, "absent.csv"))
 check(r.returncode != 0 and "no such file" in r.stderr, f"missing file: {r.stderr}")
 
 shutil.rmtree(tmp)
-print(f"{passed} passed, {len(failed)} failed")
-sys.exit(1 if failed else 0)
+c.finish()

@@ -15,18 +15,10 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-TOOLS = os.path.join(ROOT, "tools")
-failed, passed = [], 0
+from checks import ROOT, TOOLS, Checks
 
-
-def check(ok, what):
-    global passed
-    if ok:
-        passed += 1
-    else:
-        failed.append(what)
-        print("FAIL:", what, flush=True)
+c = Checks()
+check = c.check
 
 
 def modules(tools=TOOLS):
@@ -174,9 +166,8 @@ def main():
           f"findings.compute does not import matplotlib: rc {r.returncode}, {r.stdout.strip()} {r.stderr[-800:]}")
     print(r.stdout.strip())
 
-    print(f"{passed} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    c.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
