@@ -79,6 +79,37 @@ void performer_features_into(const ConstRef<T>& x, T scale, const ConstRef<T>& o
 }
 
 template <typename T>
+void performer_features_backward(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
+                                 const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx) {
+  RandomFeatures<T> r;
+  MatrixR<T> xs, proj;
+  performer_features_into<T>(x, scale, omega, kernel, r, xs, proj);  // the forward's features, recomputed
+  require(df.rows() == r.f.rows() && df.cols() == r.f.cols(), "performer backward: ∂L/∂f has the wrong shape");
+  require(dg.size() == 0 || dg.size() == x.rows(), "performer backward: one ∂L/∂g per row");
+  const Index m = omega.rows();
+  MatrixR<T> dp(x.rows(), m);  // ∂L/∂(x_s ωᵀ)
+  switch (kernel) {
+    case PerformerKernel::Positive:
+      dp = df.array() * r.f.array();
+      break;
+    case PerformerKernel::Hyperbolic:
+      dp = df.leftCols(m).array() * r.f.leftCols(m).array() - df.rightCols(m).array() * r.f.rightCols(m).array();
+      break;
+    case PerformerKernel::Trig:  // f = [sin p, cos p]
+      dp = df.leftCols(m).array() * r.f.rightCols(m).array() - df.rightCols(m).array() * r.f.leftCols(m).array();
+      break;
+  }
+  dx.resize(x.rows(), x.cols());
+  dx.noalias() = dp * omega;
+  if (dg.size() > 0) {
+    // d(±‖x_s‖²/2) = ±x_s: − for the positive and hyperbolic log-scales, + for trig's.
+    const T sign = kernel == PerformerKernel::Trig ? T(1) : T(-1);
+    dx.array() += sign * (xs.array().colwise() * dg.array());
+  }
+  dx *= scale;
+}
+
+template <typename T>
 RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& omega, PerformerKernel kernel) {
   RandomFeatures<T> out;
   MatrixR<T> xs, proj;
@@ -94,6 +125,12 @@ template RandomFeatures<float> performer_features<float>(const ConstRef<float>&,
                                                          PerformerKernel);
 template RandomFeatures<double> performer_features<double>(const ConstRef<double>&, const ConstRef<double>&,
                                                            PerformerKernel);
+template void performer_features_backward<float>(const ConstRef<float>&, float, const ConstRef<float>&,
+                                                 PerformerKernel, const ConstRef<float>&, const VectorX<float>&,
+                                                 MatrixR<float>&);
+template void performer_features_backward<double>(const ConstRef<double>&, double, const ConstRef<double>&,
+                                                  PerformerKernel, const ConstRef<double>&, const VectorX<double>&,
+                                                  MatrixR<double>&);
 template void performer_features_into<float>(const ConstRef<float>&, float, const ConstRef<float>&, PerformerKernel,
                                              RandomFeatures<float>&, MatrixR<float>&, MatrixR<float>&);
 template void performer_features_into<double>(const ConstRef<double>&, double, const ConstRef<double>&,

@@ -137,6 +137,19 @@ Qkv<double> ModelData::load(const ModelHead& h) const {
   return p;
 }
 
+bool ModelData::has_upstream(const ModelHead& h) const { return !files_ && fs::exists(file(h.seq, h.layer, "do")); }
+
+MatrixR<double> ModelData::upstream(const ModelHead& h) const {
+  require(has_upstream(h), fmt::format("{}: no upstream gradient in this export (re-export with a current "
+                                       "tools/trained_attention.py, which writes seq{{s}}_layer{{l}}_do.npy)",
+                                       files_ ? std::string("the user's files") : file(h.seq, h.layer, "do")));
+  const NpyArray a = NpyArray::read(file(h.seq, h.layer, "do"));
+  a.check_finite();
+  require(a.ndim() == 3 && a.heads() == heads_ && a.rows() == n_ && a.cols() == d_,
+          fmt::format("{}: expected ({}, {}, {})", a.path(), heads_, n_, d_));
+  return a.head_as<double>(h.head);
+}
+
 MatrixR<double> ModelData::model_attention(Index layer, Index head) const {
   if (files_) return {};
   const std::string path = file(0, layer, "attn");

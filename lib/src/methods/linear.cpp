@@ -9,7 +9,8 @@ MethodDescriptor LinearOptions::registry_entry() {
   return describe<LinearMethod, LinearOptions>(
       "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)",
       "Katharopoulos et al. 2020 (Transformers are RNNs) §3.2, φ(x) = elu(x) + 1; causal masking §3.3 (prefix sums)",
-      LinearOptions::causal_support());
+      LinearOptions::causal_support())
+      .with_backward(Backward::yes("nothing (exact; relu'(0) = 0); causal by reverse prefix sums"));
 }
 
 template <typename T>
@@ -21,6 +22,16 @@ void LinearMethod<T>::block_features(const ConstRef<T>& x, bool, const Attention
   // Eigen vectorizes the exp (a scalar std::exp per entry cost more than the whole attention at n = 4096).
   else f = (x.array().max(T(0)) + x.array().min(T(0)).exp()).matrix();
   g.resize(0);
+}
+
+template <typename T>
+void LinearMethod<T>::block_features_backward(const ConstRef<T>& x, bool, const AttentionOptions&,
+                                              const ConstRef<T>& df, const VectorX<T>&, MatrixR<T>& dx) const {
+  // d/dx (elu(x) + 1) = 1 for x > 0, e^x for x ≤ 0 (continuous at 0); d/dx relu(x) = [x > 0] (0 taken at 0).
+  if (this->o_.feature == LinearFeature::Relu)
+    dx = (x.array() > T(0)).select(df.array(), T(0)).matrix();
+  else
+    dx = (x.array() > T(0)).select(df.array(), df.array() * x.array().min(T(0)).exp()).matrix();
 }
 
 template class LinearMethod<float>;

@@ -19,7 +19,8 @@ MethodDescriptor PerformerOptions::registry_entry() {
   return describe<PerformerMethod, PerformerOptions>(
       "Performer / FAVOR+ random features estimating exp(s·qᵀk)",
       "Choromanski et al. 2021 (Performer) Lemma 1, eq. (7); Lemma 2 for the variances",
-      PerformerOptions::causal_support());
+      PerformerOptions::causal_support())
+      .with_backward(Backward::yes("ω held fixed (stabilizers cancel: exact otherwise); causal by reverse prefix sums"));
 }
 
 template <typename T>
@@ -48,6 +49,15 @@ void PerformerMethod<T>::block_features(const ConstRef<T>& x, bool keys, const A
   f.swap(sc.r.f);
   if (keys) g = sc.r.logscale;
   else g.resize(0);
+}
+
+template <typename T>
+void PerformerMethod<T>::block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts,
+                                                 const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx) const {
+  // The features of s^½·x as block_features makes them, differentiated with ω fixed (Choromanski et al. 2021 Lemma
+  // 1, eq. (7)). A query's log-scale is dropped by the forward (it cancels), so only a key's ∂L/∂g enters.
+  performer_features_backward<T>(x, T(std::sqrt(opts.scale)), omega_, this->o_.kernel, df,
+                                 keys ? dg : VectorX<T>(), dx);
 }
 
 template class PerformerMethod<float>;

@@ -19,7 +19,8 @@ namespace attnlab {
 MethodDescriptor ScatterbrainOptions::registry_entry() {
   return describe<ScatterbrainMethod, ScatterbrainOptions>(
       "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)",
-      "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1", Causal::refused("its Performer part mixes every position"));
+      "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1", Causal::refused("its Performer part mixes every position"))
+      .with_backward(Backward::yes("ω held fixed; the band's exact entries and the estimate off it, exact"));
 }
 
 /// For each block of 64 queries, the keys [lo, lo + bj) its bands span and the correction block
@@ -65,7 +66,8 @@ Status ScatterbrainMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>
   const ScatterbrainOptions& o = this->o_;
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq, w = o.window;
   Rng rng(o.seed);
-  const MatrixR<T> omega = performer_projection<T>(o.features, q.cols(), true, true, rng);
+  omega_ = performer_projection<T>(o.features, q.cols(), true, true, rng);
+  const MatrixR<T>& omega = omega_;
   const T root = T(std::sqrt(opts.scale));
   xq_ = q * root;
   xk_ = k * root;
@@ -124,6 +126,125 @@ const AttentionOperator<T>& ScatterbrainMethod<T>::do_op() const {
     op_.emplace(MatrixR<T>(arow.asDiagonal() * fq_.f), kscaled_, std::move(s));
   }
   return *op_;
+}
+
+template <typename T>
+Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  // Row i of Ã in its units e^{R_i} (a factor of the row, which cancels in P̃ = diag(Ã·1)⁻¹Ã, so R_i is held fixed):
+  //   Ã'_ij = F_iᵀκ_j off the band, e^{x_iᵀy_j − R_i} on it,   F_i = e^{lq_i + gk − R_i}·fq_i,  κ_j = e^{lk_j − gk}·fk_j,
+  // with F_im = e^{ω_mᵀx_i − ‖x_i‖²/2 − R_i + gk}/√M and κ_jm = e^{ω_mᵀy_j − ‖y_j‖²/2 − gk}/√M (Choromanski et al. 2021
+  // Lemma 1; the maxima of the stabilized features cancel, gk between F and κ). The VJP of O = P̃V (Chen et al. 2021
+  // §3): dÃ'_ij = B_ij = W̃_iᵀṼ_j with W̃_i = [dO_i, −dO_iᵀO_i]/den_i, Ṽ_j = [v_j, 1].
+  const Index nq = xq_.rows(), nk = xk_.rows(), d = xq_.cols(), dv = v.cols(), feats = fq_.f.cols();
+  const Index block = 64;
+  const MatrixR<T> out = do_output(v);
+  MatrixR<T> wt(nq, dv + 1), vt(nk, dv + 1);
+  wt.leftCols(dv) = den_.cwiseInverse().asDiagonal() * d_out;
+  wt.col(dv) = -((d_out.array() * out.array()).rowwise().sum() / den_.array());
+  vt.leftCols(dv) = v;
+  vt.col(dv).setOnes();
+  MatrixR<T> fr(nq, feats);
+  for (Index i = 0; i < nq; ++i) fr.row(i) = fq_.f.row(i) * est_scale(i);
+  // The estimate over every key (global sums), the band's share subtracted below: ∂L/∂F = B·κ, ∂L/∂κ = Bᵀ·F,
+  // and dV = P̃ᵀdO = κ·(Fᵀ dO/den) + the band's correction.
+  const MatrixR<T> s = kscaled_.transpose() * vt;  // M × (d_v + 1)
+  const MatrixR<T> r = fr.transpose() * wt;        // M × (d_v + 1)
+  MatrixR<T> dfr = wt * s.transpose();
+  MatrixR<T> dks = vt * r.transpose();
+  Gradients<T> g;
+  g.dv = kscaled_ * r.leftCols(dv);
+  MatrixR<T> dxq = MatrixR<T>::Zero(nq, d), dxk = MatrixR<T>::Zero(nk, d);
+  // Queries, by blocks of 64 (their bands' keys [lo, lo + bj), as band_blocks): the band's B removed from ∂L/∂F, and
+  // its exact entries' logit gradients B_ij·Ã'_ij into ∂L/∂x_i.
+  const Index qblocks = (nq + block - 1) / block;
+#pragma omp parallel
+  {
+    MatrixR<T> logits, bm;
+#pragma omp for schedule(static)
+    for (Index b = 0; b < qblocks; ++b) {
+      const Index i0 = b * block, bi = std::min(block, nq - i0);
+      const Index lo = std::max<Index>(0, i0 + off_ - w_);
+      const Index hi = std::min(nk - 1, i0 + bi - 1 + off_ + w_);
+      const Index bj = hi - lo + 1;
+      if (bj <= 0) continue;
+      logits.noalias() = xq_.middleRows(i0, bi) * xk_.middleRows(lo, bj).transpose();
+      bm.noalias() = wt.middleRows(i0, bi) * vt.middleRows(lo, bj).transpose();
+      for (Index rr = 0; rr < bi; ++rr) {
+        const Index i = i0 + rr, c = i + off_;
+        const Index first = std::max<Index>(0, c - w_) - lo, last = std::min(nk - 1, c + w_) - lo;
+        const Index len = std::max<Index>(0, last - first + 1);
+        auto lrow = logits.row(rr);
+        auto brow = bm.row(rr);
+        if (len == 0) {
+          lrow.setZero();
+          brow.setZero();
+          continue;
+        }
+        lrow.segment(first, len) =
+            ((lrow.segment(first, len).array() - ref_(i)).exp() * brow.segment(first, len).array()).matrix();
+        lrow.head(first).setZero();
+        lrow.tail(bj - last - 1).setZero();
+        brow.head(first).setZero();
+        brow.tail(bj - last - 1).setZero();
+      }
+      dfr.middleRows(i0, bi).noalias() -= bm * kscaled_.middleRows(lo, bj);
+      dxq.middleRows(i0, bi).noalias() += logits * xk_.middleRows(lo, bj);
+    }
+  }
+  // Keys, by blocks of 64: the queries whose band holds key j are i ∈ [j − off − W, j − off + W]. The band's B
+  // removed from ∂L/∂κ, its logit gradients into ∂L/∂y_j, and dV's correction (Ã'_ij − F_iᵀκ_j)·dO_i/den_i.
+  const Index kblocks = (nk + block - 1) / block;
+#pragma omp parallel
+  {
+    MatrixR<T> logits, bm, corr;
+#pragma omp for schedule(static)
+    for (Index b = 0; b < kblocks; ++b) {
+      const Index j0 = b * block, bj = std::min(block, nk - j0);
+      const Index qa = std::max<Index>(0, j0 - off_ - w_);
+      const Index qb = std::min(nq - 1, j0 + bj - 1 - off_ + w_);
+      const Index bq = qb - qa + 1;
+      if (bq <= 0) continue;
+      logits.noalias() = xk_.middleRows(j0, bj) * xq_.middleRows(qa, bq).transpose();
+      bm.noalias() = vt.middleRows(j0, bj) * wt.middleRows(qa, bq).transpose();
+      corr.noalias() = kscaled_.middleRows(j0, bj) * fr.middleRows(qa, bq).transpose();
+      for (Index t = 0; t < bj; ++t) {
+        const Index j = j0 + t;
+        const Index first = std::max<Index>(0, j - off_ - w_) - qa, last = std::min(nq - 1, j - off_ + w_) - qa;
+        const Index len = std::max<Index>(0, last - first + 1);
+        auto lrow = logits.row(t);
+        auto brow = bm.row(t);
+        auto crow = corr.row(t);
+        if (len == 0) {
+          lrow.setZero();
+          brow.setZero();
+          crow.setZero();
+          continue;
+        }
+        const Eigen::Array<T, 1, Eigen::Dynamic> e = (lrow.segment(first, len).array() - ref_.segment(qa + first, len).transpose().array()).exp();
+        crow.segment(first, len) = (e - crow.segment(first, len).array()).matrix();
+        lrow.segment(first, len) = (e * brow.segment(first, len).array()).matrix();
+        for (auto* row : {&lrow, &brow, &crow}) {
+          row->head(first).setZero();
+          row->tail(bq - last - 1).setZero();
+        }
+      }
+      dks.middleRows(j0, bj).noalias() -= bm * fr.middleRows(qa, bq);
+      dxk.middleRows(j0, bj).noalias() += logits * xq_.middleRows(qa, bq);
+      g.dv.middleRows(j0, bj).noalias() += corr * wt.middleRows(qa, bq).leftCols(dv);
+    }
+  }
+  // Through the features: ∂F_im/∂x_i = F_im(ω_m − x_i), ∂κ_jm/∂y_j = κ_jm(ω_m − y_j); then x = s^½q, y = s^½k.
+  const T root = T(std::sqrt(this->options().scale));
+  const MatrixR<T> pq = dfr.cwiseProduct(fr), pk = dks.cwiseProduct(kscaled_);
+  g.dq = pq * omega_;
+  g.dq -= VectorX<T>(pq.rowwise().sum()).asDiagonal() * xq_;
+  g.dq += dxq;
+  g.dq *= root;
+  g.dk = pk * omega_;
+  g.dk -= VectorX<T>(pk.rowwise().sum()).asDiagonal() * xk_;
+  g.dk += dxk;
+  g.dk *= root;
+  return g;
 }
 
 template class ScatterbrainMethod<float>;

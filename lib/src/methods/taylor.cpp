@@ -11,7 +11,8 @@ MethodDescriptor TaylorOptions::registry_entry() {
       "first-order Taylor attention, sim = 1 + cos(q, k)",
       "Su 2020, blog 'Exploring Linear Attention: Must Attention Have a Softmax?' "
       "(e^{qᵀk} ≈ 1 + qᵀk on normalized q, k)",
-      TaylorOptions::causal_support());
+      TaylorOptions::causal_support())
+      .with_backward(Backward::yes("nothing (exact, through x/‖x‖); causal by reverse prefix sums"));
 }
 
 template <typename T>
@@ -26,6 +27,24 @@ void TaylorMethod<T>::block_features(const ConstRef<T>& x, bool, const Attention
     else f.row(i).tail(x.cols()).setZero();  // a zero vector has no direction: sim = 1
   }
   g.resize(0);
+}
+
+template <typename T>
+void TaylorMethod<T>::block_features_backward(const ConstRef<T>& x, bool, const AttentionOptions&,
+                                              const ConstRef<T>& df, const VectorX<T>&, MatrixR<T>& dx) const {
+  // φ(x) = [1, u], u = x/‖x‖: the constant feature has no gradient; ∂u/∂x = (I − uuᵀ)/‖x‖ (symmetric), so
+  // dx = (du − (duᵀu)·u)/‖x‖. A zero row (φ = [1, 0], not differentiable there) gets 0.
+  dx.resize(x.rows(), x.cols());
+  for (Index i = 0; i < x.rows(); ++i) {
+    const T n = x.row(i).norm();
+    if (!(n > 0)) {
+      dx.row(i).setZero();
+      continue;
+    }
+    const auto du = df.row(i).tail(x.cols());
+    const Eigen::Matrix<T, 1, Eigen::Dynamic> u = x.row(i) / n;
+    dx.row(i) = (du - du.dot(u) * u) / n;
+  }
 }
 
 template class TaylorMethod<float>;

@@ -63,6 +63,7 @@ KernelOperator<T>::KernelOperator(FeatureMaps<T> f, bool causal, Index chunk)
     const VectorX<T> w = (g.array() - qmax_(0)).exp();
     f_.kf = w.asDiagonal() * f_.kf;
     f_.k_logscale.setConstant(qmax_(0));
+    kweight_ = w;
   }
   // Denominators Σ_j sim(q_i, k_j), and the magnitude Σ_j |terms| that guards them.
   const MatrixR<T> ones = MatrixR<T>::Ones(cols(), 1);
@@ -201,6 +202,92 @@ MatrixR<T> KernelOperator<T>::recurrent_output(const ConstRef<T>& v) const {
     out.row(i) = (f_.qf.row(i) * state) * safe_inverse(den, mag);
   }
   return out;
+}
+
+template <typename T>
+void KernelOperator<T>::mask_block(MatrixR<T>& a, Index c) const {
+  const Index i0 = c * chunk_, len = a.rows(), j0 = i0 + offset_;
+  for (Index r = 0; r < len; ++r) {
+    a.row(r).head(r + 1).array() *= (f_.k_logscale.segment(j0, r + 1).array() - qmax_(i0 + r)).exp().transpose();
+    a.row(r).tail(len - r - 1).setZero();
+  }
+}
+
+template <typename T>
+FeatureGradients<T> KernelOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  require(v.rows() == cols() && d_out.rows() == rows() && d_out.cols() == v.cols(),
+          "kernel attention backward: dimension mismatch");
+  // VJP of O_i = Σ_j a_ij v_j / Σ_j a_ij (Katharopoulos et al. 2020 eq. (2)): dA_ij = (dO_iᵀv_j − dO_iᵀO_i) / D_ii
+  // = W̃_iᵀṼ_j with W̃_i = [dO_i, −dO_iᵀO_i]/D_ii, Ṽ_j = [v_j, 1]. A and D are both in the units e^{−M_i} of query i
+  // (a factor of row i that cancels in O_i), so W̃ is in the inverse units and W̃_iᵀṼ_j·(weights in units) is exact.
+  const Index dv = v.cols(), feats = f_.qf.cols();
+  const MatrixR<T> out = apply(v);
+  MatrixR<T> wt(rows(), dv + 1), vt(cols(), dv + 1);
+  wt.leftCols(dv) = inv_den_.asDiagonal() * d_out;
+  wt.col(dv) = -(inv_den_.array() * (d_out.array() * out.array()).rowwise().sum());
+  vt.leftCols(dv) = v;
+  vt.col(dv).setOnes();
+  FeatureGradients<T> g;
+  g.dv = apply_transpose(d_out);  // dV = P̃ᵀ dO
+  if (!causal_) {
+    // Global sums: ∂L/∂φ_i = (ΨᵀṼ) W̃_i, ∂L/∂ψ'_j = (ΦᵀW̃) Ṽ_j for the folded ψ'_j = e^{g_j − M} kf_j.
+    const MatrixR<T> s = detail::tall_transpose_product<T>(f_.kf, vt);  // M × (d_v + 1)
+    const MatrixR<T> r = detail::tall_transpose_product<T>(f_.qf, wt);  // M × (d_v + 1)
+    g.dqf.noalias() = wt * s.transpose();
+    g.dkf.noalias() = vt * r.transpose();
+    // ψ_j = e^{g_j}·kf_j: ∂L/∂g_j = ψ'_j·∂L/∂ψ'_j, ∂L/∂kf_j = e^{g_j − M}·∂L/∂ψ'_j.
+    g.dg = (f_.kf.array() * g.dkf.array()).rowwise().sum();
+    g.dkf = kweight_.asDiagonal() * g.dkf;
+    return g;
+  }
+  // Causal, chunked (the forward's blocks). Queries: the prefix state S = Σ_{keys before block c} ψ(k_j)Ṽ_jᵀ in units
+  // e^{−before(c)}, read with e^{before(c) − M_i}, plus the block's masked dA times its keys' features.
+  g.dqf.resize(rows(), feats);
+  g.dkf.resize(cols(), feats);
+  MatrixR<T> state = MatrixR<T>::Zero(feats, dv + 1);
+  if (offset_ > 0) state.noalias() = scaled_keys(f_.kf, 0, offset_, before_block(0)).transpose() * vt.topRows(offset_);
+  for (Index c = 0; c < blocks(); ++c) {
+    const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
+    const T m0 = before_block(c), m1 = before_block(c + 1);
+    auto dq = g.dqf.middleRows(i0, len);
+    if (m0 != neg_inf<T>()) {
+      dq.noalias() = wt.middleRows(i0, len) * state.transpose();
+      dq.array().colwise() *= (m0 - qmax_.segment(i0, len).array()).exp();
+    } else {
+      dq.setZero();
+    }
+    MatrixR<T> a = wt.middleRows(i0, len) * vt.middleRows(j0, len).transpose();  // dA of the block, unmasked
+    mask_block(a, c);
+    dq.noalias() += a * f_.kf.middleRows(j0, len);
+    if (m0 != neg_inf<T>()) state *= std::exp(m0 - m1);
+    state.noalias() += scaled_keys(f_.kf, j0, len, m1).transpose() * vt.middleRows(j0, len);
+  }
+  // Keys: reverse prefix sums over query blocks, R = Σ_{queries i in blocks > c} φ(q_i) W̃_iᵀ e^{before(c+1) − M_i},
+  // read by block c's keys with e^{g_j − before(c+1)} (as apply_transpose), plus the block's masked dAᵀ times its
+  // queries' features.
+  MatrixR<T> r = MatrixR<T>::Zero(feats, dv + 1);
+  for (Index c = blocks() - 1; c >= 0; --c) {
+    const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
+    const T m0 = before_block(c), m1 = before_block(c + 1);
+    auto dk = g.dkf.middleRows(j0, len);
+    dk.noalias() = vt.middleRows(j0, len) * r.transpose();
+    dk.array().colwise() *= (f_.k_logscale.segment(j0, len).array() - m1).exp();
+    MatrixR<T> a = wt.middleRows(i0, len) * vt.middleRows(j0, len).transpose();
+    mask_block(a, c);
+    dk.noalias() += a.transpose() * f_.qf.middleRows(i0, len);
+    if (m0 == neg_inf<T>()) continue;  // no key before this block: nothing reads R further back
+    r *= std::exp(m0 - m1);
+    const VectorX<T> f = (m0 - qmax_.segment(i0, len).array()).exp();
+    r.noalias() += f_.qf.middleRows(i0, len).transpose() * (f.asDiagonal() * wt.middleRows(i0, len));
+  }
+  if (offset_ > 0) {
+    auto dk = g.dkf.topRows(offset_);
+    dk.noalias() = vt.topRows(offset_) * r.transpose();
+    dk.array().colwise() *= (f_.k_logscale.head(offset_).array() - before_block(0)).exp();
+  }
+  // ψ_j = e^{g_j}·kf_j: ∂L/∂g_j = kf_j·∂L/∂kf_j.
+  g.dg = (f_.kf.array() * g.dkf.array()).rowwise().sum();
+  return g;
 }
 
 template <typename T>

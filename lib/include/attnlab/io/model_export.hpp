@@ -5,6 +5,7 @@
 //   meta.json                                   written last; says whether the model is bidirectional
 //   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   (heads, n, d_head), Q and K before the 1/√d_head scale
 //   {trained,initialized}/seq0_layer{l}_attn.npy         (heads, n, n), the model's own softmax, for checking
+//   {trained,initialized}/seq{s}_layer{l}_do.npy         (heads, n, d_head), ∂(held-out loss)/∂(attention output)
 #pragma once
 
 #include "attnlab/io/npy.hpp"
@@ -78,6 +79,11 @@ class ModelData {
   std::string source_label(const ModelHead& h) const { return name_ + "/" + h.label(); }
   /// Q, K, V of one head in double precision (V: the head's values).
   Qkv<double> load(const ModelHead& h) const;
+  /// Whether the export holds the head's upstream gradient dO = ∂loss/∂O (seq{s}_layer{l}_do.npy).
+  bool has_upstream(const ModelHead& h) const;
+  /// The upstream gradient of the head's attention output, ∂(held-out loss)/∂O (n × d_head, float64): what the model
+  /// sends back into the attention when it trains on that sequence. Throws Error when the export has none.
+  MatrixR<double> upstream(const ModelHead& h) const;
   /// The model's own attention of sequence 0 for (layer, head); empty when the export has none.
   MatrixR<double> model_attention(Index layer, Index head) const;
 

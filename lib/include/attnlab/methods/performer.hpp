@@ -3,6 +3,9 @@
 // maps, attnlab/components/random_features.hpp) with orthogonal random features, Lemma 2 for the variances;
 // normalized, and causal by prefix sums (Katharopoulos et al. 2020 eqs. (9)–(10)), chunked or recurrent
 // (CausalFormOptions).
+// Backward: ω held fixed (random parameters are not differentiated); otherwise exact: the VJP through the normalized
+// attention (KernelMethod) and through the feature maps with the scale s^½ folded in as the forward does
+// (performer_features_backward); the stabilizing maxima cancel in the normalized output and are held constant.
 //   attnlab::PerformerOptions o;  o.features = 256;  o.kernel = attnlab::PerformerKernel::Positive;
 //   attnlab::PerformerMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "performer:features=256" builds the same class (make_method reads the spec into PerformerOptions).
@@ -58,6 +61,8 @@ class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMe
   void prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
+  void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& df,
+                               const VectorX<T>& dg, MatrixR<T>& dx) const override;
   bool nonnegative() const override { return this->o_.kernel != PerformerKernel::Trig; }
   Index feature_count(Index) const override {
     return this->o_.kernel == PerformerKernel::Positive ? this->o_.features : 2 * this->o_.features;

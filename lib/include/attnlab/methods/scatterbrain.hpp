@@ -4,6 +4,9 @@
 // the band |j − c_i| ≤ W, replaces the estimate by the exact value:
 //   Ã = φ(Q)φ(K)ᵀ + S,  S_ij = exp(s·q_iᵀk_j) − φ(q_i)ᵀφ(k_j) on the band, 0 elsewhere;  P̃ = diag(Ã·1)⁻¹·Ã.
 // Non-causal: the Performer part mixes every position.
+// Backward: ω held fixed (random parameters are not differentiated); otherwise exact: the VJP of the normalized
+// P̃·V through Ã, the Performer features off the band (φ(x) = e^{ωᵀx − ‖x‖²/2}/√M of x = s^½q, y = s^½k) and the
+// exact entries e^{xᵀy} on it; the per-row reference R_i and the features' maxima cancel and are held constant.
 //   attnlab::ScatterbrainOptions o;  o.features = 64;  o.window = 16;
 //   attnlab::ScatterbrainMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "scatterbrain:features=64,window=16" builds the same class (make_method reads the spec into
@@ -53,6 +56,9 @@ class ScatterbrainMethod final : public ConfiguredMethod<ScatterbrainOptions, Me
   /// O = D⁻¹(A·(Btᵀ·V) + S·V), the band part S·V by blocks: never the sparse matrix.
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   const AttentionOperator<T>& do_op() const override;
+  /// dA = W̃Ṽᵀ (W̃_i = [dO_i, −dO_iᵀO_i]/den_i, Ṽ_j = [v_j, 1]): the Performer part by its global sums less the band,
+  /// the band's exact entries by blocks (queries, then keys): O(n·(M + W)·d), no n × n matrix.
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
  private:
   /// e^{lq_i + gk − R_i}: the Performer estimates of row i in units of e^{R_i}.
@@ -61,6 +67,7 @@ class ScatterbrainMethod final : public ConfiguredMethod<ScatterbrainOptions, Me
   template <typename F>
   void band_blocks(F&& f, VectorX<T>* set_ref, bool serial = false) const;
 
+  MatrixR<T> omega_;  // M × d: the Performer projections (held fixed by the backward)
   MatrixR<T> xq_, xk_, kscaled_;
   RandomFeatures<T> fq_;
   VectorX<T> ref_, den_;

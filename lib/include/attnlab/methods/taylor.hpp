@@ -2,6 +2,8 @@
 // first-order Taylor expansion of exp(cos(q, k)) (as in the linear-attention literature; no single paper), always
 // ≥ 0. Normalized and causal as linear attention (Katharopoulos et al. 2020 eq. (2); prefix sums §3.3, eqs.
 // (9)–(10)), chunked or recurrent (CausalFormOptions).
+// Backward: exact (nothing random or discrete), through the normalization: ∂(x/‖x‖) = (I − uuᵀ)/‖x‖, u = x/‖x‖ (a
+// zero row, which has no direction, gets 0).
 //   attnlab::TaylorOptions o;  o.causal_form = attnlab::CausalForm::Chunked;
 //   attnlab::TaylorMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "taylor:causal_form=chunked" builds the same class (make_method reads the spec into TaylorOptions).
@@ -33,6 +35,8 @@ class TaylorMethod final : public ConfiguredMethod<TaylorOptions, KernelMethod<T
  protected:
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
+  void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& df,
+                               const VectorX<T>& dg, MatrixR<T>& dx) const override;
   Index feature_count(Index d) const override { return d + 1; }
 };
 

@@ -11,6 +11,14 @@
 // weight 1 (nothing that matters underflows), and the stabilizer never looks ahead.
 // Denominators are guarded: below eps times the magnitude of their terms they are clamped, and a row whose
 // features all vanish is a zero row — never 0/0.
+//
+// Backward (KernelOperator::backward): the vector–Jacobian product of O = D⁻¹(A·V), A_ij = φ(q_i)ᵀψ(k_j) masked,
+// D = diag(A·1) (Katharopoulos et al. 2020 eq. (2); causal eqs. (9)–(10)). With W̃_i = [dO_i, −dO_iᵀO_i] / D_ii and
+// Ṽ_j = [v_j, 1], dA_ij = W̃_iᵀṼ_j on the visible entries, so dV = P̃ᵀdO, ∂L/∂φ(q_i) = Σ_j dA_ij ψ(k_j) and
+// ∂L/∂ψ(k_j) = Σ_i dA_ij φ(q_i): without a mask by the global sums ΨᵀṼ and ΦᵀW̃, with one in the chunked form
+// (masked products inside a block, the forward's prefix state for the queries, a suffix state over later query
+// blocks for the keys). Every product is taken in the forward's stabilized units (e^{g_j − M_i} ≤ 1); the
+// stabilizers M_i are per-query factors that cancel in the normalization, so the gradients are exact.
 #pragma once
 
 #include <functional>
@@ -28,6 +36,15 @@ struct FeatureMaps {
   bool nonnegative = true;  ///< every sim ≥ 0 (then rows of P̃ are distributions)
 };
 
+/// The gradients of a loss L through kernel attention's output with respect to its features (KernelOperator::backward).
+template <typename T>
+struct FeatureGradients {
+  MatrixR<T> dqf;  ///< n_q × M: ∂L/∂qf
+  MatrixR<T> dkf;  ///< n_k × M: ∂L/∂kf, the key features as given (ψ(k_j) = e^{g_j}·kf_j)
+  VectorX<T> dg;   ///< n_k: ∂L/∂g_j, the keys' log-scales (= kf_j · ∂L/∂kf_j)
+  MatrixR<T> dv;   ///< n_k × d_v: ∂L/∂V = P̃ᵀ dO
+};
+
 template <typename T>
 class KernelOperator final : public AttentionOperator<T> {
  public:
@@ -42,8 +59,14 @@ class KernelOperator final : public AttentionOperator<T> {
 
   /// The recurrent (RNN) causal output, one position at a time with an O(M·d_v) state.
   MatrixR<T> recurrent_output(const ConstRef<T>& v) const;
+  /// The backward pass of apply(v) for the upstream gradient dO = ∂L/∂O: the gradients with respect to the
+  /// features, the keys' log-scales and V (the header's note). O(n·M·d_v) work, with a mask O(n·chunk·d_v) more;
+  /// no n × n matrix. The recurrent form computes the same function: it shares this (chunked) backward.
+  FeatureGradients<T> backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
 
  private:
+  /// Masks a block of intra-block weights in place: entry (r, t) × e^{g_{j0+t} − M_{i0+r}} for t ≤ r, 0 for t > r.
+  void mask_block(MatrixR<T>& a, Index c) const;
   /// Σ_{visible j} (qf_i·kf_j) e^{g_j − M(i)} x_j with the stabilizer M(i) of query i's block.
   MatrixR<T> unnormalized(const MatrixR<T>& qf, const MatrixR<T>& kf, const ConstRef<T>& x) const;
   /// Key features scaled by e^{g − m}, rows [first, first + count).
@@ -60,6 +83,7 @@ class KernelOperator final : public AttentionOperator<T> {
   VectorX<T> qmax_;         // M_i: stabilizer of query i
   std::vector<T> before_;   // causal: max of g over the keys before each block (blocks() + 1 entries)
   VectorX<T> inv_den_;      // 1 / guarded denominator, per query
+  VectorX<T> kweight_;      // no mask: e^{g_j − M}, folded into kf (kept for the backward's ∂L/∂kf)
 };
 
 extern template class KernelOperator<float>;

@@ -1,6 +1,9 @@
 // Shared base of the kernel feature-map methods (linear, taylor, performer): a method supplies the feature
 // maps; the base builds the KernelOperator and chooses the causal form (recurrent or chunked) from the
 // CausalFormOptions its options struct inherits.
+// Backward: the VJP through the normalized linear attention (KernelOperator::backward: ∂L/∂φ(q), ∂L/∂ψ(k) and dV,
+// globally without a mask, by reverse prefix sums in the chunked form with one; the recurrent form computes the same
+// function and shares it), then each method's VJP of its feature map (block_features_backward).
 #pragma once
 
 #include "attnlab/operators/kernel.hpp"
@@ -51,6 +54,11 @@ class KernelMethod : public LazyOperatorMethod<T> {
   virtual Index feature_count(Index d) const = 0;
   /// Every sim(q, k) ≥ 0 (then rows of P̃ are distributions and denominators need no magnitude guard).
   virtual bool nonnegative() const { return true; }
+  /// The VJP of block_features: given ∂L/∂f (rows × M) and, for keys, ∂L/∂g (rows), dx = ∂L/∂x (rows × d). The
+  /// per-row stabilizers a map subtracts (its maxima) are held constant: they cancel in e^{g}·f (keys) or are a
+  /// per-query factor that cancels in the normalization (queries), so the gradient stays exact.
+  virtual void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts,
+                                       const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx) const = 0;
 
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
     prepare(q, k, opts);
@@ -77,6 +85,17 @@ class KernelMethod : public LazyOperatorMethod<T> {
     const auto& op = static_cast<const KernelOperator<T>&>(this->do_op());
     if (form_.causal_form == CausalForm::Recurrent) return op.recurrent_output(v);
     return op.apply(v);
+  }
+  /// The VJP through the attention (on the operator: its features, stabilizers and denominators), then through the
+  /// feature maps. Both causal forms share the chunked backward (the same function of Q, K, V).
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {
+    const auto& op = static_cast<const KernelOperator<T>&>(this->do_op());
+    FeatureGradients<T> fg = op.backward(v, d_out);
+    Gradients<T> g;
+    block_features_backward(this->queries(), false, this->options(), fg.dqf, VectorX<T>(), g.dq);
+    block_features_backward(this->keys(), true, this->options(), fg.dkf, fg.dg, g.dk);
+    g.dv = std::move(fg.dv);
+    return g;
   }
 
  private:
