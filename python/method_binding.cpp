@@ -185,6 +185,37 @@ class PyMethod {
     });
   }
 
+  /// The backward pass of output(v) for the upstream gradient dO: (dQ, dK, dV), shaped as the fit's Q and K and as V.
+  py::object backward(const py::handle& vo, const py::handle& d_out_o) const {
+    return visit("backward(v, do)", [&](const auto& f) -> py::object {
+      using T = typename std::decay_t<decltype(*f)>::Scalar;
+      const Heads<T> v = operand<T>(*f, vo, "v", f->n_k, "n_k", "backward(v, do)");
+      const Heads<T> d_out = operand<T>(*f, d_out_o, "do", f->n_q, "n_q", "backward(v, do)");
+      if (d_out.cols != v.cols)
+        throw Error(fmt::format("backward(v, do): do has {} columns, v has {}: do is the gradient of the output, "
+                                "(n_q, d_v)", d_out.cols, v.cols));
+      const Index heads = Index(f->heads.size());
+      py::array_t<T> dq = new_array<T>(f->batched, heads, f->n_q, f->d);
+      py::array_t<T> dk = new_array<T>(f->batched, heads, f->n_k, f->d);
+      py::array_t<T> dv = new_array<T>(f->batched, heads, f->n_k, v.cols);
+      T *pq = dq.mutable_data(), *pk = dk.mutable_data(), *pv = dv.mutable_data();
+      const std::string label = fmt::format("the gradients of {}", canonical_);
+      run_released([&] {
+        std::lock_guard<std::mutex> lock(f->mutex);
+        for (Index h = 0; h < heads; ++h) {
+          throw_if_cancelled();
+          const Gradients<T> g = f->heads[std::size_t(h)]->backward(v.head(h), d_out.head(h));
+          for (const MatrixR<T>* x : {&g.dq, &g.dk, &g.dv})
+            require_finite_output(*x, head_label(label, f->batched, h));
+          Eigen::Map<MatrixR<T>>(pq + h * f->n_q * f->d, f->n_q, f->d) = g.dq;
+          Eigen::Map<MatrixR<T>>(pk + h * f->n_k * f->d, f->n_k, f->d) = g.dk;
+          Eigen::Map<MatrixR<T>>(pv + h * f->n_k * v.cols, f->n_k, v.cols) = g.dv;
+        }
+      });
+      return py::make_tuple(std::move(dq), std::move(dk), std::move(dv));
+    });
+  }
+
   /// P̃·X (transpose: P̃ᵀ·X).
   py::object apply(const py::handle& xo, bool transpose) const {
     const char* what = transpose ? "apply_transpose(x)" : "apply(x)";
@@ -482,6 +513,7 @@ void bind_method(py::module_& m) {
       .def("fit", &PyMethod::fit, py::arg("q"), py::arg("k"))
       .def("call", &PyMethod::call, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("matrix"), py::arg("keep"))
       .def("output", &PyMethod::output, py::arg("v"))
+      .def("backward", &PyMethod::backward, py::arg("v"), py::arg("do"))
       .def("apply", &PyMethod::apply, py::arg("x"), py::arg("transpose"))
       .def("matrix", &PyMethod::matrix)
       .def("spectrum", &PyMethod::spectrum, py::arg("top"), py::arg("solver"), py::arg("tol"));

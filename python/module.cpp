@@ -84,6 +84,9 @@ py::list methods_list() {
     m["summary"] = d.summary;
     m["reference"] = d.reference;
     m["causal"] = d.causal;
+    m["causal_note"] = d.causal_note;
+    m["backward"] = d.backward;
+    m["backward_note"] = d.backward_note;
     m["params"] = params;
     out.append(m);
   }

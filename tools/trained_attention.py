@@ -30,6 +30,8 @@ Layout written under OUT (default data/attention):
   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   float32 (heads, n, d_head); Q, K before the 1/sqrt(d_head)
                                                         scale, so attnlab's default scale reproduces the model
   {trained,initialized}/seq0_layer{l}_attn.npy        float32 (heads, n, n), the model's softmax, for checking
+  {trained,initialized}/seq{s}_layer{l}_do.npy        float32 (heads, n, d_head), ∂loss/∂O of each head's output
+                                                        (window_loss: the upstream gradient of the `gradients` run)
 
   tools/trained_attention.py [--out DIR] [--weights PT] [--corpus snapshot|system|DIR|TAR] [--steps N] [--tiny]
                              [--objective mlm|causal] [--force] [--snapshot-corpus TAR] ...
@@ -259,7 +261,7 @@ class Block(nn.Module):
         q, k, v = self.heads(x)
         o, p = self.attention(q, k, v)
         if capture is not None:
-            capture.append((q[0], k[0], v[0], p[0]))
+            capture.append((q[0], k[0], v[0], p[0], o))   # o whole: the export differentiates the loss by it
         return self.finish(x, o)
 
 
@@ -378,23 +380,37 @@ def held_out_windows(held, held_index, a):
     return out
 
 
-@torch.no_grad()
+def window_loss(logits, tokens, causal):
+    """The loss whose gradient the export records: the causal model's next-byte cross-entropy over the window; the
+    masked LM's cross-entropy of every byte of the unmasked window (BERT's 10% "kept" case at every position: the
+    exported Q, K, V are those of the unmasked window, so the gradient must be taken on the same forward)."""
+    if causal:
+        return F.cross_entropy(logits[0, :-1], tokens[0, 1:])
+    return F.cross_entropy(logits[0], tokens[0])
+
+
 def export(model, windows, directory):
-    """Q, K, V (and the model's softmax for sequence 0) of each window, computed in float64 and rounded to float32
-    once: float32 kernels differ between CPUs (AVX2, AVX-512: other summation orders, other bits), a float64 result
-    rounded to float32 does not (a flip needs a float64 difference to straddle a float32 rounding boundary).
-    Returns {file name: sha256 of its bytes}."""
+    """Q, K, V (and the model's softmax for sequence 0) of each window, and dO = ∂loss/∂O of each head's attention
+    output for window_loss() (what the model sends back into its attention when it trains on that window), computed
+    in float64 and rounded to float32 once: float32 kernels differ between CPUs (AVX2, AVX-512: other summation
+    orders, other bits), a float64 result rounded to float32 does not (a flip needs a float64 difference to straddle
+    a float32 rounding boundary). Returns {file name: sha256 of its bytes}."""
     os.makedirs(directory, exist_ok=True)
     model64 = copy.deepcopy(model).double().eval()
+    causal = model64.blocks[0].causal
     sums = {}
     for s, (_, _, window) in enumerate(windows):
         capture = []
-        model64(torch.from_numpy(window.astype(np.int64))[None, :], capture)
-        for layer, (q, k, v, p) in enumerate(capture):
-            items = [("q", q), ("k", k), ("v", v)] + ([("attn", p)] if s == 0 else [])
+        tokens = torch.from_numpy(window.astype(np.int64))[None, :]
+        with torch.enable_grad():
+            logits = model64(tokens, capture)
+            outs = [c[4] for c in capture]   # autograd.grad by these alone: no parameter gradient is formed
+            grads = torch.autograd.grad(window_loss(logits, tokens, causal), outs)
+        for layer, ((q, k, v, p, _), g) in enumerate(zip(capture, grads)):
+            items = [("q", q), ("k", k), ("v", v)] + ([("attn", p)] if s == 0 else []) + [("do", g[0])]
             for name, t in items:
                 f = f"seq{s}_layer{layer}_{name}.npy"
-                array = np.ascontiguousarray(t.numpy(), dtype=np.float32)
+                array = np.ascontiguousarray(t.detach().numpy(), dtype=np.float32)
                 save_npy(os.path.join(directory, f), array)
                 sums[f] = hashlib.sha256(array.tobytes()).hexdigest()
     return sums
@@ -404,7 +420,7 @@ def data_checksum(sums):
     """One hash over the Q, K, V arrays of both models (file names and array bytes): the data's identity."""
     digest = hashlib.sha256()
     for name in sorted(sums):
-        if not name.endswith("_attn.npy"):
+        if not name.endswith(("_attn.npy", "_do.npy")):   # the key is the attention's inputs (Q, K, V) alone
             digest.update(f"{name}:{sums[name]}\n".encode())
     return digest.hexdigest()
 
@@ -544,7 +560,7 @@ def main(argv):
         "train_seconds": round(train_time, 1), "torch": torch.__version__, "curve": curve,
         "sequences": [{"index": s, "held_out_offset": int(o), "file": f} for s, (o, f, _) in enumerate(windows)],
         "checksum": checksum, "checksum_verified": verified, "kernels": KERNELS, "files": sums,
-        "layout": "{model}/seq{s}_layer{l}_{q,k,v}.npy float32 (heads, n, d_head); seq0_layer{l}_attn.npy (heads, n, n)",
+        "layout": "{model}/seq{s}_layer{l}_{q,k,v,do}.npy float32 (heads, n, d_head); seq0_layer{l}_attn.npy (heads, n, n)",
     }
     tmp = meta_path + ".partial"
     json.dump(meta, open(tmp, "w"), indent=1)

@@ -7,8 +7,9 @@ buffer protocol or ``__array__``.
   (no copy; a CPU tensor shares its memory); a non-contiguous one is copied once.
 - One dtype for all inputs: arrays of different dtypes are refused unless ``dtype=`` ("float32", "float64" or a
   numpy dtype) names the one to compute in; then every input is converted to it (a copy where it differs).
-- A tensor that requires grad is refused while autograd is on: attnlab has no backward pass yet; call .detach()
-  or run under torch.no_grad(). A tensor on another device is refused (pass t.cpu()).
+- A tensor that requires grad is refused while autograd is on (these functions return arrays, not tensors in the
+  graph): call .detach(), run under torch.no_grad(), or use attnlab.torch.attention, which is differentiable. A
+  tensor on another device is refused (pass t.cpu()).
 - Inputs with NaN or infinities are refused before the work; an output that is not finite (a numerical failure,
   e.g. float64 inputs of 1e300) is refused after it.
 
@@ -29,7 +30,7 @@ import numpy as np
 from . import _core
 
 __version__ = _core.__version__
-__all__ = ["Method", "apply", "budget_families", "canonical", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
+__all__ = ["Method", "apply", "backward", "budget_families", "canonical", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
            "threads"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -143,7 +144,8 @@ def _from_tensor(t, name):
         torch = sys.modules.get("torch")
         if torch is None or torch.is_grad_enabled():
             raise ValueError(f"{name}: a tensor that requires grad; call {name}.detach() or run under "
-                             "torch.no_grad(): attnlab has no backward pass yet")
+                             "torch.no_grad(): these functions return arrays outside autograd (for gradients: "
+                             "attnlab.torch.attention, or Method.backward)")
         t = t.detach()  # autograd is off, so no gradient is wanted; detach() shares the memory
     return t
 
@@ -227,6 +229,19 @@ def apply(spec, q, k, v, *, causal=False, scale=None, seed=None, matrix=False, d
     scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
     q, k, v = _inputs(dtype, q=q, k=k, v=v)
     return Method._once(spec, causal, scale, seed)._m.call(q, k, v, matrix, False)
+
+
+def backward(spec, q, k, v, do, *, causal=False, scale=None, seed=None, dtype=None):
+    """The gradients (dq, dk, dv) of method `spec`'s output P̃·V for the upstream gradient do = ∂L/∂O (shaped as the
+    output): Method(spec).fit(q, k).backward(v, do) in one call. Exact attention's ('exact') is FlashAttention-2's
+    backward in O(n) memory; see Method.backward for what the approximations hold fixed."""
+    spec = _str("spec", spec, "nystrom:landmarks=64")
+    causal = _bool("causal", causal)
+    scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
+    q, k, v, do = _inputs(dtype, q=q, k=k, v=v, do=do)
+    m = Method._once(spec, causal, scale, seed)
+    m._m.fit(q, k)
+    return m._m.backward(v, do)
 
 
 def compare(q, k, v, methods=None, *, causal=False, scale=None, seed=0, matrix_metrics="auto", matrix_limit=4096,
@@ -519,6 +534,25 @@ class Method:
         """The output for values V: P̃·V by the method's fast path, (n_q, d_v) from V (n_k, d_v) — (heads, n_q,
         d_v) after a batched fit — in the fitted dtype. V needs n_k rows and the fitted dtype. Needs fit()."""
         return self._on_operand(v, "v", "output(v)", self._m.output)
+
+    def backward(self, v, do):
+        """The backward pass of output(v): for the upstream gradient do = ∂L/∂O (n_q, d_v), the vector–Jacobian
+        products (dq, dk, dv) of this method's own forward, shaped as the fit's Q, K and as V — (heads, n, ·) after
+        a batched fit — in the fitted dtype. Random parameters (features, projections, sampled landmarks) and
+        discrete choices (buckets, top-u rows, codeword assignments) are held at the fit's values; each method's
+        conventions are in attnlab.methods() ('backward') and the README. Methods without one (svd, cur: analysis
+        floors) raise ValueError saying why. Needs fit()."""
+        if not self._m.fitted:
+            raise ValueError("backward(v, do): the method is not fitted; call fit(q, k) first")
+        dt = np.dtype(self._m.dtype)
+        arrays = []
+        for name, x in (("v", v), ("do", do)):
+            a = _array(x, name)
+            if a.dtype != dt:
+                raise ValueError(f"backward(v, do): {name} is {a.dtype} but the method was fitted in {dt}; pass "
+                                 f"{name}.astype('{dt}'), or fit on {a.dtype} q and k")
+            arrays.append(a)
+        return self._m.backward(*arrays)
 
     def apply(self, x):
         """P̃·X for X (n_k, b) — or (heads, n_k, b) — through the method's operator, never forming P̃: equal to

@@ -10,8 +10,10 @@
         model(x)
     cap.save("my_export")            # then: attnlab report --model-dir my_export --out my_report
 
-Forward only: attnlab has no backward pass yet, so a tensor that requires grad while autograd is on is refused
-(ValueError), never silently detached. Run the model under torch.no_grad() (train or eval mode alike).
+Differentiable: attention() is a torch.autograd.Function whose backward is the method's own (attnlab's
+Method.backward: exact attention's in O(n) memory, FlashAttention-2's Algorithm 2; each approximation's with its random
+and discrete choices held at the forward's values — attnlab.methods() and the README say which), so a model can train
+through any method on the CPU, swapped in or called directly. Second derivatives are not available (refused by torch).
 
 What a swap does to PyTorch's modules, and why. Debian's torch 1.13 takes fused "fast paths" that never call
 MultiheadAttention.forward: nn.TransformerEncoderLayer in eval mode under no_grad (torch._transformer_encoder_layer_fwd)
@@ -52,12 +54,6 @@ def _tensor(x, name):
         raise ValueError(f"{name}: a tensor on {x.device}; attnlab computes on the CPU: pass {name}.cpu()")
     if x.dtype not in _DTYPES:
         raise ValueError(f"{name}: dtype {x.dtype} is not supported; give torch.float32 or torch.float64")
-    if x.requires_grad:
-        if torch.is_grad_enabled():
-            raise ValueError(f"{name}: a tensor that requires grad while autograd is on; attnlab has no backward "
-                             f"pass yet, so it would return a result without gradients: run under torch.no_grad() "
-                             f"or pass {name}.detach()")
-        x = x.detach()   # autograd is off: no gradient is wanted; detach() shares the memory
     if x.dim() < 2:
         raise ValueError(f"{name} must be (..., n, d), got shape {tuple(x.shape)}")
     return x
@@ -88,9 +84,38 @@ def attention(q, k, v, spec="exact", causal=False, scale=None, seed=None):
 
     if lead and int(np.prod(lead)) == 0:
         return torch.empty(*lead, n, d_v, dtype=q.dtype)
-    out = attnlab.apply(spec, flat(q).numpy(), flat(k).numpy(), flat(v).numpy(), causal=causal, scale=scale,
-                        seed=seed)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out = _Attention.apply(flat(q), flat(k), flat(v), spec, causal, scale, seed)
+        return out.reshape(*lead, n, d_v)
+    out = attnlab.apply(spec, flat(q).detach().numpy(), flat(k).detach().numpy(), flat(v).detach().numpy(),
+                        causal=causal, scale=scale, seed=seed)
     return torch.from_numpy(out).reshape(*lead, n, d_v)
+
+
+def _array(t):
+    """A tensor's memory as a numpy array (no copy for a contiguous tensor)."""
+    t = t.detach()
+    return (t if t.is_contiguous() else t.contiguous()).numpy()
+
+
+class _Attention(torch.autograd.Function):
+    """attnlab's attention in the autograd graph: the forward fits the method on every head (kept for the
+    backward: its random parameters and discrete choices are those the gradient holds fixed) and returns P̃·V; the
+    backward is Method.backward: dQ, dK, dV for the upstream gradient."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, spec, causal, scale, seed):
+        method = attnlab.Method._once(spec, causal, scale, seed)
+        vn = _array(v)
+        out = method(_array(q), _array(k), vn)   # fits (kept) and returns the output
+        ctx.method, ctx.v = method, vn
+        return torch.from_numpy(out)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        dq, dk, dv = ctx.method.backward(ctx.v, _array(d_out))
+        return torch.from_numpy(dq), torch.from_numpy(dk), torch.from_numpy(dv), None, None, None, None
 
 
 # ---- which modules -------------------------------------------------------------------------------------------
