@@ -5,6 +5,7 @@
 #include "attnlab/components/landmarks.hpp"
 #include "attnlab/analysis/metrics.hpp"
 #include "attnlab/core/registry.hpp"
+#include "gradient_check.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/QR>
@@ -162,6 +163,133 @@ TEST(LowRank, EckartYoungFloorHolds) {
         }
       }
   EXPECT_GT(checked, 150);
+}
+
+// ---- Backward passes (issue 23).
+
+/// Exact attention's backward (the streaming kernel, itself checked against the closed form in test_backward.cpp).
+Gradients<double> exact_grads(const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v,
+                              const MatrixR<double>& d_out, const AttentionOptions& o = {}) {
+  auto e = make_method<double>("exact");
+  e->compute(q, k, o);
+  return e->backward(v, d_out);
+}
+
+void expect_grads_near(const Gradients<double>& got, const Gradients<double>& want, double tol, const std::string& what) {
+  EXPECT_LT(rel_err(got.dq, want.dq), tol) << what << " dQ";
+  EXPECT_LT(rel_err(got.dk, want.dk), tol) << what << " dK";
+  EXPECT_LT(rel_err(got.dv, want.dv), tol) << what << " dV";
+}
+
+// The exact limits of ExactLimits, for the gradients: E = F = I is exact attention itself; landmarks = n (segments
+// of one row, or every row sampled) and columns = n give F·A⁻¹·B = P·P⁻¹·P = P as a function of (Q, K), so their
+// derivatives are exact attention's, whatever the intermediate pseudo-inverse (here well conditioned: d = 64).
+TEST(LowRankBackward, ExactLimitsHaveExactGradients) {
+  for (Index n : {Index(40), Index(64)}) {
+    const MatrixR<double> q = randn<double>(n, 64, 5), k = randn<double>(n, 64, 6), v = randn<double>(n, 8, 7),
+                          d_out = randn<double>(n, 8, 8);
+    const Gradients<double> want = exact_grads(q, k, v, d_out);
+    const std::string N = std::to_string(n);
+    for (const std::string& spec :
+         {"linformer:k=" + N + ",projection=identity", "linformer:k=" + N + ",projection=identity,share_kv=true",
+          "nystrom:landmarks=" + N + ",pinv=svd", "nystrom:landmarks=" + N + ",pinv=svd,select=random",
+          "nystrom:landmarks=" + N + ",pinv=newton,iters=60", "nystrom:landmarks=" + N + ",iters=40",
+          "cur:columns=" + N}) {
+      auto m = make_method<double>(spec);
+      m->compute(q, k);
+      expect_grads_near(m->backward(v, d_out), want, spec.rfind("linformer", 0) == 0 ? 1e-12 : 1e-8, spec);
+    }
+  }
+}
+
+// Nyström's backward on larger problems than the conformance test's, with segments of unequal lengths (m ∤ n),
+// n_q ≠ n_k, every pseudo-inverse and both landmark choices, against central differences of the forward; the
+// iterative pseudo-inverse unconverged (the paper's 6 steps) or not, so that the iterations themselves are what is
+// differentiated (a backward of the converged A⁺ would miss by O(1) at 6 steps: residual ‖I − AZ‖ > 1 here).
+TEST(LowRankBackward, NystromAgreesWithFiniteDifferencesOnLargerProblems) {
+  const MatrixR<double> q = randn<double>(203, 24, 31), k = randn<double>(257, 24, 32), v = randn<double>(257, 6, 33),
+                        d_out = randn<double>(203, 6, 34);
+  AttentionOptions o;
+  o.scale = 0.3;
+  for (const std::string spec : {"nystrom:landmarks=29", "nystrom:landmarks=29,iters=2", "nystrom:landmarks=17,iters=0",
+                                 "nystrom:landmarks=29,pinv=newton,iters=13", "nystrom:landmarks=29,pinv=svd",
+                                 "nystrom:landmarks=23,select=random,seed=4", "nystrom:landmarks=23,select=random,pinv=svd"}) {
+    SCOPED_TRACE(spec);
+    auto m = make_method<double>(spec);
+    m->compute(q, k, o);
+    const Gradients<double> g = m->backward(v, d_out);
+    const auto fd = test::check_gradients(test::method_forward([&] { return make_method<double>(spec); }, o), q, k, v,
+                                          d_out, g, 4, 91);
+    EXPECT_LT(fd.worst, 1e-6) << fd.where;
+  }
+  // The converged pseudo-inverse's derivative (pinv=svd) is not the 6-step iteration's: the backward follows the
+  // forward it belongs to.
+  auto it6 = make_method<double>("nystrom:landmarks=29"), svd = make_method<double>("nystrom:landmarks=29,pinv=svd");
+  it6->compute(q, k, o);
+  svd->compute(q, k, o);
+  EXPECT_GT(rel_err(it6->backward(v, d_out).dk, svd->backward(v, d_out).dk), 1e-2);
+}
+
+// Efficient attention against the dense form differentiated by hand: P̃ = A·Bᵀ (n_q × n_k) formed whole,
+// dP̃ = dO·Vᵀ, dA = dP̃·B, dB = dP̃ᵀ·A, dV = P̃ᵀ·dO, and the softmax VJPs on their own axes.
+TEST(LowRankBackward, EfficientEqualsTheDenseForm) {
+  const MatrixR<double> q = randn<double>(37, 9, 41), k = randn<double>(53, 9, 42), v = randn<double>(53, 4, 43),
+                        d_out = randn<double>(37, 4, 44);
+  MatrixR<double> a = q, b = k;
+  for (Index i = 0; i < a.rows(); ++i) a.row(i) = (a.row(i).array() - a.row(i).maxCoeff()).exp(), a.row(i) /= a.row(i).sum();
+  for (Index j = 0; j < b.cols(); ++j) b.col(j) = (b.col(j).array() - b.col(j).maxCoeff()).exp(), b.col(j) /= b.col(j).sum();
+  const MatrixR<double> pt = a * b.transpose(), dpt = d_out * v.transpose();
+  const MatrixR<double> da = dpt * b, db = dpt.transpose() * a;
+  Gradients<double> want;
+  want.dv = pt.transpose() * d_out;
+  want.dq = a.array() * (da.array().colwise() - (a.array() * da.array()).rowwise().sum());
+  want.dk = b.array() * (db.array().rowwise() - (b.array() * db.array()).colwise().sum());
+  auto m = make_method<double>("efficient");
+  m->compute(q, k);
+  expect_grads_near(m->backward(v, d_out), want, 1e-12, "efficient");
+}
+
+// Linformer with pooling, shared and not: dK = Eᵀ·d(EK), dV = Fᵀ·d(FV) against exact attention's backward over the
+// projected keys and values, the pooling matrix written out.
+TEST(LowRankBackward, LinformerIsExactAttentionOverTheProjections) {
+  const Index n = 61, kk = 9, d = 8;
+  const MatrixR<double> q = randn<double>(47, d, 51), k = randn<double>(n, d, 52), v = randn<double>(n, 3, 53),
+                        d_out = randn<double>(47, 3, 54);
+  const MatrixR<double> e = segment_mean_matrix<double>(kk, n);
+  const Gradients<double> inner = exact_grads(q, (e * k).eval(), (e * v).eval(), d_out);
+  auto m = make_method<double>("linformer:k=9,projection=pool");
+  m->compute(q, k);
+  const Gradients<double> g = m->backward(v, d_out);
+  EXPECT_LT(rel_err(g.dq, inner.dq), 1e-12);
+  EXPECT_LT(rel_err(g.dk, (e.transpose() * inner.dk).eval()), 1e-12);
+  EXPECT_LT(rel_err(g.dv, (e.transpose() * inner.dv).eval()), 1e-12);
+}
+
+// CUR against central differences, uniform and leverage sampling, and with a cutoff that drops singular values of
+// P[I,J] (rcond = 0.02 drops the 5 of 30 below 0.02·σ_max, 0.019 … 0.0038, the next kept at 0.024: central
+// differences stay on one side of the cutoff); svd, the other analysis floor, refuses with its reason.
+TEST(LowRankBackward, CurTruncatedAndSvdRefused) {
+  const MatrixR<double> q = randn<double>(60, 16, 61), k = randn<double>(60, 16, 62), v = randn<double>(60, 5, 63),
+                        d_out = randn<double>(60, 5, 64);
+  AttentionOptions o;
+  o.scale = 0.25;
+  for (const std::string spec : {"cur:columns=12", "cur:columns=12,select=leverage,seed=3", "cur:columns=30,rcond=0.02"}) {
+    SCOPED_TRACE(spec);
+    auto m = make_method<double>(spec);
+    m->compute(q, k, o);
+    const Gradients<double> g = m->backward(v, d_out);
+    const auto fd = test::check_gradients(test::method_forward([&] { return make_method<double>(spec); }, o), q, k, v,
+                                          d_out, g, 4, 92);
+    EXPECT_LT(fd.worst, 1e-6) << fd.where;
+  }
+  auto svd = make_method<double>("svd:rank=8");
+  svd->compute(q, k, o);
+  try {
+    svd->backward(v, d_out);
+    ADD_FAILURE() << "svd must refuse a backward pass";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("analysis floor"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
 #include "attnlab/operators/exact.hpp"
+#include "detail/tall_products.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -43,13 +44,19 @@ MethodDescriptor CurOptions::registry_entry() {
       "Drineas, Mahoney & Muthukrishnan 2008 (CUR, leverage-score sampling); the Nyström form of Xiong et al. "
       "2021",
       Causal::refused("columns and rows of all of P"))
+      .with_backward(Backward::yes("J, I (uniform or leverage draws) and the kept singular values of P[I,J] held "
+                                   "fixed; an analysis floor that reads all of P"))
       .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
         // Leverage scores come from the top C singular vectors: a dense SVD of P (in T, float64 and the SVD's
         // copy) where top_singular's defaults choose it (n_k ≤ 512, or C > n_k/2). The factors are n × C.
         const Index c = p.integer("columns");
         const bool dense = p.choice("select") == "leverage" && (s.n_k <= 512 || c > s.n_k / 2);
-        return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
-                         matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem));
+        // Kept for the backward: copies of Q and K, and C (n_q × C).
+        const std::uint64_t kept = add_bytes(matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(s.d), s.elem),
+                                             matrix_bytes(s.n_q, std::uint64_t(c), s.elem));
+        return add_bytes(add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
+                                   matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem)),
+                         kept);
       })
       .with_size_check(budget_within_min_n("cur", "columns"));
 }
@@ -86,9 +93,66 @@ Status CurMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, cons
   for (Index j = 0; j < c; ++j) w.col(j) = rm.col(cols[std::size_t(j)]);
   // pinv(P[I,J]) with singular values below rcond·σ_max dropped: with rcond at rounding level (the formula as
   // written) a nearly singular P[I,J] — clustered attention has rank ≈ clusters < C — amplifies noise.
-  MatrixR<T> a = cm * svd_pinv<T>(w, this->o_.rcond);
+  z_ = svd_pinv<T>(w, this->o_.rcond);
+  MatrixR<T> a = cm * z_;
   this->set_factors(std::move(a), rm.transpose(), false);
+  // Kept for the backward.
+  q_ = q;
+  k_ = k;
+  cm_ = std::move(cm);
+  w_ = std::move(w);
+  lse_ = p.row_lse();
+  rows_ = std::move(rows);
+  cols_ = std::move(cols);
   return Status::Success;
+}
+
+/// Reverse mode through O = C·Z·(RV) (the CUR form, Drineas, Mahoney & Muthukrishnan 2008), every factor read from
+/// the softmax rows P_i = exp(s·Kq_i − ℓ_i):
+///   dC = dO·(Z·RV)ᵀ,  dZ = Cᵀ·dO·(RV)ᵀ,  d(RV) = (CZ)ᵀ·dO,  dW = pinv_backward(W, dZ);
+///   RV = softmax(s·Q_I Kᵀ)·V: exact_backward over the c rows I;
+///   C and W: entries P_ij of rows i at the columns j ∈ J, so with E = C ∘ dC (E_W = W ∘ dW on the rows I) the
+///   logits get E_ij at (i, j) and −P_ik·D_i on every key k (the normalizer ℓ_i), D_i = rowsum(E)_i (+ rowsum(E_W)
+///   on the rows I): dQ += s·E·K_J − s·D ∘ (P·K), dK_J += s·Eᵀ·Q, dK −= s·Pᵀ·(D ∘ Q).
+template <typename T>
+Gradients<T> CurMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const LowRankOperator<T>& f = this->factors();
+  const MatrixR<T>& a = f.left();   // C·Z
+  const MatrixR<T>& rt = f.right(); // Rᵀ, n_k × c
+  const AttentionOptions& opts = this->options();
+  const T s = T(opts.scale);
+  const Index c = Index(cols_.size());
+  const MatrixR<T> rv = detail::tall_transpose_product<T>(rt, v);  // R·V, as the operator's apply
+  const MatrixR<T> dc = d_out * (z_ * rv).transpose();             // n_q × c
+  const MatrixR<T> ctdo = detail::tall_transpose_product<T>(cm_, d_out);  // Cᵀ·dO, c × d_v
+  const MatrixR<T> dz = ctdo * rv.transpose();
+  const MatrixR<T> drv = detail::tall_transpose_product<T>(a, d_out);     // (CZ)ᵀ·dO
+  const MatrixR<T> dw = pinv_backward<T>(w_, dz, PinvMethod::Svd, 0, this->o_.rcond);
+  // R·V: exact attention of the rows I over every key.
+  const MatrixR<T> qi = take_rows<T>(q_, rows_);
+  VectorX<T> lse_i(c);
+  for (Index r = 0; r < c; ++r) lse_i(r) = lse_[rows_[std::size_t(r)]];
+  Gradients<T> g = exact_backward<T>(qi, k_, v, rv, lse_i, drv, opts);  // dQ_I, dK, dV
+  MatrixR<T> dq = MatrixR<T>::Zero(q_.rows(), q_.cols());
+  for (Index r = 0; r < c; ++r) dq.row(rows_[std::size_t(r)]) += g.dq.row(r);
+  // The entries C = P[:,J] and W = P[I,J].
+  const MatrixR<T> kj = take_rows<T>(k_, cols_);
+  const MatrixR<T> e = (cm_.array() * dc.array()).matrix();
+  const MatrixR<T> ew = (w_.array() * dw.array()).matrix();
+  VectorX<T> dsum = e.rowwise().sum();
+  for (Index r = 0; r < c; ++r) dsum(rows_[std::size_t(r)]) += ew.row(r).sum();
+  dq.noalias() += s * (e * kj);
+  MatrixR<T> dkj = s * detail::tall_transpose_product<T>(e, q_);  // c × d
+  const MatrixR<T> ewk = s * (ew * kj);
+  for (Index r = 0; r < c; ++r) dq.row(rows_[std::size_t(r)]) += ewk.row(r);
+  dkj.noalias() += s * (ew.transpose() * qi);
+  for (Index j = 0; j < c; ++j) g.dk.row(cols_[std::size_t(j)]) += dkj.row(j);
+  // The normalizers: −s·D ∘ (P·K) and −s·Pᵀ·(D ∘ Q), streaming.
+  const ExactOperator<T> p(q_, k_, opts);
+  dq -= s * (dsum.asDiagonal() * p.apply(k_));
+  g.dk -= s * p.apply_transpose((dsum.asDiagonal() * q_).eval());
+  g.dq = std::move(dq);
+  return g;
 }
 
 template class CurMethod<float>;

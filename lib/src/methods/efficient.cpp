@@ -4,6 +4,8 @@
 // The scale does not enter (as in the paper): the method acts on raw q and k.
 #include "attnlab/methods/efficient.hpp"
 
+#include "detail/tall_products.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -13,7 +15,8 @@ MethodDescriptor EfficientOptions::registry_entry() {
   return describe<EfficientMethod, EfficientOptions>(
       "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)",
       "Shen et al. 2021 (Efficient Attention: Attention with Linear Complexities)",
-      Causal::refused("the softmax over keys mixes every position"));
+      Causal::refused("the softmax over keys mixes every position"))
+      .with_backward(Backward::yes("nothing held fixed (no parameters)"));
 }
 
 template <typename T>
@@ -45,6 +48,28 @@ Status EfficientMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k
   // P̃ = softmax₂(Q)·softmax₁(K)ᵀ: rows are convex combinations of the columns' distributions.
   this->set_factors(std::move(a), std::move(b), true);
   return Status::Success;
+}
+
+/// Reverse mode through O = softmax₂(Q)·(softmax₁(K)ᵀ·V) (Shen et al. 2021, §3): dense VJPs of the two softmaxes,
+/// each over its own axis; the sums over positions by the tall products (chunk-ordered, reproducible).
+template <typename T>
+Gradients<T> EfficientMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const LowRankOperator<T>& f = this->factors();
+  const MatrixR<T>& a = f.left();   // softmax₂(Q), n_q × d
+  const MatrixR<T>& b = f.right();  // softmax₁(K), n_k × d
+  const MatrixR<T> c = detail::tall_transpose_product<T>(b, v);       // Bᵀ·V, d × d_v (as the forward)
+  const MatrixR<T> dc = detail::tall_transpose_product<T>(a, d_out);  // Aᵀ·dO, d × d_v
+  Gradients<T> g;
+  // dQ: softmax over each row's features; dA = dO·Cᵀ.
+  g.dq.noalias() = d_out * c.transpose();
+  const VectorX<T> rows = (a.array() * g.dq.array()).rowwise().sum();
+  g.dq = (a.array() * (g.dq.array().colwise() - rows.array())).matrix();
+  // dK: softmax over each column's positions; dB = V·dCᵀ.
+  g.dk.noalias() = v * dc.transpose();
+  const Eigen::Matrix<T, 1, Eigen::Dynamic> cols = (b.array() * g.dk.array()).colwise().sum();
+  g.dk = (b.array() * (g.dk.array().rowwise() - cols.array())).matrix();
+  g.dv.noalias() = b * dc;
+  return g;
 }
 
 template class EfficientMethod<float>;

@@ -21,6 +21,7 @@ MethodDescriptor LinformerOptions::registry_entry() {
   return describe<LinformerMethod, LinformerOptions>(
       "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)",
       "Wang et al. 2020 (Linformer) eq. (7), Theorem 2", Causal::refused("E and F mix every position"))
+      .with_backward(Backward::yes("E, F held fixed"))
       .with_size_check([](const Params& p, const ProblemSize& s) {
         require_budget_within("linformer", "k", p.integer("k"), s.n_k);
       });
@@ -73,6 +74,22 @@ MatrixR<T> LinformerMethod<T>::do_output(const ConstRef<T>& v) const {
 template <typename T>
 std::pair<MatrixR<T>, MatrixR<T>> LinformerMethod<T>::make_factors() const {
   return {exact_matrix<T>(q_, ek_, plain_), f_.transpose()};
+}
+
+/// Eq. (7) as exact attention over (EK, FV) (Wang et al. 2020): exact_backward gives dQ, d(EK), d(FV); E and F
+/// are fixed linear maps, so dK = Eᵀ·d(EK) and dV = Fᵀ·d(FV).
+template <typename T>
+Gradients<T> LinformerMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const MatrixR<T> fv = detail::tall_transpose_product<T>(f_.transpose(), v);  // k × d_v, as do_output
+  VectorX<T> lse;
+  const MatrixR<T> out = exact_output<T>(q_, ek_, fv, plain_, kDefaultTile, {}, &lse);
+  Gradients<T> g = exact_backward<T>(q_, ek_, fv, out, lse, d_out, plain_);
+  MatrixR<T> dk, dv;
+  dk.noalias() = e_.transpose() * g.dk;
+  dv.noalias() = f_.transpose() * g.dv;
+  g.dk = std::move(dk);
+  g.dv = std::move(dv);
+  return g;
 }
 
 template class LinformerMethod<float>;

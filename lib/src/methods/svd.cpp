@@ -30,6 +30,9 @@ MethodDescriptor SvdOptions::registry_entry() {
   return describe<SvdMethod, SvdOptions>(
       "best rank-R approximation of the exact P (Eckart–Young floor; non-causal)",
       "Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ", Causal::refused("a rank-R approximation of all of P"))
+      .with_backward(Backward::refused(
+          "an analysis floor, not a trainable method: the derivative of the rank-R truncation needs every singular "
+          "pair of P (terms 1/(σ_i² − σ_j²), i ≤ R < j) and is unbounded where σ_R ≈ σ_{R+1}"))
       .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
         const std::string& solver = p.choice("solver");
         const bool dense = solver == "dense" || (solver == "auto" && (s.n_k <= p.integer("dense_limit") ||

@@ -54,6 +54,27 @@ class Pseudoinverse {
 template <typename T>
 MatrixR<T> svd_pinv(const ConstRef<T>& a, double rcond = -1);
 
+/// The backward pass of the pseudo-inverse Pseudoinverse::compute forms (tolerance 0): the vector–Jacobian product
+/// dA = (∂Z/∂A)ᵀ[dZ] of Z = Z(A) for an upstream dZ = dL/dZ (cols(A) × rows(A)), evaluated in float64 whatever T
+/// (as svd_pinv): the derivative of the same map at the same A, without the rounding that K reverse steps of
+/// float32 m×m products would add.
+///  - order3 / newton: the derivative of what `iterations` steps compute (not of the converged A⁺): reverse-mode
+///    through every step (Razavi et al. 2014; Xiong et al. 2021 eq. (16)) and through the initial
+///    Z₀ = Aᵀ/(‖A‖₁‖A‖∞), whose maximizing column (‖A‖₁) and row (‖A‖∞) are held fixed (piecewise-constant
+///    choices) while their sums of |A| are differentiated. The iterates are recomputed from √K checkpoints
+///    (K = iterations): O(√K·m²) memory, the forward's products twice. Pass Pseudoinverse::iterations().
+///  - svd (square A): with nothing below the cutoff, the derivative of the inverse, dA = −Zᵀ dZ Zᵀ. With singular
+///    values dropped, Z = Σ_{σ_i > cut} v_i u_iᵀ/σ_i is the pseudo-inverse of the rank-r truncation, and the
+///    gradient is that of the singular-value function f(σ) = 1/σ (kept), 0 (dropped) with the kept set held fixed:
+///    in the SVD A = UΣVᵀ, dA = U Ω̄ Vᵀ, Ḡ = Uᵀ dZᵀ V, Ω̄_ij = α_ij (Ḡ_ij + Ḡ_ji)/2 + β_ij (Ḡ_ij − Ḡ_ji)/2 with
+///    α_ij = (f_i − f_j)/(σ_i − σ_j), β_ij = (f_i + f_j)/(σ_i + σ_j), Ω̄_ii = f'(σ_i) Ḡ_ii (the derivative of a
+///    spectral function of the singular values; for kept i, j it reduces to −Ḡ_ji/(σ_iσ_j), the inverse's).
+///    Its size grows like 1/(σ_r(σ_r − σ_{r+1})): where kept and dropped values meet it is as ill-conditioned as
+///    the truncation is discontinuous. Non-square A is refused.
+template <typename T>
+MatrixR<T> pinv_backward(const ConstRef<T>& a, const ConstRef<T>& d_z, PinvMethod method, Index iterations,
+                         double rcond = -1);
+
 /// Asymptotic convergence order from an error history: the median of log(e_{k+1}/e_k) / log(e_k/e_{k−1}) over
 /// the steps where the errors lie in [floor, ceiling] (the asymptotic regime above rounding).
 double convergence_order(const std::vector<double>& errors, double floor = 1e-12, double ceiling = 1e-1);

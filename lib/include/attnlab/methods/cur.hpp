@@ -3,6 +3,10 @@
 // with C columns J and rows I (I = J for square P) sampled uniformly or by the leverage scores of the rank-C singular
 // subspaces (Drineas, Mahoney & Muthukrishnan 2008). Xiong et al. 2021 §3.1 write this form for the softmax matrix
 // and note that it needs all of P, which Nyströmformer avoids; here it is the reference it departs from. Non-causal.
+// Backward: defined, though CUR is an analysis floor (it reads all of P) rather than a trainable method: the sampled
+// J and I (uniform draws, or leverage-score draws) are held fixed, and so is the set of singular values of P[I,J]
+// that the rcond cutoff keeps; C = P[:,J], P[I,J] and R = P[I,:] are differentiated as entries of the softmax rows
+// (their row normalizers ℓ read every key), pinv(P[I,J]) as the (truncated) pseudo-inverse (pinv_backward).
 //   attnlab::CurOptions o;  o.columns = 32;  o.select = attnlab::CurSelect::Leverage;
 //   attnlab::CurMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "cur:columns=32,select=leverage" builds the same class (make_method reads the spec into CurOptions).
@@ -14,6 +18,7 @@
 #include "attnlab/methods/base/lowrank_method.hpp"
 
 #include <cstdint>
+#include <vector>
 
 namespace attnlab {
 
@@ -46,6 +51,15 @@ class CurMethod final : public ConfiguredMethod<CurOptions, LowRankMethod<T>> {
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  /// O = C·Z·(R·V), Z = pinv(W), W = P[I,J]: R·V by exact_backward over the rows I; C and W entrywise through
+  /// their rows' softmax, whose normalizer term needs P·K and Pᵀ·(D∘Q) (one streaming pass each, O(n·d) memory).
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
+
+ private:
+  MatrixR<T> q_, k_;           // the inputs, for the backward
+  MatrixR<T> cm_, w_, z_;      // C = P[:,J] (n_q × C), W = P[I,J], Z = pinv(W) (C × C)
+  VectorX<T> lse_;             // the rows' log-sum-exp ℓ
+  std::vector<Index> rows_, cols_;  // I, J
 };
 
 extern template class CurMethod<float>;

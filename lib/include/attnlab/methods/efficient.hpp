@@ -3,6 +3,8 @@
 // mixes the future in).
 // Implements: Shen et al. 2021 (Efficient Attention: Attention with Linear Complexities), the softmax normalization
 // of §3. It has no parameters.
+// Backward: exact, nothing held fixed: the VJPs of the two softmaxes (over the features of each query row, over the
+// positions of each key column) through O = A·(Bᵀ·V), linear in n.
 //   attnlab::EfficientMethod<double> m;  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "efficient" builds the same class.
 #pragma once
@@ -30,6 +32,9 @@ class EfficientMethod final : public ConfiguredMethod<EfficientOptions, LowRankM
 
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  /// O = A·C, C = Bᵀ·V, A = softmax₂(Q), B = softmax₁(K): dA = dO·Cᵀ, dC = Aᵀ·dO, dB = V·dCᵀ, dV = B·dC, and the
+  /// softmax VJPs dQ = A ∘ (dA − rowsum(A ∘ dA)), dK = B ∘ (dB − colsum(B ∘ dB)). O((n_q + n_k)·d·d_v).
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 };
 
 extern template class EfficientMethod<float>;

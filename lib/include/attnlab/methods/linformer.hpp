@@ -2,6 +2,8 @@
 // keys and values, so the output softmax(s·Q(EK)ᵀ)·(FV) costs O(n·k·d). E, F Gaussian N(0, 1/k) (the
 // Johnson–Lindenstrauss projection of Wang et al. 2020, Theorem 2), uniform ±1/√k, mean pooling over k segments, or
 // the identity (k = n: exact attention). Non-causal: E and F mix every position.
+// Backward: E and F are held fixed (parameters, random or not): exact attention's backward on (Q, EK, FV), then
+// dK = Eᵀ·d(EK), dV = Fᵀ·d(FV).
 //   attnlab::LinformerOptions o;  o.k = 128;  o.projection = attnlab::LinformerProjection::Pool;
 //   attnlab::LinformerMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "linformer:k=128,projection=pool" builds the same class (make_method reads the spec into LinformerOptions).
@@ -51,6 +53,8 @@ class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankM
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
+  /// exact_backward (FlashAttention-2 Alg. 2, O(n·k) work, O(n) memory) on (Q, EK, FV); E, F held fixed.
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
  private:
   Index drawn_n_ = -1;  // the n_k that E and F were drawn for

@@ -1,6 +1,11 @@
 // `nystrom` — Nyströmformer (Xiong et al. 2021, eq. (14)): P̃ = softmax(s·QK̃ᵀ) · Z · softmax(s·Q̃Kᵀ) with m landmarks
 // Q̃, K̃ and Z ≈ pinv(softmax(s·Q̃K̃ᵀ)) by the order-3 iteration of Razavi et al. 2014 (Xiong et al. 2021, eq. (16)).
 // Non-causal: the landmarks pool every position.
+// Backward: the exact derivative of this forward (not of the converged pseudo-inverse): through the segment means,
+// the three softmaxes and every step of the iterative pseudo-inverse, its initial scaling Z₀ = Aᵀ/(‖A‖₁‖A‖∞)
+// included (the maximizing column and row of the two norms held fixed); pinv=svd: the derivative of A⁻¹ (of the
+// truncation's pseudo-inverse, the kept singular values held fixed, when the cutoff drops some). Random landmarks:
+// the sampled rows are held fixed.
 //   attnlab::NystromOptions o;  o.landmarks = 64;
 //   attnlab::NystromMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "nystrom:landmarks=64" builds the same class (make_method reads the spec into NystromOptions).
@@ -13,6 +18,7 @@
 #include "attnlab/methods/base/lowrank_method.hpp"
 
 #include <cstdint>
+#include <vector>
 
 namespace attnlab {
 
@@ -55,11 +61,21 @@ class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMetho
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
+  /// O = F·W, W = Z·(B·V): F·W and B·V by exact_backward (exact attention over the m landmark keys, and of the m
+  /// landmark queries over all keys: O(n·m) memory), Z by pinv_backward (every iteration), A by a dense softmax
+  /// backward, then the landmark gradients spread back onto the rows they average (or were sampled from).
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
  private:
+  /// dX += the gradient of the landmarks X̃ = means of m segments of X's rows (or X's rows `idx`), given dX̃.
+  void spread(const MatrixR<T>& d_landmarks, const std::vector<Index>& idx, MatrixR<T>& dx) const;
+
   double residual_ = 0;
+  Index pinv_iterations_ = 0;  // the iterations the pseudo-inverse ran (its backward differentiates those)
   MatrixR<T> q_, kl_;  // the queries (kept for the output) and the key landmarks K̃
   MatrixR<T> z_, b_;   // Z ≈ A⁺ (m × m), softmax(s·Q̃Kᵀ) (m × n_k)
+  MatrixR<T> k_, ql_, a_;         // for the backward: the keys, the query landmarks Q̃, A = softmax(s·Q̃K̃ᵀ)
+  std::vector<Index> iq_, ik_;    // select=random: the sampled rows of Q and K (empty for segments)
   AttentionOptions plain_;
 };
 

@@ -2,6 +2,10 @@
 // every unitarily invariant norm) no matrix of rank ≤ R is closer to P in Frobenius or spectral norm, so it is the
 // floor every rank-R method is measured against. Computed as P_R = (P·V_R)·V_Rᵀ from the top right singular vectors
 // (dense SVD for small n, randomized block Krylov or Lanczos, matrix-free, for large n). Non-causal.
+// Backward: refused. It is an analysis floor, not a trainable method: differentiating P_R = P·V_RV_Rᵀ needs the
+// derivative of the top-R singular subspace, which couples every kept pair to every dropped one through
+// 1/(σ_i² − σ_j²) (i ≤ R < j): the full SVD of P (the matrix-free solvers never form it), and unbounded where
+// σ_R ≈ σ_{R+1} (attention matrices' tails are clustered near rounding level).
 //   attnlab::SvdOptions o;  o.rank = 32;
 //   attnlab::SvdMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "svd:rank=32" builds the same class (make_method reads the spec into SvdOptions).

@@ -44,7 +44,10 @@ class LowRankMethod : public Method<T> {
   virtual std::pair<MatrixR<T>, MatrixR<T>> make_factors() const {
     throw Error("internal: deferred factors without make_factors()");
   }
-  const AttentionOperator<T>& do_op() const override {
+  const AttentionOperator<T>& do_op() const override { return factors(); }
+  /// The factored operator (A, Bt), formed on first use for a deferred compute: what a backward pass of
+  /// set_factors' methods reads (efficient's softmax₂(Q) and softmax₁(K)).
+  const LowRankOperator<T>& factors() const {
     if (!op_) {
       auto [a, bt] = make_factors();
       op_.emplace(std::move(a), std::move(bt), distributions_);
