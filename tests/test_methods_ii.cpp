@@ -7,6 +7,7 @@
 #include "attnlab/components/sparsity_measure.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/components/codebook_attention.hpp"
+#include "gradient_check.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/SVD>
@@ -274,6 +275,234 @@ TEST(MethodsII, PatternsAreWhatTheyClaim) {
       const bool expected = i < 2 || j < 2 || i == j || (i - j) % 8 == 0;
       EXPECT_EQ(s(i, j) != 0, expected) << i << "," << j;
     }
+}
+
+// ---- Backward passes (issue 23), against independent formulas and limits.
+
+/// The masked softmax's backward, dense, in double: P = softmax over the mask of s·QKᵀ, dV = Pᵀ dO,
+/// dS = P ∘ (dO Vᵀ − rowsum(P ∘ dO Vᵀ)), dQ = s·dS K, dK = s·dSᵀ Q.
+Gradients<double> masked_backward(const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v,
+                                  const MatrixR<double>& d_out, const Eigen::Array<bool, -1, -1>& mask, double s) {
+  MatrixR<double> p = s * q * k.transpose();
+  for (Index i = 0; i < p.rows(); ++i) {
+    double mx = -1e300;
+    for (Index j = 0; j < p.cols(); ++j)
+      if (mask(i, j)) mx = std::max(mx, p(i, j));
+    for (Index j = 0; j < p.cols(); ++j) p(i, j) = mask(i, j) ? std::exp(p(i, j) - mx) : 0.0;
+    p.row(i) /= p.row(i).sum();
+  }
+  Gradients<double> g;
+  g.dv = p.transpose() * d_out;
+  const MatrixR<double> dp = d_out * v.transpose();
+  const VectorX<double> dsum = (p.array() * dp.array()).rowwise().sum();
+  const MatrixR<double> ds = p.array() * (dp.array().colwise() - dsum.array());
+  g.dq = s * ds * k;
+  g.dk = s * ds.transpose() * q;
+  return g;
+}
+
+void expect_gradients_near(const Gradients<double>& got, const Gradients<double>& want, double tol,
+                           const std::string& what) {
+  EXPECT_LT(rel_err(got.dq, want.dq), tol) << what << " dQ";
+  EXPECT_LT(rel_err(got.dk, want.dk), tol) << what << " dK";
+  EXPECT_LT(rel_err(got.dv, want.dv), tol) << what << " dV";
+}
+
+/// Exact attention's backward (FlashAttention-2 Alg. 2 in operators/exact.hpp) on (Q, K, V).
+Gradients<double> exact_grads(const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v,
+                              const MatrixR<double>& d_out, const AttentionOptions& o) {
+  VectorX<double> lse;
+  const MatrixR<double> out = exact_output<double>(q, k, v, o, kDefaultTile, {}, &lse);
+  return exact_backward<double>(q, k, v, out, lse, d_out, o);
+}
+
+// Limits: a window covering the sequence is exact attention, and so is ProbSparse with every query selected
+// (u = c·⌈ln n_q⌉ ≥ n_q) — their backward passes are exact attention's.
+TEST(MethodsIIBackward, ExactLimits) {
+  for (auto [nq, nk] : {std::pair<Index, Index>{50, 50}, std::pair<Index, Index>{40, 61}}) {
+    const Problem pr = problem(nq, nk, 8, 11);
+    const MatrixR<double> d_out = randn<double>(nq, pr.v.cols(), 12);
+    const std::string n = std::to_string(std::max(nq, nk));
+    for (bool causal : {false, true}) {
+      AttentionOptions o;
+      o.causal = causal;
+      const Gradients<double> want = exact_grads(pr.q, pr.k, pr.v, d_out, o);
+      for (const std::string& spec : std::vector<std::string>{"local:window=" + n, "probsparse:factor=100",
+                                     "probsparse:factor=100,measure=lse,lazy=cumsum",
+                                     "sparse:window=" + n + ",stride=0,globals=0,random=0",
+                                     "reformer:buckets=1,rounds=1,chunk=" + n}) {
+        auto m = make_method<double>(spec);
+        m->compute(pr.q, pr.k, o);
+        expect_gradients_near(m->backward(pr.v, d_out), want, 1e-12, spec + (causal ? " causal" : ""));
+      }
+    }
+  }
+}
+
+// Sparse patterns and Reformer's LSH buckets: the backward is the masked softmax's on the method's own support
+// (the nonzeros of its P̃), computed densely here.
+TEST(MethodsIIBackward, PatternsEqualTheMaskedSoftmax) {
+  for (auto [nq, nk] : {std::pair<Index, Index>{70, 70}, std::pair<Index, Index>{60, 83}}) {
+    const Problem pr = problem(nq, nk, 8, 13);
+    const MatrixR<double> d_out = randn<double>(nq, pr.v.cols(), 14);
+    for (bool causal : {false, true}) {
+      AttentionOptions o;
+      o.causal = causal;
+      for (const char* spec : {"local:window=3", "sparse:window=3,stride=5,globals=3,random=4",
+                               "sparse:window=-1,stride=4,globals=0,random=3", "sparse", "reformer:chunk=8",
+                               "reformer:buckets=4,rounds=3,chunk=16"}) {
+        auto m = make_method<double>(spec);
+        m->compute(pr.q, pr.k, o);
+        const Eigen::Array<bool, -1, -1> mask = m->matrix().array() != 0.0;
+        ASSERT_LT(mask.count(), nq * nk) << spec << ": the test needs a sparse support";
+        expect_gradients_near(m->backward(pr.v, d_out),
+                              masked_backward(pr.q, pr.k, pr.v, d_out, mask, o.resolved_scale(8)), 1e-12,
+                              std::string(spec) + (causal ? " causal" : ""));
+      }
+    }
+  }
+}
+
+// ProbSparse with some rows lazy: dV is P̃ᵀ dO with P̃ the method's own matrix (uniform or all-ones lazy rows);
+// lazy rows get no dQ; the selected rows' dQ is exact attention's for those rows at their causal positions.
+TEST(MethodsIIBackward, ProbSparseLazyRows) {
+  const Problem pr = problem(90, 90, 8, 15);
+  const MatrixR<double> d_out = randn<double>(90, pr.v.cols(), 16);
+  for (const char* spec : {"probsparse:factor=3,sample=full", "probsparse:factor=2,lazy=cumsum"}) {
+    for (bool causal : {false, true}) {
+      AttentionOptions o;
+      o.causal = causal;
+      auto m = make_method<double>(spec);
+      m->compute(pr.q, pr.k, o);
+      const MatrixR<double> p = m->matrix(), pe = exact_matrix<double>(pr.q, pr.k, o);
+      const Gradients<double> g = m->backward(pr.v, d_out);
+      EXPECT_LT(rel_err(g.dv, (p.transpose() * d_out).eval()), 1e-12) << spec << causal;
+      // Selected rows are those equal to exact attention's rows; only they carry dQ and dK.
+      const Gradients<double> ge = exact_grads(pr.q, pr.k, pr.v, d_out, o);
+      const MatrixR<double> dp = d_out * pr.v.transpose();
+      MatrixR<double> ds = MatrixR<double>::Zero(90, 90);
+      Index selected = 0;
+      for (Index i = 0; i < 90; ++i) {
+        const bool exact_row = rel_err(p.row(i), pe.row(i)) < 1e-12;
+        if (!exact_row) {
+          EXPECT_EQ(g.dq.row(i).cwiseAbs().maxCoeff(), 0.0) << spec << " lazy row " << i;
+          continue;
+        }
+        ++selected;
+        EXPECT_LT(rel_err(g.dq.row(i), ge.dq.row(i)), 1e-12) << spec << " row " << i;
+        ds.row(i) = pe.row(i).array() * (dp.row(i).array() - pe.row(i).dot(dp.row(i)));
+      }
+      EXPECT_GT(selected, 0);
+      EXPECT_LT(selected, 90);
+      EXPECT_LT(rel_err(g.dk, (o.resolved_scale(8) * ds.transpose() * pr.q).eval()), 1e-12) << spec << causal;
+    }
+  }
+}
+
+/// K̂ = ΔC of the vq method with this seed, codes and iterations (the method's k-means replayed).
+MatrixR<double> quantized_keys(const MatrixR<double>& k, Index codes, Index iters, std::uint64_t seed) {
+  Rng rng(seed);
+  const KMeansResult<double> km = kmeans<double>(k, codes, iters, rng);
+  MatrixR<double> khat(k.rows(), k.cols());
+  for (Index j = 0; j < k.rows(); ++j) khat.row(j) = km.centroids.row(km.assignment[std::size_t(j)]);
+  return khat;
+}
+
+// Hard VQ: the backward is exact attention's on (Q, K̂, V), and its dK is the straight-through dK̂ (Lingle 2023) —
+// checked by central differences of exact attention on (Q, K̂, V) in Q, K̂ and V, and against exact_backward there.
+TEST(MethodsIIBackward, VqHardIsExactAttentionOnTheQuantizedKeys) {
+  for (auto [nq, nk] : {std::pair<Index, Index>{70, 70}, std::pair<Index, Index>{52, 77}}) {
+    const Problem pr = problem(nq, nk, 8, 17);
+    const MatrixR<double> d_out = randn<double>(nq, pr.v.cols(), 18);
+    const MatrixR<double> khat = quantized_keys(pr.k, 12, 20, 7);
+    for (bool causal : {false, true}) {
+      AttentionOptions o;
+      o.causal = causal;
+      auto m = make_method<double>("vq:codes=12,seed=7");
+      m->compute(pr.q, pr.k, o);
+      const Gradients<double> g = m->backward(pr.v, d_out);
+      expect_gradients_near(g, exact_grads(pr.q, khat, pr.v, d_out, o), 1e-11, causal ? "causal" : "");
+      const auto exact_forward = [o](const MatrixR<double>& a, const MatrixR<double>& b, const MatrixR<double>& c) {
+        return exact_output<double>(a, b, c, o);
+      };
+      const auto fd = test::check_gradients(exact_forward, pr.q, khat, pr.v, d_out, g);
+      EXPECT_LT(fd.worst, 1e-6) << fd.where << " causal=" << causal;
+    }
+  }
+}
+
+// Soft VQ: the responsibilities are differentiated w.r.t. K at the fixed codebook C: central differences of the
+// soft forward computed densely here from the replayed C, in Q, K and V.
+TEST(MethodsIIBackward, VqSoftAtTheFixedCodebook) {
+  const Index n = 60, d = 8, codes = 10;
+  const Problem pr = problem(n, n + 9, d, 19);
+  const MatrixR<double> d_out = randn<double>(n, pr.v.cols(), 20);
+  Rng rng(5);
+  const MatrixR<double> c = kmeans<double>(pr.k, codes, 20, rng).centroids;
+  for (double temp : {0.5, 2.0}) {
+    const auto soft_forward = [&, temp](const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v) {
+      MatrixR<double> r(k.rows(), codes);
+      for (Index j = 0; j < k.rows(); ++j) {
+        for (Index y = 0; y < codes; ++y) r(j, y) = -(k.row(j) - c.row(y)).squaredNorm() / (2 * temp);
+        r.row(j) = (r.row(j).array() - r.row(j).maxCoeff()).exp().matrix();
+        r.row(j) /= r.row(j).sum();
+      }
+      MatrixR<double> p = (q * c.transpose() / std::sqrt(double(d))).array().exp().matrix() * r.transpose();
+      for (Index i = 0; i < p.rows(); ++i) p.row(i) /= p.row(i).sum();
+      return MatrixR<double>(p * v);
+    };
+    auto m = make_method<double>("vq:codes=10,seed=5,assign=soft,temperature=" + std::to_string(temp));
+    m->compute(pr.q, pr.k);
+    EXPECT_LT(rel_err(m->output(pr.v), soft_forward(pr.q, pr.k, pr.v)), 1e-12) << "the reference forward, T=" << temp;
+    const auto fd = test::check_gradients(soft_forward, pr.q, pr.k, pr.v, d_out, m->backward(pr.v, d_out));
+    EXPECT_LT(fd.worst, 1e-6) << fd.where << " T=" << temp;
+  }
+}
+
+// Quantizing both: dK is the straight-through key gradient, s·Σ_i dS_ij q_i — central differences in K̂ of the
+// mean-field logits s(q_i·k̂_j + c'_b(i)·r_j) with the residuals r and the query codes held (dense, here); dQ is the
+// derivative of the method's own forward (its query codebook refitted), also when k-means stopped unconverged
+// (iters=1) or ran no Lloyd step (iters=0: the centroids are copied queries).
+TEST(MethodsIIBackward, VqQuantizeBoth) {
+  const Index n = 64, d = 8, codes = 8;
+  const Problem pr = problem(n, n, d, 21);
+  const MatrixR<double> d_out = randn<double>(n, pr.v.cols(), 22);
+  const double s = 1 / std::sqrt(double(d));
+  for (Index iters : {20, 1, 0}) {
+    const std::string spec = "vq:quantize=both,codes=8,seed=9,iters=" + std::to_string(iters);
+    Rng rng(9);
+    const KMeansResult<double> kk = kmeans<double>(pr.k, codes, iters, rng), kq = kmeans<double>(pr.q, codes, iters, rng);
+    MatrixR<double> khat(n, d), qhat(n, d);
+    for (Index j = 0; j < n; ++j) {
+      khat.row(j) = kk.centroids.row(kk.assignment[std::size_t(j)]);
+      qhat.row(j) = kq.centroids.row(kq.assignment[std::size_t(j)]);
+    }
+    const MatrixR<double> resid = pr.k - khat;
+    auto m = make_method<double>(spec);
+    m->compute(pr.q, pr.k);
+    const Gradients<double> g = m->backward(pr.v, d_out);
+    // dK against the definition: only K̂ moves (Q, V and the residuals held), dQ and dV compared as zero.
+    const auto in_khat = [&](const MatrixR<double>&, const MatrixR<double>& kh, const MatrixR<double>&) {
+      MatrixR<double> p = s * (pr.q * kh.transpose() + qhat * resid.transpose());
+      for (Index i = 0; i < n; ++i) {
+        p.row(i) = (p.row(i).array() - p.row(i).maxCoeff()).exp().matrix();
+        p.row(i) /= p.row(i).sum();
+      }
+      return MatrixR<double>(p * pr.v);
+    };
+    EXPECT_LT(rel_err(m->output(pr.v), in_khat(pr.q, khat, pr.v)), 1e-12) << spec;
+    Gradients<double> only_dk{MatrixR<double>::Zero(n, d), g.dk, MatrixR<double>::Zero(n, pr.v.cols())};
+    auto fd = test::check_gradients(in_khat, pr.q, khat, pr.v, d_out, only_dk);
+    EXPECT_LT(fd.worst, 1e-6) << fd.where << " " << spec;
+    // dQ and dV against the method's own forward (K held).
+    const auto own = test::method_forward([&] { return make_method<double>(spec); }, {});
+    const auto own_qv = [&](const MatrixR<double>& q, const MatrixR<double>&, const MatrixR<double>& v) {
+      return own(q, pr.k, v);
+    };
+    Gradients<double> qv{g.dq, MatrixR<double>::Zero(n, d), g.dv};
+    fd = test::check_gradients(own_qv, pr.q, pr.k, pr.v, d_out, qv);
+    EXPECT_LT(fd.worst, 1e-6) << fd.where << " " << spec;
+  }
 }
 
 }  // namespace

@@ -47,7 +47,10 @@ KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, R
   r.centroids.resize(clusters, dim);
   // k-means++: the first centre uniformly, each next one with probability ∝ D(x)², the squared distance to the
   // nearest centre so far (a point already chosen has D = 0 and is never chosen again while others remain).
-  r.centroids.row(0) = x.row(Index(rng.below(std::uint64_t(n))));
+  r.copy_of.assign(std::size_t(clusters), -1);
+  r.formed_from.assign(std::size_t(n), -1);
+  r.copy_of[0] = Index(rng.below(std::uint64_t(n)));
+  r.centroids.row(0) = x.row(r.copy_of[0]);
   // Sums in double, from one conversion of the points (not one per iteration).
   const MatrixR<double> xd = x.template cast<double>();
   // D(x)² to the newest centre, min-ed into dist: in parallel over blocks of rows, each row's squared norm computed
@@ -82,6 +85,7 @@ KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, R
       pick = Index(rng.below(std::uint64_t(n)));  // all points coincide with centres
     }
     r.centroids.row(c) = x.row(pick);
+    r.copy_of[std::size_t(c)] = pick;
     update(c, false);
   }
   r.assignment = nearest<T>(x, r.centroids);
@@ -100,9 +104,11 @@ KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, R
     // Distances to the old centroids are needed only to refill an empty cluster.
     const bool empty = std::find(count.begin(), count.end(), Index(0)) != count.end();
     const MatrixR<T> d = empty ? sq_distances<T>(x, r.centroids) : MatrixR<T>();
+    r.formed_from = r.assignment;  // the sums' assignment, before a re-seed moves a point
     for (Index c = 0; c < clusters; ++c) {
       if (count[std::size_t(c)] > 0) {
         r.centroids.row(c) = (sum.row(c) / double(count[std::size_t(c)])).template cast<T>();
+        r.copy_of[std::size_t(c)] = -1;
       } else {
         // An empty cluster takes the point farthest from its own centroid.
         Index far = 0;
@@ -110,6 +116,7 @@ KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, R
         for (Index i = 0; i < n; ++i)
           if (d(i, r.assignment[std::size_t(i)]) > best) best = d(i, r.assignment[std::size_t(i)]), far = i;
         r.centroids.row(c) = x.row(far);
+        r.copy_of[std::size_t(c)] = far;
         r.assignment[std::size_t(far)] = c;
       }
     }

@@ -8,7 +8,8 @@ namespace attnlab {
 
 MethodDescriptor LocalOptions::registry_entry() {
   return describe<LocalMethod, LocalOptions>(
-      "sliding-window attention, |j − i| ≤ W", "Beltagy et al. 2020 (Longformer) §3.1, sliding window", Causal::yes());
+      "sliding-window attention, |j − i| ≤ W", "Beltagy et al. 2020 (Longformer) §3.1, sliding window", Causal::yes())
+      .with_backward(Backward::yes("softmax over each query's band, O(nnz·d)"));
 }
 
 namespace {

@@ -12,7 +12,9 @@ MethodDescriptor ProbSparseOptions::registry_entry() {
   return describe<ProbSparseMethod, ProbSparseOptions>(
       "Informer ProbSparse: exact rows for the top-u queries by sparsity measure, mean(V) for the rest",
       "Zhou et al. 2021 (Informer) eqs. (2)-(4), Lemma 1",
-      Causal::yes("online top-u selection (query i is exact when its measure is among the u largest so far)"));
+      Causal::yes("online top-u selection (query i is exact when its measure is among the u largest so far)"))
+      .with_backward(Backward::yes("top-u selection and sampled keys held fixed, measure not differentiated; "
+                                   "lazy rows: dV only"));
 }
 
 template <typename T>

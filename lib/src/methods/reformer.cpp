@@ -26,7 +26,9 @@ MethodDescriptor ReformerOptions::registry_entry() {
   return describe<ReformerMethod, ReformerOptions>(
       "Reformer LSH attention: angular hashing, sorted chunks, multi-round union",
       "Kitaev et al. 2020 (Reformer) §2: angular LSH, sorted chunks, multi-round",
-      Causal::yes("the most recent same-bucket keys"));
+      Causal::yes("the most recent same-bucket keys"))
+      .with_backward(Backward::yes("rotations, buckets, sort and chunks held fixed: softmax over each query's union "
+                                   "of key sets (duplicates counted once), O(nnz·d)"));
 }
 
 namespace {

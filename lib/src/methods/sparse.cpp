@@ -17,7 +17,8 @@ namespace attnlab {
 MethodDescriptor SparseOptions::registry_entry() {
   return describe<SparseMethod, SparseOptions>(
       "fixed sparse patterns: band + strided + global tokens + random keys",
-      "Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random)", Causal::yes());
+      "Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random)", Causal::yes())
+      .with_backward(Backward::yes("random keys held fixed: softmax over each query's pattern, O(nnz·d)"));
 }
 
 namespace {

@@ -9,6 +9,9 @@
 // Causal (hard, keys): running per-code sums of values and counts, so output i reads only keys j ≤ i. The
 // codebook itself is fitted on all keys before the pass — a look-ahead in the codebook (as when Transformer-VQ's
 // codebook is trained), not in the attention.
+// Backward (do_backward below): the codebook and the assignments held fixed, dQ and dV exact, dK = dK̂ by the
+// straight-through estimator (Lingle 2023); soft: responsibilities differentiated at the fixed codebook; both: dQ
+// also through the query codebook's cluster means.
 #include "attnlab/methods/vq.hpp"
 
 #include "attnlab/components/codebook_attention.hpp"
@@ -32,6 +35,9 @@ MethodDescriptor VqOptions::registry_entry() {
       "'Traces of Transformer-VQ in the Performer'",
       Causal::conditional("assign=hard, quantize=keys: the attention is causal; the codebook is fitted on all "
                           "keys (a look-ahead in the codebook)"))
+      .with_backward(Backward::yes(
+          "codebook and assignments held fixed; dK = dK̂ by the straight-through estimator (Lingle 2023); "
+          "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"))
       .with_size_check([](const Params& p, const ProblemSize& s) {
         require_budget_within("vq", "codes", p.integer("codes"), s.n_k, "n_k, the keys");
         if (p.choice("quantize") == "both")
@@ -50,11 +56,16 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
   iterations_ = km.iterations;
   const T s = T(opts.scale);
   MatrixR<T> logits = (q * km.centroids.transpose()) * s;  // ℓ = s·QCᵀ
+  q_ = q;
+  centroids_ = km.centroids;
   if (this->o_.quantize == VqQuantize::Both) {
     require(codes <= q.rows(), fmt::format("vq: codes = {} exceeds the {} queries", codes, q.rows()));
     const KMeansResult<T> kq = kmeans<T>(q, codes, iters, rng);
     MatrixR<T> resid = k;  // r_j = k_j − c_a(j)
     for (Index j = 0; j < k.rows(); ++j) resid.row(j) -= km.centroids.row(km.assignment[std::size_t(j)]);
+    resid_ = resid;
+    q_formed_from_ = kq.formed_from;
+    q_copy_of_ = kq.copy_of;
     const MatrixR<T> g = (kq.centroids * resid.transpose()) * s;  // c_q × n_k
     op_ = std::make_unique<MeanFieldOperator<T>>(logits, g, km.assignment, kq.assignment);
   } else if (this->o_.assign == VqAssign::Hard) {
@@ -73,16 +84,114 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
     }
     const VectorX<T> mass = r.colwise().sum().transpose();
     MatrixR<T> e(logits.rows(), logits.cols());
+    k_ = k;
+    lse_.resize(logits.rows());
     for (Index i = 0; i < logits.rows(); ++i) {
       T mx = -std::numeric_limits<T>::infinity();
       for (Index y = 0; y < logits.cols(); ++y)
         if (mass(y) > 0) mx = std::max(mx, logits(i, y));
       const T lse = mx + std::log(((logits.row(i).array() - mx).exp() * mass.transpose().array()).sum());
       e.row(i) = (logits.row(i).array() - lse).min(T(0)).exp();
+      lse_(i) = lse;
     }
+    logits_ = logits;
     op_ = std::make_unique<LowRankOperator<T>>(std::move(e), std::move(r), true);
   }
   return Status::Success;
+}
+
+/// The backward given the codebook C and the assignments (Lingle 2023: K̂ = ΔC, the codebook not differentiated).
+///  hard, keys: exact attention on (Q, K̂, V) through per-code sums (CodebookOperator::backward), dK = dK̂ (the
+///              straight-through estimator: Transformer-VQ's keys receive the gradient of their codes).
+///  soft:       O = E (RᵀV), E_iy = exp(min(0, ℓ_iy − L_i)), L_i = log Σ_y exp(ℓ_iy) m_y, m_y = Σ_j R_jy,
+///              R_jy = softmax_y(z_jy), z_jy = −‖k_j − c_y‖²/(2T). With W = RᵀV, D_i = dO_i·O_i:
+///                g_iy = [ℓ_iy < L_i] E_iy (dO_i·W_y)  (the clamp at 0, against rounding, passes no gradient),
+///                dℓ_iy = g_iy − Ẽ_iy m_y Σ_y' g_iy',  dm_y = −Σ_i Ẽ_iy Σ_y' g_iy'  (Ẽ = exp(ℓ − L) unclamped),
+///                dQ = s·dℓ C,  dV = R (Eᵀ dO),  dR_jy = v_j·(Eᵀ dO)_y + dm_y,
+///                dz_jy = R_jy (dR_jy − Σ_y' R_jy' dR_jy'),  dk_j = Σ_y dz_jy (c_y − k_j)/T  (C fixed).
+///              At small T the responsibilities are nearly one-hot and dK is small against its terms (a
+///              conditioning of the soft form itself: z_jy is formed as (2k·c − ‖k‖² − ‖c‖²)/(2T), so R carries
+///              u·|z| relative error in float32); dR is shifted by its dominant code's value to avoid one more
+///              cancellation.
+///  both:       MeanFieldOperator::backward → dλ, dg, dV and the straight-through dK; λ = s·QCᵀ gives dQ = s·dλ C,
+///              g = s·C'Rᵀ gives dC' = s·dg R, and C' (the query codebook, each centroid the mean of the queries it
+///              was formed from, or one copied query) passes dC'_b / |cluster b| to each of its queries.
+template <typename T>
+Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const T s = T(this->options().scale);
+  if (this->o_.quantize == VqQuantize::Both) {
+    const auto& op = static_cast<const MeanFieldOperator<T>&>(*op_);
+    typename MeanFieldOperator<T>::Backward b = op.backward(q_, v, d_out, this->options().scale);
+    Gradients<T> g;
+    g.dq.noalias() = b.dlambda * centroids_;
+    g.dq *= s;
+    MatrixR<T> dcq;
+    dcq.noalias() = b.dg * resid_;  // c_q × d
+    dcq *= s;
+    std::vector<Index> count(q_copy_of_.size(), 0);
+    for (Index x : q_formed_from_)
+      if (x >= 0) ++count[std::size_t(x)];
+    for (Index i = 0; i < Index(q_formed_from_.size()); ++i) {
+      const Index c = q_formed_from_[std::size_t(i)];
+      if (c >= 0 && q_copy_of_[std::size_t(c)] < 0) g.dq.row(i) += dcq.row(c) / T(count[std::size_t(c)]);
+    }
+    for (std::size_t c = 0; c < q_copy_of_.size(); ++c)
+      if (q_copy_of_[c] >= 0) g.dq.row(q_copy_of_[c]) += dcq.row(Index(c));
+    g.dk = std::move(b.dk);
+    g.dv = std::move(b.dv);
+    return g;
+  }
+  if (this->o_.assign == VqAssign::Hard) {
+    const auto& op = static_cast<const CodebookOperator<T>&>(*op_);
+    return op.backward(q_, centroids_, v, d_out, this->options().scale);  // dk = dK̂: straight-through
+  }
+  const auto& op = static_cast<const LowRankOperator<T>&>(*op_);
+  const MatrixR<T>& e = op.left();   // n_q × c
+  const MatrixR<T>& r = op.right();  // n_k × c
+  const Index nq = e.rows(), c = e.cols();
+  const VectorX<T> mass = r.colwise().sum().transpose();
+  MatrixR<T> w;
+  w.noalias() = r.transpose() * v;  // c × d_v
+  MatrixR<T> gl;
+  gl.noalias() = d_out * w.transpose();  // dO_i·W_y
+  MatrixR<T> dl(nq, c);
+  VectorX<T> dm = VectorX<T>::Zero(c);
+  for (Index i = 0; i < nq; ++i) {
+    T gsum = 0;
+    for (Index y = 0; y < c; ++y) {
+      const T x = logits_(i, y) - lse_(i);
+      gl(i, y) = x < T(0) ? e(i, y) * gl(i, y) : T(0);
+      gsum += gl(i, y);
+    }
+    for (Index y = 0; y < c; ++y) {
+      const T et = std::exp(logits_(i, y) - lse_(i));
+      dl(i, y) = gl(i, y) - et * mass(y) * gsum;
+      dm(y) -= et * gsum;
+    }
+  }
+  Gradients<T> g;
+  g.dq.noalias() = dl * centroids_;
+  g.dq *= s;
+  MatrixR<T> ed;
+  ed.noalias() = e.transpose() * d_out;  // c × d_v
+  g.dv.noalias() = r * ed;
+  MatrixR<T> dz;
+  dz.noalias() = v * ed.transpose();  // n_k × c: v_j·(Eᵀ dO)_y
+  dz.rowwise() += dm.transpose();     // dR
+  // dz_jy = R_jy (dR_jy − Σ_y' R_jy' dR_jy'), with dR shifted by its value at the row's most responsible code y*
+  // (Σ_y' R_jy' = 1): at small T the rows are nearly one-hot and the unshifted difference cancels for y*.
+  for (Index j = 0; j < dz.rows(); ++j) {
+    Index top;
+    r.row(j).maxCoeff(&top);
+    dz.row(j).array() -= dz(j, top);
+    const T rd = r.row(j).dot(dz.row(j));
+    dz.row(j) = r.row(j).array() * (dz.row(j).array() - rd);
+  }
+  const T temp = T(this->o_.temperature);
+  g.dk.noalias() = dz * centroids_;
+  g.dk -= (k_.array().colwise() * dz.rowwise().sum().array()).matrix();
+  g.dk /= temp;
+  return g;
 }
 
 template class VqMethod<float>;

@@ -96,6 +96,49 @@ MatrixR<T> ProbSparseOperator<T>::output(const ConstRef<T>& v) const {
 }
 
 template <typename T>
+MatrixR<T> ProbSparseOperator<T>::lazy_apply_transpose(const ConstRef<T>& x) const {
+  MatrixR<T> y = MatrixR<T>::Zero(nk_, x.cols());
+  Eigen::Matrix<T, 1, Eigen::Dynamic> acc = Eigen::Matrix<T, 1, Eigen::Dynamic>::Zero(x.cols());
+  if (!causal_) {
+    for (Index i = 0; i < nq_; ++i)
+      if (!is_selected_[std::size_t(i)]) acc += x.row(i) * lazy_weight(i);
+    y.rowwise() = acc;
+    return y;
+  }
+  // Suffix sums: key i + off is seen by the lazy queries i, i + 1, …; the keys before off by all of them.
+  for (Index i = nq_ - 1; i >= 0; --i) {
+    if (!is_selected_[std::size_t(i)]) acc += x.row(i) * lazy_weight(i);
+    y.row(i + off_) = acc;
+  }
+  for (Index j = 0; j < off_; ++j) y.row(j) = acc;
+  return y;
+}
+
+template <typename T>
+Gradients<T> ProbSparseOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  require(v.rows() == nk_ && d_out.rows() == nq_ && d_out.cols() == v.cols(), "probsparse backward: shapes");
+  const MatrixR<T>& qs = exact_->queries();
+  Gradients<T> g;
+  g.dq = MatrixR<T>::Zero(nq_, qs.cols());  // lazy rows: no dependence on Q (the measure only selects)
+  g.dv = lazy_apply_transpose(d_out);
+  if (selected_.empty()) {
+    g.dk = MatrixR<T>::Zero(nk_, qs.cols());
+    return g;
+  }
+  // The exact rows (eq. (3)): their own forward pass for O and the log-sum-exp, then FlashAttention-2's backward.
+  const QueryLayout layout{selected_, nq_};
+  MatrixR<T> dos(Index(selected_.size()), d_out.cols());
+  for (std::size_t r = 0; r < selected_.size(); ++r) dos.row(Index(r)) = d_out.row(selected_[r]);
+  VectorX<T> lse;
+  const MatrixR<T> out = exact_output<T>(qs, exact_->keys(), v, exact_->options(), kDefaultTile, layout, &lse);
+  Gradients<T> ge = exact_backward<T>(qs, exact_->keys(), v, out, lse, dos, exact_->options(), kDefaultTile, layout);
+  scatter(ge.dq, g.dq);
+  g.dk = std::move(ge.dk);
+  g.dv += ge.dv;
+  return g;
+}
+
+template <typename T>
 void ProbSparseOperator<T>::scatter(const MatrixR<T>& rows, MatrixR<T>& y) const {
   for (std::size_t r = 0; r < selected_.size(); ++r) y.row(selected_[r]) = rows.row(Index(r));
 }

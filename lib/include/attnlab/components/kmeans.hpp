@@ -15,6 +15,12 @@ struct KMeansResult {
   std::vector<Index> assignment;    ///< nearest centroid of each point
   double inertia = 0;               ///< Σ‖x − c_a(x)‖²
   Index iterations = 0;
+  /// How the centroids were last formed, for differentiating them given the assignments (a cluster's mean is linear
+  /// in its points): centroid c is the point copy_of[c] itself when copy_of[c] ≥ 0 (a k-means++ pick when no Lloyd
+  /// step ran, or an empty cluster's re-seed), else the mean of the points i with formed_from[i] == c — the
+  /// assignment of the last Lloyd step, which differs from `assignment` when the iterations stopped unconverged.
+  std::vector<Index> formed_from;   ///< n entries (−1 when no Lloyd step ran)
+  std::vector<Index> copy_of;       ///< c entries (−1: a mean)
 };
 
 template <typename T>

@@ -1,6 +1,8 @@
 // `local` — sliding-window attention (Beltagy et al. 2020, Longformer §3.1, "sliding window"): each query attends to
 // the keys |j − c_i| ≤ W around its aligned position c_i = i + (n_k − n_q) (with a causal mask, c_i − W ≤ j ≤ c_i),
 // softmax over that band only: O(n·W·d).
+// Backward: the softmax over each query's band (PatternMethod's pattern_backward, O(n·W·d)); nothing is random and
+// the band does not depend on Q or K, so it is the exact gradient of this forward.
 //   attnlab::LocalOptions o;  o.window = 64;
 //   attnlab::LocalMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "local:window=64" builds the same class (make_method reads the spec into LocalOptions).

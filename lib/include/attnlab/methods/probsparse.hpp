@@ -4,6 +4,9 @@
 // selection is online (a query is exact when its measure is among the u largest so far), exact rows are masked, and
 // lazy rows get the mean of the visible V (lazy=mean) or the reference code's unnormalized cumulative sum
 // (lazy=cumsum).
+// Backward: the gradient given the selection — the top-u set (and the keys sampled for M̄) held fixed, the measure
+// not differentiated (it only selects). Selected rows: exact attention's backward (FlashAttention-2 Alg. 2) at their
+// causal positions; lazy rows: w_i·Σ_{visible j} v_j, so dV only (dQ of a lazy row is 0, and it adds nothing to dK).
 //   attnlab::ProbSparseOptions o;  o.factor = 3;  o.sample = attnlab::ProbSparseSample::Full;
 //   attnlab::ProbSparseMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "probsparse:factor=3,sample=full" builds the same class (make_method reads the spec into
@@ -69,6 +72,9 @@ class ProbSparseMethod final : public ConfiguredMethod<ProbSparseOptions, Method
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   const AttentionOperator<T>& do_op() const override { return *op_; }
   MatrixR<T> do_output(const ConstRef<T>& v) const override { return op_->output(v); }
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {
+    return op_->backward(v, d_out);
+  }
 
  private:
   std::optional<ProbSparseOperator<T>> op_;

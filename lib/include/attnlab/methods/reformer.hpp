@@ -4,6 +4,10 @@
 // previous one; several rounds combined as the softmax over the union of their key sets (the multi-round form with
 // the duplicate correction, §3). With a causal mask, query i attends to the 2·L most recent keys j ≤ c_i of its own
 // bucket and to c_i.
+// Backward: the softmax over each query's union of key sets, given that union — the rotations, the buckets, the sort
+// and the chunks held fixed at the forward's (piecewise constant in Q and K). The duplicate correction of §3 (each key
+// counted once across rounds, i.e. −log(#rounds that hold it) added to its logit) is a constant given the buckets:
+// it is already the union here, so it adds nothing to the gradient. PatternMethod's pattern_backward, O(nnz·d).
 //   attnlab::ReformerOptions o;  o.buckets = 8;  o.chunk = 64;
 //   attnlab::ReformerMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "reformer:buckets=8,chunk=64" builds the same class (make_method reads the spec into ReformerOptions).

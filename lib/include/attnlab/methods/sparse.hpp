@@ -3,6 +3,8 @@
 // Transformers", strided attention); G global tokens that attend to and are attended by every position (Beltagy
 // et al. 2020 §3.1; Zaheer et al. 2020, BigBird §2); R random keys per query (Zaheer et al. 2020, BigBird §2). The
 // softmax is taken over that union only; a causal mask restricts every part to j ≤ c_i.
+// Backward: the softmax over each query's union, the union held fixed (the random keys are the seed's, as the
+// forward's): PatternMethod's pattern_backward, O(nnz·d).
 //   attnlab::SparseOptions o;  o.window = 16;  o.stride = 32;
 //   attnlab::SparseMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "sparse:window=16,stride=32" builds the same class (make_method reads the spec into SparseOptions).

@@ -4,6 +4,7 @@
 // and the mean-field form of quantizing the queries too (`vq`, quantize=both), which is attnlab's variant.
 #pragma once
 
+#include "attnlab/core/gradients.hpp"
 #include "attnlab/operators/operator.hpp"
 
 #include <vector>
@@ -23,6 +24,17 @@ class CodebookOperator final : public AttentionOperator<T> {
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
   MatrixR<T> row_block(Index first, Index count) const override;
+  /// The backward of O = P̃·V, i.e. of exact attention on (Q, K̂ = ΔC, V) (Lingle 2023) with the assignment Δ held
+  /// fixed, for logits ℓ = scale·Q·codebookᵀ: dQ, dV, and in `dk` the gradient w.r.t. the quantized keys K̂ (what the
+  /// straight-through estimator passes to K). Through per-code sums, never n_q×n_k: with E_iy = exp(ℓ_iy − L_i),
+  /// W_y = Σ_{visible j, a(j)=y} v_j and N_y their count, D_i = dO_i·O_i,
+  ///   dℓ_iy = E_iy (dO_i·W_y − N_y D_i),   dQ = s·dℓ C,   dV_j = Σ_{i sees j} E_{i,a(j)} dO_i,
+  ///   dK̂_j = s (M_{a(j)} v_j − b_{a(j)}),  M_y = Σ_{i sees j} E_iy q_i dO_iᵀ,  b_y = Σ_{i sees j} E_iy D_i q_i;
+  /// causal by running (forward) and suffix (backward) sums. O(n·c·d·d_v) work for the M_y, O(c·d·d_v) memory per
+  /// thread.
+  Gradients<T> backward(const ConstRef<T>& q, const ConstRef<T>& codebook, const ConstRef<T>& v,
+                        const ConstRef<T>& d_out, double scale) const;
+  const std::vector<Index>& assignment() const { return a_; }
 
  private:
   /// exp(ℓ_iy − L_i) for every code (codes no visible key uses are never read: their sums are zero, and a key of
@@ -52,6 +64,16 @@ class MeanFieldOperator final : public AttentionOperator<T> {
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
   MatrixR<T> row_block(Index first, Index count) const override;
+
+  /// The backward of O = P̃·V with the codes a, b held fixed, for the joint logits ℓ_ij = λ_{i,a(j)} + g_{b(i),j}
+  /// (a softmax over j): dS_ij = P̃_ij (dO_i·v_j − D_i), and by per-code sums (never n_q×n_k)
+  ///   dλ_iy = Σ_{a(j)=y} dS_ij,  dg_bj = Σ_{b(i)=b} dS_ij,  dV = P̃ᵀ dO,
+  ///   dk_j = scale·Σ_i dS_ij q_i — the straight-through key gradient (∂ through r_j = k_j − c_a(j) plus ∂ through
+  ///   K̂_j = c_a(j)); with M_by = Σ_{b(i)=b} E_iy q_i dO_iᵀ in O(n_q·c·d·d_v + c_q·n_k·d·d_v).
+  struct Backward {
+    MatrixR<T> dlambda, dg, dv, dk;
+  };
+  Backward backward(const ConstRef<T>& q, const ConstRef<T>& v, const ConstRef<T>& d_out, double scale) const;
 
  private:
   MatrixR<T> e_, gt_;  // E (n_q × c), G̃ (c_q × n_k)

@@ -3,6 +3,7 @@
 // mean(V) — or, causal with cumsum, the reference code's all-ones row (its unnormalized cumulative sum of V).
 #pragma once
 
+#include "attnlab/core/gradients.hpp"
 #include "attnlab/core/options.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/operators/operator.hpp"
@@ -36,8 +37,15 @@ class ProbSparseOperator final : public AttentionOperator<T> {
   MatrixR<T> output(const ConstRef<T>& v) const;
   /// How many queries get exact rows.
   Index selected() const { return Index(selected_.size()); }
+  /// The backward of output(v) given the selection (Zhou et al. 2021, eq. (3) with the top-u set held fixed):
+  /// the selected rows are exact softmax attention at their causal positions — exact_backward (FlashAttention-2
+  /// Alg. 2) on them, after one forward pass for their outputs and log-sum-exp; the lazy rows are w_i·Σ_{visible j} v_j
+  /// (mean or cumsum), linear in V alone: they add w_i·dO_i to dV of every key they see and nothing to dQ or dK.
+  Gradients<T> backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
 
  private:
+  /// Σ_{lazy i that see key j} w_i x_i for every key j (the lazy rows' part of P̃ᵀ·x; the selected rows add nothing).
+  MatrixR<T> lazy_apply_transpose(const ConstRef<T>& x) const;
   void scatter(const MatrixR<T>& rows, MatrixR<T>& y) const;
   Index nq_, nk_, off_ = 0;
   bool causal_, cumsum_;

@@ -57,6 +57,44 @@ template SparseOperator<float>::Sparse pattern_softmax<float>(const ConstRef<flo
 template SparseOperator<double>::Sparse pattern_softmax<double>(const ConstRef<double>&, const ConstRef<double>&,
                                                                 double, Pattern);
 
+template <typename T>
+Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const ConstRef<T>& q,
+                              const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& d_out, double scale) {
+  using Sparse = typename SparseOperator<T>::Sparse;
+  require(p.isCompressed() && p.rows() == q.rows() && p.cols() == k.rows(), "pattern_backward: P̃ does not match");
+  const Index nq = p.rows();
+  // dS on P̃'s own structure: per row, dP_ij = dO_i·v_j, D_i = Σ_j P̃_ij dP_ij (= dO_i·O_i), dS_ij = P̃_ij (dP_ij − D_i).
+  Sparse ds = p;
+  const Index* outer = p.outerIndexPtr();
+  const Index* inner = p.innerIndexPtr();
+  const T* pv = p.valuePtr();
+  T* dsv = ds.valuePtr();
+#pragma omp parallel for schedule(dynamic, 64)
+  for (Index i = 0; i < nq; ++i) {
+    T d = 0;
+    for (Index t = outer[i]; t < outer[i + 1]; ++t) {
+      dsv[t] = d_out.row(i).dot(v.row(inner[t]));
+      d += pv[t] * dsv[t];
+    }
+    for (Index t = outer[i]; t < outer[i + 1]; ++t) dsv[t] = pv[t] * (dsv[t] - d);
+  }
+  const T s = T(scale);
+  Gradients<T> g;
+  g.dq.noalias() = ds * k;
+  g.dq *= s;
+  g.dk.noalias() = ds.transpose() * q;
+  g.dk *= s;
+  g.dv.noalias() = p.transpose() * d_out;
+  return g;
+}
+
+template Gradients<float> pattern_backward<float>(const SparseOperator<float>::Sparse&, const ConstRef<float>&,
+                                                  const ConstRef<float>&, const ConstRef<float>&,
+                                                  const ConstRef<float>&, double);
+template Gradients<double> pattern_backward<double>(const SparseOperator<double>::Sparse&, const ConstRef<double>&,
+                                                    const ConstRef<double>&, const ConstRef<double>&,
+                                                    const ConstRef<double>&, double);
+
 /// The band around the aligned position c_i = i + off, cut at the future when causal.
 void add_band(Pattern& p, Index nq, Index nk, Index w, bool causal) {
   const Index off = nk - nq;

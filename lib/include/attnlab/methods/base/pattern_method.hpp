@@ -1,6 +1,11 @@
 // Shared base of the sparse-pattern methods (local, sparse, reformer; lib/src/methods/base/pattern_method.cpp): a
 // method chooses, for every query, the keys it attends to; the base takes the softmax of the logits over that
 // pattern only, O(nnz·d), and keeps P̃ as a row-major sparse matrix (operator: sparse products).
+// Backward (one for all pattern methods): the gradient of the softmax over each query's key set, the set held fixed
+// (Reformer's rotations, buckets, sort and chunks; BigBird's random keys; the band and strides are fixed anyway):
+// with P̃ the pattern softmax, dP_ij = dO_i·v_j, D_i = Σ_j P̃_ij dP_ij, dS_ij = P̃_ij (dP_ij − D_i) on the pattern,
+//   dV = P̃ᵀ dO,  dQ = s·dS K,  dK = s·dSᵀ Q      — O(nnz·d), never n×n (the masked softmax's backward restricted
+// to the pattern; Dao 2023, FlashAttention-2 §2.2, the same formulas as exact attention's).
 #pragma once
 
 #include "attnlab/operators/sparse.hpp"
@@ -24,6 +29,13 @@ typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const C
 /// c_i − w ≤ j ≤ c_i + w, cut at the future (j ≤ c_i) when causal, clipped to [0, nk) — the sliding window of
 /// Beltagy et al. 2020 (Longformer §3.1), shared by `local` and `sparse`.
 void add_band(Pattern& p, Index nq, Index nk, Index w, bool causal);
+
+/// The backward of O = P̃·V for a pattern softmax `p` (pattern_softmax's result, compressed, row-major) of the logits
+/// s·QKᵀ on its nonzeros: dV = P̃ᵀ dO, dS = P̃ ∘ (dP − D) with dP_ij = dO_i·v_j and D_i = Σ_j P̃_ij dP_ij,
+/// dQ = s·dS K, dK = s·dSᵀ Q; O(nnz·(d + d_v)) work, O(nnz) memory. (float and double.)
+template <typename T>
+Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const ConstRef<T>& q,
+                              const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& d_out, double scale);
 
 /// The base of the pattern methods: the sparse P̃ is built only when the operator or the matrix is asked for, so a
 /// method with a fast output path (local's blocked kernel, Reformer's chunk products) never builds it on the hot
@@ -50,6 +62,11 @@ class PatternMethod : public LazyOperatorMethod<T> {
     const MatrixR<T>& k = this->keys();
     const AttentionOptions& opts = this->options();
     return std::make_unique<SparseOperator<T>>(pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts)));
+  }
+  /// The pattern softmax's backward on the pattern of the last compute() (built once, as the operator, and kept).
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {
+    const auto& p = static_cast<const SparseOperator<T>&>(this->do_op()).matrix();
+    return pattern_backward<T>(p, this->queries(), this->keys(), v, d_out, this->options().scale);
   }
 };
 
