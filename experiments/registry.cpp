@@ -12,6 +12,7 @@ std::unique_ptr<Experiment> make_vq_experiment();
 std::unique_ptr<Experiment> make_regimes_experiment();
 std::unique_ptr<Experiment> make_probsparse_experiment();
 std::unique_ptr<Experiment> make_scaling_experiment();
+std::unique_ptr<Experiment> make_gradients_experiment();
 
 std::vector<std::unique_ptr<Experiment>> all_experiments() {
   // name (`attnlab run NAME`, results/NAME.csv.gz) and the question it answers (its --help line).
@@ -32,6 +33,8 @@ std::vector<std::unique_ptr<Experiment>> all_experiments() {
       {"vq", "Transformer-VQ against codebook size, soft vs hard, vs Performer", make_vq_experiment},
       {"scaling", "time and peak memory against n, relative to exact attention", make_scaling_experiment},
       {"regimes", "which of low-rank, sparse, sparse+low-rank wins at which entropy", make_regimes_experiment},
+      {"gradients", "how far each method's dQ, dK, dV are from exact attention's, beside its output error",
+       make_gradients_experiment},
   };
   std::vector<std::unique_ptr<Experiment>> v;
   for (const auto& e : table) {

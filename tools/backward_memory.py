@@ -3,7 +3,7 @@ memory) against n, float32, d = 64: each n in a fresh process (its peak resident
 alone), beside the bytes of its inputs and outputs and of the n × n matrix a materializing backward (PyTorch autograd
 of softmax(QKᵀ)V keeps P) would hold.
 
-    /usr/bin/python3 tools/backward_memory.py [--n 4096 16384 65536] [--out results/backward_memory.csv]
+    /usr/bin/python3 tools/backward_memory.py [--n 4096 16384 65536] [--out results/bench/backward_memory.csv]
 
 Writes a tidy CSV (n, d, metric, value): peak_rss_bytes, baseline_rss_bytes (the same process after loading the
 module and making the inputs, before the call), arrays_bytes (Q, K, V, dO in; dQ, dK, dV out), p_matrix_bytes, and
@@ -37,7 +37,7 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=[4096, 16384, 65536])
     ap.add_argument("--d", type=int, default=64)
-    ap.add_argument("--out", default="results/backward_memory.csv")
+    ap.add_argument("--out", default="results/bench/backward_memory.csv")
     a = ap.parse_args(argv)
     rows = []
     for n in a.n:

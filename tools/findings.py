@@ -526,10 +526,50 @@ def paper(F, results):
           "largest residual ‖Pᵀu − σv‖/σ₁ over every value of them", "paper")
 
 
+def gradient_family(d):
+    """A gradients row's family as the budget families name it (linformer by projection, Nyström's SVD variant)."""
+    proj = d["spec"].str.extract(r"projection=(\w+)")[0].fillna("")
+    fam = d["method"].where(d["method"] != "linformer", "linformer_" + proj)
+    return fam.where(~((d["method"] == "nystrom") & d["spec"].str.contains("pinv=svd")), "nystrom_svd")
+
+
+def gradients(F, R):
+    """The gradients experiment: each method's dQ, dK, dV against exact attention's, beside its output error."""
+    d = load(R, "gradients")
+    d = d.assign(family=gradient_family(d))
+    key = ["source", "variant", "seed", "layer", "head", "spec", "family"]
+    wide = d.pivot_table(index=key, columns="metric", values="value", dropna=False).reset_index()
+    wide = wide.dropna(subset=["output_rel_fro"])
+    # Does the output error predict the gradient error? Spearman's rank correlation over every point (method, budget,
+    # problem, upstream gradient).
+    for g in ("dq", "dk", "dv"):
+        F.add(f"gradients.rho_{g}", wide["output_rel_fro"].rank().corr(wide[f"{g}_rel_fro"].rank()), f2,
+              f"Spearman correlation of the output error and the {g} error over every point", "gradients")
+    F.add("gradients.points", len(wide), integer, "points (method, budget, problem, upstream gradient)", "gradients")
+    # Per family at its default budget on the trained masked-LM's heads with the model's own dO (median over heads).
+    t = wide[(wide.source == "trained") & (wide.variant == "dO=model") & (wide.default_budget == 1)]
+    med = t.groupby("family")[["output_rel_fro", "dq_rel_fro", "dk_rel_fro", "dv_rel_fro"]].median()
+    med["ratio"] = med[["dq_rel_fro", "dk_rel_fro"]].max(axis=1) / med["output_rel_fro"]
+    med = med.sort_values("output_rel_fro")
+    spec = t.groupby("family")["spec"].first()
+    rows = ["| family (default budget) | output | dQ | dK | dV | max(dQ, dK) / output |", "|---|---|---|---|---|---|"]
+    rows += [f"| `{re.sub(r',?seed=[0-9]+', '', spec[f])}` | {sig(r.output_rel_fro)} | {sig(r.dq_rel_fro)} | {sig(r.dk_rel_fro)} | "
+             f"{sig(r.dv_rel_fro)} | {sig(r.ratio)} |" for f, r in med.iterrows()]
+    F.add("gradients.default_table", "\n".join(rows), str,
+          "per family at its default budget, trained masked-LM heads, the model's own dO: median relative errors",
+          "gradients")
+    worst = med["ratio"].idxmax()
+    F.add("gradients.worst_family", worst, str, "family whose dQ/dK error exceeds its output error the most", "gradients")
+    F.add("gradients.worst_ratio", med.loc[worst, "ratio"], f2, "that ratio (median over heads)", "gradients")
+    F.add("gradients.worse_than_output", ", ".join(f for f in med.index if med.loc[f, "ratio"] > 2), str,
+          "families whose dQ or dK error is more than twice their output error (trained heads, default budget)",
+          "gradients")
+
+
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
-               spectrum_solvers, paper, report, dropin, model_mix):
+               spectrum_solvers, paper, report, dropin, model_mix, gradients):
         fn(F, results)
     model(F)
     return F.items
