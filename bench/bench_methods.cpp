@@ -11,37 +11,23 @@
 #include "attnlab/core/random.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/core/reproducible.hpp"
+#include "yardstick.hpp"
 
 #include <benchmark/benchmark.h>
-#include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <set>
 #include <string>
 
 namespace {
 
 using attnlab::Index;
 using attnlab::MatrixR;
-
-constexpr Index kD = 64;
-
-template <typename T>
-struct Problem {
-  MatrixR<T> q, k, v;
-  explicit Problem(Index n) {
-    attnlab::Rng rng(1);
-    q = attnlab::gaussian_matrix<T>(n, kD, rng);
-    k = attnlab::gaussian_matrix<T>(n, kD, rng);
-    v = attnlab::gaussian_matrix<T>(n, kD, rng);
-  }
-};
-
-/// Methods whose cost is quadratic in n at their defaults (they form or sweep all of P); the analysis baselines
-/// (the Eckart–Young floor by SVD, classical CUR) are dense and run to n = 4096 only.
-const std::set<std::string> kQuadratic = {"exact", "svd", "cur"};
-const std::set<std::string> kDense = {"svd", "cur"};
+using attnlab::bench::gemm;
+using attnlab::bench::kDense;
+using attnlab::bench::kQuadratic;
+using attnlab::bench::kD;
+using attnlab::bench::lengths;
+using attnlab::bench::Problem;
 
 template <typename T>
 void method(benchmark::State& state, const std::string& spec) {
@@ -77,39 +63,6 @@ void vq_attend(benchmark::State& state) {
     benchmark::DoNotOptimize(o.data());
   }
   state.SetComplexityN(n);
-}
-
-/// The yardstick: S = QKᵀ (n×d by d×n), by the build's own product (Eigen's kernels, or OpenBLAS in an
-/// ATTNLAB_USE_BLAS build), one row block per OpenMP thread (the threads split the work as attnlab's kernels do) —
-/// the rate this machine and this build reach on the attention's GEMM. One product per thread and call: each product
-/// allocates its packing buffers, and with glibc's default allocator many small-block products paid those buffers'
-/// page faults on every call (9× at f64 n = 4096), measuring the allocator instead of the GEMM.
-template <typename T>
-void gemm(benchmark::State& state) {
-  const Index n = state.range(0);
-  const Problem<T> p(n);
-  MatrixR<T> s(n, n);
-  for (auto _ : state) {
-#pragma omp parallel
-    {
-      const Index threads = omp_get_num_threads(), t = omp_get_thread_num();
-      const Index r0 = n * t / threads, r1 = n * (t + 1) / threads;
-      if (r1 > r0) s.middleRows(r0, r1 - r0).noalias() = p.q.middleRows(r0, r1 - r0) * p.k.transpose();
-    }
-    benchmark::DoNotOptimize(s.data());
-  }
-  state.SetComplexityN(n);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(n) * double(n) * kD * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-}
-
-std::vector<std::int64_t> lengths(bool quadratic, bool dense = false) {
-  const char* env = std::getenv("ATTNLAB_BENCH_MAX_QUADRATIC_N");
-  const std::int64_t cap = dense ? 4096 : quadratic ? (env ? std::atoll(env) : 16384) : 65536;
-  std::vector<std::int64_t> out;
-  for (std::int64_t n : {1024, 4096, 16384, 65536})
-    if (n <= cap) out.push_back(n);
-  return out;
 }
 
 template <typename T>

@@ -9,7 +9,10 @@
 
 #include <omp.h>
 
+#include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace attnlab {
@@ -37,6 +40,29 @@ Gradients<double> dense_backward(const MatrixR<double>& q, const MatrixR<double>
   const MatrixR<double> dp = d_out * v.transpose();
   const VectorX<double> dsum = (p.array() * dp.array()).rowwise().sum();
   MatrixR<double> ds = p.array() * (dp.array().colwise() - (drop_d ? 0.0 : 1.0) * dsum.array());
+  g.dq = s * ds * k;
+  g.dk = s * ds.transpose() * q;
+  return g;
+}
+
+/// The same closed form with P restricted to the band |j − c_i| ≤ w around c_i = i + (n_k − n_q) (causal: j ≤ c_i):
+/// local attention's backward, dense.
+Gradients<double> dense_band_backward(const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v,
+                                      const MatrixR<double>& d_out, Index w, bool causal) {
+  const double s = 1.0 / std::sqrt(double(q.cols()));
+  const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
+  MatrixR<double> p = s * q * k.transpose();
+  for (Index i = 0; i < nq; ++i) {
+    const Index c = i + off, lo = std::max<Index>(0, c - w), hi = causal ? c : std::min(nk - 1, c + w);
+    const double mx = p.row(i).segment(lo, hi - lo + 1).maxCoeff();
+    for (Index j = 0; j < nk; ++j) p(i, j) = j < lo || j > hi ? 0.0 : std::exp(p(i, j) - mx);
+    p.row(i) /= p.row(i).sum();
+  }
+  Gradients<double> g;
+  g.dv = p.transpose() * d_out;
+  const MatrixR<double> dp = d_out * v.transpose();
+  const VectorX<double> dsum = (p.array() * dp.array()).rowwise().sum();
+  const MatrixR<double> ds = p.array() * (dp.array().colwise() - dsum.array());
   g.dq = s * ds * k;
   g.dk = s * ds.transpose() * q;
   return g;
@@ -114,6 +140,71 @@ TEST(ExactBackward, DoesNotDependOnTheThreadCount) {
   const Gradients<float> one = exact_backward<float>(q, k, v, out, lse, d_out, o, 32);
   omp_set_num_threads(std::max(2, before));
   const Gradients<float> many = exact_backward<float>(q, k, v, out, lse, d_out, o, 32);
+  omp_set_num_threads(before);
+  EXPECT_EQ(one.dq, many.dq);
+  EXPECT_EQ(one.dk, many.dk);
+  EXPECT_EQ(one.dv, many.dv);
+}
+
+TEST(ExactBackward, MethodReusesItsForwardOnlyForTheSameQKV) {
+  // The streaming method keeps the last output()'s O and ℓ for its backward: after new Q, K (compute) or another V
+  // the backward must be that of the new problem, bit for bit what a fresh method gives.
+  const MatrixR<double> q1 = randn<double>(70, 8, 1), k1 = randn<double>(90, 8, 2), v1 = randn<double>(90, 5, 3);
+  const MatrixR<double> q2 = randn<double>(70, 8, 4), k2 = randn<double>(90, 8, 5), v2 = randn<double>(90, 5, 6);
+  const MatrixR<double> d_out = randn<double>(70, 5, 7);
+  auto fresh = [&](const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v) {
+    auto m = make_method<double>("exact:tile=32");
+    m->compute(q, k);
+    return m->backward(v, d_out);
+  };
+  auto m = make_method<double>("exact:tile=32");
+  m->compute(q1, k1);
+  m->output(v1);
+  const Gradients<double> same = m->backward(v1, d_out);
+  const Gradients<double> want11 = fresh(q1, k1, v1);
+  EXPECT_EQ(same.dq, want11.dq);
+  EXPECT_EQ(same.dk, want11.dk);
+  EXPECT_EQ(same.dv, want11.dv);
+  const Gradients<double> other_v = m->backward(v2, d_out);  // O and ℓ of v1 must not be used
+  EXPECT_EQ(other_v.dq, fresh(q1, k1, v2).dq);
+  m->compute(q2, k2);  // a new problem: the kept forward is stale
+  const Gradients<double> after = m->backward(v2, d_out), want22 = fresh(q2, k2, v2);
+  EXPECT_EQ(after.dq, want22.dq);
+  EXPECT_EQ(after.dk, want22.dk);
+  const Gradients<double> dense = dense_backward(q2, k2, v2, d_out, AttentionOptions{});
+  EXPECT_LT(rel_err(after.dq, dense.dq), 1e-12);
+}
+
+TEST(LocalBackward, EqualsTheBandClosedFormAndIgnoresThreads) {
+  // local's blocked backward (blocks of 64 queries, passes of disjoint key spans) against the dense band form, across
+  // windows narrower and wider than a block, lengths that are not multiples of it, n_k > n_q, causal or not.
+  struct C {
+    Index nq, nk, w;
+    bool causal;
+  };
+  for (const C c : {C{200, 200, 5, false}, C{200, 200, 5, true}, C{130, 190, 70, false}, C{130, 190, 70, true},
+                    C{64, 64, 0, false}, C{100, 100, 500, false}, C{300, 300, 64, true}}) {
+    const MatrixR<double> q = randn<double>(c.nq, 8, 1), k = randn<double>(c.nk, 8, 2), v = randn<double>(c.nk, 5, 3),
+                          d_out = randn<double>(c.nq, 5, 4);
+    auto m = make_method<double>("local:window=" + std::to_string(c.w));
+    AttentionOptions o;
+    o.causal = c.causal;
+    m->compute(q, k, o);
+    const Gradients<double> got = m->backward(v, d_out), want = dense_band_backward(q, k, v, d_out, c.w, c.causal);
+    SCOPED_TRACE(::testing::Message() << c.nq << "×" << c.nk << " w=" << c.w << " causal=" << c.causal);
+    // Relative to the gradient's size, or to 1 where it is exactly 0 (w = 0: one key per query, no logit gradient).
+    for (const auto& [a, b] : {std::pair{&got.dq, &want.dq}, {&got.dk, &want.dk}, {&got.dv, &want.dv}})
+      EXPECT_LE((a->cast<double>() - *b).norm(), 1e-12 * std::max(1.0, b->norm()));
+  }
+  const MatrixR<float> q = randn<float>(700, 16, 1), k = randn<float>(700, 16, 2), v = randn<float>(700, 8, 3),
+                       d_out = randn<float>(700, 8, 4);
+  auto m = make_method<float>("local:window=40");
+  m->compute(q, k);
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Gradients<float> one = m->backward(v, d_out);
+  omp_set_num_threads(std::max(2, before));
+  const Gradients<float> many = m->backward(v, d_out);
   omp_set_num_threads(before);
   EXPECT_EQ(one.dq, many.dq);
   EXPECT_EQ(one.dk, many.dk);

@@ -2,7 +2,8 @@
 # The side-by-side benchmark in one job: attnlab's Google Benchmark suite (every registered method at its defaults,
 # the GEMM yardstick, f32 and f64) from two builds, and the PyTorch eager transcriptions (tools/bench_peers.py), then
 # the table and the figure. Writes results/bench/{attnlab.json,attnlab_fast.json,peers.csv,merged.csv,table.md,
-# bench.png, attnlab_tunables.json, peers_tunables.csv, cost_paths.md} and re-renders README.md (its table).
+# bench.png, attnlab_tunables.json, peers_tunables.csv, cost_paths.md; the backward suite's backward.json,
+# backward_fast.json, peers_backward.csv, backward.md, backward.png} and re-renders README.md (its tables).
 #   tools/bench.sh [--quick]     (--quick: n ≤ 4096, float32 only, a few minutes)
 # The two attnlab builds:
 #   default  build/ as tools/setup.sh makes it: x86-64-v3, Eigen's own kernels — the same bits on every CPU, the
@@ -17,10 +18,10 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
-"$ATTNLAB_ROOT/tools/setup.sh" --python-stack --bench --target attnlab_bench_methods
+"$ATTNLAB_ROOT/tools/setup.sh" --python-stack --bench --target attnlab_bench_methods --target attnlab_bench_backward
 fast_build="${ATTNLAB_BENCH_BUILD:-$ATTNLAB_ROOT/build-bench}"
 configure_fast_build "$fast_build" -DATTNLAB_BUILD_BENCH=ON -DATTNLAB_BUILD_TESTS=OFF -DATTNLAB_BUILD_CLI=OFF
-cmake --build "$fast_build" --target attnlab_bench_methods -j"$(nproc)" >/dev/null
+cmake --build "$fast_build" --target attnlab_bench_methods --target attnlab_bench_backward -j"$(nproc)" >/dev/null
 out="$ATTNLAB_ROOT/results/bench"
 mkdir -p "$out"
 best=$(best_openblas_coretype)
@@ -43,7 +44,7 @@ if [ "$quick" = 1 ]; then filter='/f32/n:(1024|4096)/'; ns=1024,4096; dtypes=f32
 run_suite() {  # build-dir json [env assignments...]
   local bin=$1/bin json=$2
   shift 2
-  env "$@" "$bin/attnlab_bench_methods" --benchmark_filter="$filter" --benchmark_out="$json" \
+  env "$@" "$bin/${suite:-attnlab_bench_methods}" --benchmark_filter="$filter" --benchmark_out="$json" \
     --benchmark_out_format=json --benchmark_min_time=0.2
 }
 echo "bench: attnlab, default build"
@@ -55,6 +56,13 @@ run_suite "$ATTNLAB_BUILD" "$out/attnlab_tunables.json" GLIBC_TUNABLES="$tunable
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers.csv" --n "$ns" --dtype "$dtypes"
 GLIBC_TUNABLES="$tunables" "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers_tunables.csv" \
   --n "$ns" --dtype "$dtypes"
+# The backward suite (every method's backward and training step, exact's against the GEMM) and PyTorch autograd of
+# the same transcriptions, without GLIBC_TUNABLES.
+echo "bench: backward, default and fast builds"
+suite=attnlab_bench_backward run_suite "$ATTNLAB_BUILD" "$out/backward.json"
+suite=attnlab_bench_backward run_suite "$fast_build" "$out/backward_fast.json"
+"$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --backward --out "$out/peers_backward.csv" --n "$ns" \
+  --dtype "$dtypes"
 # Every path that reports a cost (the benchmark, `run scaling`, `compare`, the module) on the same methods and size,
 # in this run: their ratios to the benchmark should be ~1.
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/cost_paths.py" --n 4096 --out "$out/cost_paths.md"

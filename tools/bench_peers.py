@@ -4,6 +4,15 @@
 attnlab's Google Benchmark suite and draws the comparison).
 
     tools/bench_peers.py [--out results/bench/peers.csv] [--n 1024,4096,16384] [--dtype f32,f64] [--threads 2]
+    tools/bench_peers.py --backward [--out results/bench/peers_backward.csv] ...
+
+--backward times PyTorch autograd of the same transcriptions instead: `backward` (torch.autograd.grad of the output
+for an upstream gradient dO of N(0, 1), the graph built once outside the timed call and retained) and `step` (the
+forward with its graph, then that backward). Autograd keeps what the forward saved: exact attention's n × n softmax
+(4 GiB at n = 16384 in float64 — the memory attnlab's O(n) backward avoids). Transformer-VQ's codebook is fitted
+under no_grad (a trained model holds it; Transformer-VQ trains it by k-means, not by the loss), so the peer's keys
+reach the loss only through the fixed codebook: it computes dQ and dV, and no dK — less than attnlab, whose dK is
+Transformer-VQ's straight-through estimator.
 
 Debian's python3-torch (CPU), never a dependency of attnlab. Each transcription is the straightforward eager code of
 the method's equations (what one writes in a notebook), with random parameters (Performer's ω, Linformer's E, F)
@@ -120,14 +129,16 @@ def reformer(q, k, v, p, buckets=8, rounds=2, chunk=64):
 
 def vq(q, k, v, p, codes=64, iters=20):
     """Transformer-VQ: k-means codebook on the keys (Lloyd, as one would write it), then exp(QCᵀ)(ΔᵀV)."""
-    c = k[p["init"]].clone()
-    for _ in range(iters):
+    with torch.no_grad():   # the codebook is fitted, not differentiated (see --backward)
+        k = k.detach()
+        c = k[p["init"]].clone()
+        for _ in range(iters):
+            a = torch.cdist(k, c).argmin(-1)
+            onehot = torch.nn.functional.one_hot(a, codes).to(k.dtype)
+            cnt = onehot.sum(0)
+            c = torch.where(cnt[:, None] > 0, (onehot.T @ k) / cnt.clamp(min=1)[:, None], c)
         a = torch.cdist(k, c).argmin(-1)
         onehot = torch.nn.functional.one_hot(a, codes).to(k.dtype)
-        cnt = onehot.sum(0)
-        c = torch.where(cnt[:, None] > 0, (onehot.T @ k) / cnt.clamp(min=1)[:, None], c)
-    a = torch.cdist(k, c).argmin(-1)
-    onehot = torch.nn.functional.one_hot(a, codes).to(k.dtype)
     logits = q @ c.T * p["scale"]
     e = torch.exp(logits - logits.max(-1, keepdim=True).values)
     return (e @ (onehot.T @ v)) / (e @ onehot.sum(0))[:, None]
@@ -176,6 +187,19 @@ def best_time(fn, min_calls=3, budget=1.0):
     return min(times), len(times)
 
 
+def grad_times(fn, q, k, v, p, d_out):
+    """(backward alone, forward + backward) of autograd through fn, each the best of several calls."""
+    x = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = fn(*x, p)
+    backward, calls = best_time(lambda: torch.autograd.grad(out, x, d_out, retain_graph=True, allow_unused=True))
+    del out
+
+    def step():
+        torch.autograd.grad(fn(*x, p), x, d_out, allow_unused=True)
+
+    return backward, best_time(step)[0], calls
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="results/bench/peers.csv")
@@ -184,12 +208,15 @@ def main(argv):
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--max-quadratic-n", type=int, default=16384, help="exact attention forms n×n: largest n")
+    ap.add_argument("--backward", action="store_true", help="time autograd's backward and the training step")
     a = ap.parse_args(argv)
+    if a.backward and a.out == ap.get_default("out"):
+        a.out = "results/bench/peers_backward.csv"
     torch.set_num_threads(a.threads)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     rows = []
     coretype = os.environ.get("OPENBLAS_CORETYPE", "(auto)")
-    with torch.no_grad():
+    with torch.set_grad_enabled(a.backward):
         for dt in a.dtype.split(","):
             dtype = {"f32": torch.float32, "f64": torch.float64}[dt]
             for n in map(int, a.n.split(",")):
@@ -199,10 +226,19 @@ def main(argv):
                 for name in a.methods.split(","):
                     if name == "exact" and n > a.max_quadratic_n:
                         continue
+                    common = {"threads": a.threads, "torch": torch.__version__, "openblas_coretype": coretype,
+                              "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
+                    if a.backward:
+                        d_out = torch.randn(n, 64, generator=gen).to(dtype)
+                        back, step, calls = grad_times(METHODS[name], q, k, v, p, d_out)
+                        rows.append({"method": name, "n": n, "d": 64, "dtype": dt, "backward_seconds": back,
+                                     "step_seconds": step, "calls": calls, **common})
+                        print(f"torch {name:10s} {dt} n={n:6d}: backward {back * 1e3:9.3f} ms, "
+                              f"step {step * 1e3:9.3f} ms", file=sys.stderr, flush=True)
+                        continue
                     secs, calls = best_time(lambda: METHODS[name](q, k, v, p))
                     rows.append({"method": name, "n": n, "d": 64, "dtype": dt, "seconds": secs, "calls": calls,
-                                 "threads": a.threads, "torch": torch.__version__, "openblas_coretype": coretype,
-                                 "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")})
+                                 **common})
                     print(f"torch {name:10s} {dt} n={n:6d}: {secs * 1e3:9.3f} ms", file=sys.stderr, flush=True)
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")

@@ -2,7 +2,8 @@
 """The side-by-side benchmark's table and figure from results/bench/attnlab.json and attnlab_fast.json (Google
 Benchmark: the default and the fast build, tools/bench.sh) and peers.csv (tools/bench_peers.py): time against n per
 method, attnlab beside PyTorch eager, and the ratios that matter (each method against exact streaming attention and
-against its PyTorch transcription, all measured in the same job).
+against its PyTorch transcription, all measured in the same job). The backward suite likewise (backward.json,
+backward_fast.json, peers_backward.csv → backward.md, backward.png, backward_merged.csv).
 
     tools/plot_bench.py [--dir results/bench]
 """
@@ -17,7 +18,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_data import BUILDS, allocator_frame, load  # noqa: E402  (the frames; no matplotlib there)
+from bench_data import BUILDS, allocator_frame, load, load_backward  # noqa: E402  (the frames; no matplotlib)
+
+BACKWARD_TARGET = 1.5       # every approximation's backward: ≥ 1.5 × PyTorch autograd of its transcription
+GEMM_FRACTION_TARGET = 0.6  # exact backward's rate (10·n²·d flops) over the in-run GEMM rate
 
 
 def fmt(x, spec=".3g"):
@@ -121,6 +125,86 @@ def figure(both, path):
     compact_png(path)
 
 
+def backward_table(d, contexts):
+    """The backward suite: per method at n = 4096 and 16384, attnlab's backward and training step (forward +
+    backward) beside PyTorch autograd of the eager transcription, and exact's backward rate against the GEMM's."""
+    builds = [b for b in BUILDS if b in contexts]
+    c = next(iter(contexts.values()))
+    lines = [f"Machine: {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz; OpenBLAS core type "
+             f"(PyTorch and the fast build): {', '.join(sorted(set(d.openblas_coretype.dropna())))}; "
+             f"GLIBC_TUNABLES unset (as users run); {c.get('attnlab_cost_context', '')}. Builds: "
+             + "; ".join(f"{b}: -march={contexts[b].get('attnlab_arch', '?')}, products by "
+                         f"{contexts[b].get('attnlab_products', '?')}" for b in builds) + ".", ""]
+    for dtype in sorted(d.dtype.unique()):
+        e = d[(d.method == "exact") & (d.dtype == dtype)]
+        lines += [f"### {dtype}: exact attention's backward against the GEMM (target ≥ {GEMM_FRACTION_TARGET})", "",
+                  "| build | n | backward (s) | GFLOP/s (10·n²·d) | best in-run GEMM GFLOP/s | fraction |",
+                  "|---|---|---|---|---|---|"]
+        for r in e.sort_values(["build", "n"]).itertuples():
+            lines.append(f"| {r.build} | {r.n} | {fmt(r.backward_s, '.4g')} | {fmt(r.exact_gflops, '.1f')} | "
+                         f"{fmt(r.gemm_best_gflops, '.1f')} | {fmt(r.gemm_fraction, '.2f')} |")
+        lines += ["", f"### {dtype}: backward and step (forward + backward), attnlab against PyTorch autograd "
+                  f"(target at n = 16384: PyTorch / attnlab ≥ {BACKWARD_TARGET})", "",
+                  "| method | n | " + " | ".join(f"backward {b} (s)" for b in builds) + " | PyTorch backward (s) | "
+                  + " | ".join(f"PyTorch / {b}" for b in builds) + " | "
+                  + " | ".join(f"step {b} (s)" for b in builds) + " | PyTorch step (s) | "
+                  + " | ".join(f"step PyTorch / {b}" for b in builds) + " |",
+                  "|---|---|" + "---|" * (4 * len(builds) + 2)]
+        g = d[(d.dtype == dtype) & (d.method != "gemm") & d.n.isin([4096, 16384])]
+        for (m, n), r in g.groupby(["method", "n"]):
+            by = {b: r[r.build == b].iloc[0] if (r.build == b).any() else None for b in builds}
+            cell = lambda b, col, spec: fmt(by[b][col], spec) if by[b] is not None and col in by[b] else "–"  # noqa
+            first = r.iloc[0]
+            tb = first.get("torch_backward_s", float("nan"))
+            ts = first.get("torch_step_s", float("nan"))
+            cells = [cell(b, "backward_s", ".4g") for b in builds] + [fmt(tb, ".4g")]
+            cells += [cell(b, "torch_over_attnlab_backward", ".2f") for b in builds]
+            cells += [cell(b, "step_s", ".4g") for b in builds] + [fmt(ts, ".4g")]
+            cells += [cell(b, "torch_over_attnlab_step", ".2f") for b in builds]
+            lines.append(f"| {m} | {n} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def backward_figure(d, path):
+    """float32, n = 16384: PyTorch autograd's time over attnlab's for the backward and for the step (bars, the
+    target line), and exact's backward rate against n beside the GEMM's best rate."""
+    d = d[d.dtype == "f32"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), gridspec_kw={"width_ratios": [2, 2, 1.3]})
+    at = d[(d.n == 16384) & (d.method != "gemm") & d.torch_backward_s.notna()]
+    methods = sorted(at.method.unique())
+    builds = [b for b in ("default", "fast") if (at.build == b).any()]
+    width = 0.8 / max(1, len(builds))
+    for ax, col, what in ((axes[0], "torch_over_attnlab_backward", "backward"),
+                          (axes[1], "torch_over_attnlab_step", "training step (forward + backward)")):
+        for j, b in enumerate(builds):
+            g = at[at.build == b].set_index("method").reindex(methods)
+            ax.bar([i + (j - (len(builds) - 1) / 2) * width for i in range(len(methods))], g[col], width,
+                   label=f"attnlab {b} build", color=f"C{j}")
+        ax.axhline(BACKWARD_TARGET, color="k", ls="--", lw=1, label=f"target {BACKWARD_TARGET}×")
+        ax.axhline(1, color="gray", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(methods)))
+        ax.set_xticklabels(methods, rotation=35, ha="right")
+        ax.set(ylabel="PyTorch autograd time / attnlab time", title=f"{what}, float32, n = 16384, d = 64")
+        ax.legend(fontsize=8)
+    e = d[d.method == "exact"]
+    for j, b in enumerate(b for b in ("default", "fast") if (e.build == b).any()):
+        g = e[e.build == b].sort_values("n")
+        axes[2].semilogx(g.n, g.exact_gflops, "-o", color=f"C{j}", ms=4, label=f"exact backward, {b}")
+        axes[2].axhline(g.gemm_best_gflops.iloc[0], color=f"C{j}", ls=":", lw=1, label=f"best GEMM, {b}")
+    axes[2].set(xlabel="n", ylabel="GFLOP/s (backward: 10·n²·d flops)", title="exact backward against the GEMM")
+    axes[2].set_ylim(bottom=0)
+    axes[2].legend(fontsize=8)
+    for ax in axes:
+        ax.title.set_fontsize(9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    from figures.common import compact_png
+    compact_png(path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="results/bench")
@@ -135,6 +219,13 @@ def main():
             f.write("\n### Every path that reports a cost, in one run\n\n" + open(paths).read())
     figure(both, os.path.join(a.dir, "bench.png"))
     print(os.path.join(a.dir, "table.md"))
+    back, contexts = load_backward(a.dir)
+    if back is not None:
+        back.to_csv(os.path.join(a.dir, "backward_merged.csv"), index=False)
+        with open(os.path.join(a.dir, "backward.md"), "w") as f:
+            f.write(backward_table(back, contexts))
+        backward_figure(back, os.path.join(a.dir, "backward.png"))
+        print(os.path.join(a.dir, "backward.md"))
 
 
 if __name__ == "__main__":

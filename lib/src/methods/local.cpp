@@ -9,7 +9,7 @@ namespace attnlab {
 MethodDescriptor LocalOptions::registry_entry() {
   return describe<LocalMethod, LocalOptions>(
       "sliding-window attention, |j − i| ≤ W", "Beltagy et al. 2020 (Longformer) §3.1, sliding window", Causal::yes())
-      .with_backward(Backward::yes("softmax over each query's band, O(nnz·d)"));
+      .with_backward(Backward::yes("softmax over each query's band, O(n·W·d) in blocks"));
 }
 
 namespace {
@@ -51,7 +51,65 @@ MatrixR<T> local_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef
   return out;
 }
 
+/// The backward of local_output on the same blocks (the softmax of each row formed again from the logits, as
+/// FlashAttention-2 Alg. 2 does from ℓ): with P̃ the band softmax, dP = dO Vᵀ, D_i = Σ_j P̃_ij dP_ij,
+/// dS = P̃ ∘ (dP − D); dQ_I = s·dS K_J, dK_J += s·dSᵀ Q_I, dV_J += P̃ᵀ dO_I (Dao 2023, Alg. 2, restricted to the band).
+/// Blocks b and b + G with G = 1 + ⌈2W/B⌉ touch disjoint keys: G passes, each parallel over its blocks, so every
+/// key's row sums its blocks' terms in the same order whatever the thread count. Returns false (nothing written)
+/// when a band can be empty (n_k < n_q): the pattern's backward takes that case.
+template <typename T>
+bool local_backward(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef<T>& v, const ConstRef<T>& d_out,
+                    const AttentionOptions& opts, Index w, Gradients<T>& g) {
+  const Index nq = q.rows(), nk = k.rows(), off = nk - nq, dv = v.cols(), d = q.cols();
+  if (off < 0) return false;
+  const Index block = 64, blocks = (nq + block - 1) / block;
+  const Index groups = std::min<Index>(blocks, 1 + (2 * w + block - 1) / block);
+  const T s = T(opts.scale);
+  g.dq.resize(nq, d);
+  g.dk.setZero(nk, d);
+  g.dv.setZero(nk, dv);
+  for (Index r = 0; r < groups; ++r) {
+#pragma omp parallel
+    {
+      MatrixR<T> p, dp;
+#pragma omp for schedule(static)
+      for (Index b = r; b < blocks; b += groups) {
+        const Index i0 = b * block, bi = std::min(block, nq - i0);
+        const Index lo = std::max<Index>(0, i0 + off - w);
+        const Index hi = opts.causal ? std::min(nk - 1, i0 + bi - 1 + off) : std::min(nk - 1, i0 + bi - 1 + off + w);
+        const Index bj = hi - lo + 1;
+        p.noalias() = (q.middleRows(i0, bi) * s) * k.middleRows(lo, bj).transpose();
+        for (Index row = 0; row < bi; ++row) {  // the band softmax, as local_output forms it
+          const Index c = i0 + row + off;
+          const Index first = std::max<Index>(0, c - w) - lo;
+          const Index last = (opts.causal ? std::min(c, nk - 1) : std::min(c + w, nk - 1)) - lo;
+          auto x = p.row(row);
+          const T mx = x.segment(first, last - first + 1).maxCoeff();
+          x.head(first).setZero();
+          x.segment(first, last - first + 1) = (x.segment(first, last - first + 1).array() - mx).exp();
+          x.tail(bj - last - 1).setZero();
+          x /= x.sum();
+        }
+        g.dv.middleRows(lo, bj).noalias() += p.transpose() * d_out.middleRows(i0, bi);
+        dp.noalias() = d_out.middleRows(i0, bi) * v.middleRows(lo, bj).transpose();
+        const VectorX<T> dsum = (p.array() * dp.array()).rowwise().sum();
+        p.array() *= (dp.array().colwise() - dsum.array()) * s;  // s·dS; zero off the band (P̃ is)
+        g.dq.middleRows(i0, bi).noalias() = p * k.middleRows(lo, bj);
+        g.dk.middleRows(lo, bj).noalias() += p.transpose() * q.middleRows(i0, bi);
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
+
+template <typename T>
+Gradients<T> LocalMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  Gradients<T> g;
+  if (local_backward<T>(this->queries(), this->keys(), v, d_out, this->options(), this->o_.window, g)) return g;
+  return PatternMethod<T>::do_backward(v, d_out);
+}
 
 template <typename T>
 MatrixR<T> LocalMethod<T>::do_output(const ConstRef<T>& v) const {

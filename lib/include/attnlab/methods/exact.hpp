@@ -45,12 +45,20 @@ class ExactMethod final : public ConfiguredMethod<ExactOptions, LazyOperatorMeth
   std::unique_ptr<AttentionOperator<T>> build_op() const override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   MatrixR<T> do_matrix() const override;
-  /// Streaming: exact_backward (FlashAttention-2 Alg. 2) in O(n) memory after one forward pass for O and ℓ;
-  /// materialized: the same closed form on the stored P.
+  /// Streaming: exact_backward (FlashAttention-2 Alg. 2) in O(n) memory from the O and ℓ the last output() kept
+  /// (a forward pass again if V differs); materialized: the same closed form on the stored P.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
  private:
   MatrixR<T> p_;  // P itself (impl = materialized)
+  /// The streaming forward's O and row log-sum-exp ℓ for the V it was taken on (O(n·d) memory), for the backward.
+  /// A cache behind const calls: one method object is not to be used from several threads at once.
+  struct Forward {
+    bool valid = false;
+    MatrixR<T> v, out;
+    VectorX<T> lse;
+  };
+  mutable Forward forward_;
 };
 
 extern template class ExactMethod<float>;

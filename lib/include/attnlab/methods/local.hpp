@@ -35,6 +35,8 @@ class LocalMethod final : public ConfiguredMethod<LocalOptions, PatternMethod<T>
  protected:
   /// The blocked kernel: blocks of 64 queries against the keys their bands span, one GEMM each (never P̃).
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
+  /// The same blocks' backward (never the pattern, never P̃); the pattern's backward when n_k < n_q.
+  Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;
 };
 
