@@ -10,9 +10,11 @@ attnlab's Google Benchmark suite and draws the comparison).
 for an upstream gradient dO of N(0, 1), the graph built once outside the timed call and retained) and `step` (the
 forward with its graph, then that backward). Autograd keeps what the forward saved: exact attention's n × n softmax
 (4 GiB at n = 16384 in float64 — the memory attnlab's O(n) backward avoids). Transformer-VQ's codebook is fitted
-under no_grad (a trained model holds it; Transformer-VQ trains it by k-means, not by the loss), so the peer's keys
-reach the loss only through the fixed codebook: it computes dQ and dV, and no dK — less than attnlab, whose dK is
-Transformer-VQ's straight-through estimator.
+under no_grad (a trained model holds it; Transformer-VQ trains it by k-means, not by the loss). Its keys' gradient is
+the straight-through estimator K̂ = K + sg(C[a] − K) (Lingle 2023, as attnlab's): eager PyTorch has no linear-time
+form of it (dK̂_j depends on v_j and every query), so the `vq` row differentiates softmax(s·Q K̂ᵀ) V — quadratic, as
+a user would write it — and `vq:no-dK` the linear forward above, whose keys reach the loss only through the fixed
+codebook (dQ and dV only: less than attnlab computes).
 
 Debian's python3-torch (CPU), never a dependency of attnlab. Each transcription is the straightforward eager code of
 the method's equations (what one writes in a notebook), with random parameters (Performer's ω, Linformer's E, F)
@@ -158,6 +160,21 @@ def probsparse(q, k, v, p, factor=5):
     return out
 
 
+def vq_straight_through(q, k, v, p, codes=64, iters=20):
+    """Transformer-VQ as it trains: the keys quantized with the straight-through estimator, attention over them."""
+    with torch.no_grad():
+        kd = k.detach()
+        c = kd[p["init"]].clone()
+        for _ in range(iters):
+            a = torch.cdist(kd, c).argmin(-1)
+            onehot = torch.nn.functional.one_hot(a, codes).to(k.dtype)
+            cnt = onehot.sum(0)
+            c = torch.where(cnt[:, None] > 0, (onehot.T @ kd) / cnt.clamp(min=1)[:, None], c)
+        a = torch.cdist(kd, c).argmin(-1)
+    k_hat = k + (c[a] - k).detach()
+    return torch.softmax(q @ k_hat.T * p["scale"], -1) @ v
+
+
 METHODS = {"exact": exact, "linear": linear, "performer": performer, "nystrom": nystrom, "linformer": linformer,
            "local": local, "reformer": reformer, "vq": vq, "probsparse": probsparse}
 
@@ -187,6 +204,10 @@ def best_time(fn, min_calls=3, budget=1.0):
     return min(times), len(times)
 
 
+# --backward: Transformer-VQ's training form under its name, the linear forward's autograd beside it.
+BACKWARD_METHODS = {**METHODS, "vq": vq_straight_through, "vq:no-dK": vq}
+
+
 def grad_times(fn, q, k, v, p, d_out):
     """(backward alone, forward + backward) of autograd through fn, each the best of several calls."""
     x = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -205,13 +226,19 @@ def main(argv):
     ap.add_argument("--out", default="results/bench/peers.csv")
     ap.add_argument("--n", default="1024,4096,16384")
     ap.add_argument("--dtype", default="f32,f64")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=None, help="comma list (default: every transcription)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--max-quadratic-n", type=int, default=16384, help="exact attention forms n×n: largest n")
     ap.add_argument("--backward", action="store_true", help="time autograd's backward and the training step")
     a = ap.parse_args(argv)
     if a.backward and a.out == ap.get_default("out"):
         a.out = "results/bench/peers_backward.csv"
+    table = BACKWARD_METHODS if a.backward else METHODS
+    quadratic = {"exact", "vq"} if a.backward else {"exact"}   # the n × n ones (vq: its straight-through form)
+    a.methods = a.methods or ",".join(table)
+    bad = [m for m in a.methods.split(",") if m not in table]
+    if bad:
+        ap.error(f"--methods: unknown {bad}; valid: {', '.join(table)}")
     torch.set_num_threads(a.threads)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     rows = []
@@ -224,13 +251,13 @@ def main(argv):
                 q, k, v = (torch.randn(n, 64, generator=gen).to(dtype) for _ in range(3))
                 p = params(n, 64, dtype, gen)
                 for name in a.methods.split(","):
-                    if name == "exact" and n > a.max_quadratic_n:
+                    if name in quadratic and n > a.max_quadratic_n:
                         continue
                     common = {"threads": a.threads, "torch": torch.__version__, "openblas_coretype": coretype,
                               "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}
                     if a.backward:
                         d_out = torch.randn(n, 64, generator=gen).to(dtype)
-                        back, step, calls = grad_times(METHODS[name], q, k, v, p, d_out)
+                        back, step, calls = grad_times(BACKWARD_METHODS[name], q, k, v, p, d_out)
                         rows.append({"method": name, "n": n, "d": 64, "dtype": dt, "backward_seconds": back,
                                      "step_seconds": step, "calls": calls, **common})
                         print(f"torch {name:10s} {dt} n={n:6d}: backward {back * 1e3:9.3f} ms, "

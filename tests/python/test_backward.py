@@ -120,3 +120,24 @@ def test_a_model_trains_through_a_swapped_method():
             opt.step()
         last = loss().item()
     assert last < 0.9 * first, (first, last)
+
+
+@pytest.mark.parametrize("peer,spec,tol", [("exact", "exact", 1e-12), ("linear", "linear", 1e-11),
+                                           ("local", "local:window=64", 1e-12),
+                                           ("nystrom", "nystrom:landmarks=64,iters=6", 1e-7)])
+def test_backward_benchmark_peers_compute_attnlabs_gradients(peer, spec, tol):
+    """tools/bench_peers.py --backward times PyTorch autograd of its transcriptions against attnlab's backward: for the
+    deterministic ones the two must compute the same dQ, dK, dV (like with like), float64, n = 256."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+    import bench_peers
+    rng = np.random.default_rng(5)
+    n, d = 256, 64
+    q, k, v, do = (rng.standard_normal((n, d)) for _ in range(4))
+    x = [torch.from_numpy(a).clone().requires_grad_(True) for a in (q, k, v)]
+    out = bench_peers.BACKWARD_METHODS[peer](*x, {"scale": 1 / np.sqrt(d)})
+    want = torch.autograd.grad(out, x, torch.from_numpy(do))
+    got = attnlab.backward(spec, q, k, v, do)
+    for name, a, b in zip(("dq", "dk", "dv"), got, want):
+        assert rel(a, b.numpy()) < tol, f"{peer} {name}: {rel(a, b.numpy()):.2g}"
