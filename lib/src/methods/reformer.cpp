@@ -113,6 +113,7 @@ template <typename T>
 Pattern ReformerMethod<T>::pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const {
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
   Pattern p(static_cast<std::size_t>(nq));
+  for (auto& row : p) row.reserve(std::size_t(this->o_.rounds * 2 * this->o_.chunk + 1));  // no regrowth
   if (!opts.causal) {
     for (const ReformerRound& r : rounds<T>(q, k, this->o_))
       for (Index i = 0; i < nq; ++i)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace attnlab {
 
@@ -15,40 +16,41 @@ typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const C
                                                    Pattern pattern) {
   using Sparse = typename SparseOperator<T>::Sparse;
   const Index nq = q.rows(), nk = k.rows();
-  std::vector<Index> outer(std::size_t(nq) + 1, 0);
-  for (Index i = 0; i < nq; ++i) {
+  bool valid = true;
+#pragma omp parallel for schedule(dynamic, 64) reduction(&& : valid)
+  for (Index i = 0; i < nq; ++i) {  // rows apart: sorted, duplicates merged (rounds, globals and bands overlap)
     auto& row = pattern[std::size_t(i)];
     std::sort(row.begin(), row.end());
     row.erase(std::unique(row.begin(), row.end()), row.end());
-    require(!row.empty() && row.front() >= 0 && row.back() < nk, "sparse pattern: empty row or key out of range");
-    outer[std::size_t(i) + 1] = outer[std::size_t(i)] + Index(row.size());
+    valid = valid && !row.empty() && row.front() >= 0 && row.back() < nk;
   }
-  const Index nnz = outer.back();
-  std::vector<Index> inner(static_cast<std::size_t>(nnz));
-  std::vector<T> values(static_cast<std::size_t>(nnz));
+  require(valid, "sparse pattern: empty row or key out of range");
+  // The compressed matrix written in place (no insertion, no intermediate copies): outer offsets first, then each
+  // row's keys and softmax in parallel.
+  Sparse p(nq, nk);
+  Index nnz = 0;
+  for (Index i = 0; i < nq; ++i) nnz += Index(pattern[std::size_t(i)].size());
+  p.resizeNonZeros(nnz);
+  Index* outer = p.outerIndexPtr();
+  outer[0] = 0;
+  for (Index i = 0; i < nq; ++i) outer[i + 1] = outer[i] + Index(pattern[std::size_t(i)].size());
+  Index* inner = p.innerIndexPtr();
+  T* values = p.valuePtr();
 #pragma omp parallel for schedule(dynamic, 64)
   for (Index i = 0; i < nq; ++i) {
     const auto& row = pattern[std::size_t(i)];
-    const std::size_t base = std::size_t(outer[std::size_t(i)]);
+    const Index base = outer[i];
     T mx = -std::numeric_limits<T>::infinity();
     for (std::size_t t = 0; t < row.size(); ++t) {
       const T logit = T(scale) * q.row(i).dot(k.row(row[t]));
-      values[base + t] = logit;
-      inner[base + t] = row[t];
+      values[base + Index(t)] = logit;
+      inner[base + Index(t)] = row[t];
       mx = std::max(mx, logit);
     }
     T sum = 0;
-    for (std::size_t t = 0; t < row.size(); ++t) sum += values[base + t] = std::exp(values[base + t] - mx);
-    for (std::size_t t = 0; t < row.size(); ++t) values[base + t] /= sum;
+    for (std::size_t t = 0; t < row.size(); ++t) sum += values[base + Index(t)] = std::exp(values[base + Index(t)] - mx);
+    for (std::size_t t = 0; t < row.size(); ++t) values[base + Index(t)] /= sum;
   }
-  Sparse p(nq, nk);
-  p.reserve(nnz);
-  for (Index i = 0; i < nq; ++i) {
-    p.startVec(i);
-    for (Index t = outer[std::size_t(i)]; t < outer[std::size_t(i) + 1]; ++t)
-      p.insertBack(i, inner[std::size_t(t)]) = values[std::size_t(t)];
-  }
-  p.finalize();
   return p;
 }
 
@@ -63,25 +65,29 @@ Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const
   using Sparse = typename SparseOperator<T>::Sparse;
   require(p.isCompressed() && p.rows() == q.rows() && p.cols() == k.rows(), "pattern_backward: P̃ does not match");
   const Index nq = p.rows();
-  // dS on P̃'s own structure: per row, dP_ij = dO_i·v_j, D_i = Σ_j P̃_ij dP_ij (= dO_i·O_i), dS_ij = P̃_ij (dP_ij − D_i).
-  Sparse ds = p;
+  // dS on P̃'s own structure: per row, dP_ij = dO_i·v_j, D_i = Σ_j P̃_ij dP_ij (= dO_i·O_i), dS_ij = P̃_ij (dP_ij − D_i),
+  // and dQ_i = s·Σ_j dS_ij k_j in the same pass (rows apart: parallel).
   const Index* outer = p.outerIndexPtr();
   const Index* inner = p.innerIndexPtr();
   const T* pv = p.valuePtr();
-  T* dsv = ds.valuePtr();
+  std::vector<T> dsv(static_cast<std::size_t>(p.nonZeros()));
+  const T s = T(scale);
+  Gradients<T> g;
+  g.dq.setZero(nq, q.cols());
 #pragma omp parallel for schedule(dynamic, 64)
   for (Index i = 0; i < nq; ++i) {
     T d = 0;
     for (Index t = outer[i]; t < outer[i + 1]; ++t) {
-      dsv[t] = d_out.row(i).dot(v.row(inner[t]));
-      d += pv[t] * dsv[t];
+      dsv[std::size_t(t)] = d_out.row(i).dot(v.row(inner[t]));
+      d += pv[t] * dsv[std::size_t(t)];
     }
-    for (Index t = outer[i]; t < outer[i + 1]; ++t) dsv[t] = pv[t] * (dsv[t] - d);
+    for (Index t = outer[i]; t < outer[i + 1]; ++t) {
+      dsv[std::size_t(t)] = pv[t] * (dsv[std::size_t(t)] - d);
+      g.dq.row(i) += (s * dsv[std::size_t(t)]) * k.row(inner[t]);
+    }
   }
-  const T s = T(scale);
-  Gradients<T> g;
-  g.dq.noalias() = ds * k;
-  g.dq *= s;
+  // dK = s·dSᵀ Q and dV = P̃ᵀ dO scatter into key rows: the structure viewed with dS's values, no copy.
+  const Eigen::Map<const Sparse> ds(p.rows(), p.cols(), p.nonZeros(), outer, inner, dsv.data());
   g.dk.noalias() = ds.transpose() * q;
   g.dk *= s;
   g.dv.noalias() = p.transpose() * d_out;
