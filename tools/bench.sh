@@ -4,7 +4,8 @@
 # the table and the figure. Writes results/bench/{attnlab.json,attnlab_fast.json,peers.csv,merged.csv,table.md,
 # bench.png, attnlab_tunables.json, peers_tunables.csv, cost_paths.md; the backward suite's backward.json,
 # backward_fast.json, peers_backward.csv, backward.md, backward.png} and re-renders README.md (its tables).
-#   tools/bench.sh [--quick]     (--quick: n ≤ 4096, float32 only, a few minutes)
+#   tools/bench.sh [--quick] [--backward-only]   (--quick: n ≤ 4096, float32 only, a few minutes; --backward-only:
+#                                                the backward suite and PyTorch autograd only, tables re-rendered)
 # The two attnlab builds:
 #   default  build/ as tools/setup.sh makes it: x86-64-v3, Eigen's own kernels — the same bits on every CPU, the
 #            build that makes the committed results;
@@ -16,8 +17,14 @@
 # BENCH_OPENBLAS_CORETYPE=… chooses another (an inherited OPENBLAS_CORETYPE is not trusted: shells set Haswell).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+quick=0 backward_only=0
+for arg in "$@"; do
+  case $arg in
+    --quick) quick=1 ;;
+    --backward-only) backward_only=1 ;;   # the backward suite and its peers only (the forward tables kept)
+    *) echo "bench: unknown argument $arg (--quick, --backward-only)" >&2; exit 2 ;;
+  esac
+done
 "$ATTNLAB_ROOT/tools/setup.sh" --python-stack --bench --target attnlab_bench_methods --target attnlab_bench_backward
 fast_build="${ATTNLAB_BENCH_BUILD:-$ATTNLAB_ROOT/build-bench}"
 configure_fast_build "$fast_build" -DATTNLAB_BUILD_BENCH=ON -DATTNLAB_BUILD_TESTS=OFF -DATTNLAB_BUILD_CLI=OFF
@@ -47,15 +54,20 @@ run_suite() {  # build-dir json [env assignments...]
   env "$@" "$bin/${suite:-attnlab_bench_methods}" --benchmark_filter="$filter" --benchmark_out="$json" \
     --benchmark_out_format=json --benchmark_min_time=0.2
 }
-echo "bench: attnlab, default build"
-run_suite "$ATTNLAB_BUILD" "$out/attnlab.json"
-echo "bench: attnlab, fast build"
-run_suite "$fast_build" "$out/attnlab_fast.json"
-echo "bench: attnlab, default build, GLIBC_TUNABLES=$tunables"
-run_suite "$ATTNLAB_BUILD" "$out/attnlab_tunables.json" GLIBC_TUNABLES="$tunables"
-"$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers.csv" --n "$ns" --dtype "$dtypes"
-GLIBC_TUNABLES="$tunables" "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers_tunables.csv" \
-  --n "$ns" --dtype "$dtypes"
+if [ "$backward_only" = 0 ]; then
+  echo "bench: attnlab, default build"
+  run_suite "$ATTNLAB_BUILD" "$out/attnlab.json"
+  echo "bench: attnlab, fast build"
+  run_suite "$fast_build" "$out/attnlab_fast.json"
+  echo "bench: attnlab, default build, GLIBC_TUNABLES=$tunables"
+  run_suite "$ATTNLAB_BUILD" "$out/attnlab_tunables.json" GLIBC_TUNABLES="$tunables"
+  "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers.csv" --n "$ns" --dtype "$dtypes"
+  GLIBC_TUNABLES="$tunables" "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --out "$out/peers_tunables.csv" \
+    --n "$ns" --dtype "$dtypes"
+  # Every path that reports a cost (the benchmark, `run scaling`, `compare`, the module) on the same methods and size,
+  # in this run: their ratios to the benchmark should be ~1.
+  "$(attnlab_python)" "$ATTNLAB_ROOT/tools/cost_paths.py" --n 4096 --out "$out/cost_paths.md"
+fi
 # The backward suite (every method's backward and training step, exact's against the GEMM) and PyTorch autograd of
 # the same transcriptions, without GLIBC_TUNABLES.
 echo "bench: backward, default and fast builds"
@@ -63,8 +75,5 @@ suite=attnlab_bench_backward run_suite "$ATTNLAB_BUILD" "$out/backward.json"
 suite=attnlab_bench_backward run_suite "$fast_build" "$out/backward_fast.json"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --backward --out "$out/peers_backward.csv" --n "$ns" \
   --dtype "$dtypes"
-# Every path that reports a cost (the benchmark, `run scaling`, `compare`, the module) on the same methods and size,
-# in this run: their ratios to the benchmark should be ~1.
-"$(attnlab_python)" "$ATTNLAB_ROOT/tools/cost_paths.py" --n 4096 --out "$out/cost_paths.md"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/plot_bench.py" --dir "$out"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/findings.py"   # README quotes the float32 table
