@@ -33,11 +33,6 @@ OUT.partial as they complete and a rerun with the same settings continues there;
   tools/dropin.py [--preset quick|paper] [--out results/dropin.csv.gz] [--models mlm,causal] [--windows W] ...
 """
 import argparse
-import csv
-import gzip
-import hashlib
-import io
-import json
 import math
 import os
 import sys
@@ -46,6 +41,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import trained_attention as ta  # noqa: E402  (pins torch's and OpenBLAS's kernels before torch is imported)
+import resumable  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -71,31 +67,47 @@ COLUMNS = ["code_version", "model", "objective", "scope", "family", "spec", "bud
 MASK_SEED = 20261123
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    p.add_argument("--out", default="results/dropin.csv.gz")
+def model_options(doc, presets, out):
+    """A parser with the options every experiment on the committed models starts with (dropin, finetune)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--preset", choices=sorted(presets), default="quick")
+    p.add_argument("--out", default=out)
     p.add_argument("--models", default="mlm,causal", help="mlm, causal or both (comma list)")
+    return p
+
+
+def run_options(p):
+    """The options they end with: the random methods' seed, torch's threads, --quiet."""
+    p.add_argument("--seed", type=int, default=0, help="seed of the random methods (layer l draws with seed + l)")
+    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                   help="torch threads (default: 2 or the CPUs; attnlab keeps its own: attnlab.threads())")
+    p.add_argument("--quiet", action="store_true")
+
+
+def resolve(p, a, presets):
+    """The preset's values for the options not given, and --models as a checked list."""
+    for k, v in presets[a.preset].items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    a.models = [m for m in a.models.split(",") if m]
+    bad = [m for m in a.models if m not in ta.COMMITTED]
+    if bad or not a.models:
+        p.error(f"--models: {bad or 'none'}; valid: {', '.join(ta.COMMITTED)}")
+    return a
+
+
+def parse_args(argv):
+    p = model_options(__doc__, PRESETS, "results/dropin.csv.gz")
     p.add_argument("--windows", type=int, default=None, help="held-out windows per model (preset: quick 8, paper 32)")
     p.add_argument("--families", default="", help="budget families (error_vs_budget's labels) plus 'linear'; "
                                                    "default: every deployable one the model's mask allows")
     p.add_argument("--budgets-all", default=None,
                    help="budgets of the all-layer swaps: every | middle3 | middle1 | comma list of indices")
     p.add_argument("--budgets-detail", default=None, help="budgets of the per-layer and per-head swaps (same forms)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random methods (layer l draws with seed + l)")
-    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
-                   help="torch threads (default: 2 or the CPUs; attnlab keeps its own: attnlab.threads())")
-    p.add_argument("--quiet", action="store_true")
-    a = p.parse_args(argv)
-    for k, v in PRESETS[a.preset].items():
-        if getattr(a, k) is None:
-            setattr(a, k, v)
+    run_options(p)
+    a = resolve(p, p.parse_args(argv), PRESETS)
     if a.windows < 2:
         p.error("--windows must be at least 2 (the standard errors need two)")
-    a.models = [m for m in a.models.split(",") if m]
-    bad = [m for m in a.models if m not in ta.COMMITTED]
-    if bad or not a.models:
-        p.error(f"--models: {bad or 'none'}; valid: {', '.join(ta.COMMITTED)}")
     return a
 
 
@@ -113,8 +125,9 @@ def pick(budgets, how):
     return [budgets[i] for i in idx if i < len(budgets)]   # a family with fewer budgets (linear: one) takes those it has
 
 
-def families_for(objective, wanted):
-    """[(label, [(budget, spec)], detail budgets…)] of the families this model's mask allows."""
+def families_for(objective, wanted, prog="dropin"):
+    """[(label, [(budget, spec)], detail budgets…)] of the families this model's mask allows (prog: the tool that
+    names a bad family in its error)."""
     fams = [f for f in attnlab.budget_families() if f["deployable"]]
     fams.append({"label": "linear", "spec": "linear", "budgets": [0], "specs": ["linear"], "deployable": True,
                  "causal": True})
@@ -123,7 +136,7 @@ def families_for(objective, wanted):
         known = {f["label"] for f in fams}
         bad = [w for w in names if w not in known]
         if bad:
-            sys.exit(f"dropin: unknown famil{'ies' if len(bad) > 1 else 'y'} {bad}; valid: {', '.join(sorted(known))}")
+            sys.exit(f"{prog}: unknown famil{'ies' if len(bad) > 1 else 'y'} {bad}; valid: {', '.join(sorted(known))}")
         fams = [f for f in fams if f["label"] in names]
     if objective == "causal":
         fams = [f for f in fams if f["causal"]]
@@ -253,11 +266,7 @@ class Model:
         total = n_w.sum()
 
         def pooled(values):
-            s_w = (values * m).sum(1)
-            mean = s_w.sum() / total
-            W = len(n_w)
-            se = torch.sqrt(W / (W - 1) * ((s_w - mean * n_w) ** 2).sum()) / total
-            return float(mean), float(se)
+            return pooled_windows((values * m).sum(1), n_w)
 
         loss, loss_se = pooled(ce)
         dloss, dloss_se = pooled(ce - self.ce)
@@ -265,6 +274,16 @@ class Model:
         kl = float(((p0 * (self.logp - logp)).sum(-1) * m).sum() / total)
         top1 = float(((self.logp.argmax(-1) == logp.argmax(-1)) & m).sum() / total)
         return dict(loss=loss, loss_se=loss_se, dloss=dloss, dloss_se=dloss_se, kl=kl, top1=top1)
+
+
+def pooled_windows(s_w, n_w):
+    """The pooled mean Σ s_w / Σ n_w of per-window sums s_w over n_w scored positions and its standard error with
+    the windows as the independent units (a ratio estimate: √(W/(W−1)·Σ (s_w − mean·n_w)²) / Σ n_w)."""
+    total = n_w.sum()
+    mean = s_w.sum() / total
+    W = len(n_w)
+    se = torch.sqrt(W / (W - 1) * ((s_w - mean * n_w) ** 2).sum()) / total
+    return float(mean), float(se)
 
 
 def rel(a, b):
@@ -360,51 +379,25 @@ def complete_units(rows, shapes):
     return keep, done
 
 
-def fmt(v):
-    if v == "" or v is None:
-        return ""
-    if isinstance(v, float):
-        return repr(float(f"{v:.10g}"))
-    return str(v)
-
-
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
     out = a.out
     os.makedirs(os.path.dirname(os.path.abspath(out)) or ".", exist_ok=True)
-    partial = out + ".partial"
     config = {"preset": a.preset, "windows": a.windows, "models": a.models, "families": a.families,
               "budgets_all": a.budgets_all, "budgets_detail": a.budgets_detail, "seed": a.seed,
               "mask_seed": MASK_SEED, "attnlab": attnlab.__version__, "attnlab_threads": attnlab.threads(),
               "torch": torch.__version__, "torch_threads": a.threads, "kernels": ta.KERNELS}
     families = {m: families_for(m, a.families) for m in a.models}   # bad names fail here, before any work
     # What the rows depend on beyond the settings: the weights (their training keys) and this code.
-    shapes, code = {}, hashlib.sha256()
+    shapes = {}
     for m in a.models:
         ck = torch.load(ta.committed(m, "weights"))
         shapes[m] = (ck["config"]["layers"], ck["config"]["heads"])
         config.setdefault("train_keys", {})[m] = ck["train_key"]
-    for f in (os.path.abspath(__file__), ta.__file__):
-        code.update(open(f, "rb").read())
-    config["code"] = code.hexdigest()[:16]
-    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    done, rows = set(), []
-    if os.path.exists(partial):
-        with open(partial, newline="") as f:
-            first = f.readline().strip()
-            if first == f"# dropin {key}":
-                rows, done = complete_units(list(csv.DictReader(f)), shapes)
-                print(f"dropin: resuming {partial} ({len(done)} units done)", file=sys.stderr)
-            else:
-                print(f"dropin: {partial} was written with other settings or code; starting afresh", file=sys.stderr)
-                rows = []
-    # (Re)written with the complete units only: a torn last unit or line from an interrupt is dropped, not kept.
-    with open(partial, "w", newline="") as f:
-        f.write(f"# dropin {key}\n")
-        w = csv.writer(f)
-        w.writerow(COLUMNS)
-        w.writerows([[r[c] for c in COLUMNS] for r in rows])
+    config, key = resumable.settings_key(config, [os.path.abspath(__file__), ta.__file__])
+    part = resumable.Partial(out, "dropin", key, COLUMNS, lambda rows: complete_units(rows, shapes))
+    rows, done = part.rows, part.done
     checks = {}
     t_start = time.time()
     for model_name in a.models:
@@ -446,20 +439,11 @@ def main(argv):
                 new = unit_heads(model, spec, a.seed, grads)
             took = time.time() - t
             canonical = attnlab.canonical(spec) if spec != "exact" else "exact"
-            buf = io.StringIO()
-            w = csv.writer(buf)
             for r in new:
                 r.update(code_version=attnlab.__version__, model=model_name,
                          objective="masked-LM" if model_name == "mlm" else "next-byte", family=label, spec=spec,
                          budget=budget, windows=a.windows, tokens=model.tokens, time_s=round(took / len(new), 3))
-                for c in ("resid_err", "grad_lin", "grad_bound", "p_tv"):
-                    r.setdefault(c, "")
-                w.writerow([fmt(r.get(c, "")) for c in COLUMNS])
-                rows.append({c: fmt(r.get(c, "")) for c in COLUMNS})
-            with open(partial, "a", newline="") as f:   # a unit's rows in one write, on disk before the next unit
-                f.write(buf.getvalue())
-                f.flush()
-                os.fsync(f.fileno())
+            part.append(new)
             if not a.quiet:
                 el = time.time() - t0
                 left = el / (i + 1) * (len(todo) - i - 1)
@@ -469,24 +453,9 @@ def main(argv):
     order = {c: i for i, c in enumerate(["exact", "all", "layer", "head"])}
     rows.sort(key=lambda r: (r["model"], order[r["scope"]], r["family"], float(r["budget"] or 0),
                              int(r["layer"] or -1), int(r["head"] or -1)))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    with gzip.GzipFile(out + ".tmp", "wb", mtime=0) as f:
-        f.write(buf.getvalue().encode())
-    os.replace(out + ".tmp", out)
-    cfg = dict(config, checks=checks, command="tools/dropin.py " + " ".join(argv))
-    with open(out + ".config", "w") as f:
-        json.dump(cfg, f, indent=1)
-        f.write("\n")
-    os.remove(partial)
-    print(f"dropin: wrote {out} ({len(rows)} rows) in {time.time() - t_start:.0f} s")
+    part.finish(out, dict(config, checks=checks, command="tools/dropin.py " + " ".join(argv)), "dropin", t_start)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
-        sys.exit("dropin: interrupted; the finished units are kept in the .partial file and a rerun continues there")
+    resumable.command(main, "dropin")

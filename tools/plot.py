@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures.data import csv_path, is_model_head, load  # noqa: E402,F401  (notebooks: plot.load, plot.is_model_head)
 from figures.budget import plot_error_vs_budget  # noqa: E402
 from figures.dropin import plot_dropin  # noqa: E402
+from figures.finetune import plot_finetune  # noqa: E402
 from figures.gradients import plot_gradients  # noqa: E402
 from figures.length import plot_error_vs_length  # noqa: E402
 from figures.performer import plot_performer_mse  # noqa: E402
@@ -28,7 +29,7 @@ from figures.vq import plot_vq  # noqa: E402
 PLOTS = {"spectrum": plot_spectrum, "pinv": plot_pinv, "error_vs_budget": plot_error_vs_budget,
          "error_vs_length": plot_error_vs_length, "performer_mse": plot_performer_mse, "vq": plot_vq,
          "regimes": plot_regimes, "probsparse": plot_probsparse, "scaling": plot_scaling, "dropin": plot_dropin,
-         "gradients": plot_gradients}
+         "finetune": plot_finetune, "gradients": plot_gradients}
 
 
 def main():

@@ -64,6 +64,12 @@ if ! [ -e "$out_dir/dropin.csv.gz" ]; then
   ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/dropin.py --preset "$preset" --out "$out_dir/dropin.csv.gz"
   echo "dropin,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
 fi
+# Fine-tuning after the swap: each family trained on inside the trained models through attnlab's backward.
+if ! [ -e "$out_dir/finetune.csv.gz" ]; then
+  t_exp=$(date +%s)
+  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/finetune.py --preset "$preset" --out "$out_dir/finetune.csv.gz"
+  echo "finetune,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
+fi
 rm -f "$marker"
 "$(attnlab_python)" tools/plot.py --results "$out_dir"
 if [ "$preset" = quick ]; then

@@ -73,3 +73,20 @@ def upper_half_slope(x, y):
         return float("nan"), None
     k = min(len(x) - 2, len(x) // 2)
     return np.polyfit(np.log(x[k:]), np.log(y[k:]), 1)[0], x[k]
+
+
+# The fine-tuning experiment's text columns (tools/finetune.py); every other column is a number.
+FINETUNE_TEXT = ["code_version", "model", "objective", "family", "spec", "status", "window_loss_sums"]
+
+
+def load_finetune(results):
+    """results/finetune.csv.gz (tools/finetune.py) with its numeric columns as numbers (empty: NaN); None without
+    one."""
+    path = os.path.join(results, "finetune.csv.gz")
+    if not os.path.exists(path):
+        return None
+    df = pd.read_csv(path, keep_default_na=False)
+    for c in df.columns:
+        if c not in FINETUNE_TEXT:
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
