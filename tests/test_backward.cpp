@@ -211,6 +211,42 @@ TEST(LocalBackward, EqualsTheBandClosedFormAndIgnoresThreads) {
   EXPECT_EQ(one.dv, many.dv);
 }
 
+TEST(KernelBackward, ManyChunksAgreeWithFiniteDifferencesAndIgnoreThreads) {
+  // The kernel methods' backward runs in fixed row chunks (512 rows) and, when causal, fixed segments summed in a fixed
+  // order: lengths over several chunks (and n_k ≠ n_q) against central differences of the forward, float64, and the
+  // same bits with one thread or two, float32.
+  for (const std::string spec : {"linear", "performer:features=32", "taylor"}) {
+    for (const bool causal : {false, true}) {
+      SCOPED_TRACE(spec + (causal ? " causal" : ""));
+      AttentionOptions o;
+      o.causal = causal;
+      const Index nq = 1300, nk = causal ? 1300 : 1700;
+      const MatrixR<double> q = randn<double>(nq, 8, 1) * 0.5, k = randn<double>(nk, 8, 2) * 0.5,
+                            v = randn<double>(nk, 4, 3), d_out = randn<double>(nq, 4, 4);
+      auto m = make_method<double>(spec);
+      m->compute(q, k, o);
+      m->output(v);
+      const Gradients<double> g = m->backward(v, d_out);
+      const auto fd = test::check_gradients(test::method_forward([&] { return make_method<double>(spec); }, o), q, k,
+                                            v, d_out, g, 2);
+      EXPECT_LT(fd.worst, 1e-6) << fd.where;
+      const MatrixR<float> qf = q.cast<float>(), kf = k.cast<float>(), vf = v.cast<float>(), df = d_out.cast<float>();
+      auto mf = make_method<float>(spec);
+      mf->compute(qf, kf, o);
+      mf->output(vf);
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(1);
+      const Gradients<float> one = mf->backward(vf, df);
+      omp_set_num_threads(std::max(2, before));
+      const Gradients<float> many = mf->backward(vf, df);
+      omp_set_num_threads(before);
+      EXPECT_EQ(one.dq, many.dq);
+      EXPECT_EQ(one.dk, many.dk);
+      EXPECT_EQ(one.dv, many.dv);
+    }
+  }
+}
+
 TEST(ExactBackward, RefusesMismatchedShapes) {
   const MatrixR<double> q = randn<double>(10, 4, 1), k = randn<double>(12, 4, 2), v = randn<double>(12, 3, 3);
   auto m = make_method<double>("exact");

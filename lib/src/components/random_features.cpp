@@ -79,34 +79,45 @@ void performer_features_into(const ConstRef<T>& x, T scale, const ConstRef<T>& o
 }
 
 template <typename T>
-void performer_features_backward(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
-                                 const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx) {
-  RandomFeatures<T> r;
-  MatrixR<T> xs, proj;
-  performer_features_into<T>(x, scale, omega, kernel, r, xs, proj);  // the forward's features, recomputed
-  require(df.rows() == r.f.rows() && df.cols() == r.f.cols(), "performer backward: ∂L/∂f has the wrong shape");
-  require(dg.size() == 0 || dg.size() == x.rows(), "performer backward: one ∂L/∂g per row");
+void performer_features_backward_given(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
+                                       const ConstRef<T>& f, const ConstRef<T>& df,
+                                       const Eigen::Ref<const VectorX<T>>& dg, MutRef<T> dx, MatrixR<T>& dp) {
   const Index m = omega.rows();
-  MatrixR<T> dp(x.rows(), m);  // ∂L/∂(x_s ωᵀ)
+  require(x.cols() == omega.cols(), "performer backward: ω and x differ in dimension");
+  require(df.rows() == x.rows() && df.cols() == f.cols() && f.rows() == x.rows() &&
+              f.cols() == (kernel == PerformerKernel::Positive ? m : 2 * m),
+          "performer backward: ∂L/∂f has the wrong shape");
+  require(dg.size() == 0 || dg.size() == x.rows(), "performer backward: one ∂L/∂g per row");
+  require(dx.rows() == x.rows() && dx.cols() == x.cols(), "performer backward: dx has the wrong shape");
+  dp.resize(x.rows(), m);  // ∂L/∂(x_s ωᵀ)
   switch (kernel) {
     case PerformerKernel::Positive:
-      dp = df.array() * r.f.array();
+      dp = df.array() * f.array();
       break;
     case PerformerKernel::Hyperbolic:
-      dp = df.leftCols(m).array() * r.f.leftCols(m).array() - df.rightCols(m).array() * r.f.rightCols(m).array();
+      dp = df.leftCols(m).array() * f.leftCols(m).array() - df.rightCols(m).array() * f.rightCols(m).array();
       break;
     case PerformerKernel::Trig:  // f = [sin p, cos p]
-      dp = df.leftCols(m).array() * r.f.rightCols(m).array() - df.rightCols(m).array() * r.f.leftCols(m).array();
+      dp = df.leftCols(m).array() * f.rightCols(m).array() - df.rightCols(m).array() * f.leftCols(m).array();
       break;
   }
-  dx.resize(x.rows(), x.cols());
   dx.noalias() = dp * omega;
   if (dg.size() > 0) {
     // d(±‖x_s‖²/2) = ±x_s: − for the positive and hyperbolic log-scales, + for trig's.
     const T sign = kernel == PerformerKernel::Trig ? T(1) : T(-1);
-    dx.array() += sign * (xs.array().colwise() * dg.array());
+    dx.array() += sign * ((x.array() * scale).colwise() * dg.array());
   }
   dx *= scale;
+}
+
+template <typename T>
+void performer_features_backward(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
+                                 const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx) {
+  RandomFeatures<T> r;
+  MatrixR<T> xs, proj, dp;
+  performer_features_into<T>(x, scale, omega, kernel, r, xs, proj);  // the forward's features, recomputed
+  dx.resize(x.rows(), x.cols());
+  performer_features_backward_given<T>(x, scale, omega, kernel, r.f, df, dg, dx, dp);
 }
 
 template <typename T>
@@ -131,6 +142,14 @@ template void performer_features_backward<float>(const ConstRef<float>&, float, 
 template void performer_features_backward<double>(const ConstRef<double>&, double, const ConstRef<double>&,
                                                   PerformerKernel, const ConstRef<double>&, const VectorX<double>&,
                                                   MatrixR<double>&);
+template void performer_features_backward_given<float>(const ConstRef<float>&, float, const ConstRef<float>&,
+                                                       PerformerKernel, const ConstRef<float>&, const ConstRef<float>&,
+                                                       const Eigen::Ref<const VectorX<float>>&, MutRef<float>,
+                                                       MatrixR<float>&);
+template void performer_features_backward_given<double>(const ConstRef<double>&, double, const ConstRef<double>&,
+                                                        PerformerKernel, const ConstRef<double>&,
+                                                        const ConstRef<double>&, const Eigen::Ref<const VectorX<double>>&,
+                                                        MutRef<double>, MatrixR<double>&);
 template void performer_features_into<float>(const ConstRef<float>&, float, const ConstRef<float>&, PerformerKernel,
                                              RandomFeatures<float>&, MatrixR<float>&, MatrixR<float>&);
 template void performer_features_into<double>(const ConstRef<double>&, double, const ConstRef<double>&,

@@ -25,13 +25,14 @@ void LinearMethod<T>::block_features(const ConstRef<T>& x, bool, const Attention
 }
 
 template <typename T>
-void LinearMethod<T>::block_features_backward(const ConstRef<T>& x, bool, const AttentionOptions&,
-                                              const ConstRef<T>& df, const VectorX<T>&, MatrixR<T>& dx) const {
-  // d/dx (elu(x) + 1) = 1 for x > 0, e^x for x ≤ 0 (continuous at 0); d/dx relu(x) = [x > 0] (0 taken at 0).
+void LinearMethod<T>::block_features_backward(const ConstRef<T>& x, bool, const AttentionOptions&, const ConstRef<T>& f,
+                                              const ConstRef<T>& df, const ConstVecRef<T>&, MutRef<T> dx) const {
+  // d/dx (elu(x) + 1) = 1 for x > 0, e^x for x ≤ 0 (continuous at 0): e^x is the feature itself there (f = 0 + e^x,
+  // bit for bit), so no exp is taken again; d/dx relu(x) = [x > 0] (0 taken at 0).
   if (this->o_.feature == LinearFeature::Relu)
     dx = (x.array() > T(0)).select(df.array(), T(0)).matrix();
   else
-    dx = (x.array() > T(0)).select(df.array(), df.array() * x.array().min(T(0)).exp()).matrix();
+    dx = (x.array() > T(0)).select(df.array(), df.array() * f.array()).matrix();
 }
 
 template class LinearMethod<float>;

@@ -53,11 +53,16 @@ void PerformerMethod<T>::block_features(const ConstRef<T>& x, bool keys, const A
 
 template <typename T>
 void PerformerMethod<T>::block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts,
-                                                 const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx) const {
-  // The features of s^½·x as block_features makes them, differentiated with ω fixed (Choromanski et al. 2021 Lemma
-  // 1, eq. (7)). A query's log-scale is dropped by the forward (it cancels), so only a key's ∂L/∂g enters.
-  performer_features_backward<T>(x, T(std::sqrt(opts.scale)), omega_, this->o_.kernel, df,
-                                 keys ? dg : VectorX<T>(), dx);
+                                                 const ConstRef<T>& f, const ConstRef<T>& df, const ConstVecRef<T>& dg,
+                                                 MutRef<T> dx) const {
+  // The features of s^½·x as block_features made them (f), differentiated with ω fixed (Choromanski et al. 2021
+  // Lemma 1, eq. (7)). A query's log-scale is dropped by the forward (it cancels), so only a key's ∂L/∂g enters.
+  const std::size_t t = std::size_t(omp_get_thread_num());
+  MatrixR<T> local;
+  MatrixR<T>& dp = t < scratch_.size() ? scratch_[t].dp : local;
+  const VectorX<T> none;
+  performer_features_backward_given<T>(x, T(std::sqrt(opts.scale)), omega_, this->o_.kernel, f, df,
+                                       keys ? dg : ConstVecRef<T>(none), dx, dp);
 }
 
 template class PerformerMethod<float>;

@@ -30,19 +30,19 @@ void TaylorMethod<T>::block_features(const ConstRef<T>& x, bool, const Attention
 }
 
 template <typename T>
-void TaylorMethod<T>::block_features_backward(const ConstRef<T>& x, bool, const AttentionOptions&,
-                                              const ConstRef<T>& df, const VectorX<T>&, MatrixR<T>& dx) const {
-  // φ(x) = [1, u], u = x/‖x‖: the constant feature has no gradient; ∂u/∂x = (I − uuᵀ)/‖x‖ (symmetric), so
-  // dx = (du − (duᵀu)·u)/‖x‖. A zero row (φ = [1, 0], not differentiable there) gets 0.
-  dx.resize(x.rows(), x.cols());
+void TaylorMethod<T>::block_features_backward(const ConstRef<T>& x, bool, const AttentionOptions&, const ConstRef<T>& f,
+                                              const ConstRef<T>& df, const ConstVecRef<T>&, MutRef<T> dx) const {
+  // φ(x) = [1, u], u = x/‖x‖ (f's last d columns): the constant feature has no gradient; ∂u/∂x = (I − uuᵀ)/‖x‖
+  // (symmetric), so dx = (du − (duᵀu)·u)/‖x‖. A zero row (φ = [1, 0], not differentiable there) gets 0.
+  const Index d = x.cols();
   for (Index i = 0; i < x.rows(); ++i) {
     const T n = x.row(i).norm();
     if (!(n > 0)) {
       dx.row(i).setZero();
       continue;
     }
-    const auto du = df.row(i).tail(x.cols());
-    const Eigen::Matrix<T, 1, Eigen::Dynamic> u = x.row(i) / n;
+    const auto du = df.row(i).tail(d);
+    const auto u = f.row(i).tail(d);
     dx.row(i) = (du - du.dot(u) * u) / n;
   }
 }

@@ -15,6 +15,9 @@
 namespace attnlab {
 namespace {
 
+// Segments of blocks the causal backward's scans are split into (operator backward): fixed, not the thread count.
+constexpr Index kScanSegments = 8;
+
 template <typename T>
 T neg_inf() {
   return -std::numeric_limits<T>::infinity();
@@ -122,7 +125,10 @@ MatrixR<T> KernelOperator<T>::unnormalized(const MatrixR<T>& qf, const MatrixR<T
 template <typename T>
 MatrixR<T> KernelOperator<T>::apply(const ConstRef<T>& x) const {
   require(x.rows() == cols(), "apply: dimension mismatch");
-  return inv_den_.asDiagonal() * unnormalized(f_.qf, f_.kf, x);
+  // Scaled in place (the same products as the diagonal product, bit for bit): one n × b buffer, not two.
+  MatrixR<T> y = unnormalized(f_.qf, f_.kf, x);
+  y.array().colwise() *= inv_den_.array();
+  return y;
 }
 
 template <typename T>
@@ -205,89 +211,227 @@ MatrixR<T> KernelOperator<T>::recurrent_output(const ConstRef<T>& v) const {
 }
 
 template <typename T>
-void KernelOperator<T>::mask_block(MatrixR<T>& a, Index c) const {
-  const Index i0 = c * chunk_, len = a.rows(), j0 = i0 + offset_;
+void KernelOperator<T>::block_mask(Index c, MatrixR<T>& w) const {
+  const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
+  w.resize(len, len);
   for (Index r = 0; r < len; ++r) {
-    a.row(r).head(r + 1).array() *= (f_.k_logscale.segment(j0, r + 1).array() - qmax_(i0 + r)).exp().transpose();
-    a.row(r).tail(len - r - 1).setZero();
+    w.row(r).head(r + 1) = (f_.k_logscale.segment(j0, r + 1).array() - qmax_(i0 + r)).exp().transpose();
+    w.row(r).tail(len - r - 1).setZero();
   }
 }
 
 template <typename T>
+void KernelOperator<T>::scaled_keys_into(Index first, Index count, T m, MatrixR<T>& out, VectorX<T>& w) const {
+  w = (f_.k_logscale.segment(first, count).array() - m).exp();
+  out.resize(count, f_.kf.cols());
+  out.noalias() = w.asDiagonal() * f_.kf.middleRows(first, count);
+}
+
+template <typename T>
 FeatureGradients<T> KernelOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  KernelBackwardWorkspace<T> ws;
+  FeatureGradients<T> g;
+  backward(v, d_out, g, ws);
+  return g;
+}
+
+template <typename T>
+void KernelOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out, FeatureGradients<T>& g,
+                                 KernelBackwardWorkspace<T>& ws) const {
   require(v.rows() == cols() && d_out.rows() == rows() && d_out.cols() == v.cols(),
           "kernel attention backward: dimension mismatch");
   // VJP of O_i = Σ_j a_ij v_j / Σ_j a_ij (Katharopoulos et al. 2020 eq. (2)): dA_ij = (dO_iᵀv_j − dO_iᵀO_i) / D_ii
   // = W̃_iᵀṼ_j with W̃_i = [dO_i, −dO_iᵀO_i]/D_ii, Ṽ_j = [v_j, 1]. A and D are both in the units e^{−M_i} of query i
   // (a factor of row i that cancels in O_i), so W̃ is in the inverse units and W̃_iᵀṼ_j·(weights in units) is exact.
+  // dV = P̃ᵀdO is Ψ·(ΦᵀD⁻¹dO), the first d_v columns of the same sums over W̃ that ∂L/∂ψ needs. Every buffer is ws's
+  // or g's, kept across calls.
   const Index dv = v.cols(), feats = f_.qf.cols();
-  const MatrixR<T> out = apply(v);
-  MatrixR<T> wt(rows(), dv + 1), vt(cols(), dv + 1);
-  wt.leftCols(dv) = inv_den_.asDiagonal() * d_out;
-  wt.col(dv) = -(inv_den_.array() * (d_out.array() * out.array()).rowwise().sum());
+  MatrixR<T>& wt = ws.wt;
+  MatrixR<T>& vt = ws.vt;
+  wt.resize(rows(), dv + 1);
+  vt.resize(cols(), dv + 1);
   vt.leftCols(dv) = v;
   vt.col(dv).setOnes();
-  FeatureGradients<T> g;
-  g.dv = apply_transpose(d_out);  // dV = P̃ᵀ dO
+  g.dqf.resize(rows(), feats);
+  g.dkf.resize(cols(), feats);
+  g.dv.resize(cols(), dv);
+  g.dg.resize(cols());
+  // W̃'s rows [i0, i0 + len) from the numerators y of those queries (O_i = y_i / D_i, y in the forward's units).
+  const auto tilde = [&](Index i0, Index len, const MatrixR<T>& y) {
+    const auto inv = inv_den_.segment(i0, len).array();
+    const auto dob = d_out.middleRows(i0, len);
+    wt.middleRows(i0, len).leftCols(dv) = dob.array().colwise() * inv;
+    wt.middleRows(i0, len).col(dv) = -(inv.square() * (dob.array() * y.array()).rowwise().sum());
+  };
   if (!causal_) {
     // Global sums: ∂L/∂φ_i = (ΨᵀṼ) W̃_i, ∂L/∂ψ'_j = (ΦᵀW̃) Ṽ_j for the folded ψ'_j = e^{g_j − M} kf_j.
     const MatrixR<T> s = detail::tall_transpose_product<T>(f_.kf, vt);  // M × (d_v + 1)
+    ws.y.resize(rows(), dv);
+    ws.y.noalias() = f_.qf * s.leftCols(dv);
+    tilde(0, rows(), ws.y);
     const MatrixR<T> r = detail::tall_transpose_product<T>(f_.qf, wt);  // M × (d_v + 1)
     g.dqf.noalias() = wt * s.transpose();
     g.dkf.noalias() = vt * r.transpose();
+    g.dv.noalias() = f_.kf * r.leftCols(dv);
     // ψ_j = e^{g_j}·kf_j: ∂L/∂g_j = ψ'_j·∂L/∂ψ'_j, ∂L/∂kf_j = e^{g_j − M}·∂L/∂ψ'_j.
     g.dg = (f_.kf.array() * g.dkf.array()).rowwise().sum();
-    g.dkf = kweight_.asDiagonal() * g.dkf;
-    return g;
+    g.dkf.array().colwise() *= kweight_.array();
+    return;
   }
-  // Causal, chunked (the forward's blocks). Queries: the prefix state S = Σ_{keys before block c} ψ(k_j)Ṽ_jᵀ in units
-  // e^{−before(c)}, read with e^{before(c) − M_i}, plus the block's masked dA times its keys' features.
-  g.dqf.resize(rows(), feats);
-  g.dkf.resize(cols(), feats);
-  MatrixR<T> state = MatrixR<T>::Zero(feats, dv + 1);
-  if (offset_ > 0) state.noalias() = scaled_keys(f_.kf, 0, offset_, before_block(0)).transpose() * vt.topRows(offset_);
-  for (Index c = 0; c < blocks(); ++c) {
+  // Causal, chunked (the forward's blocks), two passes: forward over the blocks for the queries, backward for the
+  // keys. Each is a scan, shared by the threads through kScanSegments fixed segments of blocks: the segments' totals
+  // in parallel, the state entering each segment from them (in order), then each segment's own scan in parallel. The
+  // segments do not depend on the thread count, and every product runs inside a parallel region (Eigen's own
+  // threading, whose blocking depends on the thread count, stays off): the gradients' bits do not depend on it.
+  const Index nb = blocks(), segs = std::min<Index>(kScanSegments, nb);
+  const auto seg_begin = [&](Index s) { return s * nb / segs; };  // segment s: blocks [seg_begin(s), seg_begin(s + 1))
+  ws.scans.resize(std::size_t(std::max(1, omp_get_max_threads())));
+  ws.total.resize(std::size_t(segs));
+  ws.entry.resize(std::size_t(segs));
+  using Scan = typename KernelBackwardWorkspace<T>::Scan;
+  const auto scan = [&]() -> Scan& { return ws.scans[std::size_t(omp_get_thread_num())]; };
+  // The keys' state S = Σ_{keys before block c} ψ(k_j)Ṽ_jᵀ, in units e^{−before(c)}: one block's keys added.
+  const auto add_keys = [&](MatrixR<T>& st, Index c, Scan& t) {
     const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
     const T m0 = before_block(c), m1 = before_block(c + 1);
-    auto dq = g.dqf.middleRows(i0, len);
-    if (m0 != neg_inf<T>()) {
-      dq.noalias() = wt.middleRows(i0, len) * state.transpose();
-      dq.array().colwise() *= (m0 - qmax_.segment(i0, len).array()).exp();
-    } else {
-      dq.setZero();
+    if (m0 != neg_inf<T>()) st *= std::exp(m0 - m1);  // else st is zero: no key before block c
+    scaled_keys_into(j0, len, m1, t.keys, t.kw);
+    st.noalias() += t.keys.transpose() * vt.middleRows(j0, len);
+  };
+  // The queries' state R = Σ_{queries i in blocks > c} φ(q_i) W̃_iᵀ e^{before(c+1) − M_i} (factors ≤ 1: M_i ≥
+  // before(c+1) there), in units e^{−before(c+1)}: one block's queries added (before(c) finite: a key precedes c).
+  const auto add_queries = [&](MatrixR<T>& st, Index c, Scan& t) {
+    const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0;
+    const T m0 = before_block(c), m1 = before_block(c + 1);
+    st *= std::exp(m0 - m1);
+    t.e = (m0 - qmax_.segment(i0, len).array()).exp();
+    t.fw.resize(len, dv + 1);
+    t.fw = wt.middleRows(i0, len).array().colwise() * t.e.array();
+    st.noalias() += f_.qf.middleRows(i0, len).transpose() * t.fw;
+  };
+
+  // Queries. Per block: the numerators (the prefix state read with e^{before(c) − M_i}, plus the block's masked
+  // weights times its values), so O and W̃ of the block, then ∂L/∂φ of its queries: S·W̃_i (read likewise) plus the
+  // block's masked dA times its keys' features.
+#pragma omp parallel for schedule(static)
+  for (Index s = 0; s < segs; ++s) {
+    Scan& t = scan();
+    if (s == 0) {  // the keys before the first query's block (n_k > n_q)
+      ws.entry[0].setZero(feats, dv + 1);
+      if (offset_ > 0) {
+        scaled_keys_into(0, offset_, before_block(0), t.keys, t.kw);
+        ws.entry[0].noalias() = t.keys.transpose() * vt.topRows(offset_);
+      }
     }
-    MatrixR<T> a = wt.middleRows(i0, len) * vt.middleRows(j0, len).transpose();  // dA of the block, unmasked
-    mask_block(a, c);
-    dq.noalias() += a * f_.kf.middleRows(j0, len);
-    if (m0 != neg_inf<T>()) state *= std::exp(m0 - m1);
-    state.noalias() += scaled_keys(f_.kf, j0, len, m1).transpose() * vt.middleRows(j0, len);
+    if (s + 1 == segs) continue;  // the last segment's total is read by no later segment
+    MatrixR<T>& u = ws.total[std::size_t(s)];  // its keys, in units e^{−before(seg_begin(s + 1))}
+    u.setZero(feats, dv + 1);
+    for (Index c = seg_begin(s); c < seg_begin(s + 1); ++c) add_keys(u, c, t);
   }
-  // Keys: reverse prefix sums over query blocks, R = Σ_{queries i in blocks > c} φ(q_i) W̃_iᵀ e^{before(c+1) − M_i},
-  // read by block c's keys with e^{g_j − before(c+1)} (as apply_transpose), plus the block's masked dAᵀ times its
-  // queries' features.
-  MatrixR<T> r = MatrixR<T>::Zero(feats, dv + 1);
-  for (Index c = blocks() - 1; c >= 0; --c) {
-    const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
-    const T m0 = before_block(c), m1 = before_block(c + 1);
-    auto dk = g.dkf.middleRows(j0, len);
-    dk.noalias() = vt.middleRows(j0, len) * r.transpose();
-    dk.array().colwise() *= (f_.k_logscale.segment(j0, len).array() - m1).exp();
-    MatrixR<T> a = wt.middleRows(i0, len) * vt.middleRows(j0, len).transpose();
-    mask_block(a, c);
-    dk.noalias() += a.transpose() * f_.qf.middleRows(i0, len);
-    if (m0 == neg_inf<T>()) continue;  // no key before this block: nothing reads R further back
-    r *= std::exp(m0 - m1);
-    const VectorX<T> f = (m0 - qmax_.segment(i0, len).array()).exp();
-    r.noalias() += f_.qf.middleRows(i0, len).transpose() * (f.asDiagonal() * wt.middleRows(i0, len));
+  for (Index s = 1; s < segs; ++s) {
+    const T m0 = before_block(seg_begin(s - 1)), m1 = before_block(seg_begin(s));
+    MatrixR<T>& in = ws.entry[std::size_t(s)];
+    if (m0 != neg_inf<T>())
+      in = ws.entry[std::size_t(s - 1)] * std::exp(m0 - m1) + ws.total[std::size_t(s - 1)];
+    else
+      in = ws.total[std::size_t(s - 1)];
   }
-  if (offset_ > 0) {
-    auto dk = g.dkf.topRows(offset_);
-    dk.noalias() = vt.topRows(offset_) * r.transpose();
-    dk.array().colwise() *= (f_.k_logscale.head(offset_).array() - before_block(0)).exp();
+#pragma omp parallel for schedule(static)
+  for (Index s = 0; s < segs; ++s) {
+    Scan& t = scan();
+    MatrixR<T>& state = t.state;
+    state = ws.entry[std::size_t(s)];
+    for (Index c = seg_begin(s); c < seg_begin(s + 1); ++c) {
+      const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
+      const T m0 = before_block(c);
+      const auto qf = f_.qf.middleRows(i0, len);
+      const auto kf = f_.kf.middleRows(j0, len);
+      const auto vb = vt.middleRows(j0, len);
+      const auto wb = wt.middleRows(i0, len);
+      auto dq = g.dqf.middleRows(i0, len);
+      block_mask(c, t.mask);  // the block's masked weights, for both its weights and its dA
+      t.a.resize(len, len);
+      t.a.noalias() = qf * kf.transpose();
+      t.a.array() *= t.mask.array();
+      t.y.resize(len, dv);
+      if (m0 != neg_inf<T>()) {
+        t.e = (m0 - qmax_.segment(i0, len).array()).exp();
+        t.y.noalias() = qf * state.leftCols(dv);
+        t.y.array().colwise() *= t.e.array();
+        t.y.noalias() += t.a * vb.leftCols(dv);
+      } else {
+        t.y.noalias() = t.a * vb.leftCols(dv);
+      }
+      tilde(i0, len, t.y);
+      if (m0 != neg_inf<T>()) {
+        dq.noalias() = wb * state.transpose();
+        dq.array().colwise() *= t.e.array();
+      } else {
+        dq.setZero();
+      }
+      t.da.resize(len, len);
+      t.da.noalias() = wb * vb.transpose();  // dA of the block
+      t.da.array() *= t.mask.array();
+      dq.noalias() += t.da * kf;
+      if (c + 1 < seg_begin(s + 1)) add_keys(state, c, t);
+    }
   }
-  // ψ_j = e^{g_j}·kf_j: ∂L/∂g_j = kf_j·∂L/∂kf_j.
-  g.dg = (f_.kf.array() * g.dkf.array()).rowwise().sum();
-  return g;
+
+  // Keys. Per block, from the end: R read by the block's keys with e^{g_j − before(c+1)} (as apply_transpose), plus
+  // the block's masked dAᵀ (∂L/∂ψ) and P̃ᵀ (dV) times its queries' features and W̃; ∂L/∂g_j = kf_j·∂L/∂kf_j
+  // (ψ_j = e^{g_j}·kf_j).
+#pragma omp parallel for schedule(static)
+  for (Index s = 1; s < segs; ++s) {
+    Scan& t = scan();
+    MatrixR<T>& u = ws.total[std::size_t(s)];  // its queries, in units e^{−before(seg_begin(s))}
+    u.setZero(feats, dv + 1);
+    for (Index c = seg_begin(s + 1) - 1; c >= seg_begin(s); --c) add_queries(u, c, t);
+  }
+  ws.entry[std::size_t(segs - 1)].setZero(feats, dv + 1);
+  for (Index s = segs - 1; s >= 1; --s) {
+    const T m0 = before_block(seg_begin(s)), m1 = before_block(seg_begin(s + 1));
+    ws.entry[std::size_t(s - 1)] = ws.entry[std::size_t(s)] * std::exp(m0 - m1) + ws.total[std::size_t(s)];
+  }
+#pragma omp parallel for schedule(static)
+  for (Index s = 0; s < segs; ++s) {
+    Scan& t = scan();
+    MatrixR<T>& r = t.state;
+    r = ws.entry[std::size_t(s)];
+    for (Index c = seg_begin(s + 1) - 1; c >= seg_begin(s); --c) {
+      const Index i0 = c * chunk_, len = std::min(rows(), i0 + chunk_) - i0, j0 = i0 + offset_;
+      const T m0 = before_block(c), m1 = before_block(c + 1);
+      const auto qf = f_.qf.middleRows(i0, len);
+      const auto kf = f_.kf.middleRows(j0, len);
+      const auto vb = vt.middleRows(j0, len);
+      const auto wb = wt.middleRows(i0, len);
+      auto dk = g.dkf.middleRows(j0, len);
+      auto dvb = g.dv.middleRows(j0, len);
+      scaled_keys_into(j0, len, m1, t.keys, t.kw);  // e^{g_j − before(c+1)}·kf_j
+      dk.noalias() = vb * r.transpose();
+      dk.array().colwise() *= t.kw.array();
+      dvb.noalias() = t.keys * r.leftCols(dv);
+      block_mask(c, t.mask);
+      t.a.resize(len, len);
+      t.a.noalias() = qf * kf.transpose();
+      t.a.array() *= t.mask.array();
+      dvb.noalias() += t.a.transpose() * wb.leftCols(dv);
+      t.da.resize(len, len);
+      t.da.noalias() = wb * vb.transpose();
+      t.da.array() *= t.mask.array();
+      dk.noalias() += t.da.transpose() * qf;
+      g.dg.segment(j0, len) = (kf.array() * dk.array()).rowwise().sum();
+      // No key before this block: nothing reads R further back; nor past a segment's first block but the first's.
+      if (m0 != neg_inf<T>() && (c > seg_begin(s) || s == 0)) add_queries(r, c, t);
+    }
+    if (s == 0 && offset_ > 0) {  // the keys before the first query's block read all of R
+      scaled_keys_into(0, offset_, before_block(0), t.keys, t.kw);
+      auto dk = g.dkf.topRows(offset_);
+      dk.noalias() = vt.topRows(offset_) * r.transpose();
+      dk.array().colwise() *= t.kw.array();
+      g.dv.topRows(offset_).noalias() = t.keys * r.leftCols(dv);
+      g.dg.head(offset_) = (f_.kf.topRows(offset_).array() * dk.array()).rowwise().sum();
+    }
+  }
 }
 
 template <typename T>
@@ -366,6 +510,179 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
   return out;
 }
 
+namespace {
+// Rows per chunk of the backward's passes: fixed, so the chunk sums' order (and the gradients' bits) does not depend on
+// the thread count; small enough that n = 1024 still splits over two threads and a chunk's features stay in cache.
+constexpr Index kBackwardChunk = 512;
+
+/// The features of a block, finite or false (nothing may leave an OpenMP region by an exception).
+template <typename T>
+bool block_features_checked(const BlockFeatures<T>& features, const ConstRef<T>& x, bool keys, MatrixR<T>& f,
+                            VectorX<T>& g) {
+  try {
+    features(x, keys, f, g);
+  } catch (...) {
+    return false;
+  }
+  if (keys && g.size() == 0) g.setZero(x.rows());
+  return all_finite(f) && (!keys || all_finite(g));
+}
+
+/// A feature map's VJP on a block, false when it threw (as block_features_checked).
+template <typename T>
+bool block_backward_checked(const BlockFeaturesBackward<T>& back, const ConstRef<T>& x, bool keys, const ConstRef<T>& f,
+                            const ConstRef<T>& df, const ConstVecRef<T>& dg, MutRef<T> dx) {
+  try {
+    back(x, keys, f, df, dg, dx);
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+template <typename T>
+Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                      const ConstRef<T>& d_out, const BlockFeatures<T>& features,
+                                      const BlockFeaturesBackward<T>& features_backward, bool nonnegative,
+                                      KernelBackwardWorkspace<T>* ws_in) {
+  require(k.rows() == v.rows() && d_out.rows() == q.rows() && d_out.cols() == v.cols() && q.cols() == k.cols() &&
+              k.rows() > 0,
+          "kernel attention backward: dimension mismatch");
+  const Index chunk = kBackwardChunk, nk = k.rows(), nq = q.rows(), dv = v.cols();
+  const Index kchunks = (nk + chunk - 1) / chunk, qchunks = (nq + chunk - 1) / chunk;
+  KernelBackwardWorkspace<T> local;
+  KernelBackwardWorkspace<T>& ws = ws_in ? *ws_in : local;
+  ws.threads.resize(std::size_t(std::max(1, omp_get_max_threads())));
+  ws.s.resize(std::size_t(kchunks));
+  ws.zabs.resize(std::size_t(kchunks));
+  ws.r.resize(std::size_t(qchunks));
+  ws.m.assign(std::size_t(kchunks), neg_inf<T>());
+  Gradients<T> grad;
+  grad.dq.resize(nq, q.cols());
+  grad.dk.resize(nk, k.cols());
+  grad.dv.resize(nk, dv);
+  const VectorX<T> none;  // a query's ∂L/∂g: its log-scale is dropped (a per-query factor)
+
+  // Keys: S̃_c = Σ_{j in chunk c} e^{g_j − m_c} kf_j Ṽ_jᵀ, Ṽ_j = [v_j, 1] (numerators' and denominators' sums), and
+  // |Ψ̃|ᵀ1 for the guard when features may be negative.
+  bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (Index c = 0; c < kchunks; ++c) {
+    const Index r0 = c * chunk, len = std::min(chunk, nk - r0);
+    auto& t = ws.threads[std::size_t(omp_get_thread_num())];
+    ok = block_features_checked<T>(features, k.middleRows(r0, len), true, t.f, t.g) && ok;
+    if (!ok) continue;
+    const T mc = t.g.maxCoeff();
+    t.w = (t.g.array() - mc).exp();
+    t.f.array().colwise() *= t.w.array();
+    MatrixR<T>& s = ws.s[std::size_t(c)];
+    s.resize(t.f.cols(), dv + 1);
+    s.leftCols(dv).noalias() = t.f.transpose() * v.middleRows(r0, len);
+    s.col(dv).noalias() = t.f.colwise().sum().transpose();
+    if (!nonnegative) ws.zabs[std::size_t(c)].noalias() = t.f.cwiseAbs().colwise().sum().transpose();
+    ws.m[std::size_t(c)] = mc;
+  }
+  require(ok, "kernel attention: non-finite features (or a feature map failed)");
+  // Rescaled to the common stabilizer M = max g and summed in chunk order: S̃ = Ψ'ᵀṼ, ψ'_j = e^{g_j − M} kf_j.
+  const T mx = *std::max_element(ws.m.begin(), ws.m.end());
+  MatrixR<T>& s = ws.state;
+  VectorX<T>& zmag = ws.zmag;
+  s = ws.s[0] * std::exp(ws.m[0] - mx);
+  if (!nonnegative) zmag = ws.zabs[0] * std::exp(ws.m[0] - mx);
+  for (Index c = 1; c < kchunks; ++c) {
+    const T w = std::exp(ws.m[std::size_t(c)] - mx);
+    s += ws.s[std::size_t(c)] * w;
+    if (!nonnegative) zmag += ws.zabs[std::size_t(c)] * w;
+  }
+
+  // Queries: y_i = S̃ᵀφ_i = [numerator, D_i] (Katharopoulos et al. 2020 eq. (2)), O_i = y_i,v / D_i (D guarded as the
+  // forward guards it), W̃_i = [dO_i, −dO_iᵀO_i] / D_i; R_c = Σ_{i in chunk c} φ_i W̃_iᵀ; ∂L/∂φ_i = S̃ W̃_i and dQ.
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (Index c = 0; c < qchunks; ++c) {
+    const Index r0 = c * chunk, len = std::min(chunk, nq - r0);
+    auto& t = ws.threads[std::size_t(omp_get_thread_num())];
+    ok = block_features_checked<T>(features, q.middleRows(r0, len), false, t.f, t.g) && ok;
+    if (!ok) continue;
+    t.y.noalias() = t.f * s;
+    if (!nonnegative) t.mag.noalias() = t.f.cwiseAbs() * zmag;
+    t.inv.resize(len);
+    for (Index r = 0; r < len; ++r) t.inv(r) = safe_inverse(t.y(r, dv), nonnegative ? t.y(r, dv) : t.mag(r));
+    const auto dob = d_out.middleRows(r0, len);
+    t.wt.resize(len, dv + 1);
+    t.wt.leftCols(dv) = dob.array().colwise() * t.inv.array();
+    t.wt.col(dv) = -(t.inv.array().square() * (dob.array() * t.y.leftCols(dv).array()).rowwise().sum());
+    ws.r[std::size_t(c)].noalias() = t.f.transpose() * t.wt;
+    t.df.noalias() = t.wt * s.transpose();
+    ok = block_backward_checked<T>(features_backward, q.middleRows(r0, len), false, t.f, t.df, none,
+                                   grad.dq.middleRows(r0, len)) &&
+         ok;
+  }
+  require(ok, "kernel attention backward: non-finite features (or a feature map's backward failed)");
+  MatrixR<T>& r = ws.rstate;
+  r = ws.r[0];
+  for (Index c = 1; c < qchunks; ++c) r += ws.r[std::size_t(c)];
+
+  // Keys again: ∂L/∂ψ'_j = R Ṽ_j, dV_j = R_vᵀψ'_j (P̃ᵀdO = Ψ'ΦᵀD⁻¹dO); ψ_j = e^{g_j}·kf_j, so ∂L/∂kf_j =
+  // e^{g_j − M}·∂L/∂ψ'_j and ∂L/∂g_j = kf_j·∂L/∂kf_j; then dK.
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (Index c = 0; c < kchunks; ++c) {
+    const Index r0 = c * chunk, len = std::min(chunk, nk - r0);
+    auto& t = ws.threads[std::size_t(omp_get_thread_num())];
+    ok = block_features_checked<T>(features, k.middleRows(r0, len), true, t.f, t.g) && ok;
+    if (!ok) continue;
+    t.w = (t.g.array() - mx).exp();
+    t.df.noalias() = v.middleRows(r0, len) * r.leftCols(dv).transpose();
+    t.df.rowwise() += r.col(dv).transpose();
+    auto dvb = grad.dv.middleRows(r0, len);
+    dvb.noalias() = t.f * r.leftCols(dv);
+    dvb.array().colwise() *= t.w.array();
+    t.df.array().colwise() *= t.w.array();
+    t.dg = (t.f.array() * t.df.array()).rowwise().sum();
+    ok = block_backward_checked<T>(features_backward, k.middleRows(r0, len), true, t.f, t.df, t.dg,
+                                   grad.dk.middleRows(r0, len)) &&
+         ok;
+  }
+  require(ok, "kernel attention backward: non-finite features (or a feature map's backward failed)");
+  return grad;
+}
+
+template <typename T>
+Gradients<T> kernel_operator_backward(const KernelOperator<T>& op, const ConstRef<T>& q, const ConstRef<T>& k,
+                                      const ConstRef<T>& v, const ConstRef<T>& d_out,
+                                      const BlockFeaturesBackward<T>& features_backward,
+                                      KernelBackwardWorkspace<T>& ws) {
+  require(op.causal(), "internal: kernel_operator_backward takes the causal operator (its key features unfolded)");
+  require(q.rows() == op.rows() && k.rows() == op.cols(), "kernel attention backward: dimension mismatch");
+  op.backward(v, d_out, ws.fg, ws);
+  const FeatureMaps<T>& f = op.features();
+  const FeatureGradients<T>& fg = ws.fg;
+  Gradients<T> grad;
+  grad.dq.resize(q.rows(), q.cols());
+  grad.dk.resize(k.rows(), k.cols());
+  const VectorX<T> none;
+  // The feature maps' VJP, row by row: chunks of queries and keys in parallel (each row's own; no sum across rows).
+  const Index chunk = kBackwardChunk, qchunks = (q.rows() + chunk - 1) / chunk, kchunks = (k.rows() + chunk - 1) / chunk;
+  bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (Index c = 0; c < qchunks + kchunks; ++c) {
+    const bool keys = c >= qchunks;
+    const Index r0 = (keys ? c - qchunks : c) * chunk, len = std::min(chunk, (keys ? k.rows() : q.rows()) - r0);
+    if (keys)
+      ok = block_backward_checked<T>(features_backward, k.middleRows(r0, len), true, f.kf.middleRows(r0, len),
+                                     fg.dkf.middleRows(r0, len), fg.dg.segment(r0, len), grad.dk.middleRows(r0, len)) &&
+           ok;
+    else
+      ok = block_backward_checked<T>(features_backward, q.middleRows(r0, len), false, f.qf.middleRows(r0, len),
+                                     fg.dqf.middleRows(r0, len), none, grad.dq.middleRows(r0, len)) &&
+           ok;
+  }
+  require(ok, "kernel attention backward: a feature map's backward failed");
+  grad.dv = std::move(ws.fg.dv);  // the one n × d_v the caller keeps
+  return grad;
+}
+
 template class KernelOperator<float>;
 template class KernelOperator<double>;
 template MatrixR<float> streamed_kernel_output<float>(const ConstRef<float>&, const ConstRef<float>&,
@@ -374,5 +691,25 @@ template MatrixR<float> streamed_kernel_output<float>(const ConstRef<float>&, co
 template MatrixR<double> streamed_kernel_output<double>(const ConstRef<double>&, const ConstRef<double>&,
                                                         const ConstRef<double>&, const BlockFeatures<double>&, bool,
                                                         KernelWorkspace<double>*);
+
+template Gradients<float> streamed_kernel_backward<float>(const ConstRef<float>&, const ConstRef<float>&,
+                                                          const ConstRef<float>&, const ConstRef<float>&,
+                                                          const BlockFeatures<float>&,
+                                                          const BlockFeaturesBackward<float>&, bool,
+                                                          KernelBackwardWorkspace<float>*);
+template Gradients<double> streamed_kernel_backward<double>(const ConstRef<double>&, const ConstRef<double>&,
+                                                            const ConstRef<double>&, const ConstRef<double>&,
+                                                            const BlockFeatures<double>&,
+                                                            const BlockFeaturesBackward<double>&, bool,
+                                                            KernelBackwardWorkspace<double>*);
+template Gradients<float> kernel_operator_backward<float>(const KernelOperator<float>&, const ConstRef<float>&,
+                                                          const ConstRef<float>&, const ConstRef<float>&,
+                                                          const ConstRef<float>&, const BlockFeaturesBackward<float>&,
+                                                          KernelBackwardWorkspace<float>&);
+template Gradients<double> kernel_operator_backward<double>(const KernelOperator<double>&, const ConstRef<double>&,
+                                                            const ConstRef<double>&, const ConstRef<double>&,
+                                                            const ConstRef<double>&,
+                                                            const BlockFeaturesBackward<double>&,
+                                                            KernelBackwardWorkspace<double>&);
 
 }  // namespace attnlab

@@ -49,6 +49,13 @@ template <typename T>
 void performer_features_backward(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
                                  const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx);
 
+/// The same VJP given the features f that performer_features_into made of (x, scale) (nothing recomputed): dx is
+/// written in place (x's shape) and dp (n × M, ∂L/∂(x_s ωᵀ)) is scratch that keeps its storage across calls.
+template <typename T>
+void performer_features_backward_given(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
+                                       const ConstRef<T>& f, const ConstRef<T>& df,
+                                       const Eigen::Ref<const VectorX<T>>& dg, MutRef<T> dx, MatrixR<T>& dp);
+
 extern template struct RandomFeatures<float>;
 extern template struct RandomFeatures<double>;
 

@@ -40,8 +40,8 @@ class LinearMethod final : public ConfiguredMethod<LinearOptions, KernelMethod<T
  protected:
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
-  void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& df,
-                               const VectorX<T>& dg, MatrixR<T>& dx) const override;
+  void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& f,
+                               const ConstRef<T>& df, const ConstVecRef<T>& dg, MutRef<T> dx) const override;
   /// relu rows can vanish: then P̃'s row is zero.
   bool nonnegative() const override { return this->o_.feature != LinearFeature::Relu; }
   Index feature_count(Index d) const override { return d; }

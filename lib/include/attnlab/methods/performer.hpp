@@ -5,7 +5,8 @@
 // (CausalFormOptions).
 // Backward: ω held fixed (random parameters are not differentiated); otherwise exact: the VJP through the normalized
 // attention (KernelMethod) and through the feature maps with the scale s^½ folded in as the forward does
-// (performer_features_backward); the stabilizing maxima cancel in the normalized output and are held constant.
+// (performer_features_backward_given, on the features already made); the stabilizing maxima cancel in the normalized
+// output and are held constant.
 //   attnlab::PerformerOptions o;  o.features = 256;  o.kernel = attnlab::PerformerKernel::Positive;
 //   attnlab::PerformerMethod<double> m(o);  m.compute(Q, K);  MatrixR<double> O = m.output(V);
 // The spec "performer:features=256" builds the same class (make_method reads the spec into PerformerOptions).
@@ -61,8 +62,8 @@ class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMe
   void prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
-  void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& df,
-                               const VectorX<T>& dg, MatrixR<T>& dx) const override;
+  void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& f,
+                               const ConstRef<T>& df, const ConstVecRef<T>& dg, MutRef<T> dx) const override;
   bool nonnegative() const override { return this->o_.kernel != PerformerKernel::Trig; }
   Index feature_count(Index) const override {
     return this->o_.kernel == PerformerKernel::Positive ? this->o_.features : 2 * this->o_.features;
@@ -71,10 +72,11 @@ class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMe
  private:
   Index omega_d_ = -1;  // the dimension ω was drawn for
   MatrixR<T> omega_;
-  /// Per-thread scratch of block_features (scaled rows, projections, log-scales), reused by every call.
+  /// Per-thread scratch of block_features (scaled rows, projections, log-scales) and of block_features_backward
+  /// (∂L/∂(x_s ωᵀ)), reused by every call.
   struct Scratch {
     RandomFeatures<T> r;
-    MatrixR<T> xs, proj;
+    MatrixR<T> xs, proj, dp;
   };
   mutable std::vector<Scratch> scratch_;
 };

@@ -35,8 +35,8 @@ class TaylorMethod final : public ConfiguredMethod<TaylorOptions, KernelMethod<T
  protected:
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
-  void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& df,
-                               const VectorX<T>& dg, MatrixR<T>& dx) const override;
+  void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& f,
+                               const ConstRef<T>& df, const ConstVecRef<T>& dg, MutRef<T> dx) const override;
   Index feature_count(Index d) const override { return d + 1; }
 };
 

@@ -23,10 +23,14 @@
 
 #include <functional>
 
+#include "attnlab/core/gradients.hpp"
 #include "attnlab/operators/operator.hpp"
 #include <vector>
 
 namespace attnlab {
+
+template <typename T>
+using ConstVecRef = Eigen::Ref<const VectorX<T>>;
 
 template <typename T>
 struct FeatureMaps {
@@ -45,6 +49,40 @@ struct FeatureGradients {
   MatrixR<T> dv;   ///< n_k × d_v: ∂L/∂V = P̃ᵀ dO
 };
 
+/// Buffers of the backward passes (KernelOperator::backward, streamed_kernel_backward, kernel_operator_backward)
+/// kept between calls, as KernelWorkspace is for the forward: a method trained step after step allocates only the
+/// gradients it returns. Without it every call mapped and faulted in fresh n × (d_v + 1) and n × M buffers (a third
+/// of linear attention's backward at n = 16384 went to page faults and their memset). A method object owns one; it
+/// is not shared between concurrent calls.
+template <typename T>
+struct KernelBackwardWorkspace {
+  struct Thread {
+    MatrixR<T> f;            // a block's features
+    VectorX<T> g;            // a block of keys' log-scales
+    VectorX<T> w, inv, mag;  // per row: e^{g − m}, 1/D, the denominators' magnitudes
+    MatrixR<T> y;            // a block's [numerators, denominators] (rows × (d_v + 1))
+    MatrixR<T> wt;           // a block's W̃ (rows × (d_v + 1))
+    MatrixR<T> df;           // a block's ∂L/∂features (rows × M)
+    VectorX<T> dg;           // a block of keys' ∂L/∂g
+  };
+  std::vector<Thread> threads;
+  std::vector<MatrixR<T>> s, r;  // per chunk: Ψ̃ᵀṼ (keys), ΦᵀW̃ (queries), M × (d_v + 1)
+  std::vector<VectorX<T>> zabs;  // per key chunk: |Ψ̃|ᵀ1
+  std::vector<T> m;              // per key chunk: its max log-scale
+  MatrixR<T> state, rstate;  // the streamed form's S̃ and R summed
+  VectorX<T> zmag;           // and |Ψ̃|ᵀ1 summed
+  // The operator's backward: W̃ and Ṽ (n × (d_v + 1)), the feature gradients, the numerators without a mask, and
+  // with one (the scans) per thread a segment's state and a block's scratch, per segment its total and entering state.
+  MatrixR<T> wt, vt, y;
+  FeatureGradients<T> fg;
+  struct Scan {
+    MatrixR<T> state, y, a, da, mask, keys, fw;
+    VectorX<T> e, kw;
+  };
+  std::vector<Scan> scans;
+  std::vector<MatrixR<T>> total, entry;
+};
+
 template <typename T>
 class KernelOperator final : public AttentionOperator<T> {
  public:
@@ -61,16 +99,26 @@ class KernelOperator final : public AttentionOperator<T> {
   MatrixR<T> recurrent_output(const ConstRef<T>& v) const;
   /// The backward pass of apply(v) for the upstream gradient dO = ∂L/∂O: the gradients with respect to the
   /// features, the keys' log-scales and V (the header's note). O(n·M·d_v) work, with a mask O(n·chunk·d_v) more;
-  /// no n × n matrix. The recurrent form computes the same function: it shares this (chunked) backward.
+  /// no n × n matrix. The recurrent form computes the same function: it shares this (chunked) backward. With a mask
+  /// two scans over the blocks (queries forward, keys backward), each split into fixed segments run in parallel
+  /// (their totals first), so that the bits do not depend on the thread count.
   FeatureGradients<T> backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
+  /// The same into g, with the buffers of ws (both keep their storage across same-shape calls).
+  void backward(const ConstRef<T>& v, const ConstRef<T>& d_out, FeatureGradients<T>& g,
+                KernelBackwardWorkspace<T>& ws) const;
+  /// The features (without a mask the keys' are folded: e^{g_j − M}·kf_j, and the log-scales all M).
+  const FeatureMaps<T>& features() const { return f_; }
+  bool causal() const { return causal_; }
 
  private:
-  /// Masks a block of intra-block weights in place: entry (r, t) × e^{g_{j0+t} − M_{i0+r}} for t ≤ r, 0 for t > r.
-  void mask_block(MatrixR<T>& a, Index c) const;
+  /// The mask of block c's intra-block weights: w(r, t) = e^{g_{j0+t} − M_{i0+r}} for t ≤ r, 0 for t > r.
+  void block_mask(Index c, MatrixR<T>& w) const;
   /// Σ_{visible j} (qf_i·kf_j) e^{g_j − M(i)} x_j with the stabilizer M(i) of query i's block.
   MatrixR<T> unnormalized(const MatrixR<T>& qf, const MatrixR<T>& kf, const ConstRef<T>& x) const;
   /// Key features scaled by e^{g − m}, rows [first, first + count).
   MatrixR<T> scaled_keys(const MatrixR<T>& kf, Index first, Index count, T m) const;
+  /// The same into out, with the weights e^{g − m} in w (both keep their storage).
+  void scaled_keys_into(Index first, Index count, T m, MatrixR<T>& out, VectorX<T>& w) const;
   /// The masked intra-block weights of block c: (qf_i·kf_j)·e^{g_j − M_i} for the block's keys j ≤ i + offset.
   MatrixR<T> block_weights(const MatrixR<T>& qf, const MatrixR<T>& kf, Index c) const;
   /// Max of g over the keys before block c's own keys (−∞ when there are none).
@@ -122,5 +170,33 @@ template <typename T>
 MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
                                   const BlockFeatures<T>& features, bool nonnegative,
                                   KernelWorkspace<T>* ws = nullptr);
+
+/// The VJP of a BlockFeatures map on a block of rows: given the rows x, the features f they map to (as BlockFeatures
+/// made them), df = ∂L/∂f and, for keys, dg = ∂L/∂g (empty for queries), writes dx = ∂L/∂x (rows × d). Called from
+/// several OpenMP threads at once, on disjoint blocks.
+template <typename T>
+using BlockFeaturesBackward = std::function<void(const ConstRef<T>& x, bool keys, const ConstRef<T>& f,
+                                                 const ConstRef<T>& df, const ConstVecRef<T>& dg, MutRef<T> dx)>;
+
+/// The backward pass of streamed_kernel_output (the VJP of KernelOperator::backward without a mask, then through
+/// the feature maps), streamed: no n × M matrix. Three passes over fixed chunks of rows, each in parallel: keys
+/// (S̃ = Ψ̃ᵀ[V, 1], each chunk at its own max of g, rescaled and summed in chunk order as the forward does), queries
+/// (O and D from S̃, W̃, R = ΦᵀW̃ per chunk, ∂L/∂φ = W̃S̃ᵀ and dQ), keys again (∂L/∂ψ = [V, 1]Rᵀ, dV = Ψ̃R_v, dK).
+/// The chunks do not depend on the thread count, so neither do the gradients' bits. `ws` holds the buffers across
+/// calls; only the returned gradients are allocated in steady state.
+template <typename T>
+Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                      const ConstRef<T>& d_out, const BlockFeatures<T>& features,
+                                      const BlockFeaturesBackward<T>& features_backward, bool nonnegative,
+                                      KernelBackwardWorkspace<T>* ws = nullptr);
+
+/// The causal method's backward: KernelOperator::backward (its chunked prefix sums) into ws, then the feature maps'
+/// VJP on fixed chunks of rows in parallel. q and k are the rows op's features were made from; op must be causal
+/// (without a mask its key features are folded; streamed_kernel_backward serves that case).
+template <typename T>
+Gradients<T> kernel_operator_backward(const KernelOperator<T>& op, const ConstRef<T>& q, const ConstRef<T>& k,
+                                      const ConstRef<T>& v, const ConstRef<T>& d_out,
+                                      const BlockFeaturesBackward<T>& features_backward,
+                                      KernelBackwardWorkspace<T>& ws);
 
 }  // namespace attnlab

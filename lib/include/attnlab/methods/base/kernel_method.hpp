@@ -1,9 +1,10 @@
 // Shared base of the kernel feature-map methods (linear, taylor, performer): a method supplies the feature
 // maps; the base builds the KernelOperator and chooses the causal form (recurrent or chunked) from the
 // CausalFormOptions its options struct inherits.
-// Backward: the VJP through the normalized linear attention (KernelOperator::backward: ∂L/∂φ(q), ∂L/∂ψ(k) and dV,
-// globally without a mask, by reverse prefix sums in the chunked form with one; the recurrent form computes the same
-// function and shares it), then each method's VJP of its feature map (block_features_backward).
+// Backward: the VJP through the normalized linear attention (∂L/∂φ(q), ∂L/∂ψ(k) and dV: without a mask streamed in
+// chunks as the output is, streamed_kernel_backward; with one KernelOperator::backward, by reverse prefix sums in the
+// chunked form, which the recurrent form shares as it computes the same function), then each method's VJP of its
+// feature map (block_features_backward) on the features already made.
 #pragma once
 
 #include "attnlab/operators/kernel.hpp"
@@ -54,11 +55,14 @@ class KernelMethod : public LazyOperatorMethod<T> {
   virtual Index feature_count(Index d) const = 0;
   /// Every sim(q, k) ≥ 0 (then rows of P̃ are distributions and denominators need no magnitude guard).
   virtual bool nonnegative() const { return true; }
-  /// The VJP of block_features: given ∂L/∂f (rows × M) and, for keys, ∂L/∂g (rows), dx = ∂L/∂x (rows × d). The
-  /// per-row stabilizers a map subtracts (its maxima) are held constant: they cancel in e^{g}·f (keys) or are a
-  /// per-query factor that cancels in the normalization (queries), so the gradient stays exact.
+  /// The VJP of block_features: given the rows x, the features f block_features made of them, ∂L/∂f (rows × M) and,
+  /// for keys, ∂L/∂g (rows; empty for queries), writes dx = ∂L/∂x (rows × d). The per-row stabilizers a map
+  /// subtracts (its maxima) are held constant: they cancel in e^{g}·f (keys) or are a per-query factor that cancels
+  /// in the normalization (queries), so the gradient stays exact. Called from several OpenMP threads at once (on
+  /// disjoint blocks; per-thread scratch by omp_get_thread_num(), as block_features).
   virtual void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts,
-                                       const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx) const = 0;
+                                       const ConstRef<T>& f, const ConstRef<T>& df, const ConstVecRef<T>& dg,
+                                       MutRef<T> dx) const = 0;
 
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
     prepare(q, k, opts);
@@ -86,16 +90,24 @@ class KernelMethod : public LazyOperatorMethod<T> {
     if (form_.causal_form == CausalForm::Recurrent) return op.recurrent_output(v);
     return op.apply(v);
   }
-  /// The VJP through the attention (on the operator: its features, stabilizers and denominators), then through the
-  /// feature maps. Both causal forms share the chunked backward (the same function of Q, K, V).
+  /// The VJP through the attention, then through the feature maps, with the buffers kept in backward_ws_. Without a
+  /// mask streamed as the output is (streamed_kernel_backward: the features made again per chunk, no n × M matrix,
+  /// no operator built); with one on the operator the causal output already built (its features, stabilizers and
+  /// denominators). Both causal forms share the chunked backward (the same function of Q, K, V).
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {
+    const BlockFeaturesBackward<T> back = [this](const ConstRef<T>& x, bool keys, const ConstRef<T>& f,
+                                                 const ConstRef<T>& df, const ConstVecRef<T>& dg, MutRef<T> dx) {
+      block_features_backward(x, keys, this->options(), f, df, dg, dx);
+    };
+    if (!this->options().causal) {
+      const BlockFeatures<T> feats = [this](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
+        block_features(x, keys, this->options(), f, g);
+      };
+      return streamed_kernel_backward<T>(this->queries(), this->keys(), v, d_out, feats, back, nonnegative(),
+                                         &backward_ws_);
+    }
     const auto& op = static_cast<const KernelOperator<T>&>(this->do_op());
-    FeatureGradients<T> fg = op.backward(v, d_out);
-    Gradients<T> g;
-    block_features_backward(this->queries(), false, this->options(), fg.dqf, VectorX<T>(), g.dq);
-    block_features_backward(this->keys(), true, this->options(), fg.dkf, fg.dg, g.dk);
-    g.dv = std::move(fg.dv);
-    return g;
+    return kernel_operator_backward<T>(op, this->queries(), this->keys(), v, d_out, back, backward_ws_);
   }
 
  private:
@@ -103,6 +115,8 @@ class KernelMethod : public LazyOperatorMethod<T> {
   Index features_ = 0;
   /// The streamed output's buffers, kept across calls (kernel_attention.hpp): none allocated in steady state.
   mutable KernelWorkspace<T> workspace_;
+  /// The backward's buffers, kept likewise: only the returned gradients are allocated in steady state.
+  mutable KernelBackwardWorkspace<T> backward_ws_;
 };
 
 }  // namespace attnlab
