@@ -28,6 +28,7 @@ if TOOLS not in sys.path:
     sys.path.insert(0, TOOLS)
 from bench_data import allocator_frame  # noqa: E402
 from figures.data import load, upper_half_slope  # noqa: E402  (the scaling figure's fit: sentence and legend agree)
+from figures.data import load_finetune  # noqa: E402
 from figures.dropin_stats import correlations, load_dropin  # noqa: E402
 from notebook_texts import books  # noqa: E402
 
@@ -357,6 +358,95 @@ def dropin(F, R):
     F.add("dropin.table", "\n".join(rows), str, "all layers swapped: loss increase per family and budget", "dropin")
 
 
+def finetune(F, R):
+    """The fine-tuning experiment (tools/finetune.py): how much of the drop-in loss training wins back per family at
+    its default budget, against the exact control trained the same way, and a training step's time."""
+    df = load_finetune(R)
+    if df is None:
+        return
+    cfg = json.load(open(os.path.join(R, "finetune.csv.gz.config")))
+    for key, fmt, what in (("steps", integer, "optimizer steps of each fine-tuning run"),
+                           ("batch", integer, "512-byte sequences per step"), ("windows", integer, "held-out windows"),
+                           ("lr", lambda x: f"{x:g}", "peak learning rate (warm-up 10%, cosine to 0)")):
+        F.add(f"finetune.{key}", cfg[key], fmt, what, "finetune")
+    F.add("finetune.seconds", cfg["seconds"], integer, "wall time of the whole run, both models (s; timing)",
+          "finetune")
+    names = {"mlm": "masked-LM", "causal": "causal"}
+    end = df[df.step == df.steps].set_index(["model", "family"])
+    start = df[df.step == 0].set_index(["model", "family"])
+    rows = [f"| model | family (default budget) | drop-in loss | after {int(cfg['steps'])} steps | gap closed | "
+            "left: loss − exact's ± SE | time per step / exact's |", "|---|---|---|---|---|---|---|"]
+    diverged, closed = [], {}
+    for m in [m for m in names if m in set(df.model)]:
+        ex0, ex1 = start.loc[(m, "exact")], end.loc[(m, "exact")]
+        F.add(f"finetune.{m}.exact_before", ex0.heldout_loss, f3, f"{names[m]} model, exact control: held-out loss "
+              "before fine-tuning (nats/byte)", "finetune")
+        F.add(f"finetune.{m}.exact_after", ex1.heldout_loss, f3, "the same after the run", "finetune")
+        F.add(f"finetune.{m}.exact_ms", 1e3 * ex1.time_per_step_s, integer, f"{names[m]} model: ms per training step "
+              "with attnlab's exact attention (timing)", "finetune")
+        for fam in [f for f in dict.fromkeys(df[df.model == m].family)]:
+            a, b = start.loc[(m, fam)], end.loc[(m, fam)]
+            if b.status != "ok":
+                diverged.append(f"{fam} ({names[m]}: {b.status})")
+            label = {"exact": "exact (control)", "torch": "PyTorch's own attention (control)"}.get(fam, fam)
+            budget = [kv for kv in a.spec.partition(":")[2].split(",") if kv.split("=")[-1] == f"{a.budget:g}"]
+            label += f" (`{budget[0]}`)" if budget and fam not in ("exact", "torch") else ""
+            gc = "–" if math.isnan(b.gap_closed) else pct(b.gap_closed)
+            left = "–" if fam in ("exact", "torch") or math.isnan(b.gap) else f"{b.gap:+.3f} ± {b.gap_se:.3f}"
+            after = f"{b.heldout_loss:.3f}" if not math.isnan(b.heldout_loss) else "–"
+            rows.append(f"| {names[m]} | {label} | {a.heldout_loss:.3f} | {after} | {gc} | {left} | "
+                        f"{b.time_ratio_exact:.2f} |")
+            if not math.isnan(b.gap_closed):
+                closed[(m, fam)] = b.gap_closed
+    F.add("finetune.table", "\n".join(rows), str, "per model and family: held-out loss before and after fine-tuning, "
+          "the share of the drop-in gap closed, the gap left with its paired SE, the time-per-step ratio (timing)",
+          "finetune")
+    F.add("finetune.diverged", "; ".join(diverged) or "none", str, "runs that diverged or failed", "finetune")
+    ctrl = df[df.family.isin(["exact", "torch"])].pivot_table(index=["model", "step"], columns="family",
+                                                               values="heldout_loss")
+    F.add("finetune.torch_check", (ctrl["exact"] - ctrl["torch"]).abs().max(), lambda x: sig(x, 1),
+          "largest |held-out loss with attnlab's exact attention − with PyTorch's| over every step of both controls "
+          "(float32 training through two different backward passes)", "finetune")
+    for m in names:
+        mine = {f: v for (mm, f), v in closed.items() if mm == m}
+        if mine:
+            best, worst = max(mine, key=mine.get), min(mine, key=mine.get)
+            F.add(f"finetune.{m}.most_closed", f"{best} ({pct(mine[best])})", str,
+                  f"{names[m]} model: the family that closed the largest share of its drop-in gap", "finetune")
+            F.add(f"finetune.{m}.least_closed", f"{worst} ({pct(mine[worst])})", str, "and the smallest", "finetune")
+    fam = end[~end.index.get_level_values("family").isin(["exact", "torch"])]
+    F.add("finetune.ratio_min", fam.time_ratio_exact.min(), f2, "smallest time-per-step ratio to exact over "
+          "families and models (timing)", "finetune")
+    F.add("finetune.ratio_max", fam.time_ratio_exact.max(), f2, "largest (timing)", "finetune")
+    finetune_step0(F, R, start, names)
+    F.add("finetune.load_max", df.time_load_avg.max(), f2, "the machine's largest 1-minute load average at the end "
+          "of a unit (2 cores; the run itself keeps it near 2: above, other jobs shared the machine; timing)",
+          "finetune")
+    F.add("finetune.ratio_torch", end.loc[(slice(None), "torch"), "time_ratio_exact"].max(), f2,
+          "PyTorch's own attention: time per step over attnlab's exact attention's, the larger of the two models "
+          "(timing)", "finetune")
+
+
+def finetune_step0(F, R, start, names):
+    """Step 0 (float32) against the drop-in experiment's float64 loss for the same swap, where it measured one."""
+    dd = load_dropin(R)
+    same, differ = 0, []
+    for (m, fam), a in (start.iterrows() if dd is not None else []):
+        scope = dd[(dd.model == m) & (dd.scope == ("exact" if fam in ("exact", "torch") else "all"))]
+        ref = scope if fam in ("exact", "torch") else scope[(scope.family == fam) &
+                                                            ((scope.budget == a.budget) | (fam == "linear"))]
+        if len(ref) != 1:
+            continue
+        if abs(a.heldout_loss - ref.loss.iloc[0]) <= 1e-5 * ref.loss.iloc[0]:
+            same += 1
+        else:
+            differ.append(f"{fam} ({names[m]}: {a.heldout_loss:.3f} against {ref.loss.iloc[0]:.3f})")
+    F.add("finetune.step0_same", same, integer, "(model, family) pairs whose step-0 loss (float32) equals the drop-in "
+          "experiment's float64 loss of the same swap to 1e-5 (relative)", "finetune")
+    F.add("finetune.step0_differ", "; ".join(differ) or "none", str, "the pairs where it does not, float32 against "
+          "float64", "finetune")
+
+
 def model_mix(F, R):
     """The report's choices applied together to the model (tools/model_report.py: results/report*/model_check.csv)."""
     for name, sub in (("mlm", "report"), ("causal", "report_causal")):
@@ -470,6 +560,47 @@ def bench(F, results):
               "same methods in one run (timing)", "bench")
 
 
+def bench_backward(F, results):
+    """The backward suite (results/bench/backward_merged.csv, tools/plot_bench.py): float32, n = 16384, attnlab's
+    backward and training step against PyTorch autograd of the eager transcriptions; exact's rate against the GEMM."""
+    path = os.path.join(results, "bench", "backward_merged.csv")
+    if not os.path.exists(path):
+        return
+    d = pd.read_csv(path)
+    d = d[(d.dtype == "f32") & (d.method != "gemm")]
+    num = lambda x: "–" if x != x else f"{x:.3g}"  # noqa: E731
+    builds = [b for b in ("default", "fast") if b in set(d.build)]
+    head = " / ".join(builds)
+    big = d[d.n == 16384]
+    one = lambda g, b, col: num(g[g.build == b][col].iloc[0]) if (g.build == b).any() else "–"  # noqa: E731
+    rows = [f"| method | backward (s), {head} | PyTorch autograd backward (s) | PyTorch / attnlab, {head} | "
+            f"step (s), {head} | PyTorch step (s) | step: PyTorch / attnlab, {head} |", "|---|---|---|---|---|---|---|"]
+    for m, g in big.groupby("method"):
+        if g.torch_backward_s.isna().all():
+            continue
+        cols = lambda col: " / ".join(one(g, b, col) for b in builds)  # noqa: E731
+        rows.append(f"| {m} | {cols('backward_s')} | {num(g.torch_backward_s.iloc[0])} | "
+                    f"{cols('torch_over_attnlab_backward')} | {cols('step_s')} | {num(g.torch_step_s.iloc[0])} | "
+                    f"{cols('torch_over_attnlab_step')} |")
+    F.add("bench.backward_f32", "\n".join(rows), str, "float32, n = 16384: backward and step against PyTorch autograd "
+          "(timing)", "bench")
+    with_peer = big[big.torch_backward_s.notna() & (big.method != "exact")]
+    F.add("bench.backward_worst", with_peer.torch_over_attnlab_backward.min(), lambda x: sig(x, 2),
+          "the smallest PyTorch / attnlab backward ratio of the approximations at n = 16384, float32, any build "
+          "(timing)", "bench")
+    F.add("bench.backward_worst_method",
+          with_peer.loc[with_peer.torch_over_attnlab_backward.idxmin(), "method"] if len(with_peer) else "–", str,
+          "which method that is (timing)", "bench")
+    e = d[(d.method == "exact") & (d.n == 16384)].set_index("build")
+    for b in builds:
+        if b in e.index:
+            F.add(f"bench.exact_backward_gemm_fraction_{b}", e.loc[b, "gemm_fraction"], f2,
+                  f"exact backward's rate (10·n²·d flops) over the best in-run GEMM rate, {b} build, float32, "
+                  "n = 16384 (timing)", "bench")
+            F.add(f"bench.exact_backward_gflops_{b}", e.loc[b, "exact_gflops"], lambda x: sig(x, 3),
+                  f"exact backward's GFLOP/s, {b} build, float32, n = 16384 (timing)", "bench")
+
+
 def spectrum_solvers(F, results):
     """The block-vs-Lanczos run (results/bench/spectrum_solvers.md, written by tools/bench_spectrum.py from its CSVs
     and numpy's SVD): its two tables, quoted whole."""
@@ -569,7 +700,7 @@ def gradients(F, R):
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
-               spectrum_solvers, paper, report, dropin, model_mix, gradients):
+               bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients):
         fn(F, results)
     model(F)
     return F.items
