@@ -83,17 +83,8 @@ void register_all(const char* dtype) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  attnlab::pin_eigen_blocking();
-  benchmark::AddCustomContext("attnlab_arch", ATTNLAB_BENCH_ARCH);
-  benchmark::AddCustomContext("attnlab_products", attnlab::product_backend());
-  benchmark::AddCustomContext("attnlab_cost_context", attnlab::cost_context());
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  benchmark::AddCustomContext("glibc_tunables", tunables ? tunables : "");
-  register_all<float>("f32");
-  register_all<double>("f64");
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return attnlab::bench::run_suite(argc, argv, [] {
+    register_all<float>("f32");
+    register_all<double>("f64");
+  });
 }

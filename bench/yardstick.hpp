@@ -3,7 +3,9 @@
 // attention's shape. Ratios taken from one run survive a noisy machine; absolute times do not.
 #pragma once
 
+#include "attnlab/analysis/cost.hpp"
 #include "attnlab/core/random.hpp"
+#include "attnlab/core/reproducible.hpp"
 
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -69,6 +71,26 @@ inline std::vector<std::int64_t> lengths(bool quadratic, bool dense = false, std
   for (std::int64_t n : {1024, 4096, 16384, 65536})
     if (n <= limit && n <= cap) out.push_back(n);
   return out;
+}
+
+/// A suite's main(): Eigen's blocking pinned, the run's context recorded (which build made these timings — its
+/// instruction set and what computes its products, read by plot_bench.py — and the allocator configuration they were
+/// taken under: tools/bench.sh runs the default build with and without GLIBC_TUNABLES; users run without), the
+/// suite's benchmarks registered by `register_all`, then Google Benchmark's own main loop.
+template <class Register>
+int run_suite(int argc, char** argv, Register register_all) {
+  pin_eigen_blocking();
+  benchmark::AddCustomContext("attnlab_arch", ATTNLAB_BENCH_ARCH);
+  benchmark::AddCustomContext("attnlab_products", product_backend());
+  benchmark::AddCustomContext("attnlab_cost_context", cost_context());
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  benchmark::AddCustomContext("glibc_tunables", tunables ? tunables : "");
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace attnlab::bench

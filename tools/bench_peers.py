@@ -129,18 +129,24 @@ def reformer(q, k, v, p, buckets=8, rounds=2, chunk=64):
     return sum(wts[r][:, None] * outs[r] for r in range(rounds))
 
 
-def vq(q, k, v, p, codes=64, iters=20):
-    """Transformer-VQ: k-means codebook on the keys (Lloyd, as one would write it), then exp(QCᵀ)(ΔᵀV)."""
-    with torch.no_grad():   # the codebook is fitted, not differentiated (see --backward)
-        k = k.detach()
-        c = k[p["init"]].clone()
-        for _ in range(iters):
-            a = torch.cdist(k, c).argmin(-1)
-            onehot = torch.nn.functional.one_hot(a, codes).to(k.dtype)
-            cnt = onehot.sum(0)
-            c = torch.where(cnt[:, None] > 0, (onehot.T @ k) / cnt.clamp(min=1)[:, None], c)
+@torch.no_grad()
+def codebook(k, p, codes=64, iters=20):
+    """Transformer-VQ's codebook: k-means on the keys (Lloyd, as one would write it), fitted, not differentiated (a
+    trained model holds it; see --backward). Returns (C, the keys' assignments)."""
+    k = k.detach()
+    c = k[p["init"]].clone()
+    for _ in range(iters):
         a = torch.cdist(k, c).argmin(-1)
         onehot = torch.nn.functional.one_hot(a, codes).to(k.dtype)
+        cnt = onehot.sum(0)
+        c = torch.where(cnt[:, None] > 0, (onehot.T @ k) / cnt.clamp(min=1)[:, None], c)
+    return c, torch.cdist(k, c).argmin(-1)
+
+
+def vq(q, k, v, p, codes=64):
+    """Transformer-VQ: the codebook, then exp(QCᵀ)(ΔᵀV)."""
+    c, a = codebook(k, p, codes)
+    onehot = torch.nn.functional.one_hot(a, codes).to(k.dtype)
     logits = q @ c.T * p["scale"]
     e = torch.exp(logits - logits.max(-1, keepdim=True).values)
     return (e @ (onehot.T @ v)) / (e @ onehot.sum(0))[:, None]
@@ -160,17 +166,9 @@ def probsparse(q, k, v, p, factor=5):
     return out
 
 
-def vq_straight_through(q, k, v, p, codes=64, iters=20):
+def vq_straight_through(q, k, v, p, codes=64):
     """Transformer-VQ as it trains: the keys quantized with the straight-through estimator, attention over them."""
-    with torch.no_grad():
-        kd = k.detach()
-        c = kd[p["init"]].clone()
-        for _ in range(iters):
-            a = torch.cdist(kd, c).argmin(-1)
-            onehot = torch.nn.functional.one_hot(a, codes).to(k.dtype)
-            cnt = onehot.sum(0)
-            c = torch.where(cnt[:, None] > 0, (onehot.T @ kd) / cnt.clamp(min=1)[:, None], c)
-        a = torch.cdist(kd, c).argmin(-1)
+    c, a = codebook(k, p, codes)
     k_hat = k + (c[a] - k).detach()
     return torch.softmax(q @ k_hat.T * p["scale"], -1) @ v
 

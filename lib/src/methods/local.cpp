@@ -14,6 +14,24 @@ MethodDescriptor LocalOptions::registry_entry() {
 
 namespace {
 
+/// The logits of queries [i0, i0 + rows) against keys [lo, lo + cols) → the band's softmax in place: each row's
+/// keys |j − c_i| ≤ W (causal: c_i − W ≤ j ≤ c_i), c_i = i + off, stable (max subtracted), exactly 0 off the band.
+template <typename T>
+void band_softmax(MatrixR<T>& logits, Index i0, Index lo, Index off, Index nk, Index w, bool causal) {
+  const Index bj = logits.cols();
+  for (Index r = 0; r < logits.rows(); ++r) {
+    const Index c = i0 + r + off;
+    const Index first = std::max<Index>(0, c - w) - lo;
+    const Index last = (causal ? std::min(c, nk - 1) : std::min(c + w, nk - 1)) - lo;
+    auto row = logits.row(r);
+    const T mx = row.segment(first, last - first + 1).maxCoeff();
+    row.head(first).setZero();
+    row.segment(first, last - first + 1) = (row.segment(first, last - first + 1).array() - mx).exp();
+    row.tail(bj - last - 1).setZero();
+    row /= row.sum();
+  }
+}
+
 /// Sliding-window attention as dense blocks: a block of queries [i0, i0 + B) against the keys its bands span,
 /// [c_i0 − W, c_{i0+B−1} + W] (causal: up to c_{i0+B−1}): one GEMM for the logits, the band mask, a stable row
 /// softmax, one GEMM with V. O(n·(B + 2W)·d) work, O(B·(B + 2W)) memory per thread; the same P̃ as the pattern.
@@ -34,17 +52,7 @@ MatrixR<T> local_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef
       const Index hi = opts.causal ? std::min(nk - 1, i0 + bi - 1 + off) : std::min(nk - 1, i0 + bi - 1 + off + w);
       const Index bj = hi - lo + 1;
       logits.noalias() = (q.middleRows(i0, bi) * s) * k.middleRows(lo, bj).transpose();
-      for (Index r = 0; r < bi; ++r) {
-        const Index c = i0 + r + off;
-        const Index first = std::max<Index>(0, c - w) - lo;
-        const Index last = (opts.causal ? std::min(c, nk - 1) : std::min(c + w, nk - 1)) - lo;
-        auto row = logits.row(r);
-        const T mx = row.segment(first, last - first + 1).maxCoeff();
-        row.head(first).setZero();
-        row.segment(first, last - first + 1) = (row.segment(first, last - first + 1).array() - mx).exp();
-        row.tail(bj - last - 1).setZero();
-        row /= row.sum();
-      }
+      band_softmax(logits, i0, lo, off, nk, w, opts.causal);
       out.middleRows(i0, bi).noalias() = logits * v.middleRows(lo, bj);
     }
   }
@@ -79,17 +87,7 @@ bool local_backward(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef<T>&
         const Index hi = opts.causal ? std::min(nk - 1, i0 + bi - 1 + off) : std::min(nk - 1, i0 + bi - 1 + off + w);
         const Index bj = hi - lo + 1;
         p.noalias() = (q.middleRows(i0, bi) * s) * k.middleRows(lo, bj).transpose();
-        for (Index row = 0; row < bi; ++row) {  // the band softmax, as local_output forms it
-          const Index c = i0 + row + off;
-          const Index first = std::max<Index>(0, c - w) - lo;
-          const Index last = (opts.causal ? std::min(c, nk - 1) : std::min(c + w, nk - 1)) - lo;
-          auto x = p.row(row);
-          const T mx = x.segment(first, last - first + 1).maxCoeff();
-          x.head(first).setZero();
-          x.segment(first, last - first + 1) = (x.segment(first, last - first + 1).array() - mx).exp();
-          x.tail(bj - last - 1).setZero();
-          x /= x.sum();
-        }
+        band_softmax(p, i0, lo, off, nk, w, opts.causal);  // P̃ of the block, as local_output forms it
         g.dv.middleRows(lo, bj).noalias() += p.transpose() * d_out.middleRows(i0, bi);
         dp.noalias() = d_out.middleRows(i0, bi) * v.middleRows(lo, bj).transpose();
         const VectorX<T> dsum = (p.array() * dp.array()).rowwise().sum();
