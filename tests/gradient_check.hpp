@@ -69,4 +69,26 @@ inline Forward method_forward(const std::function<std::unique_ptr<Method<double>
   };
 }
 
+/// The masked softmax's backward, dense, in double: P = softmax over the mask of s·QKᵀ, dV = Pᵀ dO,
+/// dS = P ∘ (dO Vᵀ − rowsum(P ∘ dO Vᵀ)), dQ = s·dS K, dK = s·dSᵀ Q.
+inline Gradients<double> masked_backward(const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v,
+                                  const MatrixR<double>& d_out, const Eigen::Array<bool, -1, -1>& mask, double s) {
+  MatrixR<double> p = s * q * k.transpose();
+  for (Index i = 0; i < p.rows(); ++i) {
+    double mx = -1e300;
+    for (Index j = 0; j < p.cols(); ++j)
+      if (mask(i, j)) mx = std::max(mx, p(i, j));
+    for (Index j = 0; j < p.cols(); ++j) p(i, j) = mask(i, j) ? std::exp(p(i, j) - mx) : 0.0;
+    p.row(i) /= p.row(i).sum();
+  }
+  Gradients<double> g;
+  g.dv = p.transpose() * d_out;
+  const MatrixR<double> dp = d_out * v.transpose();
+  const VectorX<double> dsum = (p.array() * dp.array()).rowwise().sum();
+  const MatrixR<double> ds = p.array() * (dp.array().colwise() - dsum.array());
+  g.dq = s * ds * k;
+  g.dk = s * ds.transpose() * q;
+  return g;
+}
+
 }  // namespace attnlab::test

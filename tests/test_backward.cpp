@@ -49,23 +49,11 @@ Gradients<double> dense_backward(const MatrixR<double>& q, const MatrixR<double>
 /// local attention's backward, dense.
 Gradients<double> dense_band_backward(const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v,
                                       const MatrixR<double>& d_out, Index w, bool causal) {
-  const double s = 1.0 / std::sqrt(double(q.cols()));
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
-  MatrixR<double> p = s * q * k.transpose();
-  for (Index i = 0; i < nq; ++i) {
-    const Index c = i + off, lo = std::max<Index>(0, c - w), hi = causal ? c : std::min(nk - 1, c + w);
-    const double mx = p.row(i).segment(lo, hi - lo + 1).maxCoeff();
-    for (Index j = 0; j < nk; ++j) p(i, j) = j < lo || j > hi ? 0.0 : std::exp(p(i, j) - mx);
-    p.row(i) /= p.row(i).sum();
-  }
-  Gradients<double> g;
-  g.dv = p.transpose() * d_out;
-  const MatrixR<double> dp = d_out * v.transpose();
-  const VectorX<double> dsum = (p.array() * dp.array()).rowwise().sum();
-  const MatrixR<double> ds = p.array() * (dp.array().colwise() - dsum.array());
-  g.dq = s * ds * k;
-  g.dk = s * ds.transpose() * q;
-  return g;
+  Eigen::Array<bool, -1, -1> band(nq, nk);
+  for (Index i = 0; i < nq; ++i)
+    for (Index j = 0; j < nk; ++j) band(i, j) = j >= i + off - w && j <= (causal ? i + off : i + off + w);
+  return test::masked_backward(q, k, v, d_out, band, 1.0 / std::sqrt(double(q.cols())));
 }
 
 /// The backward `run` gives the same bits with one OpenMP thread as with two or more (fixed groups and chunks, summed

@@ -111,16 +111,6 @@ void performer_features_backward_given(const ConstRef<T>& x, T scale, const Cons
 }
 
 template <typename T>
-void performer_features_backward(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
-                                 const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx) {
-  RandomFeatures<T> r;
-  MatrixR<T> xs, proj, dp;
-  performer_features_into<T>(x, scale, omega, kernel, r, xs, proj);  // the forward's features, recomputed
-  dx.resize(x.rows(), x.cols());
-  performer_features_backward_given<T>(x, scale, omega, kernel, r.f, df, dg, dx, dp);
-}
-
-template <typename T>
 RandomFeatures<T> performer_features(const ConstRef<T>& x, const ConstRef<T>& omega, PerformerKernel kernel) {
   RandomFeatures<T> out;
   MatrixR<T> xs, proj;
@@ -136,12 +126,6 @@ template RandomFeatures<float> performer_features<float>(const ConstRef<float>&,
                                                          PerformerKernel);
 template RandomFeatures<double> performer_features<double>(const ConstRef<double>&, const ConstRef<double>&,
                                                            PerformerKernel);
-template void performer_features_backward<float>(const ConstRef<float>&, float, const ConstRef<float>&,
-                                                 PerformerKernel, const ConstRef<float>&, const VectorX<float>&,
-                                                 MatrixR<float>&);
-template void performer_features_backward<double>(const ConstRef<double>&, double, const ConstRef<double>&,
-                                                  PerformerKernel, const ConstRef<double>&, const VectorX<double>&,
-                                                  MatrixR<double>&);
 template void performer_features_backward_given<float>(const ConstRef<float>&, float, const ConstRef<float>&,
                                                        PerformerKernel, const ConstRef<float>&, const ConstRef<float>&,
                                                        const Eigen::Ref<const VectorX<float>>&, MutRef<float>,

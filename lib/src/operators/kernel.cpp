@@ -228,14 +228,6 @@ void KernelOperator<T>::scaled_keys_into(Index first, Index count, T m, MatrixR<
 }
 
 template <typename T>
-FeatureGradients<T> KernelOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
-  KernelBackwardWorkspace<T> ws;
-  FeatureGradients<T> g;
-  backward(v, d_out, g, ws);
-  return g;
-}
-
-template <typename T>
 void KernelOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out, FeatureGradients<T>& g,
                                  KernelBackwardWorkspace<T>& ws) const {
   require(v.rows() == cols() && d_out.rows() == rows() && d_out.cols() == v.cols(),
@@ -434,6 +426,23 @@ void KernelOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out,
   }
 }
 
+namespace {
+
+/// The features of a block, finite or false (nothing may leave an OpenMP region by an exception).
+template <typename T>
+bool block_features_checked(const BlockFeatures<T>& features, const ConstRef<T>& x, bool keys, MatrixR<T>& f,
+                            VectorX<T>& g) {
+  try {
+    features(x, keys, f, g);
+  } catch (...) {
+    return false;
+  }
+  if (keys && g.size() == 0) g.setZero(x.rows());
+  return all_finite(f) && (!keys || all_finite(g));
+}
+
+}  // namespace
+
 template <typename T>
 MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
                                   const BlockFeatures<T>& features, bool nonnegative, KernelWorkspace<T>* ws_in) {
@@ -449,16 +458,6 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
   auto& z = ws.z;
   auto& zabs = ws.zabs;
   std::vector<T> m(static_cast<std::size_t>(chunks), neg_inf<T>());
-  // The features of a block, finite or false (nothing may leave an OpenMP region by an exception).
-  const auto block = [&](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
-    try {
-      features(x, keys, f, g);
-    } catch (...) {
-      return false;
-    }
-    if (keys && g.size() == 0) g.setZero(x.rows());
-    return all_finite(f) && (!keys || all_finite(g));
-  };
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite)
   for (Index c = 0; c < chunks; ++c) {
@@ -466,7 +465,7 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
     MatrixR<T>& f = t.f;
     VectorX<T>& g = t.g;
-    finite = block(k.middleRows(r0, len), true, f, g) && finite;
+    finite = block_features_checked<T>(features, k.middleRows(r0, len), true, f, g) && finite;
     if (!finite) continue;
     const T mc = g.maxCoeff();
     // e^{g_j − m_c} ψ(k_j), ≤ 1 per weight. The scalar exp per row, as the diagonal product this replaces took it
@@ -498,7 +497,7 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     const Index r0 = c * chunk, len = std::min(chunk, nq - r0);
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
     MatrixR<T>& f = t.f;
-    qfinite = block(q.middleRows(r0, len), false, f, t.g) && qfinite;
+    qfinite = block_features_checked<T>(features, q.middleRows(r0, len), false, f, t.g) && qfinite;
     if (!qfinite) continue;
     t.den.noalias() = f * zsum;
     if (!nonnegative) t.mag.noalias() = f.cwiseAbs() * zmag;
@@ -514,19 +513,6 @@ namespace {
 // Rows per chunk of the backward's passes: fixed, so the chunk sums' order (and the gradients' bits) does not depend on
 // the thread count; small enough that n = 1024 still splits over two threads and a chunk's features stay in cache.
 constexpr Index kBackwardChunk = 512;
-
-/// The features of a block, finite or false (nothing may leave an OpenMP region by an exception).
-template <typename T>
-bool block_features_checked(const BlockFeatures<T>& features, const ConstRef<T>& x, bool keys, MatrixR<T>& f,
-                            VectorX<T>& g) {
-  try {
-    features(x, keys, f, g);
-  } catch (...) {
-    return false;
-  }
-  if (keys && g.size() == 0) g.setZero(x.rows());
-  return all_finite(f) && (!keys || all_finite(g));
-}
 
 /// A feature map's VJP on a block, false when it threw (as block_features_checked).
 template <typename T>

@@ -37,7 +37,8 @@ template <typename T>
 void performer_features_into(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
                              RandomFeatures<T>& out, MatrixR<T>& xs, MatrixR<T>& proj);
 
-/// The vector–Jacobian product of performer_features_into(x, scale, ω, kernel): given df = ∂L/∂f (n × M') and
+/// The vector–Jacobian product of performer_features_into(x, scale, ω, kernel), given the features f it made (nothing
+/// recomputed): given df = ∂L/∂f (n × M') and
 /// dg = ∂L/∂logscale (n, or empty when the log-scale is not used, as for queries), dx = ∂L/∂x (n × d), ω held fixed.
 /// The maxima each row's features are stabilized by (max ωᵀx, max |ωᵀx|) are held constant: they enter f as e^{−m}
 /// and the log-scale as +m, so they cancel in e^{logscale}·f (and a query's drop out in the normalization).
@@ -45,12 +46,7 @@ void performer_features_into(const ConstRef<T>& x, T scale, const ConstRef<T>& o
 ///   hyperbolic: f = [e^{p − m}, e^{−p − m}], same log-scale ⇒ ∂p = df₁∘f₁ − df₂∘f₂, ∂x_s += −dg·x_s
 ///   trig:       f = [sin p, cos p], logscale = ‖x_s‖²/2 − … ⇒ ∂p = df₁∘cos p − df₂∘sin p, ∂x_s += dg·x_s
 /// with p = x_s ωᵀ, x_s = scale·x: ∂x_s += ∂p·ω and dx = scale·∂x_s (Choromanski et al. 2021 Lemma 1, eq. (7)).
-template <typename T>
-void performer_features_backward(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
-                                 const ConstRef<T>& df, const VectorX<T>& dg, MatrixR<T>& dx);
-
-/// The same VJP given the features f that performer_features_into made of (x, scale) (nothing recomputed): dx is
-/// written in place (x's shape) and dp (n × M, ∂L/∂(x_s ωᵀ)) is scratch that keeps its storage across calls.
+/// dx is written in place (x's shape) and dp (n × M, ∂L/∂(x_s ωᵀ)) is scratch that keeps its storage across calls.
 template <typename T>
 void performer_features_backward_given(const ConstRef<T>& x, T scale, const ConstRef<T>& omega, PerformerKernel kernel,
                                        const ConstRef<T>& f, const ConstRef<T>& df,

@@ -102,8 +102,7 @@ class KernelOperator final : public AttentionOperator<T> {
   /// no n × n matrix. The recurrent form computes the same function: it shares this (chunked) backward. With a mask
   /// two scans over the blocks (queries forward, keys backward), each split into fixed segments run in parallel
   /// (their totals first), so that the bits do not depend on the thread count.
-  FeatureGradients<T> backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
-  /// The same into g, with the buffers of ws (both keep their storage across same-shape calls).
+  /// Into g, with the buffers of ws (both keep their storage across same-shape calls).
   void backward(const ConstRef<T>& v, const ConstRef<T>& d_out, FeatureGradients<T>& g,
                 KernelBackwardWorkspace<T>& ws) const;
   /// The features (without a mask the keys' are folded: e^{g_j − M}·kf_j, and the log-scales all M).
