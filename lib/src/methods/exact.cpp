@@ -62,11 +62,8 @@ Gradients<T> ExactMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>
   if (this->o_.impl == ExactImpl::Streaming) {
     // The last output()'s O and ℓ when it was taken on this V (compared element by element, O(n·d)); else the
     // forward once more.
-    if (!(forward_.valid && forward_.v.rows() == v.rows() && forward_.v.cols() == v.cols() && forward_.v == v)) {
-      forward_.v = v;
-      forward_.out = exact_output<T>(q, k, v, this->options(), this->o_.tile, {}, &forward_.lse);
-      forward_.valid = true;
-    }
+    if (!(forward_.valid && forward_.v.rows() == v.rows() && forward_.v.cols() == v.cols() && forward_.v == v))
+      do_output(v);  // keeps O and ℓ for this V
     return exact_backward<T>(q, k, v, forward_.out, forward_.lse, d_out, this->options(), this->o_.tile);
   }
   // dS = P ∘ (dP − D), dP = dO Vᵀ, D_i = Σ_j P_ij dP_ij; masked entries of P are 0, so are theirs in dS.
