@@ -8,7 +8,6 @@
 
 #include "attnlab/core/types.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <functional>
@@ -18,7 +17,23 @@
 #include <utility>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace attnlab::experiments {
+
+template <typename V>
+struct is_vector : std::false_type {};
+template <typename V>
+struct is_vector<std::vector<V>> : std::true_type {};
+
+/// Registers `flag`, filling `target`, on a CLI11 (sub)command; a list takes `separator` between its items. Defined
+/// and instantiated for the option types the experiments use in options.cpp, the one experiments file that
+/// compiles CLI11 (its templates cost each file that includes it several seconds of build); an option of a new
+/// type is a link error naming it until it is added there.
+template <typename V>
+void add_flag(CLI::App& app, const std::string& flag, V& target, const std::string& help, char separator);
 
 /// True when the option was given on the command line or in --config (presets do not override it).
 bool given(const CLI::App& app, const std::string& option);
@@ -34,11 +49,6 @@ class Options {
     void* target = nullptr;                            // the variable, for target<V>()
     const std::type_info* type = nullptr;
   };
-
-  template <typename V>
-  struct is_vector : std::false_type {};
-  template <typename V>
-  struct is_vector<std::vector<V>> : std::true_type {};
 
   template <typename V>
   static std::string text(const V& v, char separator) {
@@ -93,10 +103,7 @@ class Options {
     Entry e;
     e.flag = std::move(flag);
     e.help = std::move(help);
-    e.add = [&target](CLI::App& app, const Entry& self) {
-      CLI::Option* opt = app.add_option(self.flag, target, self.help);
-      if constexpr (is_vector<V>::value) opt->delimiter(self.separator);
-    };
+    e.add = [&target](CLI::App& app, const Entry& self) { add_flag(app, self.flag, target, self.help, self.separator); };
     e.text = [&target](char separator) { return text(target, separator); };
     e.target = &target;
     e.type = &typeid(V);

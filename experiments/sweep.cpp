@@ -6,6 +6,7 @@
 #include "attnlab/core/error.hpp"
 #include "attnlab/io/tidy_csv.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>

@@ -6,8 +6,6 @@
 
 #include "options.hpp"
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
