@@ -40,6 +40,7 @@ fi
 trap - EXIT
 grep -v Warning data/trained_attention.log | grep -E "^setup:|wrote"
 start=$(date +%s)
+echo "reproduce: packages, build and model export took $(( start - t0 )) s"
 out_dir=results
 [ "$preset" = quick ] || out_dir=results/$preset
 mkdir -p "$out_dir"
