@@ -75,9 +75,9 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   // P and P̃ (float64) with the block a generic P̃ is read through.
   const std::string inputs = describe_inputs(size.n_q, size.n_k, size.d, size.d_v, dtype_of<T>());
   if (!files)
-    check_memory(input_bytes(size.n_q, size.n_k, size.d, size.d_v, dtype_of<T>()),
-                 "the generated problem (" + describe_inputs(size.n_q, size.n_k, size.d, size.d_v, dtype_of<T>(), false) +
-                     ")");
+    check_memory(
+        input_bytes(size.n_q, size.n_k, size.d, size.d_v, dtype_of<T>()),
+        "the generated problem (" + describe_inputs(size.n_q, size.n_k, size.d, size.d_v, dtype_of<T>(), false) + ")");
   for (const auto& m : methods) check_method_fits(*m, size);
   if (matrix_metrics) {
     const Index block = MatrixErrorOptions{}.block_rows;
@@ -193,8 +193,9 @@ void add_compare(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--matrix-limit", o->matrix_limit, "largest n for which auto computes matrix metrics")
       ->capture_default_str();
-  sub->add_option("--repeats", o->repeats, "timing: timed calls per method (and of exact attention), after the warm-up; "
-                                           "time_s is the fastest, the CSV also has the median")
+  sub->add_option("--repeats", o->repeats,
+                  "timing: timed calls per method (and of exact attention), after the warm-up; "
+                  "time_s is the fastest, the CSV also has the median")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   sub->add_option("--warmup", o->warmup, "timing: untimed calls before the timed ones")

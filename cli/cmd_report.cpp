@@ -24,7 +24,8 @@ void add_report(CLI::App& app) {
   auto* mo = sub->add_option("--model-dir", f->model_dir,
                              "a model export (tools/trained_attention.py: data/attention, or data/attention/trained)");
   mo->excludes(qo);
-  sub->add_option("--layers", f->layers, "with --model-dir: 'all' or a comma list of layer indices")->capture_default_str();
+  sub->add_option("--layers", f->layers, "with --model-dir: 'all' or a comma list of layer indices")
+      ->capture_default_str();
   sub->add_option("--seq", f->seq, "with --model-dir: which exported sequence")->capture_default_str();
   sub->add_option("--out", f->opts.out, "report directory (index.html, report.csv, summary.md)")->required();
   sub->add_option("--target", f->opts.target, "largest output error ‖O − Õ‖_F/‖O‖_F a recommendation may have")
@@ -62,7 +63,8 @@ void add_report(CLI::App& app) {
       layers.push_back(std::move(layer));
     }
     const auto s = attnlab::report::write_report(layers, f->opts);
-    fmt::print("wrote {} ({} heads; {} keep exact), {}, {}\n", s.index_html, s.heads, s.keep_exact, s.csv, s.summary_md);
+    fmt::print("wrote {} ({} heads; {} keep exact), {}, {}\n", s.index_html, s.heads, s.keep_exact, s.csv,
+               s.summary_md);
   });
 }
 

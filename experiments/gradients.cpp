@@ -2,8 +2,8 @@
 // upstream gradient dO), every method's backward (Method::backward: its own forward differentiated, random and
 // discrete choices held at their fitted values) gives dQ̃, dK̃, dṼ; exact attention's (FlashAttention-2's backward,
 // Dao 2023) gives dQ, dK, dV. Rows per method and budget: the output error ‖Õ − O‖_F/‖O‖_F beside
-// ‖dX̃ − dX‖_F/‖dX‖_F and cos(dX̃, dX) for X = Q, K, V — a low-rank or sampled estimate can be close in value and far in
-// derivative. dO is (a) Gaussian (variant `dO=gaussian`) and, on the exported models' heads, (b) the model's own
+// ‖dX̃ − dX‖_F/‖dX‖_F and cos(dX̃, dX) for X = Q, K, V — a low-rank or sampled estimate can be close in value and
+// far in derivative. dO is (a) Gaussian (variant `dO=gaussian`) and, on the exported models' heads, (b) the model's own
 // upstream gradient of its held-out loss (`dO=model`: ∂loss/∂O of that head, exported by tools/trained_attention.py).
 // Sources: generated (gaussian, clustered, lowrank), the trained model's heads (`trained`, bidirectional: every family)
 // and the causal model's (`trained_causal`: the causal-capable families under the causal mask). Each family runs at

@@ -57,7 +57,8 @@ void ModelOptions::declare(Options& o, std::vector<std::string> heads_quick, std
   });
 }
 
-std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions::open(const std::string& source) const {
+std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions::open(
+    const std::string& source) const {
   if (source == "files") {
     auto data = std::make_shared<const ModelData>(UserFiles::read(files, "source 'files'", true));
     return {data, data->select(heads, seqs)};

@@ -1,8 +1,8 @@
 // The experiments' options for model sources (--model-data, --model-heads, --model-seqs, --q/--k/--v); the export
-// itself is read by attnlab/io/model_export.hpp. Real attention: the Q, K, V that tools/trained_attention.py exported from a small byte-level transformer trained on
-// the Python standard library (source `trained`) and from the same model at initialisation (`initialized`) — and the
-// user's own (source `files`: --q, --k, --v, (n, d) or (h, n, d) .npy, one point per head).
-// Layout under DIR (default $ATTNLAB_MODEL_DATA, else data/attention):
+// itself is read by attnlab/io/model_export.hpp. Real attention: the Q, K, V that tools/trained_attention.py exported
+// from a small byte-level transformer trained on the Python standard library (source `trained`) and from the same model
+// at initialisation (`initialized`) — and the user's own (source `files`: --q, --k, --v, (n, d) or (h, n, d) .npy, one
+// point per head). Layout under DIR (default $ATTNLAB_MODEL_DATA, else data/attention):
 //   meta.json                                   written last; says whether the model is bidirectional
 //   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   (heads, n, d_head), Q and K before the 1/√d_head scale
 //   {trained,initialized}/seq0_layer{l}_attn.npy         (heads, n, n), the model's own softmax, for checking
@@ -51,8 +51,8 @@ struct ModelOptions {
   /// Declares --model-data, --model-heads, --model-seqs, --q, --k and --v; heads and seqs take the presets' values
   /// given here (quick, paper; by default every head of every sequence under both). The experiment's --sources
   /// (declared by the experiment) follows the rule above.
-  void declare(Options& o, std::vector<std::string> heads_quick = {"all"}, std::vector<std::string> heads_paper = {"all"},
-               Index seqs_quick = 0, Index seqs_paper = 0);
+  void declare(Options& o, std::vector<std::string> heads_quick = {"all"},
+               std::vector<std::string> heads_paper = {"all"}, Index seqs_quick = 0, Index seqs_paper = 0);
   /// The selected heads of `source` ("trained", "initialized" or "files"), with the data they come from.
   std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open(const std::string& source) const;
   /// As open(), but refuses a causal model's export: `experiment` runs non-causal methods (Nyström, Linformer,

@@ -61,7 +61,8 @@ class PinvExperiment final : public SourcesExperiment {
       rows.push_back(r);
     };
     add("", m, "cond", sv(0) / sv(sv.size() - 1));
-    for (auto [variant, method] : {std::pair{"order3", PinvMethod::Order3}, std::pair{"newton", PinvMethod::NewtonSchulz}}) {
+    for (auto [variant, method] :
+         {std::pair{"order3", PinvMethod::Order3}, std::pair{"newton", PinvMethod::NewtonSchulz}}) {
       Pseudoinverse<double> pi;
       pi.setMethod(method).setIterations(iters_).setReference(ref).compute(a);
       Index reached = -1;

@@ -2,7 +2,8 @@
 // Chen et al. 2021): a temperature sweep moves attention from sharp (low entropy, sparse-friendly) to diffuse
 // (high entropy, low-rank-friendly). Methods at matched budgets: Performer (low-rank), Reformer and a local window
 // (sparse), Scatterbrain (both), with the ideal rank-R approximation as reference. The heads of the trained and
-// initialised transformer (`trained`, `initialized`: layer and head in their columns) are points at their own entropies.
+// initialised transformer (`trained`, `initialized`: layer and head in their columns) are points at their own
+// entropies.
 #include "common.hpp"
 #include "model_data.hpp"
 

@@ -26,7 +26,8 @@ class Scaling final : public Experiment {
         .separator(';')
         .preset({"exact:impl=materialized", "exact", "linear", "performer", "nystrom", "linformer:k=128", "vq",
                  "probsparse", "local", "reformer"});
-    o.add("--repeats", repeats_, "timed repetitions after a warm-up call (minimum, median and largest kept)").preset(5, 7);
+    o.add("--repeats", repeats_, "timed repetitions after a warm-up call (minimum, median and largest kept)")
+        .preset(5, 7);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

@@ -136,7 +136,8 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   }
   const std::string path = o.out.empty() ? fmt::format("results/{}.csv.gz", e.name()) : o.out;
   const std::string header = tidy_header(result_columns());
-  if (std::filesystem::path(path).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  if (std::filesystem::path(path).has_parent_path())
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   const std::set<std::string> done = resume(path, header);
   std::vector<Point> points = e.grid();
   std::vector<Point*> todo;
@@ -227,8 +228,8 @@ void add_run_command(CLI::App& app) {
     auto* sub = run->add_subcommand(e->name(), e->question());
     auto o = std::make_shared<RunOptions>();
     sub->add_option("--out", o->out,
-                    "CSV to write (default results/NAME.csv.gz; gzip-compressed when the name ends in .gz); an existing "
-                    "one is resumed");
+                    "CSV to write (default results/NAME.csv.gz; gzip-compressed when the name ends in .gz); "
+                    "an existing one is resumed");
     sub->add_option("--preset", o->preset, "grid preset: quick (minutes on 2 cores) or paper (the papers' sizes)")
         ->check(CLI::IsMember({"quick", "paper"}))
         ->capture_default_str();

@@ -17,7 +17,8 @@ class VqExperiment final : public SourcesExperiment {
     o.add("--d", d_, "head dimension");
     o.add("--codes", codes_, "codebook sizes (and Performer feature counts)").preset({8, 16, 32, 64, 128, 256});
     o.add("--temperatures", temps_, "soft-assignment temperatures").preset({0.1, 1, 10});
-    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized").preset({"gaussian", "clustered"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
+        .preset({"gaussian", "clustered"});
     declare_seeds_and_model(o, {"diagonal"}, {"all"}, 1, 1);
   }
 
@@ -47,7 +48,8 @@ class VqExperiment final : public SourcesExperiment {
       method_rows(rows, k, spec, p, exact, false);
     };
     add("hard", fmt::format("vq:codes={}", c));
-    for (double t : temps_) add(fmt::format("soft T={}", t), fmt::format("vq:codes={},assign=soft,temperature={}", c, t));
+    for (double t : temps_)
+      add(fmt::format("soft T={}", t), fmt::format("vq:codes={},assign=soft,temperature={}", c, t));
     add("both (mean-field)", fmt::format("vq:codes={},quantize=both", c));
     add("performer", fmt::format("performer:features={}", c));
     return rows;

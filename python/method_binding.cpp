@@ -56,7 +56,8 @@ void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
     if (v) throw Error("q, k, v: give all three as (n, d) or all as (heads, n, d) with the same number of heads");
     throw Error("q, k: give both as (n, d) or both as (heads, n, d) with the same number of heads");
   }
-  if (q.cols != k.cols) throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
+  if (q.cols != k.cols)
+    throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
   if (v && v->rows != k.rows)
     throw Error(fmt::format("k, v: different lengths (k has {} rows, v has {})", k.rows, v->rows));
 }

@@ -53,7 +53,8 @@ template <typename T>
 void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
   if (q.batched != k.batched || q.heads != k.heads || (v && (v->batched != q.batched || v->heads != q.heads)))
     throw Error("q, k, v: give all three as (n, d) or all as (heads, n, d) with the same number of heads");
-  if (q.cols != k.cols) throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
+  if (q.cols != k.cols)
+    throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
   if (v && v->rows != k.rows)
     throw Error(fmt::format("k, v: different lengths (k has {} rows, v has {})", k.rows, v->rows));
 }
@@ -142,7 +143,8 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
   std::vector<std::pair<Index, Evaluation>> rows;
   run_released([&] {
     for (Index h = 0; h < q.heads; ++h)
-      for (auto& r : compare_methods<T>(q.head(h), k.head(h), v.head(h), methods, copts)) rows.emplace_back(h, std::move(r));
+      for (auto& r : compare_methods<T>(q.head(h), k.head(h), v.head(h), methods, copts))
+        rows.emplace_back(h, std::move(r));
   });
   // Wide rows: one per (head, method), the library's rows (evaluation_rows) as columns; a metric a method does not
   // have is NaN (KL of a P̃ whose rows are not distributions, a diagnostic of another method).

@@ -83,8 +83,9 @@ std::vector<BudgetFamily> chosen_families(const Options& o) {
   std::vector<BudgetFamily> out;
   const auto all = budget_families();
   for (const auto& f : all) {
-    const bool asked = o.families.empty() ? f.deployable
-                                          : std::find(o.families.begin(), o.families.end(), f.label) != o.families.end();
+    const bool asked = o.families.empty()
+                           ? f.deployable
+                           : std::find(o.families.begin(), o.families.end(), f.label) != o.families.end();
     if (!asked) continue;
     const std::string name = f.spec.substr(0, f.spec.find(':'));
     if (o.causal && !find_method(name).causal) continue;
@@ -278,13 +279,15 @@ std::string family_colour(const std::string& label) {
 
 std::string head_plot(const HeadResult& h, const std::vector<BudgetFamily>& families, double target) {
   svg::Plot p(fmt::format("{} head {}: output error against time", h.layer, h.head),
-              {fmt::format("time per call (s, float32, n = {})", h.cost_n), true}, {"‖O − Õ‖_F / ‖O‖_F", true}, 420, 300);
+              {fmt::format("time per call (s, float32, n = {})", h.cost_n), true}, {"‖O − Õ‖_F / ‖O‖_F", true}, 420,
+              300);
   for (const auto& f : families) {
     svg::Series s;
     s.label = f.label;
     s.colour = family_colour(f.label);
     for (const auto& pt : h.points)
-      if (pt.family == f.label && std::isfinite(pt.seconds)) s.points.emplace_back(pt.seconds, std::max(pt.error, 1e-17));
+      if (pt.family == f.label && std::isfinite(pt.seconds))
+        s.points.emplace_back(pt.seconds, std::max(pt.error, 1e-17));
     std::sort(s.points.begin(), s.points.end());
     p.add(s);
   }
@@ -433,8 +436,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
     TidyCsvWriter csv(sum.csv, {"experiment", "layer", "head", "n", "d", "family", "spec", "budget"});
     for (const auto& h : results) {
       const auto keys = [&](const std::string& fam, const std::string& spec, Index b) {
-        return std::vector<std::string>{"report", h.layer, std::to_string(h.head), std::to_string(h.n), std::to_string(h.d),
-                                        fam, spec, b ? std::to_string(b) : ""};
+        return std::vector<std::string>{"report", h.layer, std::to_string(h.head), std::to_string(h.n),
+                                        std::to_string(h.d), fam, spec, b ? std::to_string(b) : ""};
       };
       const auto hk = keys("", "exact", 0);
       csv.write(hk, "entropy", h.entropy);
@@ -465,7 +468,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
   }
   std::ofstream(sum.csv + ".config") << fmt::format(
       "report of {} heads; target {}; repeats {}; cost length {}; noise {}; causal {}; {}; families {}\n"
-      "code_version: {}\n", results.size(), o.target, o.repeats, results[0].cost_n, o.noise, o.causal, cost_context(), [&] {
+      "code_version: {}\n",
+      results.size(), o.target, o.repeats, results[0].cost_n, o.noise, o.causal, cost_context(), [&] {
         std::string s;
         for (const auto& f : families) s += (s.empty() ? "" : ",") + f.label;
         return s;
@@ -547,7 +551,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       results.size(), results[0].n, results[0].d, svg::escape(cost_where), o.repeats, o.target, o.noise * 100,
       svg::escape(cost_context()),
       svg::escape(md.substr(md.find("Recommendations"), md.find("\n\n|") - md.find("Recommendations"))));
-  html += "<div class=\"figs\">" + svg::heat_map("Recommended method (family, budget)", row_labels, col_labels, rec_cells) +
+  html += "<div class=\"figs\">" +
+          svg::heat_map("Recommended method (family, budget)", row_labels, col_labels, rec_cells) +
           svg::heat_map("Its speed-up over exact (its output error)", row_labels, col_labels, speed_cells) + "</div>\n";
   html += "<h2>Heads</h2>\n<table><tr><th>layer</th><th>head</th><th>entropy / max (nats)</th><th>stable rank</th>"
           "<th>rank for 90% / 99% of ‖P‖²<sub>F</sub></th><th>Eckart–Young floor (rank 16 / 64)</th><th>exact (ms)</th>"
@@ -555,8 +560,9 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
           "<th class=\"l\">best under the target (faster than exact or not)</th>"
           "<th class=\"l\">note</th></tr>\n";
   for (const auto& h : results)
-    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2f} / {:.2f}</td><td>{:.1f}</td><td>{} / {}</td><td>{}</td><td>{:.3f}</td>"
-                        "<td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l note\">{}</td></tr>\n",
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.2f} / {:.2f}</td><td>{:.1f}</td><td>{} / {}</td><td>{}</td>"
+                        "<td>{:.3f}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td>"
+                        "<td class=\"l note\">{}</td></tr>\n",
                         h.layer, h.head, h.entropy, h.entropy_max, stable_rank(h), fmt_rank(h.r90, h.sigma_complete),
                         fmt_rank(h.r99, h.sigma_complete), fmt_floor(h), h.exact_seconds * 1e3,
                         svg::escape(recommendation(h)),

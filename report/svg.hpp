@@ -76,8 +76,12 @@ class Plot {
     pad(xlo, xhi, x_.log);
     pad(ylo, yhi, y_.log);
     const double L = 58, R = 10, T = 24, B = 40, pw = w_ - L - R, ph = h_ - T - B;
-    const auto tx = [&](double v) { return L + pw * (fwd(v, x_.log) - fwd(xlo, x_.log)) / (fwd(xhi, x_.log) - fwd(xlo, x_.log)); };
-    const auto ty = [&](double v) { return T + ph * (1 - (fwd(v, y_.log) - fwd(ylo, y_.log)) / (fwd(yhi, y_.log) - fwd(ylo, y_.log))); };
+    const auto tx = [&](double v) {
+      return L + pw * (fwd(v, x_.log) - fwd(xlo, x_.log)) / (fwd(xhi, x_.log) - fwd(xlo, x_.log));
+    };
+    const auto ty = [&](double v) {
+      return T + ph * (1 - (fwd(v, y_.log) - fwd(ylo, y_.log)) / (fwd(yhi, y_.log) - fwd(ylo, y_.log)));
+    };
     std::string o = fmt::format(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
         "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
@@ -96,8 +100,10 @@ class Plot {
                        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
                        py, L, L + pw, L - 4, py + 4, label(v, y_.log));
     }
-    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n", L, T, pw, ph);
-    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + pw / 2, h_ - 6, escape(x_.label));
+    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n", L, T, pw,
+                     ph);
+    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + pw / 2, h_ - 6,
+                     escape(x_.label));
     o += fmt::format("<text transform=\"translate(12,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", T + ph / 2,
                      escape(y_.label));
     const auto inside = [&](double x, double y) {
@@ -105,12 +111,14 @@ class Plot {
     };
     for (const auto& [y, l] : hlines_)
       if (inside(xlo, y))
-        o += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/>"
+        o += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#c00\" "
+                         "stroke-dasharray=\"4 3\"/>"
                          "<text x=\"{}\" y=\"{:.1f}\" fill=\"#c00\" text-anchor=\"end\">{}</text>\n",
                          L, ty(y), L + pw, ty(y), L + pw - 2, ty(y) - 3, escape(l));
     for (const auto& [x, l] : vlines_)
       if (inside(x, ylo))
-        o += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#444\" stroke-dasharray=\"2 3\"/>"
+        o += fmt::format("<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#444\" "
+                         "stroke-dasharray=\"2 3\"/>"
                          "<text x=\"{:.1f}\" y=\"{}\" fill=\"#444\">{}</text>\n",
                          tx(x), T, tx(x), T + ph, tx(x) + 3, T + 11, escape(l));
     for (const auto& s : series_) {
@@ -123,7 +131,8 @@ class Plot {
       if (s.markers)
         for (const auto& [x, y] : s.points)
           if (inside(x, y))
-            o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.6\" fill=\"{}\"><title>{}: ({:.3g}, {:.3g})</title></circle>\n",
+            o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.6\" fill=\"{}\">"
+                             "<title>{}: ({:.3g}, {:.3g})</title></circle>\n",
                              tx(x), ty(y), s.colour, escape(s.label), x, y);
     }
     o += "</svg>\n";
@@ -180,8 +189,8 @@ class Plot {
 /// A rows × cols grid of cells, each with a fill colour and a short text (the layer × head maps).
 inline std::string heat_map(const std::string& title, const std::vector<std::string>& row_labels,
                             const std::vector<std::string>& col_labels,
-                            const std::vector<std::vector<std::pair<std::string, std::string>>>& cells, int cell_w = 112,
-                            int cell_h = 34) {
+                            const std::vector<std::vector<std::pair<std::string, std::string>>>& cells,
+                            int cell_w = 112, int cell_h = 34) {
   const int L = 44, T = 40;
   const int w = L + cell_w * int(col_labels.size()) + 8, h = T + cell_h * int(row_labels.size()) + 8;
   std::string o = fmt::format(
@@ -193,8 +202,8 @@ inline std::string heat_map(const std::string& title, const std::vector<std::str
     o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + cell_w * int(c) + cell_w / 2,
                      T - 6, escape(col_labels[c]));
   for (std::size_t r = 0; r < row_labels.size(); ++r) {
-    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", L - 6, T + cell_h * int(r) + cell_h / 2 + 4,
-                     escape(row_labels[r]));
+    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", L - 6,
+                     T + cell_h * int(r) + cell_h / 2 + 4, escape(row_labels[r]));
     for (std::size_t c = 0; c < col_labels.size() && c < cells[r].size(); ++c) {
       const auto& [fill, text] = cells[r][c];
       const int x = L + cell_w * int(c), y = T + cell_h * int(r);

@@ -81,8 +81,10 @@ TEST(KernelMethods, LinearMatchesDefinition) {
           return s;
         };
       };
-      expect_method_matches("linear:feature=elu", pr, causal, normalized(shape.first, shape.second, causal, phi_dot(false)));
-      expect_method_matches("linear:feature=relu", pr, causal, normalized(shape.first, shape.second, causal, phi_dot(true)));
+      expect_method_matches("linear:feature=elu", pr, causal,
+                            normalized(shape.first, shape.second, causal, phi_dot(false)));
+      expect_method_matches("linear:feature=relu", pr, causal,
+                            normalized(shape.first, shape.second, causal, phi_dot(true)));
     }
 }
 
@@ -196,9 +198,10 @@ TEST(KernelMethods, PerformerErrorFallsAsOneOverRootM) {
   for (bool orthogonal : {false, true}) {
     const double e16 = performer_error(16, orthogonal, "P"), e64 = performer_error(64, orthogonal, "P"),
                  e256 = performer_error(256, orthogonal, "P");
-    std::printf("performer orthogonal=%d, σ=0.5: rel. error of P̃ at M = 16, 64, 256: %.3f %.3f %.3f; unit σ: %.3f %.3f %.3f\n",
-                int(orthogonal), e16, e64, e256, performer_error(16, orthogonal, "P", 1.0),
-                performer_error(64, orthogonal, "P", 1.0), performer_error(256, orthogonal, "P", 1.0));
+    std::printf(
+        "performer orthogonal=%d, σ=0.5: rel. error of P̃ at M = 16, 64, 256: %.3f %.3f %.3f; unit σ: %.3f %.3f %.3f\n",
+        int(orthogonal), e16, e64, e256, performer_error(16, orthogonal, "P", 1.0),
+        performer_error(64, orthogonal, "P", 1.0), performer_error(256, orthogonal, "P", 1.0));
     EXPECT_GT(e64 / e16, 0.35) << "orthogonal=" << orthogonal;
     EXPECT_LT(e64 / e16, 0.7) << "orthogonal=" << orthogonal;
     EXPECT_GT(e256 / e64, 0.35) << "orthogonal=" << orthogonal;
@@ -283,7 +286,8 @@ FeatureMap performer_map(const std::string& kernel, const MatrixR<double>& w, do
           dx.row(i) += dphi(i, r) * phi(i, r) * (wr - xi);
         } else if (kernel == "hyperbolic") {
           dx.row(i) += dphi(i, r) * phi(i, r) * (wr - xi) + dphi(i, m + r) * phi(i, m + r) * (-wr - xi);
-        } else {  // φ = e^{h}[sin p, cos p]/√M: ∂ sin-part = e^h(cos p·ω + sin p·x)/√M, ∂ cos-part = e^h(−sin p·ω + cos p·x)/√M
+        } else {  // φ = e^{h}[sin p, cos p]/√M: ∂ sin-part = e^h(cos p·ω + sin p·x)/√M,
+                  // ∂ cos-part = e^h(−sin p·ω + cos p·x)/√M
           const double e = std::exp(h(i)) / std::sqrt(double(m)), sp = std::sin(p(i, r)), cp = std::cos(p(i, r));
           dx.row(i) += dphi(i, r) * e * (cp * wr + sp * xi) + dphi(i, m + r) * e * (-sp * wr + cp * xi);
         }
@@ -442,7 +446,8 @@ TEST(KernelBackward, ScatterbrainMatchesDenseBackprop) {
     da.colwise() -= VectorX<double>((d_out.array() * out.array()).rowwise().sum());
     da = den.cwiseInverse().asDiagonal() * da;
     const MatrixR<double> d_est = (band.array() > 0).select(0.0, da.array()).matrix();         // through the features
-    const MatrixR<double> d_log = (band.array() > 0).select(da.cwiseProduct(a).array(), 0.0).matrix();  // through exp(s·qᵀk)
+    const MatrixR<double> d_log =
+        (band.array() > 0).select(da.cwiseProduct(a).array(), 0.0).matrix();  // through exp(s·qᵀk)
     const MatrixR<double> want_dq = map.vjp(pr.q, d_est * psi) + s * d_log * pr.k;
     const MatrixR<double> want_dk = map.vjp(pr.k, d_est.transpose() * phi) + s * d_log.transpose() * pr.q;
     auto meth = make_method<double>("scatterbrain:features=" + std::to_string(m) + ",window=" + std::to_string(w) +

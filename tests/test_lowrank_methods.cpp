@@ -64,7 +64,8 @@ TEST(Nystrom, MatchesTheSeedFormula) {
   svd->compute(q, k, o);
   EXPECT_LT(rel_err(svd->matrix(), (f * pinv(a) * b).eval()), 1e-10);
   // Six order-3 steps from Z₀ = Aᵀ/(‖A‖₁‖A‖∞), written out here (Razavi et al. 2014; Xiong et al. 2021 eq. (16)).
-  MatrixR<double> z = a.transpose() / (a.cwiseAbs().colwise().sum().maxCoeff() * a.cwiseAbs().rowwise().sum().maxCoeff());
+  MatrixR<double> z =
+      a.transpose() / (a.cwiseAbs().colwise().sum().maxCoeff() * a.cwiseAbs().rowwise().sum().maxCoeff());
   const MatrixR<double> I = MatrixR<double>::Identity(m, m);
   for (int it = 0; it < 6; ++it) {
     const MatrixR<double> az = a * z;
@@ -112,7 +113,8 @@ TEST(LowRank, ExactLimits) {
 // The matrix-free (Lanczos) SVD path agrees with the dense one.
 TEST(LowRank, PartialSvdMatchesDense) {
   const MatrixR<double> q = randn<double>(300, 16, 8), k = randn<double>(300, 16, 9);
-  auto dense = make_method<double>("svd:rank=12,dense_limit=1000"), lanczos = make_method<double>("svd:rank=12,dense_limit=10");
+  auto dense = make_method<double>("svd:rank=12,dense_limit=1000"),
+       lanczos = make_method<double>("svd:rank=12,dense_limit=10");
   dense->compute(q, k);
   lanczos->compute(q, k);
   EXPECT_LT(rel_err(lanczos->matrix(), dense->matrix()), 1e-8);
@@ -175,7 +177,8 @@ Gradients<double> exact_grads(const MatrixR<double>& q, const MatrixR<double>& k
   return e->backward(v, d_out);
 }
 
-void expect_grads_near(const Gradients<double>& got, const Gradients<double>& want, double tol, const std::string& what) {
+void expect_grads_near(const Gradients<double>& got, const Gradients<double>& want, double tol,
+                       const std::string& what) {
   EXPECT_LT(rel_err(got.dq, want.dq), tol) << what << " dQ";
   EXPECT_LT(rel_err(got.dk, want.dk), tol) << what << " dK";
   EXPECT_LT(rel_err(got.dv, want.dv), tol) << what << " dV";
@@ -211,9 +214,10 @@ TEST(LowRankBackward, NystromAgreesWithFiniteDifferencesOnLargerProblems) {
                         d_out = randn<double>(203, 6, 34);
   AttentionOptions o;
   o.scale = 0.3;
-  for (const std::string spec : {"nystrom:landmarks=29", "nystrom:landmarks=29,iters=2", "nystrom:landmarks=17,iters=0",
-                                 "nystrom:landmarks=29,pinv=newton,iters=13", "nystrom:landmarks=29,pinv=svd",
-                                 "nystrom:landmarks=23,select=random,seed=4", "nystrom:landmarks=23,select=random,pinv=svd"}) {
+  for (const std::string spec :
+       {"nystrom:landmarks=29", "nystrom:landmarks=29,iters=2", "nystrom:landmarks=17,iters=0",
+        "nystrom:landmarks=29,pinv=newton,iters=13", "nystrom:landmarks=29,pinv=svd",
+        "nystrom:landmarks=23,select=random,seed=4", "nystrom:landmarks=23,select=random,pinv=svd"}) {
     SCOPED_TRACE(spec);
     auto m = make_method<double>(spec);
     m->compute(q, k, o);
@@ -236,8 +240,10 @@ TEST(LowRankBackward, EfficientEqualsTheDenseForm) {
   const MatrixR<double> q = randn<double>(37, 9, 41), k = randn<double>(53, 9, 42), v = randn<double>(53, 4, 43),
                         d_out = randn<double>(37, 4, 44);
   MatrixR<double> a = q, b = k;
-  for (Index i = 0; i < a.rows(); ++i) a.row(i) = (a.row(i).array() - a.row(i).maxCoeff()).exp(), a.row(i) /= a.row(i).sum();
-  for (Index j = 0; j < b.cols(); ++j) b.col(j) = (b.col(j).array() - b.col(j).maxCoeff()).exp(), b.col(j) /= b.col(j).sum();
+  for (Index i = 0; i < a.rows(); ++i)
+    a.row(i) = (a.row(i).array() - a.row(i).maxCoeff()).exp(), a.row(i) /= a.row(i).sum();
+  for (Index j = 0; j < b.cols(); ++j)
+    b.col(j) = (b.col(j).array() - b.col(j).maxCoeff()).exp(), b.col(j) /= b.col(j).sum();
   const MatrixR<double> pt = a * b.transpose(), dpt = d_out * v.transpose();
   const MatrixR<double> da = dpt * b, db = dpt.transpose() * a;
   Gradients<double> want;
@@ -273,7 +279,8 @@ TEST(LowRankBackward, CurTruncatedAndSvdRefused) {
                         d_out = randn<double>(60, 5, 64);
   AttentionOptions o;
   o.scale = 0.25;
-  for (const std::string spec : {"cur:columns=12", "cur:columns=12,select=leverage,seed=3", "cur:columns=30,rcond=0.02"}) {
+  for (const std::string spec :
+       {"cur:columns=12", "cur:columns=12,select=leverage,seed=3", "cur:columns=30,rcond=0.02"}) {
     SCOPED_TRACE(spec);
     auto m = make_method<double>(spec);
     m->compute(q, k, o);

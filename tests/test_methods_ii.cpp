@@ -77,7 +77,8 @@ void check_mean_field(double logit_mult) {
   const KMeansResult<T> kk = kmeans<T>(k, codes, 10, rng), kq = kmeans<T>(q, codes, 10, rng);
   MatrixR<double> a(n, 2 * d), b(n, 2 * d);  // ℓ_ij = s·a_i·b_j with a_i = [q_i, c'_b(i)], b_j = [c_a(j), r_j]
   for (Index i = 0; i < n; ++i) {
-    a.row(i) << q.row(i).template cast<double>(), kq.centroids.row(kq.assignment[std::size_t(i)]).template cast<double>();
+    a.row(i) << q.row(i).template cast<double>(),
+        kq.centroids.row(kq.assignment[std::size_t(i)]).template cast<double>();
     const auto c = kk.centroids.row(kk.assignment[std::size_t(i)]);
     const Eigen::Matrix<T, 1, Eigen::Dynamic> r = k.row(i) - c;  // rounded once, as the method does
     b.row(i) << c.template cast<double>(), r.template cast<double>();
@@ -449,7 +450,8 @@ TEST(MethodsIIBackward, VqQuantizeBoth) {
   for (Index iters : {20, 1, 0}) {
     const std::string spec = "vq:quantize=both,codes=8,seed=9,iters=" + std::to_string(iters);
     Rng rng(9);
-    const KMeansResult<double> kk = kmeans<double>(pr.k, codes, iters, rng), kq = kmeans<double>(pr.q, codes, iters, rng);
+    const KMeansResult<double> kk = kmeans<double>(pr.k, codes, iters, rng),
+                               kq = kmeans<double>(pr.q, codes, iters, rng);
     MatrixR<double> khat(n, d), qhat(n, d);
     for (Index j = 0; j < n; ++j) {
       khat.row(j) = kk.centroids.row(kk.assignment[std::size_t(j)]);

@@ -87,7 +87,8 @@ TEST(Npy, AllVersionsAndFortranOrder) {
     for (Index r = 0; r < 3; ++r)
       for (Index c = 0; c < 4; ++c) EXPECT_EQ(b.head<float>(h)(r, c), float(h + 2 * (r + 3 * c)));
   // Keys in another order, double quotes, no trailing comma: still a valid dict literal.
-  const auto odd = raw_npy("odd.npy", "{\"shape\": (3, 2), \"fortran_order\": False, \"descr\": \"<f8\"}", payload(data));
+  const auto odd =
+      raw_npy("odd.npy", "{\"shape\": (3, 2), \"fortran_order\": False, \"descr\": \"<f8\"}", payload(data));
   EXPECT_EQ(NpyArray::read(odd).rows(), 3);
 }
 
@@ -147,7 +148,8 @@ TEST(Npy, RefusesMalformedFiles) {
                          "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999, 99999999999, 99999999999), }",
                          payload(six)),
                  "needs");
-  expect_refused(raw_npy("digits.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1234567890123456789012, 3), }",
+  expect_refused(raw_npy("digits.npy",
+                         "{'descr': '<f8', 'fortran_order': False, 'shape': (1234567890123456789012, 3), }",
                          payload(six)),
                  "absurd");
   // Headers: truncated, absurd length, garbage inside.

@@ -127,8 +127,9 @@ TEST(PinvBackward, SvdIsTheInversesDerivativeAndHandlesTruncation) {
   const MatrixR<double> a = randn<double>(9, 9, 9) + 2.0 * MatrixR<double>::Identity(9, 9);
   const MatrixR<double> g = randn<double>(9, 9, 10);
   const MatrixR<double> z = a.inverse();
-  EXPECT_LT(test::rel_err(pinv_backward<double>(a, g, PinvMethod::Svd, 0), (-(z.transpose() * g * z.transpose())).eval()),
-            1e-12);
+  EXPECT_LT(
+      test::rel_err(pinv_backward<double>(a, g, PinvMethod::Svd, 0), (-(z.transpose() * g * z.transpose())).eval()),
+      1e-12);
   EXPECT_LT(pinv_fd_error(a, PinvMethod::Svd, 0), 1e-7);
   // Singular values 1 … 1e-2 kept and three at 1e-9 dropped by rcond = 1e-6: the derivative of the truncation's
   // pseudo-inverse, with its kept set fixed (far from the cutoff, central differences do not cross it).

@@ -59,7 +59,8 @@ void check_against_dense(const AttentionOperator<T>& op, const BlockKrylovSvd<T>
       const Eigen::VectorXd u = a * v.col(j) / s(j);
       const double true_r = (a.transpose() * u - s(j) * v.col(j)).norm();
       EXPECT_LE(true_r, r + slack / std::max(s(j) / s1, 1e-3)) << "reported residual is the true one";
-      EXPECT_NEAR((solver.leftVectors().col(j) - u).norm(), 0.0, sizeof(T) == 4 ? 1e-5 : 1e-9) << "left vector = A v / σ";
+      EXPECT_NEAR((solver.leftVectors().col(j) - u).norm(), 0.0, sizeof(T) == 4 ? 1e-5 : 1e-9)
+          << "left vector = A v / σ";
     }
   }
   if (k < ref.s.size()) {

@@ -40,7 +40,9 @@ export OPENBLAS_CORETYPE="${BENCH_OPENBLAS_CORETYPE:-$best}"
 # taken so; the default build and PyTorch are run a second time with glibc's mmap/trim thresholds raised (freed
 # buffers stay mapped), which is what the committed tables used to assume, to show what that setting changes: the
 # library must not need it (attnlab's methods reuse their buffers across calls; tools/cost_paths.py shows both).
-if [ -n "${GLIBC_TUNABLES:-}" ]; then echo "bench: GLIBC_TUNABLES=$GLIBC_TUNABLES inherited; unset for the headline runs" >&2; fi
+if [ -n "${GLIBC_TUNABLES:-}" ]; then
+  echo "bench: GLIBC_TUNABLES=$GLIBC_TUNABLES inherited; unset for the headline runs" >&2
+fi
 unset GLIBC_TUNABLES
 tunables="glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=17179869184"
 echo "bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE, $(nproc) threads; headline without GLIBC_TUNABLES"

@@ -32,7 +32,8 @@ import time
 try:
     import torch
 except ImportError:
-    sys.exit(f"bench_peers: torch is missing for {sys.executable}; apt-get install python3-torch, or set ATTNLAB_PYTHON")
+    sys.exit(f"bench_peers: torch is missing for {sys.executable}; apt-get install python3-torch, "
+             "or set ATTNLAB_PYTHON")
 
 
 # ------------------------------------------------------------------------------------------- transcriptions
@@ -186,7 +187,8 @@ def params(n, d, dtype, gen):
         blocks.append(g.T)
     omega = torch.cat(blocks)[:m] * torch.randn(m, d, generator=gen, dtype=torch.float64).norm(dim=1, keepdim=True)
     return {"scale": 1 / math.sqrt(d), "omega": omega.to(dtype),
-            "E": (torch.randn(256, n, generator=gen) / 16).to(dtype), "F": (torch.randn(256, n, generator=gen) / 16).to(dtype),
+            "E": (torch.randn(256, n, generator=gen) / 16).to(dtype),
+            "F": (torch.randn(256, n, generator=gen) / 16).to(dtype),
             "rot": [torch.randn(d, 4, generator=gen).to(dtype) for _ in range(2)],
             "init": torch.randperm(n, generator=gen)[:64],
             "sample_per_query": torch.randint(n, (n, 64), generator=gen)}

@@ -102,9 +102,9 @@ def main():
             ratio = per["lanczos"][0] / per["block"][0] if solver == "block" and "lanczos" in per else None
             lines.append(f"| {n_i} | {solver} | {t:.2f} | {prods:.0f} | {vecs:.0f} | {mib:.0f} | {res:.1e} | "
                          f"{'–' if diff is None else f'{diff:.1e}'} | {'' if ratio is None else f'{ratio:.1f}'} |")
-    lines += ["", "Peak memory is the rise of the process's peak resident set during the call, above its inputs: a lower "
-                  "bound, and for the solver that runs second at a length (Lanczos) mostly hidden, as it reuses memory "
-                  "the first one freed."]
+    lines += ["", "Peak memory is the rise of the process's peak resident set during the call, above its inputs: "
+                  "a lower bound, and for the solver that runs second at a length (Lanczos) mostly hidden, as it "
+                  "reuses memory the first one freed."]
     dense = sp[(sp.metric == "singular_value") & (sp.source == "files")].sort_values("step").value.values
     if len(dense):
         lines += ["", f"attnlab's own dense spectrum (Eigen BDCSVD) at n = {n} against numpy's: largest relative "

@@ -103,7 +103,8 @@ def spectrum(F, R):
     d = load(R, "spectrum")
     for src in ("gaussian", "clustered", "lowrank"):
         F.add(f"spectrum.{src}_at128", pick(d, source=src, variant="T=1", metric="cumulative_at_128").median(), f2,
-              f"normalized cumulative singular value at index 128 of P, source {src}, T = 1, n = 512 (median over seeds)",
+              f"normalized cumulative singular value at index 128 of P, source {src}, T = 1, n = 512 "
+              "(median over seeds)",
               "spectrum")
     t = per_head(d[d.source == "trained"], "cumulative_at_128")
     F.add("spectrum.trained_at128_min", t.min(), f2, "trained heads: smallest cumulative singular value at 128 "
@@ -129,7 +130,8 @@ def error_vs_budget(F, R):
         F.add(f"evb.floor_{fam}", med(fam, "svd", "P_rel_fro"), f2 if fam != "clustered" else f3,
               f"Eckart–Young floor ‖P − P_64‖_F/‖P‖_F at budget 64, n = 512, source {fam} (median over heads/seeds)",
               "error_vs_budget")
-    for fam, variants in (("clustered", ("vq", "reformer", "nystrom", "performer")), ("trained", ("reformer", "nystrom"))):
+    for fam, variants in (("clustered", ("vq", "reformer", "nystrom", "performer")),
+                          ("trained", ("reformer", "nystrom"))):
         for v in variants:
             F.add(f"evb.P_{fam}_{v}", med(fam, v, "P_rel_fro"), f2, f"P_rel_fro of {v} at budget 64 on {fam}",
                   "error_vs_budget")
@@ -187,8 +189,8 @@ def vq(F, R):
     d = load(R, "vq")
     for key, variant in (("hard", "hard"), ("both", "both (mean-field)"), ("performer", "performer")):
         F.add(f"vq.clustered_64_{key}", pick(d, source="clustered", variant=variant, step=64, metric="out_rel_fro")
-              .median(), f2 if key != "both" else f3, f"out_rel_fro of VQ variant '{variant}' with 64 codes on clustered "
-              "keys, n = 512", "vq")
+              .median(), f2 if key != "both" else f3,
+              f"out_rel_fro of VQ variant '{variant}' with 64 codes on clustered keys, n = 512", "vq")
 
 
 def regimes(F, R):
@@ -199,7 +201,8 @@ def regimes(F, R):
     sharp, broad = ent.idxmin(), ent.idxmax()
     F.add("regimes.heads", len(ent), integer, "trained heads in the regimes experiment", "regimes")
     F.add("regimes.sharp_entropy", ent[sharp], f2, "entropy (nats) of the sharpest trained head", "regimes")
-    F.add("regimes.sharp_local", out.loc[sharp, "local"], lambda x: sig(x, 1), "its local-window output error", "regimes")
+    F.add("regimes.sharp_local", out.loc[sharp, "local"], lambda x: sig(x, 1), "its local-window output error",
+          "regimes")
     F.add("regimes.sharp_svd", out.loc[sharp, "svd"], f2, "its best rank-64 output error", "regimes")
     F.add("regimes.broad_entropy", ent[broad], f2, "entropy (nats) of the broadest trained head", "regimes")
     F.add("regimes.broad_svd", out.loc[broad, "svd"], f2, "its best rank-64 output error", "regimes")
@@ -301,7 +304,8 @@ def report(F, R):
         F.add("report.floor64_max", fl.value.max(), f2, "largest such floor", "report")
         # How far the rank-limited methods at budget 64 (rank ≤ 64) are from that floor, per head: the closest one.
         ranked = d[(d.metric == "P_rel_fro") & (d.budget == 64)
-                   & d.family.isin(["nystrom", "nystrom_svd", "linformer_pool", "linformer_gaussian", "performer", "vq"])]
+                   & d.family.isin(["nystrom", "nystrom_svd", "linformer_pool", "linformer_gaussian", "performer",
+                                    "vq"])]
         best = ranked.groupby(["layer", "head"]).value.min()
         floor = fl.set_index(["layer", "head"]).value
         ratio = (best / floor).dropna()
@@ -328,7 +332,8 @@ def dropin(F, R):
         if dm.empty:
             continue
         ex = dm[dm.scope == "exact"].iloc[0]
-        F.add(f"dropin.{m}.exact_loss", ex.loss, f3, f"held-out loss of the exact {names[m]} model (nats/byte)", "dropin")
+        F.add(f"dropin.{m}.exact_loss", ex.loss, f3, f"held-out loss of the exact {names[m]} model (nats/byte)",
+              "dropin")
         F.add(f"dropin.{m}.exact_loss_se", ex.loss_se, f3, "its standard error over windows", "dropin")
         F.add(f"dropin.{m}.tokens", ex.tokens, integer, "scored bytes (masked-LM: the masked 15%; causal: every next "
               "byte)", "dropin")
@@ -461,7 +466,8 @@ def model_mix(F, R):
             F.add(f"mix.{name}.{key}.heads", f"{r.heads_swapped} of {r.heads}", str,
                   f"heads swapped in the {choice} mix", "model_report")
             F.add(f"mix.{name}.{key}.speedup", float(r.attention_speedup), lambda x: sig(x, 2),
-                  "its attention speed-up at the report's cost length (Σ exact / Σ chosen time; timing)", "model_report")
+                  "its attention speed-up at the report's cost length (Σ exact / Σ chosen time; timing)",
+                  "model_report")
             F.add(f"mix.{name}.{key}.dloss", f"{float(r.dloss):+.3f} ± {float(r.dloss_se):.3f}", str,
                   "its measured loss increase on held-out windows not used to choose (nats/byte)", "model_report")
             if key == "loss_target":
@@ -478,8 +484,8 @@ def pinv(F, R):
     d = load(R, "pinv")
     it = d[d.metric == "iterations_to_1e-6"]
     for v, key in (("order3", "order3"), ("newton", "newton")):
-        F.add(f"pinv.iters_{key}_gaussian", pick(it, source="gaussian", variant=v, spec="landmarks=64").median(), integer,
-              f"iterations of {v} to ‖I − AZ‖_F ≤ 1e-6 on Gaussian landmark matrices, m = 64", "pinv")
+        F.add(f"pinv.iters_{key}_gaussian", pick(it, source="gaussian", variant=v, spec="landmarks=64").median(),
+              integer, f"iterations of {v} to ‖I − AZ‖_F ≤ 1e-6 on Gaussian landmark matrices, m = 64", "pinv")
     cond = d[(d.metric == "cond") & (d.source == "trained")]
     for m in (64, 128):
         F.add(f"pinv.cond_trained_{m}", cond[cond.step == m]["value"].median(), lambda x: sig(x, 1),
@@ -544,7 +550,8 @@ def bench(F, results):
     a, _ = allocator_frame(os.path.join(results, "bench"))
     if a is not None:
         a = a[(a.dtype == "f32") & a.n.isin([4096, 16384]) & (a.method != "gemm")]
-        rows = ["| method | attnlab without / with, n = 4096 | n = 16384 | PyTorch without / with, n = 4096 | n = 16384 |",
+        rows = ["| method | attnlab without / with, n = 4096 | n = 16384 | PyTorch without / with, n = 4096 "
+                "| n = 16384 |",
                 "|---|---|---|---|---|"]
         for m, g in a.groupby("method"):
             r = lambda col, n: g[g.n == n][col].iloc[0] if (g.n == n).any() else float("nan")  # noqa: E731
@@ -684,13 +691,14 @@ def gradients(F, R):
     med = med.sort_values("output_rel_fro")
     spec = t.groupby("family")["spec"].first()
     rows = ["| family (default budget) | output | dQ | dK | dV | max(dQ, dK) / output |", "|---|---|---|---|---|---|"]
-    rows += [f"| `{re.sub(r',?seed=[0-9]+', '', spec[f])}` | {sig(r.output_rel_fro)} | {sig(r.dq_rel_fro)} | {sig(r.dk_rel_fro)} | "
-             f"{sig(r.dv_rel_fro)} | {sig(r.ratio)} |" for f, r in med.iterrows()]
+    rows += [f"| `{re.sub(r',?seed=[0-9]+', '', spec[f])}` | {sig(r.output_rel_fro)} | {sig(r.dq_rel_fro)} | "
+             f"{sig(r.dk_rel_fro)} | {sig(r.dv_rel_fro)} | {sig(r.ratio)} |" for f, r in med.iterrows()]
     F.add("gradients.default_table", "\n".join(rows), str,
           "per family at its default budget, trained masked-LM heads, the model's own dO: median relative errors",
           "gradients")
     worst = med["ratio"].idxmax()
-    F.add("gradients.worst_family", worst, str, "family whose dQ/dK error exceeds its output error the most", "gradients")
+    F.add("gradients.worst_family", worst, str, "family whose dQ/dK error exceeds its output error the most",
+          "gradients")
     F.add("gradients.worst_ratio", med.loc[worst, "ratio"], f2, "that ratio (median over heads)", "gradients")
     F.add("gradients.worse_than_output", ", ".join(f for f in med.index if med.loc[f, "ratio"] > 2), str,
           "families whose dQ or dK error is more than twice their output error (trained heads, default budget)",
@@ -709,8 +717,8 @@ def compute(results):
 def findings_md(items, results):
     out = ["# Findings", "",
            f"Computed by `tools/findings.py` from the CSVs in `{os.path.relpath(results, ROOT)}/`; the README and the "
-           "notebooks quote these names (each in double braces in docs/README.template.md and tools/notebook_texts.py). "
-           "Timing "
+           "notebooks quote these names (each in double braces in docs/README.template.md and "
+           "tools/notebook_texts.py). Timing "
            "findings vary between runs and machines; every other value is reproducible.", ""]
     by_exp = {}
     for name, (value, definition, exp) in items.items():

@@ -131,7 +131,8 @@ def main(argv):
     print(f"model_report: wrote {os.path.join(out, 'model.md')}, model_check.csv, model_mix.csv "
           f"in {time.time() - t0:.0f} s")
     for name, target, mix, m, fit in results:
-        print(f"  {name}: {len(mix)}/{len(report)} heads swapped, attention {mixes.attention_speedup(report, mix):.2f}x,"
+        print(f"  {name}: {len(mix)}/{len(report)} heads swapped, "
+              f"attention {mixes.attention_speedup(report, mix):.2f}x,"
               f" loss {m['dloss']:+.4f} ± {m['dloss_se']:.4f} nats/byte (on the choosing windows "
               f"{fit['dloss']:+.4f} ± {fit['dloss_se']:.4f})")
     return 0

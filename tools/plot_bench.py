@@ -30,9 +30,11 @@ def fmt(x, spec=".3g"):
 
 def table(both, contexts):
     c = next(iter(contexts.values()))
+    tunables = ", ".join(sorted(set(both.glibc_tunables.fillna("")) - {""})) or "(unset: glibc defaults, as users run)"
     lines = [f"Machine: {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz; "
-             f"OpenBLAS core type (PyTorch and the fast build): {', '.join(sorted(set(both.openblas_coretype.dropna())))}; "
-             f"allocator for all: GLIBC_TUNABLES={', '.join(sorted(set(both.glibc_tunables.fillna('')) - {''})) or '(unset: glibc defaults, as users run)'}; "
+             "OpenBLAS core type (PyTorch and the fast build): "
+             f"{', '.join(sorted(set(both.openblas_coretype.dropna())))}; "
+             f"allocator for all: GLIBC_TUNABLES={tunables}; "
              f"{c.get('attnlab_cost_context', '')}.", ""]
     for build, ctx in contexts.items():
         lines.append(f"- attnlab {build} build: -march={ctx.get('attnlab_arch', '?')}, products by "
@@ -80,14 +82,15 @@ def allocator_table(dirname):
     lines = ["### The allocator setting: glibc defaults against GLIBC_TUNABLES", "",
              f"Default build; {ctx.get('glibc_tunables', '')!s} in the second run. A ratio above 1: slower without the "
              "setting (page faults on buffers freed and mapped again). Target for attnlab: ≤ 1.3.", "",
-             "| dtype | method | n | attnlab (s) | with tunables (s) | ratio | PyTorch (s) | with tunables (s) | ratio |",
+             "| dtype | method | n | attnlab (s) | with tunables (s) | ratio | PyTorch (s) | with tunables (s) "
+             "| ratio |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in a.sort_values(["dtype", "method", "n"]).itertuples():
         if r.n not in (4096, 16384):
             continue
-        lines.append(f"| {r.dtype} | {r.method} | {r.n} | {fmt(r.attnlab_s, '.4g')} | {fmt(r.attnlab_s_tunables, '.4g')} | "
-                     f"{fmt(r.ratio, '.2f')} | {fmt(r.seconds, '.4g')} | {fmt(r.seconds_tunables, '.4g')} | "
-                     f"{fmt(r.torch_ratio, '.2f')} |")
+        lines.append(f"| {r.dtype} | {r.method} | {r.n} | {fmt(r.attnlab_s, '.4g')} | "
+                     f"{fmt(r.attnlab_s_tunables, '.4g')} | {fmt(r.ratio, '.2f')} | {fmt(r.seconds, '.4g')} | "
+                     f"{fmt(r.seconds_tunables, '.4g')} | {fmt(r.torch_ratio, '.2f')} |")
     worst = a[a.n.isin([4096, 16384])].ratio.max()
     lines += ["", f"Largest attnlab ratio: {fmt(worst, '.2f')}.", ""]
     return "\n".join(lines)

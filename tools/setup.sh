@@ -2,8 +2,8 @@
 # Installs every Debian package attnlab needs (only the missing ones, saying which), then configures and
 # builds. Idempotent: a second run installs nothing and rebuilds only what changed.
 #   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--no-build] [--target T] [-- extra cmake args]
-# --target builds one target (and what it needs; repeat it for several) without changing the configuration: reproduce.sh builds only the
-# command, so the test build is left to tools/test.sh.
+# --target builds one target (and what it needs; repeat it for several) without changing the configuration:
+# reproduce.sh builds only the command, so the test build is left to tools/test.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -22,10 +22,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-packages=(g++ make cmake git zlib1g-dev libeigen3-dev libspectra-dev libfmt-dev libcli11-dev libgtest-dev libbenchmark-dev
-          libopenblas-dev python3 python3-numpy python3-dev pybind11-dev time)
+packages=(g++ make cmake git zlib1g-dev libeigen3-dev libspectra-dev libfmt-dev libcli11-dev libgtest-dev
+          libbenchmark-dev libopenblas-dev python3 python3-numpy python3-dev pybind11-dev time)
 if [ "$python_stack" = 1 ]; then
-  packages+=(python3-matplotlib python3-pandas python3-nbconvert python3-nbformat python3-ipykernel python3-torch python3-pytest)
+  packages+=(python3-matplotlib python3-pandas python3-nbconvert python3-nbformat python3-ipykernel python3-torch
+             python3-pytest)
 fi
 
 missing=()

@@ -131,7 +131,8 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads, fixed for determinism (measured on 2 cores: 2 threads run 3.7x slower than 1 "
                         "at these sizes, Debian's torch 1.13 OpenMP)")
-    p.add_argument("--tiny", action="store_true", help="defaults of 2 layers, 2 heads, d_model 32, context 64, 30 steps (tests)")
+    p.add_argument("--tiny", action="store_true",
+                   help="defaults of 2 layers, 2 heads, d_model 32, context 64, 30 steps (tests)")
     p.add_argument("--force", action="store_true", help="retrain even if the weights' training key matches")
     p.add_argument("--record-checksums", action="store_true",
                    help="write this export's checksums as the committed ones (models/trained_attention*.export.json, "
@@ -185,7 +186,8 @@ def write_snapshot(files, path):
     with tarfile.open(tmp, "w:xz", format=tarfile.PAX_FORMAT, preset=9) as tar:
         for name, data in files:
             info = tarfile.TarInfo("stdlib/" + name)
-            info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = len(data), 0, 0o644, 0, 0, "", ""
+            (info.size, info.mtime, info.mode, info.uid, info.gid, info.uname,
+             info.gname) = len(data), 0, 0o644, 0, 0, "", ""
             tar.addfile(info, io.BytesIO(data))
     os.replace(tmp, path)
 
@@ -215,7 +217,8 @@ def rotate(x):
     position * 10000^(-2i/d_head)."""
     n, dh = x.shape[-2], x.shape[-1]
     if x.dtype == torch.float64:   # the export: every step in float64 (see export())
-        angle = torch.arange(n, dtype=x.dtype)[:, None] * (10000 ** (-torch.arange(0, dh, 2, dtype=x.dtype) / dh))[None, :]
+        angle = (torch.arange(n, dtype=x.dtype)[:, None]
+                 * (10000 ** (-torch.arange(0, dh, 2, dtype=x.dtype) / dh))[None, :])
     else:                          # training, exactly as the committed weights were trained
         angle = torch.arange(n)[:, None] * (10000 ** (-torch.arange(0, dh, 2) / dh))[None, :]
     cos, sin = torch.cos(angle), torch.sin(angle)
@@ -271,7 +274,8 @@ class ByteTransformer(nn.Module):
         self.tok = nn.Embedding(VOCAB, a.d_model)
         self.pos = nn.Embedding(a.context, a.d_model)   # learned absolute positions (BERT/RoBERTa style)
         self.sinusoidal, self.rotary = a.positions == "sinusoidal", a.positions == "rotary"
-        self.blocks = nn.ModuleList(Block(a.d_model, a.heads, a.objective == "causal", a.positions == "rotary") for _ in range(a.layers))
+        self.blocks = nn.ModuleList(Block(a.d_model, a.heads, a.objective == "causal", a.positions == "rotary")
+                                    for _ in range(a.layers))
         self.ln = nn.LayerNorm(a.d_model)
         self.head = nn.Linear(a.d_model, 256)
         for m in self.modules():
@@ -560,7 +564,8 @@ def main(argv):
         "train_seconds": round(train_time, 1), "torch": torch.__version__, "curve": curve,
         "sequences": [{"index": s, "held_out_offset": int(o), "file": f} for s, (o, f, _) in enumerate(windows)],
         "checksum": checksum, "checksum_verified": verified, "kernels": KERNELS, "files": sums,
-        "layout": "{model}/seq{s}_layer{l}_{q,k,v,do}.npy float32 (heads, n, d_head); seq0_layer{l}_attn.npy (heads, n, n)",
+        "layout": "{model}/seq{s}_layer{l}_{q,k,v,do}.npy float32 (heads, n, d_head); "
+                  "seq0_layer{l}_attn.npy (heads, n, n)",
     }
     tmp = meta_path + ".partial"
     json.dump(meta, open(tmp, "w"), indent=1)

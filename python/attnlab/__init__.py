@@ -30,8 +30,8 @@ import numpy as np
 from . import _core
 
 __version__ = _core.__version__
-__all__ = ["Method", "apply", "backward", "budget_families", "canonical", "compare", "cost", "generate", "methods", "report", "set_threads", "sources", "spectrum",
-           "threads"]
+__all__ = ["Method", "apply", "backward", "budget_families", "canonical", "compare", "cost", "generate", "methods",
+           "report", "set_threads", "sources", "spectrum", "threads"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _SEED_LIMIT = 2**64

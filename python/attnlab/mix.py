@@ -38,8 +38,9 @@ def _layer_index(name):
 
 
 def read_report(path):
-    """A report (its directory, report.csv or report.csv.gz) as {(layer, head): {"exact_time_s": t, "candidates": [dict(spec,
-    family, budget, error, time_s, speedup, pareto, recommended)]}} with layer as an integer index."""
+    """A report (its directory, report.csv or report.csv.gz) as {(layer, head): {"exact_time_s": t,
+    "candidates": [dict(spec, family, budget, error, time_s, speedup, pareto, recommended)]}} with layer as an integer
+    index."""
     if os.path.isdir(path):
         plain = os.path.join(path, "report.csv")
         path = plain if os.path.exists(plain) or not os.path.exists(plain + ".gz") else plain + ".gz"

@@ -213,7 +213,8 @@ def _mha_forward(mod, heads, seed, record, query, key, value, key_padding_mask=N
                          "mask (True or -inf above the diagonal, nothing else masked)")
     causal = causal or bool(is_causal)
     if key_padding_mask is not None:
-        masks_something = key_padding_mask.any() if key_padding_mask.dtype == torch.bool else (key_padding_mask != 0).any()
+        masks_something = (key_padding_mask.any() if key_padding_mask.dtype == torch.bool
+                           else (key_padding_mask != 0).any())
         if bool(masks_something):
             raise ValueError("attnlab.torch: key_padding_mask masks keys; attnlab's methods cannot honour padding "
                              "masks (pass sequences of one length, or unpadded batches)")

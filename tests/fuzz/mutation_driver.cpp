@@ -145,7 +145,8 @@ int main(int argc, char** argv) {
     // Each target half the time; its inputs mutated structurally or bytewise.
     const char target = char(r.below(2));
     std::string parent;
-    for (int tries = 0; tries < 64 && (parent.empty() || parent[0] != target); ++tries) parent = pool[r.below(pool.size())];
+    for (int tries = 0; tries < 64 && (parent.empty() || parent[0] != target); ++tries)
+      parent = pool[r.below(pool.size())];
     std::string x = r.below(2) ? mutate_structured(parent, r) : mutate(parent, pool, r);
     if (x.size() > 4096) x.resize(4096);
     const auto& c = attnlab::fuzz::counts();

@@ -308,7 +308,8 @@ def test_torch_cpu_tensors_are_read_in_place():
     assert "attnlab.torch.attention" in str(e.value) and len(str(e.value)) < 300
     with torch.no_grad():
         assert attnlab._data_address(leaf) == leaf.data_ptr()
-        np.testing.assert_array_equal(attnlab.apply("exact", leaf, kk, vv), attnlab.apply("exact", leaf.detach(), kk, vv))
+        np.testing.assert_array_equal(attnlab.apply("exact", leaf, kk, vv),
+                                      attnlab.apply("exact", leaf.detach(), kk, vv))
     # Other dtypes: what is wrong and what is accepted.
     with pytest.raises(ValueError, match=r"q: dtype float16 is not supported; give float32 or float64"):
         attnlab.apply("exact", kk.half(), kk, vv)

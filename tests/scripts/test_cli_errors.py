@@ -229,7 +229,8 @@ c.check(r.returncode == 0, f"compare --all: {r.returncode} {r.stderr!r}")
 if r.returncode == 0:
     import csv
     rows = list(csv.DictReader(open(path("c.csv"))))
-    c.check(rows and list(rows[0])[:2] == ["schema_version", "code_version"] and list(rows[0])[-2:] == ["metric", "value"],
+    c.check(rows and list(rows[0])[:2] == ["schema_version", "code_version"] and
+            list(rows[0])[-2:] == ["metric", "value"],
             "compare CSV columns")
     # No NaN anywhere; +inf only for KL(P‖P̃), which is infinite where a sparse P̃ misses mass that P has.
     c.check(all(np.isfinite(float(x["value"])) or (x["metric"] == "P_mean_kl" and float(x["value"]) == np.inf)
@@ -300,7 +301,8 @@ if os.path.exists(path("cc.csv")):
 
 # README's methods table is the registry's (attnlab methods --markdown): a new method, parameter or default shows.
 table = run("methods", "--markdown").stdout
-readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md"), encoding="utf-8").read()
+readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md"),
+              encoding="utf-8").read()
 c.check(table.count("\n") >= 17 and table in readme,
         "README.md's methods table differs from `attnlab methods --markdown`: paste its output into "
         "docs/README.template.md and run tools/findings.py")

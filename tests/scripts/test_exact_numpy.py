@@ -60,7 +60,8 @@ for dtype, tol in ((np.float32, 1e-5), (np.float64, 1e-12)):
                 if r.returncode:
                     continue
                 o, p = np.load(path("o.npy")), np.load(path("p.npy"))
-                c.check(o.dtype == dtype and o.shape == lead + (nq, dv), f"{what}: output dtype/shape {o.dtype} {o.shape}")
+                c.check(o.dtype == dtype and o.shape == lead + (nq, dv),
+                        f"{what}: output dtype/shape {o.dtype} {o.shape}")
                 c.check(p.shape == lead + (nq, nk), f"{what}: matrix shape {p.shape}")
                 qs, ks, vs = (a.reshape((-1,) + a.shape[-2:]) for a in (q, k, v))
                 os_, ps = o.reshape((-1, nq, dv)), p.reshape((-1, nq, nk))

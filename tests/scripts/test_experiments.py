@@ -85,7 +85,8 @@ c.check(len(points_done(rows)) == 12, f"error_vs_budget: {len(points_done(rows))
 metrics = {r["metric"] for r in rows}
 c.check({"out_rel_fro", "out_mean_cosine", "P_rel_fro", "P_rel_spectral", "time_s"} <= metrics, f"metrics {metrics}")
 c.check(all(np.isfinite(float(r["value"])) or r["metric"] == "P_mean_kl" for r in rows), "finite values")
-floor = {(r["source"], r["step"]): float(r["value"]) for r in rows if r["variant"] == "svd" and r["metric"] == "P_rel_fro"}
+floor = {(r["source"], r["step"]): float(r["value"])
+         for r in rows if r["variant"] == "svd" and r["metric"] == "P_rel_fro"}
 checked = 0
 for r in rows:
     if r["metric"] == "P_rel_fro" and r["variant"] in ("nystrom", "cur", "linformer_pool"):
@@ -151,7 +152,8 @@ for i in (0, 1):
     r = run("run", "pinv", "--n", 128, "--m", "8,16,32", "--sources", "gaussian", "--iters", 10, "--shard", f"{i}/2",
             "--out", path(f"shard{i}.csv.gz"))
 m = subprocess.run([sys.executable, os.path.join(root_dir, "tools", "merge_shards.py"),
-                    path("merged.csv.gz"), path("shard0.csv.gz"), path("shard1.csv.gz")], capture_output=True, text=True)
+                    path("merged.csv.gz"), path("shard0.csv.gz"), path("shard1.csv.gz")],
+                   capture_output=True, text=True)
 mz = rows_of(path("merged.csv.gz")) if m.returncode == 0 else []
 c.check(m.returncode == 0 and points_done(mz) == s0 | s1 and
         {k: v for k, v in ((x["point"] + x["variant"] + x["step"] + x["metric"], x["value"]) for x in mz)} ==
@@ -243,7 +245,8 @@ for h in (0, 1):
         (x for x in rows if x["source"] == "files" and x["head"] == str(h) and x["metric"] == "singular_value"),
         key=lambda x: int(x["step"]))])
     c.check(got.shape == ref.shape and np.allclose(got, ref, rtol=1e-10, atol=1e-14),
-            f"spectrum of head {h} against numpy: max diff {np.abs(got - ref).max() if got.shape == ref.shape else got.shape}")
+            f"spectrum of head {h} against numpy: max diff "
+            f"{np.abs(got - ref).max() if got.shape == ref.shape else got.shape}")
 c.check({(x["head"], x["variant"], x["layer"], x["sequence"]) for x in rows if x["source"] == "files"} ==
         {("0", "", "", ""), ("1", "", "", "")}, "spectrum of the files: the head in the head column, nothing else")
 for src, var, head in {(x["source"], x["variant"], x["head"]) for x in rows if x["metric"] == "cumulative"}:
@@ -280,7 +283,8 @@ for h in (0, 1):
     ref_o = np.linalg.norm(p_exact @ v[h] - p_lin @ v[h]) / np.linalg.norm(p_exact @ v[h])
     got = {x["metric"]: float(x["value"]) for x in rows
            if x["source"] == "files" and x["head"] == str(h) and x["step"] == "16" and x["variant"] == "linformer_pool"}
-    c.check(abs(got.get("P_rel_fro", -1) - ref_p) < 1e-10 * ref_p and abs(got.get("out_rel_fro", -1) - ref_o) < 1e-10 * ref_o,
+    c.check(abs(got.get("P_rel_fro", -1) - ref_p) < 1e-10 * ref_p and
+            abs(got.get("out_rel_fro", -1) - ref_o) < 1e-10 * ref_o,
             f"head {h}: attnlab {got.get('P_rel_fro')}, {got.get('out_rel_fro')} vs numpy {ref_p}, {ref_o}")
 
 # Given --q (and --k, --v), an experiment runs on those files: giving --q makes 'files' the source — the only one
@@ -349,7 +353,8 @@ rows = rows_of(path("pmse.csv"))
 c.check(len(points_done(rows)) == 13, f"performer_mse points {len(points_done(rows))}")
 ratio = [x for x in rows if x["metric"] == "mse_ratio_trig_over_positive"]
 c.check(len(ratio) == 37 * 20 and all(float(x["value"]) == 0 for x in ratio if x["step"] == "0"), "Fig. 2 grid")
-c.check(all(float(x["value"]) > 0 for x in rows if x["metric"] in ("kernel_mse", "kernel_mse_lemma2_iid", "output_mse")),
+c.check(all(float(x["value"]) > 0 for x in rows
+            if x["metric"] in ("kernel_mse", "kernel_mse_lemma2_iid", "output_mse")),
         "MSEs positive")
 
 # vq: soft assignment at small T equals hard (the seed's T → 0 limit); every variant at every codebook size.
@@ -388,7 +393,8 @@ c.check(r.returncode == 0, f"scaling: {r.returncode} {r.stderr!r}")
 rows = rows_of(path("sc.csv"))
 c.check(all(float(x["value"]) > 0 for x in rows if x["metric"] == "time_s") and
         sum(x["metric"] == "time_s" for x in rows) == 6, "scaling times")
-mem = {x["n"]: float(x["value"]) for x in rows if x["metric"] == "peak_memory_bytes" and x["variant"] == "exact:impl=materialized"}
+mem = {x["n"]: float(x["value"]) for x in rows
+       if x["metric"] == "peak_memory_bytes" and x["variant"] == "exact:impl=materialized"}
 c.check(mem.get("512", 0) >= 512 * 512 * 4, f"materialized exact at n=512 holds its 1 MiB matrix: {mem}")
 
 # The plots render from the CSVs (tools/plot.py, Debian's matplotlib and pandas); the tiny spectrum has n < 128, so

@@ -102,7 +102,8 @@ report_size = tree_size(report_dir)
 check(0 < report_size <= 2_000_000, f"committed results/report/ is {report_size / 1e6:.2f} MB (≤ 2 MB)")
 check(paper_size <= 7_000_000, f"committed results/paper/ is {paper_size / 1e6:.2f} MB (≤ 7 MB)")
 check(size <= 5_000_000, f"committed results/ without paper/ is {size / 1e6:.2f} MB (≤ 5 MB)")
-plain = [f for f in os.listdir(os.path.join(ROOT, "results")) if f.endswith(".csv") and f not in ("compare_default.csv", "timings.csv")]
+plain = [f for f in os.listdir(os.path.join(ROOT, "results"))
+         if f.endswith(".csv") and f not in ("compare_default.csv", "timings.csv")]
 check(not plain, f"experiment CSVs are compressed: {plain}")
 print(f"results/ holds {size / 1e6:.2f} MB, results/paper/ {paper_size / 1e6:.2f} MB")
 c.finish()

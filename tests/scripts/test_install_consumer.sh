@@ -37,7 +37,8 @@ int main() {
   return err < 1e-12 && same == 0 ? 0 : 1;
 }
 CPP
-cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release \
+  >/dev/null
 cmake --build "$work/consumer/build" -j2 >/dev/null
 "$work/consumer/build/consumer"
 # The Python module, when built, installs under the prefix where Debian's python3 looks (lib/python3.X/dist-packages).

@@ -128,7 +128,8 @@ check(r.returncode == 1 and "plain.csv: 13 non-timing values, DIFFERENT" in r.st
 with open(os.path.join(new, "plain.csv"), "w") as f:
     f.write(V2_TEXT.replace("trained,svd,svd:rank=8,512,32,3,3,1,2,", "trained,svd,svd:rank=8,512,32,3,3,1,3,"))
 r = tool("compare_results.py", old, new)
-check(r.returncode == 1 and "plain.csv: 13 non-timing values, DIFFERENT" in r.stdout, f"compare, head moved: {r.stdout}")
+check(r.returncode == 1 and "plain.csv: 13 non-timing values, DIFFERENT" in r.stdout,
+      f"compare, head moved: {r.stdout}")
 
 # In place, idempotent: a second run leaves schema-2 files alone.
 r = tool("migrate_results.py", os.path.join(old, "mixed.csv.gz"), os.path.join(old, "plain.csv"))

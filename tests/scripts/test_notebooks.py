@@ -11,7 +11,8 @@ root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 books = sorted(glob.glob(os.path.join(root, "notebooks", "*.ipynb")))
 passed, failed = 0, 0
 work = tempfile.mkdtemp(prefix="attnlab_nb_")
-env = dict(os.environ, ATTNLAB_ROOT=root, ATTNLAB_RESULTS=os.path.join(root, "results"), ATTNLAB_FIGURES=os.path.join(work, "figures"))
+env = dict(os.environ, ATTNLAB_ROOT=root, ATTNLAB_RESULTS=os.path.join(root, "results"),
+           ATTNLAB_FIGURES=os.path.join(work, "figures"))
 for nb in books:
     copy = os.path.join(work, os.path.basename(nb))
     shutil.copy(nb, copy)

@@ -4,7 +4,8 @@ sources `trained`/`initialized` of the experiments:
   - the committed weights: their export takes seconds, does not train, and equals the committed checksum bit for
     bit, also under torch's AVX-512 and generic kernel settings; the corpus snapshot's hash is the weights';
   - the export's layout and shapes; deterministic (a forced rerun is bitwise identical); cached (a rerun with the
-    same key writes nothing); --weights reuses a checkpoint of the same training key only; the trained model differs from the initialised one and its held-out loss is lower;
+    same key writes nothing); --weights reuses a checkpoint of the same training key only; the trained model differs
+    from the initialised one and its held-out loss is lower;
   - the model's own attention equals softmax(Q Kᵀ/√d_head) recomputed by numpy from the exported Q, K, and attnlab's
     exact P agrees with it (the spectrum experiment's max_abs_diff_vs_model rows), for the bidirectional and the
     causal objective (the causal mask is applied exactly when the model is causal);
@@ -164,7 +165,8 @@ for model, seq, layer, head in (("trained", 1, 0, 1), ("initialized", 0, 1, 0)):
     k = np.load(os.path.join(a, model, f"seq{seq}_layer{layer}_k.npy"))[head].astype(np.float64)
     sv = np.linalg.svd(softmax_rows(q @ k.T / 4.0), compute_uv=False)
     got = sorted(((int(x["step"]), float(x["value"])) for x in sp
-                  if x["source"] == model and (x["sequence"], x["layer"], x["head"]) == (str(seq), str(layer), str(head))
+                  if x["source"] == model
+                  and (x["sequence"], x["layer"], x["head"]) == (str(seq), str(layer), str(head))
                   and x["metric"] == "singular_value"))
     got = np.array([v for _, v in got])
     c.check(got.shape == sv.shape and np.abs(got - sv).max() < 1e-10 * sv[0],
@@ -236,5 +238,6 @@ for args, needle in ((["--d-model", "30", "--heads", "4"], "multiple"), (["--ste
                      (["--corpus", path("nowhere")], "does not exist"),
                      (["--corpus", SCRIPT], "not a readable tar")):
     r = script(*args, "--out", path("bad_model"))
-    c.check(r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr, f"script {args}: {r.stderr[-200:]}")
+    c.check(r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr,
+            f"script {args}: {r.stderr[-200:]}")
 c.finish()

@@ -38,7 +38,8 @@ def _versus_output(df, out):
                           mfc=fill, mec=st["color"], mew=1.0, alpha=0.8)
         ax.plot([lo, hi], [lo, hi], color="0.4", lw=0.8, ls="--")
         ax.set(xlim=(lo, hi), ylim=(lo, hi), title=f"{label}: gradient error against output error",
-               xlabel="output error ‖Õ − O‖_F / ‖O‖_F", ylabel=f"{label} error ‖{label}(method) − {label}‖_F / ‖{label}‖_F")
+               xlabel="output error ‖Õ − O‖_F / ‖O‖_F",
+               ylabel=f"{label} error ‖{label}(method) − {label}‖_F / ‖{label}‖_F")
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
     handles = [plt.Line2D([], [], ls="none", marker=family_style(f)["marker"], color=family_style(f)["color"], ms=5)
                for f in families]
@@ -52,8 +53,8 @@ def _versus_output(df, out):
     return finish(fig, out, "gradients",
                   "Gradients of L = ⟨dO, O⟩ against exact attention's, per method, budget and problem (generated "
                   "sources, Gaussian dO: filled; the trained models' heads with their own held-out-loss dO: open), "
-                  "n = 512; above the dashed diagonal a method's gradient is further from exact than its output (axes end at "
-                  "10: Nyström with the SVD pseudo-inverse and Gaussian Linformer have points beyond).",
+                  "n = 512; above the dashed diagonal a method's gradient is further from exact than its output "
+                  "(axes end at 10: Nyström with the SVD pseudo-inverse and Gaussian Linformer have points beyond).",
                   right=right)
 
 

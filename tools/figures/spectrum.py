@@ -57,7 +57,8 @@ def plot_spectrum(results, out):
             if kind == "head":   # Linformer Fig. 1 (left): one line per head, coloured by layer
                 layer, head = name
                 first = head == sorted(heads[heads.layer == layer]["head"])[0]
-                colour = plt.get_cmap("viridis")(0.85 * layer / max(1, len(layers) - 1))   # not the last yellow: unreadable on white
+                # not the last yellow: unreadable on white
+                colour = plt.get_cmap("viridis")(0.85 * layer / max(1, len(layers) - 1))
                 ax.plot(g.index, g.values, lw=0.9, color=colour,
                         label=f"layer {layer}" if first else None)
             elif kind == "T":
