@@ -74,7 +74,9 @@ class Options {
     /// Its value under the quick preset (the whole set in minutes on 2 cores) and the paper preset.
     Declared& preset(V quick, V paper) {
       V& t = target_;
-      o_.entries_[i_].preset = [&t, quick = std::move(quick), paper = std::move(paper)](bool p) { t = p ? paper : quick; };
+      o_.entries_[i_].preset = [&t, quick = std::move(quick), paper = std::move(paper)](bool p) {
+        t = p ? paper : quick;
+      };
       return *this;
     }
     /// The same value under both presets.
@@ -103,7 +105,9 @@ class Options {
     Entry e;
     e.flag = std::move(flag);
     e.help = std::move(help);
-    e.add = [&target](CLI::App& app, const Entry& self) { add_flag(app, self.flag, target, self.help, self.separator); };
+    e.add = [&target](CLI::App& app, const Entry& self) {
+      add_flag(app, self.flag, target, self.help, self.separator);
+    };
     e.text = [&target](char separator) { return text(target, separator); };
     e.target = &target;
     e.type = &typeid(V);

@@ -4,8 +4,9 @@ the model loses, per model, per layer and per head; and whether the per-head cri
 (‖Õ − O‖_F/‖O‖_F of one head) predicts it.
 
 Models: the committed byte-level transformers of tools/trained_attention.py (4 layers x 4 heads, windows of 512
-bytes — the causal model reads 511 and predicts the next byte at each — rotary positions), the bidirectional masked LM (`mlm`: non-causal and causal methods alike) and the causal LM (`causal`:
-the causal-capable methods only), in float64, on W evenly spaced held-out windows (text the models never saw).
+bytes — the causal model reads 511 and predicts the next byte at each — rotary positions), the bidirectional
+masked LM (`mlm`: non-causal and causal methods alike) and the causal LM (`causal`: the causal-capable methods
+only), in float64, on W evenly spaced held-out windows (text the models never saw).
 Model-level measures, on the scored positions (mlm: BERT's 15% masked positions, the same seeded masks for every
 method; causal: every next byte):
   loss     cross-entropy in nats/byte, pooled over the scored positions; dloss = loss − exact loss;
@@ -25,8 +26,8 @@ Scopes: `all` (every head of every layer swapped), `layer` (every head of one la
   p_tv       mean over rows of the total variation ½‖p − p̃‖₁ of the attention rows (not the KL: the rows of
              Nyström's and Linformer's P̃ are not distributions — they have negative entries).
 Every attention of the swaps, exact included, is computed by attnlab (torch 1.13's float64 softmax and batched
-products are 10x slower here; only the gradient pass uses torch's); the run checks first that attnlab's exact attention reproduces the model's own loss (|Δ| is in the
-.config; tests/python/test_dropin.py holds it to 1e-10).
+products are 10x slower here; only the gradient pass uses torch's); the run checks first that attnlab's exact
+attention reproduces the model's own loss (|Δ| is in the .config; tests/python/test_dropin.py holds it to 1e-10).
 
 Output: a tidy CSV (one row per model, scope, spec, layer, head), resumable: finished units are appended to
 OUT.partial as they complete and a rerun with the same settings continues there; OUT.config records the settings.
@@ -61,7 +62,8 @@ PRESETS = {
     "quick": {"windows": 8, "budgets_all": "middle3", "budgets_detail": "middle1"},
     "paper": {"windows": 32, "budgets_all": "every", "budgets_detail": "every"},
 }
-COLUMNS = ["code_version", "model", "objective", "scope", "family", "spec", "budget", "layer", "head", "windows", "tokens", "loss",
+COLUMNS = ["code_version", "model", "objective", "scope", "family", "spec", "budget", "layer", "head", "windows",
+           "tokens", "loss",
            "loss_se", "dloss", "dloss_se", "kl", "top1", "head_err", "resid_err", "grad_lin", "grad_bound", "p_tv",
            "time_s"]
 MASK_SEED = 20261123
@@ -122,7 +124,8 @@ def pick(budgets, how):
     idx = [int(i) for i in how.split(",")]
     if any(i < 0 for i in idx):
         raise ValueError(f"budget indices must be ≥ 0, got {how}")
-    return [budgets[i] for i in idx if i < len(budgets)]   # a family with fewer budgets (linear: one) takes those it has
+    # A family with fewer budgets (linear: one) takes those it has.
+    return [budgets[i] for i in idx if i < len(budgets)]
 
 
 def families_for(objective, wanted, prog="dropin"):

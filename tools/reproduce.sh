@@ -73,7 +73,8 @@ fi
 # Fine-tuning after the swap: each family trained on inside the trained models through attnlab's backward.
 if ! [ -e "$out_dir/finetune.csv.gz" ]; then
   t_exp=$(date +%s)
-  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/finetune.py --preset "$preset" --out "$out_dir/finetune.csv.gz"
+  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/finetune.py --preset "$preset" \
+    --out "$out_dir/finetune.csv.gz"
   echo "finetune,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
 fi
 rm -f "$marker"
@@ -88,4 +89,5 @@ else  # the findings are defined on the quick grid; on another one they are a co
 fi
 wait $plot_pid
 now=$(date +%s)
-echo "reproduce: CSVs in $out_dir/, figures in $out_dir/figures/ (experiments $(( now - start )) s, all $(( now - t0 )) s)"
+echo "reproduce: CSVs in $out_dir/, figures in $out_dir/figures/" \
+     "(experiments $(( now - start )) s, all $(( now - t0 )) s)"
