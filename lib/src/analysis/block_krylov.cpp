@@ -2,12 +2,12 @@
 // Everything but the operator's products is in double: the basis, the Ritz problem and the residuals.
 #include "attnlab/analysis/block_krylov.hpp"
 
+#include "attnlab/components/dense_svd.hpp"
 #include "attnlab/core/cancel.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/random.hpp"
 
 #include <Eigen/QR>
-#include <Eigen/SVD>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -111,17 +111,17 @@ BlockKrylovSvd<T>& BlockKrylovSvd<T>::compute(const AttentionOperator<T>& a, Ind
       } else {
         small = W;
       }
-      Eigen::BDCSVD<Mat> svd(small, Eigen::ComputeFullV);
+      const DenseSvd svd = bdc_svd(small, Eigen::ComputeFullV);
       s = Eigen::VectorXd::Zero(nb);
-      s.head(svd.singularValues().size()) = svd.singularValues();
-      y = svd.matrixV();
+      s.head(svd.values.size()) = svd.values;
+      y = svd.v;
       // Eigen 3.4's BDCSVD can return zero columns of V for exactly zero singular values (an operator of rank
       // below the basis size): fall back to the one-sided Jacobi SVD, slower but always orthogonal.
       if ((y.transpose() * y - Mat::Identity(nb, nb)).cwiseAbs().maxCoeff() > 1e-10) {
-        Eigen::JacobiSVD<Mat> jacobi(small, Eigen::ComputeFullV);
+        const DenseSvd jacobi = jacobi_svd(small, Eigen::ComputeFullV);
         s.setZero();
-        s.head(jacobi.singularValues().size()) = jacobi.singularValues();
-        y = jacobi.matrixV();
+        s.head(jacobi.values.size()) = jacobi.values;
+        y = jacobi.v;
       }
     }
     ++iterations_;

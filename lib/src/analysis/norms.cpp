@@ -4,8 +4,7 @@
 #include "attnlab/analysis/norms.hpp"
 
 #include "attnlab/analysis/block_krylov.hpp"
-
-#include <Eigen/SVD>
+#include "attnlab/components/dense_svd.hpp"
 
 #include <algorithm>
 
@@ -16,8 +15,8 @@ SpectralNormResult spectral_norm(const AttentionOperator<T>& a, double tol, Inde
   const Index small = std::min(a.rows(), a.cols());
   if (small <= 64) {
     Eigen::MatrixXd dense = materialize(a).template cast<double>();
-    Eigen::JacobiSVD<Eigen::MatrixXd> svd(dense);
-    r.value = svd.singularValues().size() ? svd.singularValues()(0) : 0.0;
+    const Eigen::VectorXd s = jacobi_svd(dense).values;
+    r.value = s.size() ? s(0) : 0.0;
     r.converged = true;
     return r;
   }

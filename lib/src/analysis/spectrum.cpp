@@ -1,10 +1,10 @@
 // Dense and matrix-free singular values.
 #include "attnlab/analysis/spectrum.hpp"
 
+#include "attnlab/components/dense_svd.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/analysis/block_krylov.hpp"
 
-#include <Eigen/SVD>
 #include <Spectra/SymEigsSolver.h>
 #include <fmt/format.h>
 
@@ -39,9 +39,9 @@ template <typename T>
 TopSingular dense_top(const AttentionOperator<T>& a, Index k) {
   TopSingular out;
   const Eigen::MatrixXd dense = materialize(a).template cast<double>();
-  Eigen::BDCSVD<Eigen::MatrixXd> svd(dense, Eigen::ComputeThinV);
-  out.values = svd.singularValues().head(k);
-  out.right = svd.matrixV().leftCols(k);
+  const DenseSvd svd = bdc_svd(dense, Eigen::ComputeThinV);
+  out.values = svd.values.head(k);
+  out.right = svd.v.leftCols(k);
   out.residuals = VectorX<double>::Zero(k);
   out.solver = SpectrumSolver::Dense;
   return out;
@@ -124,8 +124,7 @@ const char* spectrum_solver_name(SpectrumSolver s) {
 template <typename T>
 VectorX<double> singular_values(const ConstRef<T>& a) {
   const Eigen::MatrixXd ad = a.template cast<double>();
-  Eigen::BDCSVD<Eigen::MatrixXd> svd(ad);
-  return svd.singularValues();
+  return bdc_svd(ad).values;
 }
 
 template <typename T>
