@@ -163,17 +163,23 @@ class PyMethod {
   // ---- fit --------------------------------------------------------------------------------------------------
 
   void fit(const py::handle& qo, const py::handle& ko) {
-    state_ = std::monostate{};  // a failed fit leaves the method unfitted, never on its previous data
-    if (is_f32(qo)) fit_t<float>(qo, ko);
-    else fit_t<double>(qo, ko);
+    unfit_on_error([&] {
+      if (is_f32(qo)) fit_t<float>(qo, ko);
+      else fit_t<double>(qo, ko);
+    });
   }
 
   /// Fit on (Q, K), then the output for V, every check on the three first. keep: the fit stays (Method.__call__);
   /// otherwise (attnlab.apply) one method object runs the heads in turn, so that memory holds one head's work, and
   /// this object stays as it was. matrix: also P̃ (output, P̃).
   py::object call(const py::handle& qo, const py::handle& ko, const py::handle& vo, bool matrix, bool keep) {
-    if (keep) state_ = std::monostate{};
-    return is_f32(qo) ? call_t<float>(qo, ko, vo, matrix, keep) : call_t<double>(qo, ko, vo, matrix, keep);
+    const auto run = [&] {
+      return is_f32(qo) ? call_t<float>(qo, ko, vo, matrix, keep) : call_t<double>(qo, ko, vo, matrix, keep);
+    };
+    if (!keep) return run();
+    py::object out;
+    unfit_on_error([&] { out = run(); });
+    return out;
   }
 
   // ---- the fitted method ------------------------------------------------------------------------------------
@@ -242,26 +248,29 @@ class PyMethod {
   }
 
   py::object matrix() const {
-    return visit("matrix()", [&](const auto& f) -> py::object {
-      using T = typename std::decay_t<decltype(*f)>::Scalar;
-      const Index heads = Index(f->heads.size());
-      check_memory(matrix_bytes(std::uint64_t(heads * f->n_q), std::uint64_t(f->n_k), sizeof(T)),
-                   fmt::format("matrix(): P̃ of {}, {} × {}{} ({})", canonical_, f->n_q, f->n_k,
-                               f->batched ? fmt::format(" on each of {} heads", heads) : "",
-                               dtype_name(dtype_of<T>())));
-      py::array_t<T> out = new_array<T>(f->batched, heads, f->n_q, f->n_k);
-      T* dst = out.mutable_data();
-      run_released([&] {
-        std::lock_guard<std::mutex> lock(f->mutex);
-        for (Index h = 0; h < heads; ++h) {
-          throw_if_cancelled();
-          const MatrixR<T> p = f->heads[h]->matrix();
-          require_finite_output(p, head_label(fmt::format("the matrix of {}", canonical_), f->batched, h));
-          Eigen::Map<MatrixR<T>>(dst + h * f->n_q * f->n_k, f->n_q, f->n_k) = p;
-        }
-      });
-      return std::move(out);
+    return visit("matrix()", [&](const auto& f) -> py::object { return matrix_of(f); });
+  }
+
+  /// P̃ of one fit (the one a call started with, even if another thread refits meanwhile).
+  template <typename T>
+  py::object matrix_of(const FittedPtr<T>& f) const {
+    const Index heads = Index(f->heads.size());
+    check_memory(matrix_bytes(std::uint64_t(heads * f->n_q), std::uint64_t(f->n_k), sizeof(T)),
+                 fmt::format("matrix(): P̃ of {}, {} × {}{} ({})", canonical_, f->n_q, f->n_k,
+                             f->batched ? fmt::format(" on each of {} heads", heads) : "",
+                             dtype_name(dtype_of<T>())));
+    py::array_t<T> out = new_array<T>(f->batched, heads, f->n_q, f->n_k);
+    T* dst = out.mutable_data();
+    run_released([&] {
+      std::lock_guard<std::mutex> lock(f->mutex);
+      for (Index h = 0; h < heads; ++h) {
+        throw_if_cancelled();
+        const MatrixR<T> p = f->heads[h]->matrix();
+        require_finite_output(p, head_label(fmt::format("the matrix of {}", canonical_), f->batched, h));
+        Eigen::Map<MatrixR<T>>(dst + h * f->n_q * f->n_k, f->n_q, f->n_k) = p;
+      }
     });
+    return std::move(out);
   }
 
   /// Singular values of P̃, descending, float64: every one (top None: dense SVD of P̃, memory-guarded) or the top
@@ -374,6 +383,19 @@ class PyMethod {
 
   /// f(shared_ptr<Fitted<T>>) on the fitted state (a reference that keeps it alive through the call), or Error
   /// naming what needs the fit.
+  /// Runs a refit: the previous fit stays in place while the new one is computed (with the GIL released, other
+  /// threads go on using it), and is replaced only when the new one is complete; a fit that fails leaves the method
+  /// unfitted, never on its previous data.
+  template <typename F>
+  void unfit_on_error(F&& refit) {
+    try {
+      refit();
+    } catch (...) {
+      state_ = std::monostate{};
+      throw;
+    }
+  }
+
   template <typename F>
   py::object visit(const char* what, F&& fn) const {
     if (const auto* f = std::get_if<FittedPtr<float>>(&state_)) {
@@ -472,7 +494,7 @@ class PyMethod {
       state_ = f;
       py::array_t<T> out = output_heads<T>(*f, v);
       if (!matrix) return std::move(out);
-      return py::make_tuple(out, this->matrix());
+      return py::make_tuple(out, matrix_of(f));
     }
     auto method = make_method<T>(text_, seed_);
     precheck<T>(*method, q, k, v.cols, 1);

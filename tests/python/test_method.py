@@ -386,6 +386,41 @@ def test_threads_share_a_method_safely():
     assert all(np.array_equal(r, want) for r in results)
 
 
+def test_a_refit_keeps_the_previous_fit_usable_meanwhile():
+    # While one thread refits (the GIL released for the whole fit), calls on other threads use the previous fit:
+    # they never find the method unfitted. The fits here take most of the refitting thread's time, so a window in
+    # which the method looked unfitted would be hit on nearly every read.
+    q, k, v = attnlab.generate("gaussian", 3000, 32, seed=5)
+    m = attnlab.Method("nystrom", landmarks=256, iters=40).fit(q, k)
+    want = m.output(v)
+    done, errors, reads = threading.Event(), [], []
+
+    def refit():
+        try:
+            for _ in range(6):
+                m.fit(q, k)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=refit)
+    t.start()
+    while not done.is_set():
+        try:
+            reads.append(np.array_equal(m.output(v), want))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+            break
+    t.join()
+    assert not errors, errors
+    assert reads and all(reads)
+    with pytest.raises(ValueError, match="must be finite|NaN|finite"):
+        m.fit(np.full_like(q, np.nan), k)
+    with pytest.raises(ValueError, match="not fitted"):  # a failed refit leaves the method unfitted
+        m.output(v)
+
+
 def test_gil_released_and_ctrl_c_during_a_spectrum(ticking, ctrl_c):
     q, k, _ = attnlab.generate("gaussian", 3000, 64, seed=1)
     m = attnlab.Method("exact").fit(q, k)
