@@ -1,15 +1,16 @@
 // Iterative and SVD pseudo-inverses with convergence histories.
 #include "attnlab/components/pinv.hpp"
 
+#include "attnlab/components/dense_svd.hpp"
 #include "attnlab/core/error.hpp"
 
-#include <Eigen/SVD>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 namespace attnlab {
 
@@ -23,26 +24,27 @@ PinvMethod parse_pinv_method(const std::string& name) {
 template <typename T>
 MatrixR<T> svd_pinv(const ConstRef<T>& a, double rcond) {
   const Eigen::MatrixXd ad = a.template cast<double>();
-  Eigen::BDCSVD<Eigen::MatrixXd> svd(ad, Eigen::ComputeThinU | Eigen::ComputeThinV);
-  const auto& s = svd.singularValues();
+  const DenseSvd svd = bdc_svd(ad, Eigen::ComputeThinU | Eigen::ComputeThinV);
+  const Eigen::VectorXd& s = svd.values;
   if (rcond <= 0) rcond = std::numeric_limits<T>::epsilon() * double(std::max(a.rows(), a.cols()));
   const double cut = s.size() ? rcond * s(0) : 0;
   Eigen::VectorXd inv = s;
   for (Index i = 0; i < s.size(); ++i) inv(i) = s(i) > cut ? 1.0 / s(i) : 0.0;
-  const Eigen::MatrixXd z = svd.matrixV() * inv.asDiagonal() * svd.matrixU().transpose();
+  const Eigen::MatrixXd z = svd.v * inv.asDiagonal() * svd.u.transpose();
   return z.cast<T>();
 }
 
 template <typename T>
 Pseudoinverse<T>& Pseudoinverse<T>::compute(const ConstRef<T>& a) {
   require(a.rows() > 0 && a.cols() > 0, "pseudo-inverse of an empty matrix");
-  require(a.allFinite(), "pseudo-inverse: the matrix has non-finite entries");
+  require(all_finite(a), "pseudo-inverse: the matrix has non-finite entries");
   residuals_.clear();
   errors_.clear();
   const bool square = a.rows() == a.cols();
   const bool track_error = reference_.size() > 0;
   if (track_error)
-    require(reference_.rows() == a.cols() && reference_.cols() == a.rows(), "pseudo-inverse: reference has the wrong shape");
+    require(reference_.rows() == a.cols() && reference_.cols() == a.rows(),
+            "pseudo-inverse: reference has the wrong shape");
   const auto record = [&](const MatrixR<T>& az) {
     if (square) residuals_.push_back((MatrixR<T>::Identity(a.rows(), a.rows()) - az).template cast<double>().norm());
     else residuals_.push_back(std::numeric_limits<double>::quiet_NaN());
@@ -55,7 +57,8 @@ Pseudoinverse<T>& Pseudoinverse<T>::compute(const ConstRef<T>& a) {
     return *this;
   }
   require(iters_ >= 0, "pseudo-inverse: negative iteration count");
-  // Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞): ‖A‖₁ the largest column sum, ‖A‖∞ the largest row sum of |A| (the initialisation Xiong et al. 2021 use).
+  // Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞): ‖A‖₁ the largest column sum, ‖A‖∞ the largest row sum of |A| (the initialisation
+  // Xiong et al. 2021 use).
   const double norm1 = a.cwiseAbs().colwise().sum().maxCoeff();
   const double norminf = a.cwiseAbs().rowwise().sum().maxCoeff();
   require(norm1 > 0 && norminf > 0, "pseudo-inverse of the zero matrix");
@@ -102,10 +105,10 @@ MatrixR<T> svd_pinv_backward(const ConstRef<T>& a, const ConstRef<T>& d_z, doubl
                       a.rows(), a.cols()));
   const Index m = a.rows();
   const Eigen::MatrixXd ad = a.template cast<double>();
-  Eigen::BDCSVD<Eigen::MatrixXd> svd(ad, Eigen::ComputeThinU | Eigen::ComputeThinV);
-  const auto& s = svd.singularValues();
-  const Eigen::MatrixXd& u = svd.matrixU();
-  const Eigen::MatrixXd& v = svd.matrixV();
+  const DenseSvd svd = bdc_svd(ad, Eigen::ComputeThinU | Eigen::ComputeThinV);
+  const Eigen::VectorXd& s = svd.values;
+  const Eigen::MatrixXd& u = svd.u;
+  const Eigen::MatrixXd& v = svd.v;
   if (rcond <= 0) rcond = std::numeric_limits<T>::epsilon() * double(m);
   const double cut = s.size() ? rcond * s(0) : 0;
   Index r = 0;
@@ -160,57 +163,74 @@ MatrixR<double> iterative_pinv_backward(const MatrixR<double>& a, const MatrixR<
   const Index m = a.rows();
   const MatrixR<double> I = MatrixR<double>::Identity(m, m);
   const bool order3 = method == PinvMethod::Order3;
-  // One step of the forward: Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))) or Z ← Z (2I − AZ).
-  const auto step = [&](const MatrixR<double>& z) {
-    const MatrixR<double> az = a * z;
-    MatrixR<double> t, zn;
+  // One step of the forward, its intermediates kept for the way back: X = AZ, then
+  //   order3: t1 = 7I − X, t2 = 15I − X t1, t3 = 13I − X t2, Z' = ¼ Z t3;   newton: t1 = 2I − X, Z' = Z t1
+  // (the products of compute(), in its order: the same iterates).
+  struct Step {
+    MatrixR<double> z, x, t1, t2, t3;
+  };
+  const auto form = [&](Step& s) {
+    s.x.noalias() = a * s.z;
     if (order3) {
-      t = 7.0 * I - az;
-      t = 15.0 * I - az * t;
-      t = 13.0 * I - az * t;
-      zn.noalias() = z * t;
-      return MatrixR<double>(0.25 * zn);
+      s.t1 = 7.0 * I - s.x;
+      s.t2 = 15.0 * I - s.x * s.t1;
+      s.t3 = 13.0 * I - s.x * s.t2;
+    } else {
+      s.t1 = 2.0 * I - s.x;
     }
-    t = 2.0 * I - az;
-    zn.noalias() = z * t;
+  };
+  const auto next = [&](const Step& s) {
+    MatrixR<double> zn;
+    zn.noalias() = s.z * (order3 ? s.t3 : s.t1);
+    if (order3) return MatrixR<double>(0.25 * zn);
     return zn;
   };
-  // Checkpoints Z_0, Z_s, Z_2s, ... (s ≈ √K); each segment's iterates are formed again on the way back.
-  const Index stride = std::max<Index>(1, Index(std::ceil(std::sqrt(double(iterations)))));
+  // Segments of s steps, each formed again from its first iterate on the way back with its intermediates kept (no
+  // product formed twice within it). The steps' intermediates for every iteration in one segment when they fit in
+  // 64 MiB (the paper's 6 iterations at m = 64: 1 MiB); else checkpoints Z_0, Z_s, Z_2s, ... with s ≈ √K:
+  // O(√K·m²) memory, the forward's products twice.
+  const double side = double(std::max(a.rows(), a.cols()));
+  const double step_bytes = (order3 ? 5.0 : 3.0) * 8.0 * side * side;
+  const Index stride = double(iterations) * step_bytes <= 64.0 * (1 << 20)
+                           ? std::max<Index>(1, iterations)
+                           : std::max<Index>(1, Index(std::ceil(std::sqrt(double(iterations)))));
   std::vector<MatrixR<double>> checkpoints;
   MatrixR<double> z = a.transpose() / c;
   const MatrixR<double> z0 = z;
+  const Index last = iterations > 0 ? (iterations - 1) / stride * stride : 0;  // the last checkpoint
   for (Index k = 0; k < iterations; ++k) {
     if (k % stride == 0) checkpoints.push_back(z);
-    if (k + 1 < iterations) z = step(z);  // the last iterate is not needed
+    if (k == last) break;
+    Step s;
+    s.z = std::move(z);
+    form(s);
+    z = next(s);
   }
   MatrixR<double> dz = d_z, da = MatrixR<double>::Zero(m, a.cols());
-  std::vector<MatrixR<double>> seg;
+  std::vector<Step> seg(std::size_t(std::min(stride, std::max<Index>(iterations, 1))));
   for (Index sgi = Index(checkpoints.size()) - 1; sgi >= 0; --sgi) {
     const Index k0 = sgi * stride, k1 = std::min(iterations, k0 + stride);
-    seg.assign(1, checkpoints[std::size_t(sgi)]);
-    for (Index k = k0 + 1; k < k1; ++k) seg.push_back(step(seg.back()));
+    seg[0].z = checkpoints[std::size_t(sgi)];
+    for (Index k = k0; k < k1; ++k) {
+      Step& s = seg[std::size_t(k - k0)];
+      form(s);
+      if (k + 1 < k1) seg[std::size_t(k + 1 - k0)].z = next(s);
+    }
     for (Index k = k1 - 1; k >= k0; --k) {
       // Reverse mode through Z' = step(Z) with X = AZ (Razavi et al. 2014; Xiong et al. 2021 eq. (16)).
-      const MatrixR<double>& zk = seg[std::size_t(k - k0)];
-      const MatrixR<double> x = a * zk;
+      const Step& s = seg[std::size_t(k - k0)];
+      const MatrixR<double>& zk = s.z;
       MatrixR<double> dzk, dx;
       if (order3) {
-        // t1 = 7I − X, t2 = 15I − X t1, t3 = 13I − X t2, Z' = ¼ Z t3.
-        const MatrixR<double> t1 = 7.0 * I - x;
-        const MatrixR<double> t2 = 15.0 * I - x * t1;
-        const MatrixR<double> t3 = 13.0 * I - x * t2;
-        dzk.noalias() = 0.25 * dz * t3.transpose();
+        dzk.noalias() = 0.25 * dz * s.t3.transpose();
         const MatrixR<double> dt3 = 0.25 * zk.transpose() * dz;
-        dx.noalias() = -dt3 * t2.transpose();
-        const MatrixR<double> dt2 = -x.transpose() * dt3;
-        dx.noalias() -= dt2 * t1.transpose();
-        const MatrixR<double> dt1 = -x.transpose() * dt2;
+        dx.noalias() = -dt3 * s.t2.transpose();
+        const MatrixR<double> dt2 = -s.x.transpose() * dt3;
+        dx.noalias() -= dt2 * s.t1.transpose();
+        const MatrixR<double> dt1 = -s.x.transpose() * dt2;
         dx -= dt1;
       } else {
-        // t = 2I − X, Z' = Z t.
-        const MatrixR<double> t = 2.0 * I - x;
-        dzk.noalias() = dz * t.transpose();
+        dzk.noalias() = dz * s.t1.transpose();
         dx.noalias() = -zk.transpose() * dz;
       }
       da.noalias() += dx * zk.transpose();

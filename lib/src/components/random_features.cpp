@@ -132,8 +132,9 @@ template void performer_features_backward_given<float>(const ConstRef<float>&, f
                                                        MatrixR<float>&);
 template void performer_features_backward_given<double>(const ConstRef<double>&, double, const ConstRef<double>&,
                                                         PerformerKernel, const ConstRef<double>&,
-                                                        const ConstRef<double>&, const Eigen::Ref<const VectorX<double>>&,
-                                                        MutRef<double>, MatrixR<double>&);
+                                                        const ConstRef<double>&,
+                                                        const Eigen::Ref<const VectorX<double>>&, MutRef<double>,
+                                                        MatrixR<double>&);
 template void performer_features_into<float>(const ConstRef<float>&, float, const ConstRef<float>&, PerformerKernel,
                                              RandomFeatures<float>&, MatrixR<float>&, MatrixR<float>&);
 template void performer_features_into<double>(const ConstRef<double>&, double, const ConstRef<double>&,

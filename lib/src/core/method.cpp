@@ -77,7 +77,7 @@ Gradients<T> Method<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out)
   require(d_out.rows() == n_q_ && d_out.cols() == v.cols(),
           fmt::format("method '{}': backward: dO is {}×{}, the output is {}×{} (n_q × d_v)", descriptor_.name,
                       d_out.rows(), d_out.cols(), n_q_, v.cols()));
-  require(v.allFinite() && d_out.allFinite(),
+  require(all_finite(v) && all_finite(d_out),
           fmt::format("method '{}': backward: V and dO must be finite", descriptor_.name));
   Gradients<T> g = do_backward(v, d_out);
   if (g.dq.rows() != n_q_ || g.dk.rows() != n_k_ || g.dv.rows() != n_k_ || g.dv.cols() != v.cols())

@@ -72,7 +72,8 @@ ModelData::ModelData(const std::string& dir, const std::string& model, const std
   d_ = q.cols();
 }
 
-ModelData::ModelData(std::shared_ptr<const UserFiles> files) : files_(std::move(files)), model_("files"), name_("files") {
+ModelData::ModelData(std::shared_ptr<const UserFiles> files)
+    : files_(std::move(files)), model_("files"), name_("files") {
   sequences_ = 1;
   layers_ = 1;
   heads_ = files_->q.heads();

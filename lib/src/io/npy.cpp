@@ -314,7 +314,8 @@ NpyWriter<T>::NpyWriter(std::string path, std::vector<Index> shape) : path_(std:
                                  static_cast<unsigned char>(len & 0xff), static_cast<unsigned char>((len >> 8) & 0xff),
                                  static_cast<unsigned char>((len >> 16) & 0xff),
                                  static_cast<unsigned char>((len >> 24) & 0xff)};
-  const bool ok = std::fwrite(pre, 1, prefix, f_) == prefix && std::fwrite(dict.data(), 1, dict.size(), f_) == dict.size();
+  const bool ok =
+      std::fwrite(pre, 1, prefix, f_) == prefix && std::fwrite(dict.data(), 1, dict.size(), f_) == dict.size();
   if (!ok) throw Error(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
 }
 

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace attnlab {
@@ -76,19 +77,29 @@ std::pair<MatrixR<T>, MatrixR<T>> LinformerMethod<T>::make_factors() const {
   return {exact_matrix<T>(q_, ek_, plain_), f_.transpose()};
 }
 
-/// Eq. (7) as exact attention over (EK, FV) (Wang et al. 2020): exact_backward gives dQ, d(EK), d(FV); E and F
-/// are fixed linear maps, so dK = Eᵀ·d(EK) and dV = Fᵀ·d(FV).
+/// Eq. (7) as exact attention over (EK, FV) (Wang et al. 2020): its backward gives dQ, d(EK), d(FV); E and F are
+/// fixed linear maps, so dK = Eᵀ·d(EK) and dV = Fᵀ·d(FV).
 template <typename T>
 Gradients<T> LinformerMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
-  const MatrixR<T> fv = detail::tall_transpose_product<T>(f_.transpose(), v);  // k × d_v, as do_output
-  VectorX<T> lse;
-  const MatrixR<T> out = exact_output<T>(q_, ek_, fv, plain_, kDefaultTile, {}, &lse);
-  Gradients<T> g = exact_backward<T>(q_, ek_, fv, out, lse, d_out, plain_);
-  MatrixR<T> dk, dv;
-  dk.noalias() = e_.transpose() * g.dk;
-  dv.noalias() = f_.transpose() * g.dv;
-  g.dk = std::move(dk);
-  g.dv = std::move(dv);
+  BackwardWorkspace& ws = ws_;
+  ws.fv = detail::tall_transpose_product<T>(f_.transpose(), v);  // k × d_v, as do_output
+  const Index kk = ek_.rows(), n = e_.cols(), d = q_.cols(), dv = v.cols();
+  Gradients<T> g;
+  g.dq.resize(q_.rows(), d);
+  g.dk.resize(n, d);
+  g.dv.resize(n, dv);
+  ws.dek.resize(kk, d);
+  ws.dfv.resize(kk, dv);
+  exact_backward_set<T>(q_, ek_, ws.fv, d_out, plain_, g.dq, ws.dek, ws.dfv, ws.exact);
+  // dK = Eᵀ·d(EK), dV = Fᵀ·d(FV) (n × k by k × d): fixed blocks of rows in parallel (the BLAS is pinned to one
+  // thread per caller), each row's sums the same whatever the thread count.
+  const Index rows = 512, blocks = (n + rows - 1) / rows;
+#pragma omp parallel for schedule(dynamic)
+  for (Index b = 0; b < blocks; ++b) {
+    const Index r0 = b * rows, len = std::min(rows, n - r0);
+    g.dk.middleRows(r0, len).noalias() = e_.middleCols(r0, len).transpose() * ws.dek;
+    g.dv.middleRows(r0, len).noalias() = f_.middleCols(r0, len).transpose() * ws.dfv;
+  }
   return g;
 }
 

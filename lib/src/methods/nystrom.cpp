@@ -7,11 +7,16 @@
 #include "attnlab/methods/nystrom.hpp"
 
 #include "attnlab/components/landmarks.hpp"
+#include "attnlab/core/cancel.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "detail/tall_products.hpp"
 
 #include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <exception>
 
 namespace attnlab {
 
@@ -80,50 +85,111 @@ std::pair<MatrixR<T>, MatrixR<T>> NystromMethod<T>::make_factors() const {
 }
 
 template <typename T>
-void NystromMethod<T>::spread(const MatrixR<T>& dl, const std::vector<Index>& idx, MatrixR<T>& dx) const {
-  const Index m = dl.rows(), n = dx.rows();
+void NystromMethod<T>::spread(const MatrixR<T>& dl, const std::vector<Index>& idx, Index n, Index r0,
+                              MutRef<T> dx) const {
+  const Index m = dl.rows(), r1 = r0 + dx.rows();
   if (idx.empty()) {
     // Segment means (components/landmarks.hpp: segment s is rows [⌊s·n/m⌋, ⌊(s+1)·n/m⌋)): each row of segment s
-    // receives dX̃_s / |segment s|.
-    for (Index s = 0; s < m; ++s) {
+    // receives dX̃_s / |segment s|. From the segment holding row r0 on.
+    Index s = std::min<Index>(m - 1, Index((__int128)r0 * m / n));
+    while (s > 0 && segment_begin(s, n, m) > r0) --s;
+    while (s + 1 < m && segment_begin(s + 1, n, m) <= r0) ++s;
+    for (; s < m; ++s) {
       const Index b = segment_begin(s, n, m), e = segment_begin(s + 1, n, m);
+      if (b >= r1) break;
       const auto g = (dl.row(s) / T(e - b)).eval();
-      for (Index i = b; i < e; ++i) dx.row(i) += g;
+      for (Index i = std::max(b, r0); i < std::min(e, r1); ++i) dx.row(i - r0) += g;
     }
   } else {
-    for (Index s = 0; s < m; ++s) dx.row(idx[std::size_t(s)]) += dl.row(s);
+    // Sampled rows (ascending): each receives its landmark's gradient.
+    for (auto it = std::lower_bound(idx.begin(), idx.end(), r0); it != idx.end() && *it < r1; ++it)
+      dx.row(*it - r0) += dl.row(Index(it - idx.begin()));
   }
 }
 
 /// Reverse mode through O = F·(Z·(B·V)) (Xiong et al. 2021, eq. (14)):
-///   F·W = softmax(s·QK̃ᵀ)·W:  exact_backward → dQ, dK̃, dW;        W = Z·BV:  dZ = dW·(BV)ᵀ, d(BV) = Zᵀ·dW;
-///   BV = softmax(s·Q̃Kᵀ)·V:   exact_backward → dQ̃, dK, dV;        Z = pinv(A): pinv_backward → dA (eq. (16));
+///   F·W = softmax(s·QK̃ᵀ)·W:  exact attention's backward → dQ, dK̃, dW;   W = Z·BV:  dZ = dW·(BV)ᵀ, d(BV) = Zᵀ·dW;
+///   Z = pinv(A): pinv_backward → dA (eq. (16));
 ///   A = softmax(s·Q̃K̃ᵀ):     dS = A ∘ (dA − rowsum(A ∘ dA)), dQ̃ += s·dS·K̃, dK̃ += s·dSᵀ·Q̃;
+///   BV = B·V, B = softmax(s·Q̃Kᵀ) kept by the forward:  dV = Bᵀ·d(BV), dB = d(BV)·Vᵀ, dS = B ∘ (dB − D) with
+///                            D = rowsum(B ∘ dB) = rowsum(BV ∘ d(BV)), dQ̃ += s·dS·K, dK = s·dSᵀ·Q̃;
 ///   Q̃, K̃ from Q, K:         the segment means' adjoint (or the sampled rows').
+/// B's pass needs only d(BV): it runs beside the pseudo-inverse's backward (serial m × m work), and the landmark
+/// gradients are spread onto dQ and dK after both.
 template <typename T>
 Gradients<T> NystromMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  BackwardWorkspace& ws = ws_;
+  const Index m = ql_.rows(), nq = q_.rows(), nk = k_.rows(), d = q_.cols(), dv = v.cols();
+  const T scale = T(plain_.scale);
   // The forward's intermediates, formed again as do_output forms them.
-  const MatrixR<T> bv = detail::tall_transpose_product<T>(b_.transpose(), v);  // m × d_v
-  const MatrixR<T> w = z_ * bv;
-  VectorX<T> lse_f;
-  const MatrixR<T> out = exact_output<T>(q_, kl_, w, plain_, kDefaultTile, {}, &lse_f);
-  Gradients<T> gf = exact_backward<T>(q_, kl_, w, out, lse_f, d_out, plain_);  // dQ, dK̃, dW
-  const MatrixR<T> dz = gf.dv * bv.transpose();
-  const MatrixR<T> dbv = z_.transpose() * gf.dv;
-  const VectorX<T> lse_b = exact_row_lse<T>(ql_, k_, plain_);
-  Gradients<T> gb = exact_backward<T>(ql_, k_, v, bv, lse_b, dbv, plain_);  // dQ̃, dK, dV
-  const MatrixR<T> da = pinv_backward<T>(a_, dz, this->o_.pinv, pinv_iterations_);
-  // The dense softmax backward of A (m × m), dLogits = s·dS.
-  const VectorX<T> rows = (a_.array() * da.array()).rowwise().sum();
-  const MatrixR<T> ds = (a_.array() * (da.array().colwise() - rows.array()) * T(plain_.scale)).matrix();
-  const MatrixR<T> dql = gb.dq + ds * kl_;
-  const MatrixR<T> dkl = gf.dk + ds.transpose() * ql_;
+  ws.bv = detail::tall_transpose_product<T>(b_.transpose(), v);  // m × d_v
+  ws.w.noalias() = z_ * ws.bv;
   Gradients<T> g;
-  g.dq = std::move(gf.dq);
-  g.dk = std::move(gb.dk);
-  g.dv = std::move(gb.dv);
-  spread(dql, iq_, g.dq);
-  spread(dkl, ik_, g.dk);
+  g.dq.resize(nq, d);
+  g.dk.resize(nk, d);
+  g.dv.resize(nk, dv);
+  ws.dkl.resize(m, d);
+  ws.dw.resize(m, dv);
+  exact_backward_set<T>(q_, kl_, ws.w, d_out, plain_, g.dq, ws.dkl, ws.dw, ws.exact);
+  const MatrixR<T> dz = ws.dw * ws.bv.transpose();
+  ws.dbv.noalias() = z_.transpose() * ws.dw;
+  ws.dsum = (ws.bv.array() * ws.dbv.array()).rowwise().sum();  // B's D_i
+
+  // One thread takes the pseudo-inverse's backward (serial m × m products, K steps) and A's, while the others start on
+  // B's softmax backward on the kept B, in fixed blocks of keys: each block's rows of dV and dK written, its dQ̃
+  // added to its group's; the groups summed in group order (the bits independent of the thread count).
+  MatrixR<T> ds;
+  std::exception_ptr failed;
+  const Index cols = std::clamp<Index>(Index(65536) / m, 32, 512), blocks = (nk + cols - 1) / cols;
+  const Index groups = std::max<Index>(1, std::min(kFewKeysGroups, blocks));
+  ws.dql_parts.resize(std::size_t(groups));
+  ws.db.resize(std::size_t(std::max(1, omp_get_max_threads())));
+#pragma omp parallel
+  {
+#pragma omp single nowait
+    {
+      try {
+        const MatrixR<T> da = pinv_backward<T>(a_, dz, this->o_.pinv, pinv_iterations_);
+        // The dense softmax backward of A (m × m), dLogits = s·dS.
+        const VectorX<T> rows = (a_.array() * da.array()).rowwise().sum();
+        ds = (a_.array() * (da.array().colwise() - rows.array()) * scale).matrix();
+        ws.dkl.noalias() += ds.transpose() * ql_;
+      } catch (...) {
+        failed = std::current_exception();  // rethrown after the parallel region
+      }
+    }
+    MatrixR<T>& db = ws.db[std::size_t(omp_get_thread_num())];
+    db.resize(m, cols);  // kept from call to call
+#pragma omp for schedule(dynamic)
+    for (Index grp = 0; grp < groups; ++grp) {
+      MatrixR<T>& part = ws.dql_parts[std::size_t(grp)];
+      part.setZero(m, d);
+      for (Index b = grp; b < blocks; b += groups) {
+        if (cancel_requested()) break;  // thrown after the parallel region
+        const Index j0 = b * cols, bj = std::min(cols, nk - j0);
+        const auto bb = b_.middleCols(j0, bj);
+        auto dsb = db.leftCols(bj);
+        g.dv.middleRows(j0, bj).noalias() = bb.transpose() * ws.dbv;
+        dsb.noalias() = ws.dbv * v.middleRows(j0, bj).transpose();
+        dsb.array() = bb.array() * (dsb.array().colwise() - ws.dsum.array()) * scale;
+        g.dk.middleRows(j0, bj).noalias() = dsb.transpose() * ql_;
+        part.noalias() += dsb * k_.middleRows(j0, bj);
+      }
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  throw_if_cancelled();
+  ws.dql = ws.dql_parts[0];
+  for (Index grp = 1; grp < groups; ++grp) ws.dql += ws.dql_parts[std::size_t(grp)];
+  ws.dql.noalias() += ds * kl_;
+  // dK̃ and dQ̃ onto the rows of K and Q, in fixed blocks of rows (parallel).
+  const Index rb = 1024, rblocks = (std::max(nq, nk) + rb - 1) / rb;
+#pragma omp parallel for schedule(static)
+  for (Index b = 0; b < rblocks; ++b) {
+    const Index r0 = b * rb;
+    if (r0 < nk) spread(ws.dkl, ik_, nk, r0, g.dk.middleRows(r0, std::min(rb, nk - r0)));
+    if (r0 < nq) spread(ws.dql, iq_, nq, r0, g.dq.middleRows(r0, std::min(rb, nq - r0)));
+  }
   return g;
 }
 

@@ -17,10 +17,11 @@ namespace attnlab {
 
 MethodDescriptor PerformerOptions::registry_entry() {
   return describe<PerformerMethod, PerformerOptions>(
-      "Performer / FAVOR+ random features estimating exp(s·qᵀk)",
-      "Choromanski et al. 2021 (Performer) Lemma 1, eq. (7); Lemma 2 for the variances",
-      PerformerOptions::causal_support())
-      .with_backward(Backward::yes("ω held fixed (stabilizers cancel: exact otherwise); causal by reverse prefix sums"));
+             "Performer / FAVOR+ random features estimating exp(s·qᵀk)",
+             "Choromanski et al. 2021 (Performer) Lemma 1, eq. (7); Lemma 2 for the variances",
+             PerformerOptions::causal_support())
+      .with_backward(
+          Backward::yes("ω held fixed (stabilizers cancel: exact otherwise); causal by reverse prefix sums"));
 }
 
 template <typename T>

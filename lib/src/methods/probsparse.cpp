@@ -28,6 +28,7 @@ Status ProbSparseMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& 
   }
   Rng rng(this->o_.seed);
   const VectorX<double> m = sparsity_measure<T>(q, k, opts, this->o_.measure, samples, rng);
+  ws_.kept = false;  // a new selection: the last output()'s forward no longer applies
   op_.emplace(q, k, opts, select_queries(m, probsparse_u(q.rows(), c), opts.causal),
               this->o_.lazy == ProbSparseLazy::Cumsum);
   return Status::Success;

@@ -131,7 +131,8 @@ const AttentionOperator<T>& ScatterbrainMethod<T>::do_op() const {
 template <typename T>
 Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
   // Row i of Ã in its units e^{R_i} (a factor of the row, which cancels in P̃ = diag(Ã·1)⁻¹Ã, so R_i is held fixed):
-  //   Ã'_ij = F_iᵀκ_j off the band, e^{x_iᵀy_j − R_i} on it,   F_i = e^{lq_i + gk − R_i}·fq_i,  κ_j = e^{lk_j − gk}·fk_j,
+  //   Ã'_ij = F_iᵀκ_j off the band, e^{x_iᵀy_j − R_i} on it,
+  //   F_i = e^{lq_i + gk − R_i}·fq_i,  κ_j = e^{lk_j − gk}·fk_j,
   // with F_im = e^{ω_mᵀx_i − ‖x_i‖²/2 − R_i + gk}/√M and κ_jm = e^{ω_mᵀy_j − ‖y_j‖²/2 − gk}/√M (Choromanski et al. 2021
   // Lemma 1; the maxima of the stabilized features cancel, gk between F and κ). The VJP of O = P̃V (Chen et al. 2021
   // §3): dÃ'_ij = B_ij = W̃_iᵀṼ_j with W̃_i = [dO_i, −dO_iᵀO_i]/den_i, Ṽ_j = [v_j, 1].
@@ -220,7 +221,8 @@ Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const Cons
           crow.setZero();
           continue;
         }
-        const Eigen::Array<T, 1, Eigen::Dynamic> e = (lrow.segment(first, len).array() - ref_.segment(qa + first, len).transpose().array()).exp();
+        const Eigen::Array<T, 1, Eigen::Dynamic> e =
+            (lrow.segment(first, len).array() - ref_.segment(qa + first, len).transpose().array()).exp();
         crow.segment(first, len) = (e - crow.segment(first, len).array()).matrix();
         lrow.segment(first, len) = (e * brow.segment(first, len).array()).matrix();
         for (auto* row : {&lrow, &brow, &crow}) {

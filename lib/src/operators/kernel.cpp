@@ -649,7 +649,8 @@ Gradients<T> kernel_operator_backward(const KernelOperator<T>& op, const ConstRe
   grad.dk.resize(k.rows(), k.cols());
   const VectorX<T> none;
   // The feature maps' VJP, row by row: chunks of queries and keys in parallel (each row's own; no sum across rows).
-  const Index chunk = kBackwardChunk, qchunks = (q.rows() + chunk - 1) / chunk, kchunks = (k.rows() + chunk - 1) / chunk;
+  const Index chunk = kBackwardChunk, qchunks = (q.rows() + chunk - 1) / chunk,
+              kchunks = (k.rows() + chunk - 1) / chunk;
   bool ok = true;
 #pragma omp parallel for schedule(static) reduction(&& : ok)
   for (Index c = 0; c < qchunks + kchunks; ++c) {

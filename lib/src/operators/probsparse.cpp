@@ -85,25 +85,57 @@ MatrixR<T> ProbSparseOperator<T>::row_block(Index first, Index count) const {
   return out;
 }
 
+namespace {
+
+/// dst = src (the same shape), rows in parallel.
 template <typename T>
-MatrixR<T> ProbSparseOperator<T>::output(const ConstRef<T>& v) const {
+void copy_parallel(const ConstRef<T>& src, MatrixR<T>& dst) {
+  dst.resize(src.rows(), src.cols());
+#pragma omp parallel for schedule(static)
+  for (Index i = 0; i < src.rows(); ++i) dst.row(i) = src.row(i);
+}
+
+/// a == b entry by entry, rows in parallel.
+template <typename T>
+bool equal_parallel(const MatrixR<T>& a, const ConstRef<T>& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+  bool same = true;
+#pragma omp parallel for schedule(static) reduction(&& : same)
+  for (Index i = 0; i < a.rows(); ++i) same = same && a.row(i) == b.row(i);
+  return same;
+}
+
+}  // namespace
+
+template <typename T>
+MatrixR<T> ProbSparseOperator<T>::output(const ConstRef<T>& v, ProbSparseWorkspace<T>* ws) const {
   MatrixR<T> y = lazy_apply(v);
-  if (!selected_.empty())
-    scatter(exact_output<T>(exact_->queries(), exact_->keys(), v, exact_->options(), kDefaultTile,
-                            QueryLayout{selected_, nq_}),
-            y);
+  if (ws) ws->kept = false;
+  if (selected_.empty()) return y;
+  const QueryLayout layout{selected_, nq_};
+  if (!ws) {
+    scatter(exact_output<T>(exact_->queries(), exact_->keys(), v, exact_->options(), kDefaultTile, layout), y);
+    return y;
+  }
+  // The same pass with ℓ, and a copy of V to know the backward's V for this one.
+  ws->out = exact_output<T>(exact_->queries(), exact_->keys(), v, exact_->options(), kDefaultTile, layout, &ws->lse);
+  scatter(ws->out, y);
+  copy_parallel<T>(v, ws->v);
+  ws->kept = true;
   return y;
 }
 
 template <typename T>
-MatrixR<T> ProbSparseOperator<T>::lazy_apply_transpose(const ConstRef<T>& x) const {
-  MatrixR<T> y = MatrixR<T>::Zero(nk_, x.cols());
+void ProbSparseOperator<T>::lazy_apply_transpose(const ConstRef<T>& x, MatrixR<T>& y) const {
+  y.resize(nk_, x.cols());
   Eigen::Matrix<T, 1, Eigen::Dynamic> acc = Eigen::Matrix<T, 1, Eigen::Dynamic>::Zero(x.cols());
   if (!causal_) {
     for (Index i = 0; i < nq_; ++i)
       if (!is_selected_[std::size_t(i)]) acc += x.row(i) * lazy_weight(i);
-    y.rowwise() = acc;
-    return y;
+    // The same row for every key, written in parallel (the first touch of the pages, too, split between threads).
+#pragma omp parallel for schedule(static)
+    for (Index j = 0; j < nk_; ++j) y.row(j) = acc;
+    return;
   }
   // Suffix sums: key i + off is seen by the lazy queries i, i + 1, …; the keys before off by all of them.
   for (Index i = nq_ - 1; i >= 0; --i) {
@@ -111,30 +143,48 @@ MatrixR<T> ProbSparseOperator<T>::lazy_apply_transpose(const ConstRef<T>& x) con
     y.row(i + off_) = acc;
   }
   for (Index j = 0; j < off_; ++j) y.row(j) = acc;
-  return y;
 }
 
+namespace {
+
+/// x = 0, rows in parallel (a fresh buffer's pages are faulted in by both threads).
 template <typename T>
-Gradients<T> ProbSparseOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+void zero_parallel(MatrixR<T>& x) {
+#pragma omp parallel for schedule(static)
+  for (Index i = 0; i < x.rows(); ++i) x.row(i).setZero();
+}
+
+}  // namespace
+
+template <typename T>
+Gradients<T> ProbSparseOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out,
+                                             ProbSparseWorkspace<T>* ws) const {
   require(v.rows() == nk_ && d_out.rows() == nq_ && d_out.cols() == v.cols(), "probsparse backward: shapes");
+  ProbSparseWorkspace<T> local;
+  ProbSparseWorkspace<T>& w = ws ? *ws : local;
   const MatrixR<T>& qs = exact_->queries();
   Gradients<T> g;
-  g.dq = MatrixR<T>::Zero(nq_, qs.cols());  // lazy rows: no dependence on Q (the measure only selects)
-  g.dv = lazy_apply_transpose(d_out);
-  if (selected_.empty()) {
-    g.dk = MatrixR<T>::Zero(nk_, qs.cols());
-    return g;
-  }
-  // The exact rows (eq. (3)): their own forward pass for O and the log-sum-exp, then FlashAttention-2's backward.
+  g.dq.resize(nq_, qs.cols());
+  zero_parallel(g.dq);  // lazy rows: no dependence on Q (the measure only selects)
+  g.dk.resize(nk_, qs.cols());
+  zero_parallel(g.dk);  // lazy rows add nothing to dK
+  lazy_apply_transpose(d_out, g.dv);
+  if (selected_.empty()) return g;
+  // The exact rows (eq. (3)): their O and log-sum-exp (output()'s when it was taken on this V, else a forward pass
+  // of their own), then FlashAttention-2's backward, added into dK and dV (over the lazy rows' part) and into their
+  // rows of dQ.
   const QueryLayout layout{selected_, nq_};
-  MatrixR<T> dos(Index(selected_.size()), d_out.cols());
-  for (std::size_t r = 0; r < selected_.size(); ++r) dos.row(Index(r)) = d_out.row(selected_[r]);
-  VectorX<T> lse;
-  const MatrixR<T> out = exact_output<T>(qs, exact_->keys(), v, exact_->options(), kDefaultTile, layout, &lse);
-  Gradients<T> ge = exact_backward<T>(qs, exact_->keys(), v, out, lse, dos, exact_->options(), kDefaultTile, layout);
-  scatter(ge.dq, g.dq);
-  g.dk = std::move(ge.dk);
-  g.dv += ge.dv;
+  const Index u = Index(selected_.size());
+  w.dos.resize(u, d_out.cols());
+  for (Index r = 0; r < u; ++r) w.dos.row(r) = d_out.row(selected_[std::size_t(r)]);
+  if (!(w.kept && equal_parallel<T>(w.v, v))) {
+    w.kept = false;  // not this V: the forward again, for this call only (V is not copied here)
+    w.out = exact_output<T>(qs, exact_->keys(), v, exact_->options(), kDefaultTile, layout, &w.lse);
+  }
+  w.dqs.setZero(u, qs.cols());
+  exact_backward_add<T>(qs, exact_->keys(), v, w.out, w.lse, w.dos, exact_->options(), w.dqs, g.dk, g.dv, w.exact,
+                        kDefaultTile, layout);
+  scatter(w.dqs, g.dq);
   return g;
 }
 

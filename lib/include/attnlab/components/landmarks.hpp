@@ -42,7 +42,8 @@ MatrixR<T> segment_means(const ConstRef<T>& x, Index m) {
 inline std::vector<Index> sample_without_replacement(Index n, Index m, Rng& rng) {
   std::vector<Index> idx(static_cast<std::size_t>(n));
   std::iota(idx.begin(), idx.end(), Index(0));
-  for (Index i = 0; i < m; ++i) std::swap(idx[std::size_t(i)], idx[std::size_t(i + Index(rng.below(std::uint64_t(n - i))))]);
+  for (Index i = 0; i < m; ++i)
+    std::swap(idx[std::size_t(i)], idx[std::size_t(i + Index(rng.below(std::uint64_t(n - i))))]);
   idx.resize(std::size_t(m));
   std::sort(idx.begin(), idx.end());
   return idx;

@@ -1,6 +1,6 @@
 // Pseudo-inverses: the iterative schemes of Nyströmformer and their SVD reference.
-//   order3 (Razavi et al. 2014, as Xiong et al. 2021 use it): Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))); with E = I − AZ one
-//          step gives E' = ¾E³ + ¼E⁴ (cubic), 4 products per step;
+//   order3 (Razavi et al. 2014, as Xiong et al. 2021 use it): Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))); with
+//          E = I − AZ one step gives E' = ¾E³ + ¼E⁴ (cubic), 4 products per step;
 //   newton (Newton–Schulz): Z ← Z(2I − AZ), E' = E² (quadratic), 2 products per step;
 //   both from Z₀ = Aᵀ / (‖A‖₁‖A‖∞) (Xiong et al. 2021's initialisation), which makes ‖I − AZ₀‖₂ < 1 for nonsingular A;
 //   svd: Moore–Penrose from the SVD, singular values below rcond·σ_max dropped.
@@ -61,8 +61,10 @@ MatrixR<T> svd_pinv(const ConstRef<T>& a, double rcond = -1);
 ///  - order3 / newton: the derivative of what `iterations` steps compute (not of the converged A⁺): reverse-mode
 ///    through every step (Razavi et al. 2014; Xiong et al. 2021 eq. (16)) and through the initial
 ///    Z₀ = Aᵀ/(‖A‖₁‖A‖∞), whose maximizing column (‖A‖₁) and row (‖A‖∞) are held fixed (piecewise-constant
-///    choices) while their sums of |A| are differentiated. The iterates are recomputed from √K checkpoints
-///    (K = iterations): O(√K·m²) memory, the forward's products twice. Pass Pseudoinverse::iterations().
+///    choices) while their sums of |A| are differentiated. The steps are formed again from Z₀, their intermediates
+///    (AZ and the factors) kept for the way back: every step's when they fit in 64 MiB (O(K·m²) memory, the
+///    forward's products once more); beyond that from √K checkpoints (K = iterations: O(√K·m²) memory, the
+///    forward's products twice). Pass Pseudoinverse::iterations().
 ///  - svd (square A): with nothing below the cutoff, the derivative of the inverse, dA = −Zᵀ dZ Zᵀ. With singular
 ///    values dropped, Z = Σ_{σ_i > cut} v_i u_iᵀ/σ_i is the pseudo-inverse of the rank-r truncation, and the
 ///    gradient is that of the singular-value function f(σ) = 1/σ (kept), 0 (dropped) with the kept set held fixed:

@@ -17,7 +17,9 @@ void check_memory(std::uint64_t bytes, const std::string& what);
 /// Bytes of a rows×cols matrix of `elem` bytes, saturating instead of overflowing.
 std::uint64_t matrix_bytes(std::uint64_t rows, std::uint64_t cols, std::uint64_t elem);
 /// a + b, saturating instead of overflowing (sums of matrix_bytes).
-inline std::uint64_t add_bytes(std::uint64_t a, std::uint64_t b) { return a > ~std::uint64_t(0) - b ? ~std::uint64_t(0) : a + b; }
+inline std::uint64_t add_bytes(std::uint64_t a, std::uint64_t b) {
+  return a > ~std::uint64_t(0) - b ? ~std::uint64_t(0) : a + b;
+}
 /// "1.5 GiB", "512 MiB", ...
 std::string format_bytes(std::uint64_t bytes);
 /// Parses "512M", "4G", "1.5GiB", "1000000" (bytes); throws Error on anything else.

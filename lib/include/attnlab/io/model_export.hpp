@@ -70,8 +70,8 @@ class ModelData {
   Index n() const { return n_; }
   Index d() const { return d_; }
 
-  /// The heads to use: `spec` holds "all", "diagonal" (head l mod heads of layer l) or "L:H" items (e.g. "0:0,3:1"); `max_seqs` ≤ 0 means every sequence.
-  /// The user's files: every head, whatever `spec` says.
+  /// The heads to use: `spec` holds "all", "diagonal" (head l mod heads of layer l) or "L:H" items (e.g. "0:0,3:1");
+  /// `max_seqs` ≤ 0 means every sequence. The user's files: every head, whatever `spec` says.
   std::vector<ModelHead> select(const std::vector<std::string>& spec, Index max_seqs) const;
   /// "source=MODEL key=KEY seq=S L{layer}H{head}": the part of a grid point's id that names the head.
   std::string point_id(const ModelHead& h) const;

@@ -13,6 +13,7 @@
 #include "attnlab/core/registry.hpp"
 #include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/lowrank_method.hpp"
+#include "attnlab/operators/exact.hpp"
 
 #include <cstdint>
 
@@ -53,7 +54,9 @@ class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankM
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
-  /// exact_backward (FlashAttention-2 Alg. 2, O(n·k) work, O(n) memory) on (Q, EK, FV); E, F held fixed.
+  /// Exact attention's backward on (Q, EK, FV) — over k ≤ kFewKeys projected keys by blocks of queries with the
+  /// softmax formed whole (exact_backward_few_keys, O(n·k) work), else FlashAttention-2 Alg. 2 — then
+  /// dK = Eᵀ·d(EK), dV = Fᵀ·d(FV); E, F held fixed. Its buffers are kept in the method: only the gradients are new.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
  private:
@@ -61,6 +64,13 @@ class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankM
   MatrixR<T> e_, f_;    // the parameters, k × n_k
   MatrixR<T> q_, ek_;   // the queries (kept for the output) and E·K
   AttentionOptions plain_;
+  /// The backward's buffers, kept across calls (a cache behind const calls: one method object is not to be used
+  /// from several threads at once).
+  struct BackwardWorkspace {
+    ExactBackwardWorkspace<T> exact;
+    MatrixR<T> fv, dek, dfv;  // F·V, d(EK), d(FV): k × d
+  };
+  mutable BackwardWorkspace ws_;
 };
 
 extern template class LinformerMethod<float>;

@@ -16,6 +16,7 @@
 #include "attnlab/core/registry.hpp"
 #include "attnlab/methods/base/configured_method.hpp"
 #include "attnlab/methods/base/lowrank_method.hpp"
+#include "attnlab/operators/exact.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -61,14 +62,17 @@ class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMetho
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
-  /// O = F·W, W = Z·(B·V): F·W and B·V by exact_backward (exact attention over the m landmark keys, and of the m
-  /// landmark queries over all keys: O(n·m) memory), Z by pinv_backward (every iteration), A by a dense softmax
-  /// backward, then the landmark gradients spread back onto the rows they average (or were sampled from).
+  /// O = F·W, W = Z·(B·V): F·W by exact attention's backward over the m landmark keys (exact_backward_few_keys for
+  /// m ≤ kFewKeys: blocks of queries, the softmax formed whole), B·V by the softmax backward on the B the forward
+  /// kept (m × n_k), in fixed blocks of keys, Z by pinv_backward (every iteration), A by a dense softmax backward,
+  /// then the landmark gradients spread back onto the rows they average (or were sampled from). Its buffers are
+  /// kept in the method: only the gradients are new.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
  private:
-  /// dX += the gradient of the landmarks X̃ = means of m segments of X's rows (or X's rows `idx`), given dX̃.
-  void spread(const MatrixR<T>& d_landmarks, const std::vector<Index>& idx, MatrixR<T>& dx) const;
+  /// dX[r0, r0 + rows) += the gradient of the landmarks X̃ = means of m segments of X's n rows (or X's rows `idx`),
+  /// given dX̃; dx holds those rows.
+  void spread(const MatrixR<T>& d_landmarks, const std::vector<Index>& idx, Index n, Index r0, MutRef<T> dx) const;
 
   double residual_ = 0;
   Index pinv_iterations_ = 0;  // the iterations the pseudo-inverse ran (its backward differentiates those)
@@ -77,6 +81,16 @@ class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMetho
   MatrixR<T> k_, ql_, a_;         // for the backward: the keys, the query landmarks Q̃, A = softmax(s·Q̃K̃ᵀ)
   std::vector<Index> iq_, ik_;    // select=random: the sampled rows of Q and K (empty for segments)
   AttentionOptions plain_;
+  /// The backward's buffers, kept across calls (a cache behind const calls: one method object is not to be used
+  /// from several threads at once).
+  struct BackwardWorkspace {
+    ExactBackwardWorkspace<T> exact;      // F·W's backward
+    MatrixR<T> bv, w, dw, dbv, dkl, dql;  // B·V, W, dW, d(BV): m × d_v; dK̃, dQ̃: m × d
+    VectorX<T> dsum;                      // rowsum(BV ∘ d(BV)): B's D_i
+    std::vector<MatrixR<T>> dql_parts;    // dQ̃ of each group of key blocks
+    std::vector<MatrixR<T>> db;           // per thread: a block's dB (then dS), m × block
+  };
+  mutable BackwardWorkspace ws_;
 };
 
 extern template class NystromMethod<float>;

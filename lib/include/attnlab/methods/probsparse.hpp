@@ -71,13 +71,19 @@ class ProbSparseMethod final : public ConfiguredMethod<ProbSparseOptions, Method
  protected:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   const AttentionOperator<T>& do_op() const override { return *op_; }
-  MatrixR<T> do_output(const ConstRef<T>& v) const override { return op_->output(v); }
+  /// The fast path; keeps the exact rows' O and ℓ (and V) for the backward.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override { return op_->output(v, &ws_); }
+  /// From the O and ℓ the last output() kept when it was taken on this V (compared element by element, O(n·d)),
+  /// else with a forward pass of the exact rows again; buffers kept across calls.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {
-    return op_->backward(v, d_out);
+    return op_->backward(v, d_out, &ws_);
   }
 
  private:
   std::optional<ProbSparseOperator<T>> op_;
+  /// The backward's buffers and output()'s forward, kept across calls and computes (a cache behind const calls: one
+  /// method object is not to be used from several threads at once).
+  mutable ProbSparseWorkspace<T> ws_;
 };
 
 extern template class ProbSparseMethod<float>;

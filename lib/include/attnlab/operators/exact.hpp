@@ -85,4 +85,63 @@ Gradients<T> exact_backward(const ConstRef<T>& q, const ConstRef<T>& k, const Co
 /// Groups of key tiles in exact_backward (a constant, not the thread count, so that its sums are reproducible).
 constexpr Index kBackwardGroups = 4;
 
+/// The buffers of exact_backward_add and exact_backward_few_keys, kept across calls by a method that runs them on
+/// its sub-problems step after step (Nyström, Linformer, ProbSparse): in steady state they allocate nothing. Every
+/// fresh n × d buffer is mapped and faulted in page by page (~8 µs a page in a VM: a third to a half of those
+/// methods' backward went to the page faults and zeroing of intermediates). One workspace per caller; not shared
+/// between concurrent calls.
+template <typename T>
+struct ExactBackwardWorkspace {
+  struct Thread {
+    MatrixR<T> p, dp;  // a tile's P (then dS) and dP
+    VectorX<T> d;      // a block's row maxima, then sums, then D_i
+  };
+  std::vector<Thread> threads;     // by omp_get_thread_num()
+  std::vector<MatrixR<T>> dq;      // exact_backward_add: dQ of the key groups after the first
+  std::vector<MatrixR<T>> dk, dv;  // exact_backward_few_keys: dK, dV of each group of query blocks
+  VectorX<T> dsum;                 // D_i = rowsum(dO ∘ O)_i
+  MatrixR<T> out;                  // exact_backward_set with n_k > kFewKeys: the forward's O and ℓ, formed again
+  VectorX<T> lse;
+};
+
+/// exact_backward's vector–Jacobian products ADDED to the caller's dq (n_q × d), dk (n_k × d), dv (n_k × d_v), with
+/// its buffers in `ws`: a method that calls exact attention's backward on a sub-problem (ProbSparse's selected rows)
+/// writes into its own result without n × d temporaries. The same kernel and the same sums as exact_backward
+/// (parallel over key tiles in kBackwardGroups fixed groups; group 0 adds straight into dq, the others into their
+/// own partial, added to dq in group order): on zeroed dq, dk, dv the bits are exact_backward's, whatever the
+/// thread count.
+template <typename T>
+void exact_backward_add(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& out,
+                        const VectorX<T>& row_lse, const ConstRef<T>& d_out, const AttentionOptions& opts,
+                        MutRef<T> dq, MutRef<T> dk, MutRef<T> dv, ExactBackwardWorkspace<T>& ws,
+                        Index tile = kDefaultTile, const QueryLayout& layout = {});
+
+/// Keys up to which exact_backward_few_keys is meant (its blocks of rows hold all keys at once).
+constexpr Index kFewKeys = 1024;
+/// Fixed groups of query blocks in exact_backward_few_keys (a constant, so that its sums are reproducible).
+constexpr Index kFewKeysGroups = 8;
+
+/// The backward of non-causal exact attention over few keys (n_k ≤ kFewKeys: Nyström's m landmark keys, Linformer's
+/// k projected keys), for many queries. FlashAttention-2's tiling (exact_backward) puts all those keys in one tile,
+/// which leaves its parallel loop over key tiles one tile to share, and it needs the forward's O and ℓ (a forward
+/// pass again).
+/// Here the queries go in fixed blocks of rows, in parallel, each block's softmax formed whole (dense GEMMs and a
+/// softmax backward, as autograd does it, never more than a block of rows × n_k):
+///   P = softmax(s·Q_b Kᵀ),  dP = dO_b Vᵀ,  D_i = Σ_j P_ij dP_ij (= rowsum(dO ∘ O)_i),  dS = P ∘ (dP − D),
+///   dQ_b = s·dS K,  dK = Σ_b s·dS_bᵀ Q_b,  dV = Σ_b P_bᵀ dO_b.
+/// Block b belongs to group b mod kFewKeysGroups; each group sums its blocks in order and the groups are summed in
+/// group order: the bits do not depend on the thread count. dq, dk and dv are SET (not added to).
+template <typename T>
+void exact_backward_few_keys(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                             const ConstRef<T>& d_out, const AttentionOptions& opts, MutRef<T> dq, MutRef<T> dk,
+                             MutRef<T> dv, ExactBackwardWorkspace<T>& ws);
+
+/// Non-causal exact attention's backward on a sub-problem of a method (Nyström's F·W over m landmark keys,
+/// Linformer's (Q, EK, FV) over k projected keys), dq, dk, dv SET: exact_backward_few_keys when n_k ≤ kFewKeys,
+/// otherwise the forward's O and ℓ formed again and exact_backward_add on zeroed buffers.
+template <typename T>
+void exact_backward_set(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& d_out,
+                        const AttentionOptions& opts, MutRef<T> dq, MutRef<T> dk, MutRef<T> dv,
+                        ExactBackwardWorkspace<T>& ws);
+
 }  // namespace attnlab

@@ -48,7 +48,8 @@ typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const C
       mx = std::max(mx, logit);
     }
     T sum = 0;
-    for (std::size_t t = 0; t < row.size(); ++t) sum += values[base + Index(t)] = std::exp(values[base + Index(t)] - mx);
+    for (std::size_t t = 0; t < row.size(); ++t)
+      sum += values[base + Index(t)] = std::exp(values[base + Index(t)] - mx);
     for (std::size_t t = 0; t < row.size(); ++t) values[base + Index(t)] /= sum;
   }
   return p;
@@ -65,8 +66,8 @@ Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const
   using Sparse = typename SparseOperator<T>::Sparse;
   require(p.isCompressed() && p.rows() == q.rows() && p.cols() == k.rows(), "pattern_backward: P̃ does not match");
   const Index nq = p.rows();
-  // dS on P̃'s own structure: per row, dP_ij = dO_i·v_j, D_i = Σ_j P̃_ij dP_ij (= dO_i·O_i), dS_ij = P̃_ij (dP_ij − D_i),
-  // and dQ_i = s·Σ_j dS_ij k_j in the same pass (rows apart: parallel).
+  // dS on P̃'s own structure: per row, dP_ij = dO_i·v_j, D_i = Σ_j P̃_ij dP_ij (= dO_i·O_i),
+  // dS_ij = P̃_ij (dP_ij − D_i), and dQ_i = s·Σ_j dS_ij k_j in the same pass (rows apart: parallel).
   const Index* outer = p.outerIndexPtr();
   const Index* inner = p.innerIndexPtr();
   const T* pv = p.valuePtr();
