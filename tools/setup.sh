@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Installs every Debian package attnlab needs (only the missing ones, saying which), then configures and
 # builds. Idempotent: a second run installs nothing and rebuilds only what changed.
-#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--no-build] [--target T] [-- extra cmake args]
+#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--test-stack] [--download-only] [--no-build]
+#                  [--target T] [-- extra cmake args]
+# --python-stack: also what the main job runs in Python (matplotlib, pandas, torch); --test-stack: that and what only
+# the tests need (pytest, nbconvert and ipykernel for the notebooks). --download-only fetches the missing packages into
+# apt's cache without installing them (reproduce.sh fetches the Python stack while it builds) and builds nothing.
 # --target builds one target (and what it needs; repeat it for several) without changing the configuration:
 # reproduce.sh builds only the command, so the test build is left to tools/test.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-tests=ON bench=OFF python_stack=0 build=1 target=()
+tests=ON bench=OFF python_stack=0 test_stack=0 download=0 build=1 target=()
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) tests=OFF ;;
     --bench) bench=ON ;;
     --python-stack) python_stack=1 ;;
+    --test-stack) python_stack=1 test_stack=1 ;;
+    --download-only) download=1 build=0 ;;
     --no-build) build=0 ;;
     --target) target+=(--target "${2:?--target needs a name}"); shift ;;
     --) shift; extra=("$@"); break ;;
@@ -25,8 +31,10 @@ done
 packages=(g++ make cmake git zlib1g-dev libeigen3-dev libspectra-dev libfmt-dev libcli11-dev libgtest-dev
           libbenchmark-dev libopenblas-dev python3 python3-numpy python3-dev pybind11-dev time)
 if [ "$python_stack" = 1 ]; then
-  packages+=(python3-matplotlib python3-pandas python3-nbconvert python3-nbformat python3-ipykernel python3-torch
-             python3-pytest)
+  packages+=(python3-matplotlib python3-pandas python3-torch)
+fi
+if [ "$test_stack" = 1 ]; then
+  packages+=(python3-nbconvert python3-nbformat python3-ipykernel python3-pytest)
 fi
 
 missing=()
@@ -34,11 +42,20 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
+  # apt's lists are fetched once a run (a later call, e.g. the install after --download-only, uses them when they are
+  # less than an hour old).
+  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null | head -1)" ]; then
+    $sudo apt-get update -qq
+  fi
+  if [ "$download" = 1 ]; then
+    echo "setup: downloading ${missing[*]}"
+    $sudo apt-get install -y -qq --no-install-recommends --download-only "${missing[@]}" >/dev/null
+    exit 0
+  fi
+  echo "setup: installing ${missing[*]}"
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: all ${#packages[@]} Debian packages present"

@@ -41,6 +41,6 @@ if [ "${1:-}" = "--fast-build" ]; then
   "$build/tests/attnlab_tests"
   exit 0
 fi
-"$ATTNLAB_ROOT/tools/setup.sh" --python-stack
+"$ATTNLAB_ROOT/tools/setup.sh" --test-stack
 cd "$ATTNLAB_BUILD"
 ctest --output-on-failure -j "$ATTNLAB_JOBS" --timeout 900
