@@ -3,9 +3,10 @@
 # builds. Idempotent: a second run installs nothing and rebuilds only what changed.
 #   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--test-stack] [--download-only] [--no-build]
 #                  [--target T] [-- extra cmake args]
-# --python-stack: also what the main job runs in Python (matplotlib, pandas, torch); --test-stack: that and what only
-# the tests need (pytest, nbconvert and ipykernel for the notebooks). --download-only fetches the missing packages into
-# apt's cache without installing them (reproduce.sh fetches the Python stack while it builds) and builds nothing.
+# --python-stack: also what the main job runs in Python (matplotlib, pandas, torch; nbformat, with which findings.py
+# writes the notebooks); --test-stack: that and what only the tests need (pytest; nbconvert and ipykernel, which
+# execute the notebooks). --download-only fetches the missing packages into apt's cache without installing them, and
+# builds nothing.
 # --target builds one target (and what it needs; repeat it for several) without changing the configuration:
 # reproduce.sh builds only the command, so the test build is left to tools/test.sh.
 set -euo pipefail
@@ -31,10 +32,10 @@ done
 packages=(g++ make cmake git zlib1g-dev libeigen3-dev libspectra-dev libfmt-dev libcli11-dev libgtest-dev
           libbenchmark-dev libopenblas-dev python3 python3-numpy python3-dev pybind11-dev time)
 if [ "$python_stack" = 1 ]; then
-  packages+=(python3-matplotlib python3-pandas python3-torch)
+  packages+=(python3-matplotlib python3-pandas python3-nbformat python3-torch)
 fi
 if [ "$test_stack" = 1 ]; then
-  packages+=(python3-nbconvert python3-nbformat python3-ipykernel python3-pytest)
+  packages+=(python3-nbconvert python3-ipykernel python3-pytest)
 fi
 
 missing=()
