@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # Installs every Debian package attnlab needs (only the missing ones, saying which), then configures and
 # builds. Idempotent: a second run installs nothing and rebuilds only what changed.
-#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--test-stack] [--download-only] [--no-build]
-#                  [--target T] [-- extra cmake args]
+#   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--test-stack] [--no-build] [--target T]
+#                  [-- extra cmake args]
 # --python-stack: also what the main job runs in Python (matplotlib, pandas, torch; nbformat, with which findings.py
 # writes the notebooks); --test-stack: that and what only the tests need (pytest; nbconvert and ipykernel, which
-# execute the notebooks). --download-only fetches the missing packages into apt's cache without installing them, and
-# builds nothing.
+# execute the notebooks).
 # --target builds one target (and what it needs; repeat it for several) without changing the configuration:
 # reproduce.sh builds only the command, so the test build is left to tools/test.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-tests=ON bench=OFF python_stack=0 test_stack=0 download=0 build=1 target=()
+tests=ON bench=OFF python_stack=0 test_stack=0 build=1 target=()
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -20,7 +19,6 @@ while [ $# -gt 0 ]; do
     --bench) bench=ON ;;
     --python-stack) python_stack=1 ;;
     --test-stack) python_stack=1 test_stack=1 ;;
-    --download-only) download=1 build=0 ;;
     --no-build) build=0 ;;
     --target) target+=(--target "${2:?--target needs a name}"); shift ;;
     --) shift; extra=("$@"); break ;;
@@ -46,15 +44,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  # apt's lists are fetched once a run (a later call, e.g. the install after --download-only, uses them when they are
-  # less than an hour old).
+  # apt's lists are fetched once a run (a later call, e.g. reproduce.sh's second one for the Python stack, uses them
+  # when they are less than an hour old).
   if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null | head -1)" ]; then
     $sudo apt-get update -qq
-  fi
-  if [ "$download" = 1 ]; then
-    echo "setup: downloading ${missing[*]}"
-    $sudo apt-get install -y -qq --no-install-recommends --download-only "${missing[@]}" >/dev/null
-    exit 0
   fi
   echo "setup: installing ${missing[*]}"
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
