@@ -158,6 +158,20 @@ Heads<T> heads_of(const pybind11::handle& obj, const char* name, const char* ref
   return h;
 }
 
+/// Q and K (and V when given) agree: the same layout and heads, Q's and K's d, one row of V per key.
+template <typename T>
+void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
+  using attnlab::Error;
+  if (q.batched != k.batched || q.heads != k.heads || (v && (v->batched != q.batched || v->heads != q.heads))) {
+    if (v) throw Error("q, k, v: give all three as (n, d) or all as (heads, n, d) with the same number of heads");
+    throw Error("q, k: give both as (n, d) or both as (heads, n, d) with the same number of heads");
+  }
+  if (q.cols != k.cols)
+    throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
+  if (v && v->rows != k.rows)
+    throw Error(fmt::format("k, v: different lengths (k has {} rows, v has {})", k.rows, v->rows));
+}
+
 /// A new (h, rows, cols) or (rows, cols) array.
 template <typename T>
 pybind11::array_t<T> new_array(bool batched, attnlab::Index heads, attnlab::Index rows, attnlab::Index cols) {

@@ -47,20 +47,7 @@ using namespace attnlab_python;  // common.hpp: run_released, the array readers
 
 namespace {
 
-// ---- arrays (common.hpp's readers: heads_of, new_array, head_label) --------------------------------------------
-
-/// Q and K (and V when given) agree: the same layout and heads, Q's and K's d, one row of V per key.
-template <typename T>
-void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
-  if (q.batched != k.batched || q.heads != k.heads || (v && (v->batched != q.batched || v->heads != q.heads))) {
-    if (v) throw Error("q, k, v: give all three as (n, d) or all as (heads, n, d) with the same number of heads");
-    throw Error("q, k: give both as (n, d) or both as (heads, n, d) with the same number of heads");
-  }
-  if (q.cols != k.cols)
-    throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
-  if (v && v->rows != k.rows)
-    throw Error(fmt::format("k, v: different lengths (k has {} rows, v has {})", k.rows, v->rows));
-}
+// ---- arrays (common.hpp: heads_of, check_qkv, new_array, head_label) ------------------------------------------
 
 std::string shape_str(bool batched, Index heads, Index rows, Index cols) {
   return batched ? fmt::format("({}, {}, {})", heads, rows, cols) : fmt::format("({}, {})", rows, cols);

@@ -47,17 +47,7 @@ namespace {
 
 // ---- arrays -------------------------------------------------------------------------------------------------
 
-// heads_of, new_array and head_label: common.hpp.
-
-template <typename T>
-void check_qkv(const Heads<T>& q, const Heads<T>& k, const Heads<T>* v) {
-  if (q.batched != k.batched || q.heads != k.heads || (v && (v->batched != q.batched || v->heads != q.heads)))
-    throw Error("q, k, v: give all three as (n, d) or all as (heads, n, d) with the same number of heads");
-  if (q.cols != k.cols)
-    throw Error(fmt::format("q, k: head dimensions differ (q has d = {}, k has {})", q.cols, k.cols));
-  if (v && v->rows != k.rows)
-    throw Error(fmt::format("k, v: different lengths (k has {} rows, v has {})", k.rows, v->rows));
-}
+// heads_of, check_qkv, new_array and head_label: common.hpp.
 
 AttentionOptions attention_options(bool causal, const std::optional<double>& scale) {
   AttentionOptions o;

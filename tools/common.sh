@@ -4,6 +4,19 @@ ATTNLAB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ATTNLAB_BUILD=${ATTNLAB_BUILD:-$ATTNLAB_ROOT/build}
 ATTNLAB_JOBS=${ATTNLAB_JOBS:-$(nproc 2>/dev/null || echo 2)}
 
+# The generator for a build directory DIR: Ninja (setup.sh installs it) for a new one — it compiles a target's sources
+# while the targets it links are still building, which Make does not (measured: 349 → 316 s for the command and the
+# module) — and whatever an existing DIR was configured with (CMake refuses to switch).
+generator_args() {
+  local cache=$1/CMakeCache.txt
+  if [ -e "$cache" ]; then
+    grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$cache" && echo "-G Ninja"
+  elif command -v ninja >/dev/null; then
+    echo "-G Ninja"
+  fi
+  return 0
+}
+
 # The Python that has Debian's numpy (and matplotlib, pandas, torch): ATTNLAB_PYTHON if set, else
 # /usr/bin/python3, else the first python3 on PATH that imports numpy. Never blindly the first python3.
 attnlab_python() {
@@ -25,6 +38,8 @@ best_openblas_coretype() {
 configure_fast_build() {
   local dir=$1
   shift
-  cmake -S "$ATTNLAB_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_USE_BLAS=ON -DATTNLAB_NATIVE=ON \
+  # shellcheck disable=SC2046  # (empty or two words)
+  cmake $(generator_args "$dir") -S "$ATTNLAB_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release \
+        -DATTNLAB_USE_BLAS=ON -DATTNLAB_NATIVE=ON \
         -DATTNLAB_BUILD_PYTHON=OFF -DATTNLAB_BUILD_EXAMPLES=OFF "$@" >/dev/null
 }

@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
 done
 
 packages=(g++ make cmake git zlib1g-dev libeigen3-dev libspectra-dev libfmt-dev libcli11-dev libgtest-dev
-          libbenchmark-dev libopenblas-dev python3 python3-numpy python3-dev pybind11-dev time)
+          libbenchmark-dev libopenblas-dev python3 python3-numpy python3-dev pybind11-dev time ninja-build)
 if [ "$python_stack" = 1 ]; then
   packages+=(python3-matplotlib python3-pandas python3-nbformat python3-torch)
 fi
@@ -59,7 +59,9 @@ fi
 python=$(attnlab_python)
 echo "setup: configuring in $ATTNLAB_BUILD (python: $python)"
 # ATTNLAB_NATIVE=ON builds for this CPU (faster on AVX-512, but results then differ in their last bits between CPUs).
-cmake -S "$ATTNLAB_ROOT" -B "$ATTNLAB_BUILD" -DCMAKE_BUILD_TYPE=Release -DATTNLAB_BUILD_TESTS=$tests \
+# shellcheck disable=SC2046  # (empty or two words)
+cmake $(generator_args "$ATTNLAB_BUILD") -S "$ATTNLAB_ROOT" -B "$ATTNLAB_BUILD" -DCMAKE_BUILD_TYPE=Release \
+      -DATTNLAB_BUILD_TESTS=$tests \
       -DATTNLAB_NATIVE="${ATTNLAB_NATIVE:-OFF}" \
       -DATTNLAB_BUILD_BENCH=$bench -DATTNLAB_PYTHON="$python" "${extra[@]}" >/dev/null
 echo "setup: building with $ATTNLAB_JOBS jobs"

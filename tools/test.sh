@@ -15,7 +15,11 @@ if [ "${1:-}" = "--sanitize" ]; then
   flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g1"
   # No ISA variant (the same code again), no Python module (a sanitized .so would need the runtime preloaded into
   # python3), no examples; -O1 keeps the sanitized tests fast enough.
-  cmake -S "$ATTNLAB_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1" \
+  # Without unity batches: each source compiled on its own, so that one relying on another's includes or clashing
+  # with another's anonymous-namespace names is caught here (the other builds batch them; CMakeLists.txt).
+  # shellcheck disable=SC2046  # (empty or two words)
+  cmake $(generator_args "$build") -S "$ATTNLAB_ROOT" -B "$build" -DATTNLAB_UNITY_BUILD=OFF \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1" \
         -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
         -DATTNLAB_TEST_ISA_VARIANT=OFF -DATTNLAB_BUILD_PYTHON=OFF -DATTNLAB_BUILD_EXAMPLES=OFF \
         -DATTNLAB_PYTHON="$(attnlab_python)" >/dev/null
