@@ -50,7 +50,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -qq
   fi
   echo "setup: installing ${missing[*]}"
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # --force-unsafe-io: dpkg without an fsync per unpacked file (what Debian's build daemons do through eatmydata).
+  # reproduce.sh installs the Python stack beside the build; with an fsync per file (torch: thousands) the
+  # compilers' own writes waited on the journal — the I/O scheduler here is `none`, which ionice cannot steer.
+  $sudo apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe-io "${missing[@]}" \
+    >/dev/null
 else
   echo "setup: all ${#packages[@]} Debian packages present"
 fi
