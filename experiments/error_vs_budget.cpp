@@ -1,7 +1,8 @@
 // `error_vs_budget` — every method's error against its budget (landmarks, features, k, codes, window, ...), for
 // several n, d and sources, every metric of the library, with the Eckart–Young floor (`svd:rank=R`) beside the
 // rank-limited methods; and its cost as a user runs it (float32 time per call, best of --repeats, peak memory, and
-// the speed-up over exact streaming attention timed in the same point), for the error-against-cost figure. Sources:
+// the speed-up over exact streaming attention timed in the same point), for the error-against-cost figure — every
+// family but the SVD floor, which is a reference, not a method to run (BudgetFamily::measure_cost). Sources:
 // generated, the trained/initialised transformer's heads (`trained`, `initialized`: the source column names the
 // model, the sequence, layer and head columns the head; README: "Results files"), the causal model's
 // (`trained_causal`: only the causal-capable families, with the causal mask — its heads never saw the future) and the
@@ -99,7 +100,7 @@ class ErrorVsBudget final : public Experiment {
       const Row key = row_key(where, p.q.rows(), p.q.cols(), seed, f.label, b);
       const std::string spec = f.spec_at(b);
       method_rows(rows, key, spec, p, exact, p.q.rows() <= spectral_limit_);
-      if (repeats_ == 0) continue;  // no cost asked for
+      if (repeats_ == 0 || !f.measure_cost) continue;  // no cost asked for, or a reference (the SVD floor)
       const Cost c = measure_method<float>(spec, qf, kf, vf, seed, opts, co);
       if (c.refused) continue;  // the memory guard refused the size
       Row r = rows.back();      // same identifying columns as the method's rows
