@@ -327,6 +327,7 @@ def dropin(F, R):
           "largest |per-byte loss through attnlab's exact attention − the model's own| over both models", "dropin")
     names = {"mlm": "masked-LM", "causal": "causal"}
     rows = ["| model | family | " + " | ".join(["budget: loss increase ± SE (nats/byte)"] * 1) + " |", "|---|---|---|"]
+    corr = correlations(df)   # both models' (a cluster bootstrap: seconds), once
     for m in ("mlm", "causal"):
         dm = df[df.model == m]
         if dm.empty:
@@ -349,8 +350,7 @@ def dropin(F, R):
         worst = a.loc[a.dloss.idxmax()]
         F.add(f"dropin.{m}.worst", f"{worst.family} at budget {worst.budget:g} (+{worst.dloss:.2f} nats/byte)", str,
               f"the all-layer swap that loses most on the {names[m]} model", "dropin")
-        c = correlations(df)
-        c = c[(c.model == m) & (c.family == "all families")].set_index("predictor")
+        c = corr[(corr.model == m) & (corr.family == "all families")].set_index("predictor")
         for p in ("head_err", "resid_err", "grad_bound", "grad_lin", "p_tv"):
             r = c.loc[p]
             F.add(f"dropin.{m}.rho_{p}", f"{r.rho:.2f} [{r.lo:.2f}, {r.hi:.2f}]", str,
