@@ -22,9 +22,10 @@ t0=$(date +%s)
 # 302 s and 108 s (410 s one after the other); side by side with the install at nice 19, the build 344 s and the
 # install, starved until the build was done, 425 s; side by side at the same priority, the install 183 s and the
 # build 388 s — both done 37 s sooner. (In the fresh main job the gain did not show: packages, build and export
-# 491 s against 497 s before; the install there takes ~216 s of dpkg beside the build either way.) The export (torch, two threads) stays at nice 19: beside the build's two
-# compilers its OpenMP workers would wait on each other (oversubscribed OpenMP slows several-fold; the README's note
-# on --shard), so it runs on what the build leaves and finishes after it (~25 s alone).
+# 491 s against 497 s before; the install there takes ~216 s of dpkg beside the build either way.) The export (torch,
+# two threads) stays at nice 19: beside the build's two compilers its OpenMP workers would wait on each other
+# (oversubscribed OpenMP slows several-fold; the README's note on --shard), so it runs on what the build leaves and
+# finishes after it (~25 s alone).
 "$ATTNLAB_ROOT/tools/setup.sh" --no-build
 mkdir -p data
 echo "reproduce: installing the Python stack and exporting the small transformer's attention in the background" \
