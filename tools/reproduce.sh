@@ -17,15 +17,10 @@ cd "$ATTNLAB_ROOT"
 t0=$(date +%s)
 # The packages the build needs first; then the build in the foreground while, in the background, the Python stack
 # (matplotlib, pandas, torch) is installed and the model's attention exported (log: data/trained_attention.log).
-# The install runs at the build's priority, the export at the lowest. Measured on 2 cores (the build of the command
-# and the module from scratch, beside the install of the Python stack from apt's cache in a fresh chroot): alone,
-# 302 s and 108 s (410 s one after the other); side by side with the install at nice 19, the build 344 s and the
-# install, starved until the build was done, 425 s; side by side at the same priority, the install 183 s and the
-# build 388 s — both done 37 s sooner. (In the fresh main job the gain did not show: packages, build and export
-# 491 s against 497 s before; the install there takes ~216 s of dpkg beside the build either way.) The export (torch,
+# The install runs at the build's priority: the build uses both cores throughout, so an install at nice 19 only
+# starves until the build is done and then runs alone, while side by side both finish sooner. The export (torch,
 # two threads) stays at nice 19: beside the build's two compilers its OpenMP workers would wait on each other
-# (oversubscribed OpenMP slows several-fold; the README's note on --shard), so it runs on what the build leaves and
-# finishes after it (~25 s alone).
+# (oversubscribed OpenMP slows several-fold; the README's note on --shard), so it runs on what the build leaves.
 "$ATTNLAB_ROOT/tools/setup.sh" --no-build
 mkdir -p data
 echo "reproduce: installing the Python stack and exporting the small transformer's attention in the background" \

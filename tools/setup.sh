@@ -51,9 +51,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "setup: installing ${missing[*]}"
   # --force-unsafe-io: dpkg without an fsync per unpacked file (what Debian's build daemons do through eatmydata).
-  # reproduce.sh installs the Python stack beside the build (torch: thousands of files; the I/O scheduler here is
-  # `none`, which ionice cannot steer). Measured in fresh runs: packages, build and export 516 → 497 s; the build
-  # still takes ~450 s beside the install against 316 s alone, so the fsyncs are not most of that.
+  # reproduce.sh installs the Python stack beside the build (torch: thousands of files), and ionice cannot keep
+  # those writes out of the compilers' way where the I/O scheduler is `none`.
   $sudo apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe-io "${missing[@]}" \
     >/dev/null
 else

@@ -17,8 +17,8 @@ struct BudgetFamily {
   /// An efficient method one would deploy; false for the analysis baselines (the Eckart–Young floor by SVD,
   /// classical CUR), which form or sweep all of P.
   bool deployable = true;
-  /// Whether `error_vs_budget` times it: false for the SVD floor, a dense SVD of all of P at every rank (95 ms a call
-  /// at n = 512, float32: 26 s of the quick preset's 87), left out of the error-against-cost figure and findings.
+  /// Whether `error_vs_budget` times it: false for the SVD floor, a reference rather than a method to run (a dense
+  /// SVD of all of P whatever the rank, the slowest call of the sweep), which the error-against-cost figure omits.
   bool measure_cost = true;
   /// The budget parameter: the method's own (its descriptor names it, see registry.hpp).
   std::string param() const {
