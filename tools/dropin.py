@@ -196,7 +196,7 @@ class Model:
     @torch.no_grad()
     def exact_run(self):
         """The exact model through attnlab, caching every layer's input, Q, K, V and head outputs."""
-        self.xs, self.qkv, self.o = [], [], []
+        self.xs, self.qkv, self.o, self.p_exact = [], [], [], {}
         x = self.embed()
         for l, blk in enumerate(self.net.blocks):
             q, k, v = blk.heads(x)
@@ -208,6 +208,17 @@ class Model:
         self.logp = torch.log_softmax(self.net.head(self.net.ln(x)), -1)
         self.ce = self.token_ce(self.logp)
         return self.ce
+
+    def exact_matrix(self, layer):
+        """Exact attention's P of every window's heads at `layer` (W·H, n, n), from the cached Q, K: computed once
+        a model run and kept (what every spec's p_tv is measured against; 64 MiB a layer at 8 windows)."""
+        if layer not in self.p_exact:
+            q, k, _ = self.qkv[layer]
+            n, dh = q.shape[-2], q.shape[-1]
+            qf, kf = q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy()
+            _, self.p_exact[layer] = attnlab.apply("exact", qf, kf, np.zeros((qf.shape[0], n, 1)),
+                                                   causal=self.causal, matrix=True)
+        return self.p_exact[layer]
 
     def token_ce(self, logp):
         return -logp.gather(-1, self.target[..., None])[..., 0]
@@ -289,6 +300,19 @@ def pooled_windows(s_w, n_w):
     return float(mean), float(se)
 
 
+def row_l1_distances(a, b):
+    """‖a_i − b_i‖₁ of every row of two (heads, n, n_k) arrays, one head at a time: the difference of one head
+    stays in cache where the whole one (hundreds of MB in float64) would be written and read back twice. The same
+    sums, bit for bit, as np.abs(a - b).sum(-1)."""
+    out = np.empty(a.shape[:-1])
+    buf = np.empty(a.shape[1:])
+    for i in range(a.shape[0]):
+        np.subtract(a[i], b[i], out=buf)
+        np.abs(buf, out=buf)
+        out[i] = buf.sum(-1)
+    return out
+
+
 def rel(a, b):
     return float(torch.linalg.norm((a - b).reshape(-1)) / torch.linalg.norm(b.reshape(-1)))
 
@@ -345,10 +369,8 @@ def unit_heads(model, spec, seed, grads):
             ones = np.zeros((W * H, n, 1))
             _, p_approx = attnlab.apply(spec, q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy(), ones,
                                         causal=model.causal, seed=seed + l, matrix=True)
-            _, p_exact = attnlab.apply("exact", q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy(), ones,
-                                       causal=model.causal, matrix=True)
-            tv = 0.5 * np.abs(p_approx - p_exact).sum(-1).reshape(W, H, n).mean(axis=(0, 2))
-            del p_approx, p_exact
+            tv = 0.5 * row_l1_distances(p_approx, model.exact_matrix(l)).reshape(W, H, n).mean(axis=(0, 2))
+            del p_approx
             resid = float(model.xs[l].norm())
             for h in range(model.H):
                 o = model.o[l].clone()
