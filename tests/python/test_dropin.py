@@ -75,6 +75,27 @@ def test_per_head_and_per_layer_swaps_match_an_independent_forward(model):
     assert [r["layer"] for r in layers] == list(range(model.L))
 
 
+def test_p_tv_is_the_mean_total_variation_of_the_rows(model):
+    """p_tv of a per-head swap: ½‖p − p̃‖₁ of each attention row, averaged over rows and windows, from the two
+    matrices as attnlab forms them; row_l1_distances gives the same sums, bit for bit, as the whole-array
+    expression it replaces (the exact P is cached per layer: a second spec is measured against the same one)."""
+    np, attnlab = dropin.np, dropin.attnlab
+    grads = model.head_gradients()
+    layer = 1
+    q, k, _ = model.qkv[layer]
+    W, H, n, dh = q.shape
+    qf, kf, z = q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy(), np.zeros((W * H, n, 1))
+    _, pe = attnlab.apply("exact", qf, kf, z, causal=model.causal, matrix=True)
+    for spec in ("local:window=8", "performer:features=16"):
+        rows = dropin.unit_heads(model, spec, 0, grads)
+        _, pa = attnlab.apply(spec, qf, kf, z, causal=model.causal, seed=layer, matrix=True)
+        whole = np.abs(pa - pe).sum(-1)
+        assert np.array_equal(dropin.row_l1_distances(pa, pe), whole)
+        want = 0.5 * whole.reshape(W, H, n).mean(axis=(0, 2))
+        got = [r["p_tv"] for r in rows if r["layer"] == layer]
+        assert got == [float(w) for w in want] and min(got) > 0
+
+
 @pytest.mark.parametrize("layer", [0, 3])
 def test_gradients_are_the_loss_derivative(model, layer):
     """∂L/∂O by autograd against a central difference of the pooled loss along a random direction (float64), the
