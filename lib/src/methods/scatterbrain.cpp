@@ -23,6 +23,21 @@ MethodDescriptor ScatterbrainOptions::registry_entry() {
       .with_backward(Backward::yes("ω held fixed; the band's exact entries and the estimate off it, exact"));
 }
 
+template <typename T>
+typename ScatterbrainMethod<T>::BandBlock ScatterbrainMethod<T>::band_block(Index b) const {
+  const Index nq = xq_.rows(), nk = xk_.rows();
+  const Index i0 = b * kBandBlock, bi = std::min(kBandBlock, nq - i0);
+  const Index lo = std::max<Index>(0, i0 + off_ - w_);
+  const Index hi = std::min(nk - 1, i0 + bi - 1 + off_ + w_);
+  return {i0, bi, lo, hi - lo + 1};
+}
+
+template <typename T>
+std::pair<Index, Index> ScatterbrainMethod<T>::band_of(Index i, Index lo) const {
+  const Index c = i + off_, nk = xk_.rows();
+  return {std::max<Index>(0, c - w_) - lo, std::min(nk - 1, c + w_) - lo};
+}
+
 /// For each block of 64 queries, the keys [lo, lo + bj) its bands span and the correction block
 /// C_ij = e^{s·q_iᵀk_j − R_i} − e^{lq_i + lk_j − R_i}·(fq_i·fk_j) on each row's band (0 off it), in units of
 /// e^{R_i}; with set_ref, R_i = max(the row's largest exact logit on its band, the log-scale of its estimated
@@ -30,22 +45,19 @@ MethodDescriptor ScatterbrainOptions::registry_entry() {
 template <typename T>
 template <typename F>
 void ScatterbrainMethod<T>::band_blocks(F&& f, VectorX<T>* set_ref, bool serial) const {
-  const Index nq = xq_.rows(), nk = xk_.rows(), block = 64, blocks = (nq + block - 1) / block;
+  const Index blocks = (xq_.rows() + kBandBlock - 1) / kBandBlock;
   const VectorX<T>& ref = set_ref ? *set_ref : ref_;
 #pragma omp parallel if (!serial)
   {
     MatrixR<T> logits, est;
 #pragma omp for schedule(static)
     for (Index b = 0; b < blocks; ++b) {
-      const Index i0 = b * block, bi = std::min(block, nq - i0);
-      const Index lo = std::max<Index>(0, i0 + off_ - w_);
-      const Index hi = std::min(nk - 1, i0 + bi - 1 + off_ + w_);
-      const Index bj = hi - lo + 1;
+      const auto [i0, bi, lo, bj] = band_block(b);
       logits.noalias() = xq_.middleRows(i0, bi) * xk_.middleRows(lo, bj).transpose();
       est.noalias() = fq_.f.middleRows(i0, bi) * kscaled_.middleRows(lo, bj).transpose();
       for (Index r = 0; r < bi; ++r) {
-        const Index i = i0 + r, c = i + off_;
-        const Index first = std::max<Index>(0, c - w_) - lo, last = std::min(nk - 1, c + w_) - lo;
+        const Index i = i0 + r;
+        const auto [first, last] = band_of(i, lo);
         const Index len = last - first + 1;
         const T base = fq_.logscale(i) + gk_;  // log-scale of the estimated entries of this row
         if (set_ref) (*set_ref)(i) = std::max(base, logits.row(r).segment(first, len).maxCoeff());
@@ -137,7 +149,7 @@ Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const Cons
   // Lemma 1; the maxima of the stabilized features cancel, gk between F and κ). The VJP of O = P̃V (Chen et al. 2021
   // §3): dÃ'_ij = B_ij = W̃_iᵀṼ_j with W̃_i = [dO_i, −dO_iᵀO_i]/den_i, Ṽ_j = [v_j, 1].
   const Index nq = xq_.rows(), nk = xk_.rows(), d = xq_.cols(), dv = v.cols(), feats = fq_.f.cols();
-  const Index block = 64;
+  const Index block = kBandBlock;
   const MatrixR<T> out = do_output(v);
   MatrixR<T> wt(nq, dv + 1), vt(nk, dv + 1);
   wt.leftCols(dv) = den_.cwiseInverse().asDiagonal() * d_out;
@@ -163,16 +175,13 @@ Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const Cons
     MatrixR<T> logits, bm;
 #pragma omp for schedule(static)
     for (Index b = 0; b < qblocks; ++b) {
-      const Index i0 = b * block, bi = std::min(block, nq - i0);
-      const Index lo = std::max<Index>(0, i0 + off_ - w_);
-      const Index hi = std::min(nk - 1, i0 + bi - 1 + off_ + w_);
-      const Index bj = hi - lo + 1;
+      const auto [i0, bi, lo, bj] = band_block(b);
       if (bj <= 0) continue;
       logits.noalias() = xq_.middleRows(i0, bi) * xk_.middleRows(lo, bj).transpose();
       bm.noalias() = wt.middleRows(i0, bi) * vt.middleRows(lo, bj).transpose();
       for (Index rr = 0; rr < bi; ++rr) {
-        const Index i = i0 + rr, c = i + off_;
-        const Index first = std::max<Index>(0, c - w_) - lo, last = std::min(nk - 1, c + w_) - lo;
+        const Index i = i0 + rr;
+        const auto [first, last] = band_of(i, lo);
         const Index len = std::max<Index>(0, last - first + 1);
         auto lrow = logits.row(rr);
         auto brow = bm.row(rr);

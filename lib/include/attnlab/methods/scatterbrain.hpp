@@ -66,6 +66,15 @@ class ScatterbrainMethod final : public ConfiguredMethod<ScatterbrainOptions, Me
   /// For each block of 64 queries, the band's correction block (lib/src/methods/scatterbrain.cpp).
   template <typename F>
   void band_blocks(F&& f, VectorX<T>* set_ref, bool serial = false) const;
+  /// The band's geometry, shared by the forward and the backward: block b's queries [i0, i0 + bi) (kBandBlock of
+  /// them) and the keys [lo, lo + bj) their bands span (bj ≤ 0: none); row i's own band [first, last] in those
+  /// columns, relative to lo (empty when last < first).
+  static constexpr Index kBandBlock = 64;
+  struct BandBlock {
+    Index i0, bi, lo, bj;
+  };
+  BandBlock band_block(Index b) const;
+  std::pair<Index, Index> band_of(Index i, Index lo) const;
 
   MatrixR<T> omega_;  // M × d: the Performer projections (held fixed by the backward)
   MatrixR<T> xq_, xk_, kscaled_;
