@@ -211,7 +211,8 @@ class Model:
 
     def exact_matrix(self, layer):
         """Exact attention's P of every window's heads at `layer` (W·H, n, n), from the cached Q, K: computed once
-        a model run and kept (what every spec's p_tv is measured against; 64 MiB a layer at 8 windows)."""
+        a model run and kept (what every spec's p_tv is measured against): W·H·n² doubles a layer, 64 MiB at the
+        quick preset's 8 windows, 256 MiB at the paper preset's 32 (1 GiB for the four layers)."""
         if layer not in self.p_exact:
             q, k, _ = self.qkv[layer]
             n, dh = q.shape[-2], q.shape[-1]
