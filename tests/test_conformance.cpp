@@ -7,8 +7,10 @@
 #include "gradient_check.hpp"
 #include "test_util.hpp"
 
+#include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace attnlab {
 namespace {
@@ -47,6 +49,16 @@ void check_method(const std::string& name) {
       EXPECT_LT(rel_err(m->op().apply(x), (p * x).eval()), tol);
       EXPECT_LT(rel_err(m->op().apply_transpose(y), (p.transpose() * y).eval()), tol);
       EXPECT_LT(rel_err(m->op().row_block(7, 9), p.middleRows(7, 9).eval()), tol);
+      // row_block_into (the metrics' reused buffers) writes the same rows bit for bit, into a buffer of another
+      // shape that holds NaN, and again when the buffer is reused at another size.
+      MatrixR<T> buf = MatrixR<T>::Constant(3, s.nk + 5, std::numeric_limits<T>::quiet_NaN());
+      for (const auto& [first, count] : {std::pair<Index, Index>{7, 9}, {0, 4}, {7, 9}}) {
+        m->op().row_block_into(first, count, buf);
+        const MatrixR<T> rows = m->op().row_block(first, count);
+        ASSERT_EQ(buf.rows(), count);
+        ASSERT_EQ(buf.cols(), s.nk);
+        EXPECT_TRUE(buf.cwiseEqual(rows).all()) << "row_block_into(" << first << ", " << count << ") differs";
+      }
       if (m->op().rows_are_distributions()) {
         EXPECT_GE(double(p.minCoeff()), -tol);
         for (Index i = 0; i < s.nq; ++i) EXPECT_NEAR(double(p.row(i).sum()), 1.0, 10 * tol);

@@ -11,18 +11,21 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
-#include <utility>
 
 namespace attnlab {
 
 namespace {
-/// A row block in double: moved when it already is (a cast to the same type would copy it), else converted.
+/// Rows [first, first + count) of P in double, into `out`: written in place when T is double, else read into
+/// `scratch` and converted. Both buffers are the caller's, kept across blocks.
 template <typename T>
-void assign_double(MatrixR<T>&& block, MatrixR<double>& out) {
-  if constexpr (std::is_same_v<T, double>)
-    out = std::move(block);
-  else
-    out = block.template cast<double>();
+void row_block_double(const AttentionOperator<T>& op, Index first, Index count, MatrixR<T>& scratch,
+                      MatrixR<double>& out) {
+  if constexpr (std::is_same_v<T, double>) {
+    op.row_block_into(first, count, out);
+  } else {
+    op.row_block_into(first, count, scratch);
+    out = scratch.template cast<double>();
+  }
 }
 }  // namespace
 
@@ -36,13 +39,14 @@ MatrixErrors matrix_errors(const AttentionOperator<T>& exact, const AttentionOpe
   const Index n = exact.rows(), block = std::max<Index>(1, opts.block_rows);
   double diff2 = 0, ref2 = 0, max_abs = 0, kl = 0, tv = 0;
   bool distributions = approx.rows_are_distributions();
-  // p, a and d live across the blocks: a block of 256 rows of n = 2048 is 4 MiB, which glibc would otherwise map
-  // and unmap (page faults) three times a block; the sums are the same either way.
+  // The block buffers live across the blocks: a block of 256 rows of n = 2048 is 4 MiB, which glibc would otherwise
+  // map and unmap (page faults) for every block; the sums are the same either way.
   MatrixR<double> p, a, d;
+  MatrixR<T> scratch;
   for (Index i0 = 0; i0 < n; i0 += block) {
     const Index b = std::min(block, n - i0);
-    assign_double<T>(exact.row_block(i0, b), p);
-    assign_double<T>(approx.row_block(i0, b), a);
+    row_block_double<T>(exact, i0, b, scratch, p);
+    row_block_double<T>(approx, i0, b, scratch, a);
     d = p - a;
     diff2 += d.squaredNorm();
     ref2 += p.squaredNorm();
@@ -143,8 +147,9 @@ double entropy_sum(const MatrixR<double>& p) { return -(p.array() * p.array().ma
 RowStats row_stats(const AttentionOperator<double>& p, Index block) {
   RowStats s;
   const Index n = p.rows();
+  MatrixR<double> rows;   // kept across blocks, as in matrix_errors
   for (Index i = 0; i < n; i += block) {
-    const MatrixR<double> rows = p.row_block(i, std::min(block, n - i));
+    p.row_block_into(i, std::min(block, n - i), rows);
     s.mean_entropy += entropy_sum(rows);
     s.fro2 += rows.squaredNorm();
   }

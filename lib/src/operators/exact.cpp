@@ -197,14 +197,19 @@ MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
 
 template <typename T>
 MatrixR<T> ExactOperator<T>::row_block(Index first, Index count) const {
+  MatrixR<T> s;
+  row_block_into(first, count, s);
+  return s;
+}
+
+template <typename T>
+void ExactOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& s) const {
   require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
   const VectorX<T>& lse = row_lse();
   const ConstRef<T> q(q_), k(k_);
   const Tiler<T> t(q, k, opts_, layout_);
-  MatrixR<T> s;
   t.logits(first, count, 0, cols(), s);
   for (Index r = 0; r < count; ++r) t.exp_row(s, r, first + r, 0, lse(first + r));
-  return s;
 }
 
 #define ATTNLAB_INSTANTIATE_EXACT(T)                                                                     \

@@ -77,8 +77,16 @@ MatrixR<T> LowRankOperator<T>::apply_transpose(const ConstRef<T>& x) const {
 
 template <typename T>
 MatrixR<T> LowRankOperator<T>::row_block(Index first, Index count) const {
+  MatrixR<T> out;
+  row_block_into(first, count, out);
+  return out;
+}
+
+template <typename T>
+void LowRankOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
   require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
-  return a_.middleRows(first, count) * bt_.transpose();
+  out.resize(count, cols());
+  out.noalias() = a_.middleRows(first, count) * bt_.transpose();
 }
 
 template <typename T>

@@ -34,6 +34,7 @@ class ExactOperator final : public AttentionOperator<T> {
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
   MatrixR<T> row_block(Index first, Index count) const override;
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
   /// The row log-sum-exp ℓ, computed on first use (one streaming pass) and kept.
   const VectorX<T>& row_lse() const;
   const MatrixR<T>& queries() const { return q_; }

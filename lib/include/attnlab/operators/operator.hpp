@@ -24,6 +24,10 @@ class AttentionOperator {
   /// Rows [first, first + count) of P as a count×cols() block. The default applies Pᵀ to columns of the
   /// identity; operators that can read rows directly override it.
   virtual MatrixR<T> row_block(Index first, Index count) const;
+  /// The same rows into `out`, resized to count×cols(): a caller walking P block by block (the error metrics) keeps
+  /// one buffer instead of a fresh allocation a block, which glibc maps and unmaps (page faults) for blocks over its
+  /// mmap threshold. The default moves row_block()'s result; the exact and low-rank operators write in place.
+  virtual void row_block_into(Index first, Index count, MatrixR<T>& out) const { out = row_block(first, count); }
   /// True when every row of P is a probability distribution (non-negative, sums to one), as softmax rows
   /// are; false for methods whose P̃ can have negative entries or unnormalized rows.
   virtual bool rows_are_distributions() const { return true; }
