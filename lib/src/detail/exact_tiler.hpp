@@ -3,6 +3,7 @@
 // and scales identically.
 #pragma once
 
+#include "attnlab/core/cancel.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/operators/exact.hpp"
 
@@ -61,6 +62,36 @@ struct Tiler {
   T row_max(const MatrixR<T>& s, Index r, Index i, Index j0) const {
     const Index vis = visible(i, j0, s.cols());
     return vis ? s.row(r).head(vis).maxCoeff() : -std::numeric_limits<T>::infinity();
+  }
+
+  /// The forward kernels' walk over the rows of P: tiles of `tile` queries in parallel (OpenMP, dynamic schedule),
+  /// each thread with its own `state = make()` (buffers kept across its tiles); on_tile(state, i0, bi) for the
+  /// queries [i0, i0 + bi). A cancel request skips the tiles not yet begun and throws once the region is over.
+  template <class Make, class OnTile>
+  void for_query_tiles(Index tile, const Make& make, const OnTile& on_tile) const {
+    const Index nq = q.rows(), ntiles = (nq + tile - 1) / tile;
+#pragma omp parallel
+    {
+      auto state = make();
+#pragma omp for schedule(dynamic)
+      for (Index it = 0; it < ntiles; ++it) {
+        if (cancel_requested()) continue;  // skipped; thrown after the parallel region
+        const Index i0 = it * tile;
+        on_tile(state, i0, std::min(tile, nq - i0));
+      }
+    }
+    throw_if_cancelled();
+  }
+  /// The key tiles the queries [i0, i0 + bi) may see, in order: s = the logits of each (logits()), then
+  /// on_block(s, j0, bj) for the keys [j0, j0 + bj).
+  template <class OnBlock>
+  void for_key_tiles(Index i0, Index bi, Index tile, MatrixR<T>& s, const OnBlock& on_block) const {
+    const Index kend = key_end(i0, bi);
+    for (Index j0 = 0; j0 < kend; j0 += tile) {
+      const Index bj = std::min(tile, kend - j0);
+      logits(i0, bi, j0, bj, s);
+      on_block(s, j0, bj);
+    }
   }
 };
 

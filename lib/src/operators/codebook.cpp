@@ -77,14 +77,13 @@ MatrixR<T> CodebookOperator<T>::apply_transpose(const ConstRef<T>& x) const {
 }
 
 template <typename T>
-MatrixR<T> CodebookOperator<T>::row_block(Index first, Index count) const {
+void CodebookOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
   require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
-  MatrixR<T> out = MatrixR<T>::Zero(count, cols());
+  out.setZero(count, cols());
   for (Index r = 0; r < count; ++r) {
     const Index i = first + r, last = causal_ ? i + off_ : cols() - 1;
     for (Index j = 0; j <= last; ++j) out(r, j) = std::exp(l_(i, a_[std::size_t(j)]) - lse_(i));
   }
-  return out;
 }
 
 template <typename T>
@@ -322,13 +321,12 @@ MatrixR<T> MeanFieldOperator<T>::apply_transpose(const ConstRef<T>& x) const {
 }
 
 template <typename T>
-MatrixR<T> MeanFieldOperator<T>::row_block(Index first, Index count) const {
-  MatrixR<T> out(count, cols());
+void MeanFieldOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
+  out.resize(count, cols());
   for (Index r = 0; r < count; ++r) {
     const Index i = first + r;
     for (Index j = 0; j < cols(); ++j) out(r, j) = e_(i, a_[std::size_t(j)]) * gt_(b_[std::size_t(i)], j);
   }
-  return out;
 }
 
 template class CodebookOperator<float>;

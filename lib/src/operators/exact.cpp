@@ -37,6 +37,25 @@ MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const Attent
   return p;
 }
 
+namespace {
+
+/// A thread's buffers for the online softmax over the key tiles of one query tile (Milakov & Gimelshein 2018):
+/// the logit block s, each row's running max m and running sum l = Σ exp(s_ij − m), and (for the output) the
+/// unnormalized accumulator Σ exp(s_ij − m)·v_j.
+template <typename T>
+struct OnlineRows {
+  MatrixR<T> s, acc;
+  VectorX<T> m, l;
+  OnlineRows(Index tile, Index dv) : acc(tile, dv), m(tile), l(tile) {}
+  void reset(Index bi) {
+    m.head(bi).setConstant(-std::numeric_limits<T>::infinity());
+    l.head(bi).setZero();
+    acc.topRows(bi).setZero();
+  }
+};
+
+}  // namespace
+
 template <typename T>
 MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
                         const AttentionOptions& opts, Index tile, const QueryLayout& layout, VectorX<T>* row_lse) {
@@ -45,43 +64,27 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
   checked_tile(tile);
   const Tiler<T> t(q, k, opts, layout);
   const Index nq = q.rows(), dv = v.cols();
-  const Index ntiles = (nq + tile - 1) / tile;
   MatrixR<T> out(nq, dv);
   if (row_lse) row_lse->resize(nq);
-#pragma omp parallel
-  {
-    MatrixR<T> s;
-    MatrixR<T> acc(tile, dv);
-    VectorX<T> m(tile), l(tile);
-#pragma omp for schedule(dynamic)
-    for (Index it = 0; it < ntiles; ++it) {
-      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
-      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
-      m.head(bi).setConstant(-std::numeric_limits<T>::infinity());
-      l.head(bi).setZero();
-      acc.topRows(bi).setZero();
-      const Index kend = t.key_end(i0, bi);
-      for (Index j0 = 0; j0 < kend; j0 += tile) {
-        const Index bj = std::min(tile, kend - j0);
-        t.logits(i0, bi, j0, bj, s);
-        // Online softmax: keep the running max m_i and the running sum l_i = Σ exp(s_ij − m_i); when the max
-        // grows, rescale l and the accumulator by exp(m_old − m_new). Key 0 is in the first tile of every
-        // row, so m_i is finite from the first tile on.
-        for (Index r = 0; r < bi; ++r) {
-          const T mnew = std::max(m(r), t.row_max(s, r, i0 + r, j0));
-          const T alpha = std::exp(m(r) - mnew);
-          t.exp_row(s, r, i0 + r, j0, mnew);
-          l(r) = alpha * l(r) + s.row(r).sum();
-          acc.row(r) *= alpha;
-          m(r) = mnew;
-        }
-        acc.topRows(bi).noalias() += s * v.middleRows(j0, bj);
+  t.for_query_tiles(tile, [&] { return OnlineRows<T>(tile, dv); }, [&](OnlineRows<T>& w, Index i0, Index bi) {
+    w.reset(bi);
+    t.for_key_tiles(i0, bi, tile, w.s, [&](MatrixR<T>& s, Index j0, Index bj) {
+      // Online softmax: keep the running max m_i and the running sum l_i = Σ exp(s_ij − m_i); when the max
+      // grows, rescale l and the accumulator by exp(m_old − m_new). Key 0 is in the first tile of every
+      // row, so m_i is finite from the first tile on.
+      for (Index r = 0; r < bi; ++r) {
+        const T mnew = std::max(w.m(r), t.row_max(s, r, i0 + r, j0));
+        const T alpha = std::exp(w.m(r) - mnew);
+        t.exp_row(s, r, i0 + r, j0, mnew);
+        w.l(r) = alpha * w.l(r) + s.row(r).sum();
+        w.acc.row(r) *= alpha;
+        w.m(r) = mnew;
       }
-      out.middleRows(i0, bi) = acc.topRows(bi).array().colwise() / l.head(bi).array();
-      if (row_lse) row_lse->segment(i0, bi) = m.head(bi).array() + l.head(bi).array().log();
-    }
-  }
-  throw_if_cancelled();
+      w.acc.topRows(bi).noalias() += s * v.middleRows(j0, bj);
+    });
+    out.middleRows(i0, bi) = w.acc.topRows(bi).array().colwise() / w.l.head(bi).array();
+    if (row_lse) row_lse->segment(i0, bi) = w.m.head(bi).array() + w.l.head(bi).array().log();
+  });
   return out;
 }
 
@@ -91,33 +94,20 @@ VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const Atten
   validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout);
   checked_tile(tile);
   const Tiler<T> t(q, k, opts, layout);
-  const Index nq = q.rows();
-  const Index ntiles = (nq + tile - 1) / tile;
-  VectorX<T> lse(nq);
-#pragma omp parallel
-  {
-    MatrixR<T> s;
-#pragma omp for schedule(dynamic)
-    for (Index it = 0; it < ntiles; ++it) {
-      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
-      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
-      VectorX<T> m = VectorX<T>::Constant(bi, -std::numeric_limits<T>::infinity());
-      VectorX<T> l = VectorX<T>::Zero(bi);
-      const Index kend = t.key_end(i0, bi);
-      for (Index j0 = 0; j0 < kend; j0 += tile) {
-        const Index bj = std::min(tile, kend - j0);
-        t.logits(i0, bi, j0, bj, s);
-        for (Index r = 0; r < bi; ++r) {
-          const T mnew = std::max(m(r), t.row_max(s, r, i0 + r, j0));
-          const Index vis = t.visible(i0 + r, j0, bj);
-          l(r) = std::exp(m(r) - mnew) * l(r) + (s.row(r).head(vis).array() - mnew).exp().sum();
-          m(r) = mnew;
-        }
+  VectorX<T> lse(q.rows());
+  // The output's online softmax without the accumulator; the sum reads only the visible keys (no exp is written).
+  t.for_query_tiles(tile, [&] { return OnlineRows<T>(tile, 0); }, [&](OnlineRows<T>& w, Index i0, Index bi) {
+    w.reset(bi);
+    t.for_key_tiles(i0, bi, tile, w.s, [&](const MatrixR<T>& s, Index j0, Index bj) {
+      for (Index r = 0; r < bi; ++r) {
+        const T mnew = std::max(w.m(r), t.row_max(s, r, i0 + r, j0));
+        const Index vis = t.visible(i0 + r, j0, bj);
+        w.l(r) = std::exp(w.m(r) - mnew) * w.l(r) + (s.row(r).head(vis).array() - mnew).exp().sum();
+        w.m(r) = mnew;
       }
-      lse.segment(i0, bi) = m.array() + l.array().log();
-    }
-  }
-  throw_if_cancelled();
+    });
+    lse.segment(i0, bi) = w.m.head(bi).array() + w.l.head(bi).array().log();
+  });
   return lse;
 }
 
@@ -141,27 +131,15 @@ MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
   const VectorX<T>& lse = row_lse();
   const ConstRef<T> q(q_), k(k_);
   const Tiler<T> t(q, k, opts_, layout_);
-  const Index nq = rows(), b = x.cols(), tile = tile_;
-  const Index ntiles = (nq + tile - 1) / tile;
-  MatrixR<T> y = MatrixR<T>::Zero(nq, b);
-#pragma omp parallel
-  {
-    MatrixR<T> s;
-#pragma omp for schedule(dynamic)
-    for (Index it = 0; it < ntiles; ++it) {
-      if (cancel_requested()) continue;  // skipped; thrown after the parallel region
-      const Index i0 = it * tile, bi = std::min(tile, nq - i0);
-      const Index kend = t.key_end(i0, bi);
-      for (Index j0 = 0; j0 < kend; j0 += tile) {
-        const Index bj = std::min(tile, kend - j0);
-        t.logits(i0, bi, j0, bj, s);
-        // P_ij = exp(s_ij − ℓ_i)
-        for (Index r = 0; r < bi; ++r) t.exp_row(s, r, i0 + r, j0, lse(i0 + r));
-        y.middleRows(i0, bi).noalias() += s * x.middleRows(j0, bj);
-      }
-    }
-  }
-  throw_if_cancelled();
+  const Index tile = tile_;
+  MatrixR<T> y = MatrixR<T>::Zero(rows(), x.cols());
+  t.for_query_tiles(tile, [] { return MatrixR<T>(); }, [&](MatrixR<T>& buf, Index i0, Index bi) {
+    t.for_key_tiles(i0, bi, tile, buf, [&](MatrixR<T>& s, Index j0, Index bj) {
+      // P_ij = exp(s_ij − ℓ_i)
+      for (Index r = 0; r < bi; ++r) t.exp_row(s, r, i0 + r, j0, lse(i0 + r));
+      y.middleRows(i0, bi).noalias() += s * x.middleRows(j0, bj);
+    });
+  });
   return y;
 }
 
@@ -193,13 +171,6 @@ MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
   }
   throw_if_cancelled();
   return y;
-}
-
-template <typename T>
-MatrixR<T> ExactOperator<T>::row_block(Index first, Index count) const {
-  MatrixR<T> s;
-  row_block_into(first, count, s);
-  return s;
 }
 
 template <typename T>

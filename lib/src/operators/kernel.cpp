@@ -159,7 +159,7 @@ MatrixR<T> KernelOperator<T>::apply_transpose(const ConstRef<T>& x) const {
 }
 
 template <typename T>
-MatrixR<T> KernelOperator<T>::row_block(Index first, Index count) const {
+void KernelOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
   require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
   const Index vis = causal_ ? first + count + offset_ : cols();  // keys the last row sees
   MatrixR<T> s = f_.qf.middleRows(first, count) * f_.kf.topRows(vis).transpose();
@@ -168,9 +168,8 @@ MatrixR<T> KernelOperator<T>::row_block(Index first, Index count) const {
     s.row(r).head(seen).array() *= (f_.k_logscale.head(seen).array() - qmax_(i)).exp().transpose() * inv_den_(i);
     s.row(r).tail(vis - seen).setZero();
   }
-  MatrixR<T> out = MatrixR<T>::Zero(count, cols());
+  out.setZero(count, cols());
   out.leftCols(vis) = s;
-  return out;
 }
 
 template <typename T>

@@ -17,11 +17,18 @@ namespace attnlab {
 
 template <typename T>
 MatrixR<T> AttentionOperator<T>::row_block(Index first, Index count) const {
+  MatrixR<T> out;
+  row_block_into(first, count, out);
+  return out;
+}
+
+template <typename T>
+void AttentionOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
   require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
   // Rows of P are columns of Pᵀ: apply Pᵀ to the matching columns of the identity.
   MatrixR<T> e = MatrixR<T>::Zero(rows(), count);
   for (Index r = 0; r < count; ++r) e(first + r, r) = T(1);
-  return apply_transpose(e).transpose();
+  out = apply_transpose(e).transpose();
 }
 
 template <typename T>
@@ -50,9 +57,9 @@ MatrixR<T> DenseOperator<T>::apply_transpose(const ConstRef<T>& x) const {
 }
 
 template <typename T>
-MatrixR<T> DenseOperator<T>::row_block(Index first, Index count) const {
+void DenseOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
   require(first >= 0 && count >= 0 && first + count <= rows(), "row_block: rows out of range");
-  return p_.middleRows(first, count);
+  out = p_.middleRows(first, count);
 }
 
 template <typename T>
@@ -73,13 +80,6 @@ MatrixR<T> LowRankOperator<T>::apply_transpose(const ConstRef<T>& x) const {
   require(x.rows() == rows(), "apply_transpose: dimension mismatch");
   const MatrixR<T> t = detail::tall_transpose_product<T>(a_, x);
   return bt_ * t;
-}
-
-template <typename T>
-MatrixR<T> LowRankOperator<T>::row_block(Index first, Index count) const {
-  MatrixR<T> out;
-  row_block_into(first, count, out);
-  return out;
 }
 
 template <typename T>
@@ -112,10 +112,9 @@ MatrixR<T> DifferenceOperator<T>::apply_transpose(const ConstRef<T>& x) const {
 }
 
 template <typename T>
-MatrixR<T> DifferenceOperator<T>::row_block(Index first, Index count) const {
-  MatrixR<T> y = a_.row_block(first, count);
-  y -= b_.row_block(first, count);
-  return y;
+void DifferenceOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
+  a_.row_block_into(first, count, out);
+  out -= b_.row_block(first, count);
 }
 
 template class AttentionOperator<float>;

@@ -70,9 +70,9 @@ MatrixR<T> ProbSparseOperator<T>::apply_transpose(const ConstRef<T>& x) const {
 }
 
 template <typename T>
-MatrixR<T> ProbSparseOperator<T>::row_block(Index first, Index count) const {
+void ProbSparseOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
   require(first >= 0 && count >= 0 && first + count <= nq_, "row_block: rows out of range");
-  MatrixR<T> out = MatrixR<T>::Zero(count, nk_);
+  out.setZero(count, nk_);
   for (Index r = 0; r < count; ++r) {
     const Index i = first + r;
     if (is_selected_[std::size_t(i)]) {
@@ -82,7 +82,6 @@ MatrixR<T> ProbSparseOperator<T>::row_block(Index first, Index count) const {
       out.row(r).head(visible(i)).setConstant(lazy_weight(i));
     }
   }
-  return out;
 }
 
 namespace {

@@ -22,10 +22,9 @@ MatrixR<T> SparseLowRankOperator<T>::apply_transpose(const ConstRef<T>& x) const
 }
 
 template <typename T>
-MatrixR<T> SparseLowRankOperator<T>::row_block(Index first, Index count) const {
-  MatrixR<T> y = a_.middleRows(first, count) * bt_.transpose();
-  y += MatrixR<T>(s_.middleRows(first, count));
-  return y;
+void SparseLowRankOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& out) const {
+  out.noalias() = a_.middleRows(first, count) * bt_.transpose();
+  out += MatrixR<T>(s_.middleRows(first, count));
 }
 
 template class SparseLowRankOperator<float>;

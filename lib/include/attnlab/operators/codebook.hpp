@@ -23,7 +23,7 @@ class CodebookOperator final : public AttentionOperator<T> {
   Index cols() const override { return Index(a_.size()); }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
-  MatrixR<T> row_block(Index first, Index count) const override;
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
   /// The backward of O = P̃·V, i.e. of exact attention on (Q, K̂ = ΔC, V) (Lingle 2023) with the assignment Δ held
   /// fixed, for logits ℓ = scale·Q·codebookᵀ: dQ, dV, and in `dk` the gradient w.r.t. the quantized keys K̂ (what the
   /// straight-through estimator passes to K). Through per-code sums, never n_q×n_k: with E_iy = exp(ℓ_iy − L_i),
@@ -63,7 +63,7 @@ class MeanFieldOperator final : public AttentionOperator<T> {
   Index cols() const override { return Index(a_.size()); }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
-  MatrixR<T> row_block(Index first, Index count) const override;
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
 
   /// The backward of O = P̃·V with the codes a, b held fixed, for the joint logits ℓ_ij = λ_{i,a(j)} + g_{b(i),j}
   /// (a softmax over j): dS_ij = P̃_ij (dO_i·v_j − D_i), and by per-code sums (never n_q×n_k)

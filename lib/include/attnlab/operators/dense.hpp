@@ -15,7 +15,7 @@ class DenseOperator final : public AttentionOperator<T> {
   Index cols() const override { return p_.cols(); }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
-  MatrixR<T> row_block(Index first, Index count) const override;
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
   bool rows_are_distributions() const override { return distributions_; }
   const MatrixR<T>& matrix() const { return p_; }
 

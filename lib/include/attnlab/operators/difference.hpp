@@ -14,7 +14,7 @@ class DifferenceOperator final : public AttentionOperator<T> {
   Index cols() const override { return a_.cols(); }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
-  MatrixR<T> row_block(Index first, Index count) const override;
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
   bool rows_are_distributions() const override { return false; }
 
  private:

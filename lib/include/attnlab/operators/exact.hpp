@@ -33,7 +33,6 @@ class ExactOperator final : public AttentionOperator<T> {
   Index cols() const override { return k_.rows(); }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
-  MatrixR<T> row_block(Index first, Index count) const override;
   void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
   /// The row log-sum-exp ℓ, computed on first use (one streaming pass) and kept.
   const VectorX<T>& row_lse() const;

@@ -92,7 +92,7 @@ class KernelOperator final : public AttentionOperator<T> {
   Index cols() const override { return f_.kf.rows(); }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
-  MatrixR<T> row_block(Index first, Index count) const override;
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
   bool rows_are_distributions() const override { return f_.nonnegative; }
 
   /// The recurrent (RNN) causal output, one position at a time with an O(M·d_v) state.

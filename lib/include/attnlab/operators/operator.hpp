@@ -21,13 +21,13 @@ class AttentionOperator {
   virtual MatrixR<T> apply(const ConstRef<T>& x) const = 0;
   /// Y = Pᵀ·X, X is rows()×b.
   virtual MatrixR<T> apply_transpose(const ConstRef<T>& x) const = 0;
-  /// Rows [first, first + count) of P as a count×cols() block. The default applies Pᵀ to columns of the
-  /// identity; operators that can read rows directly override it.
-  virtual MatrixR<T> row_block(Index first, Index count) const;
+  /// Rows [first, first + count) of P as a new count×cols() block (row_block_into into a fresh matrix).
+  MatrixR<T> row_block(Index first, Index count) const;
   /// The same rows into `out`, resized to count×cols(): a caller walking P block by block (the error metrics) keeps
   /// one buffer instead of a fresh allocation a block, which glibc maps and unmaps (page faults) for blocks over its
-  /// mmap threshold. The default moves row_block()'s result; the exact and low-rank operators write in place.
-  virtual void row_block_into(Index first, Index count, MatrixR<T>& out) const { out = row_block(first, count); }
+  /// mmap threshold. The one way an operator gives its rows: the default applies Pᵀ to columns of the identity;
+  /// operators that can read rows directly override it.
+  virtual void row_block_into(Index first, Index count, MatrixR<T>& out) const;
   /// True when every row of P is a probability distribution (non-negative, sums to one), as softmax rows
   /// are; false for methods whose P̃ can have negative entries or unnormalized rows.
   virtual bool rows_are_distributions() const { return true; }

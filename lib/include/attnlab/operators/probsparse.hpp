@@ -39,7 +39,7 @@ class ProbSparseOperator final : public AttentionOperator<T> {
   bool rows_are_distributions() const override { return !cumsum_; }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
-  MatrixR<T> row_block(Index first, Index count) const override;
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
 
   /// Lazy rows' weight on each visible key.
   T lazy_weight(Index i) const { return cumsum_ ? T(1) : T(1) / T(visible(i)); }

@@ -17,7 +17,9 @@ class SparseOperator final : public AttentionOperator<T> {
   Index cols() const override { return p_.cols(); }
   MatrixR<T> apply(const ConstRef<T>& x) const override { return p_ * x; }
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override { return p_.transpose() * x; }
-  MatrixR<T> row_block(Index first, Index count) const override { return MatrixR<T>(p_.middleRows(first, count)); }
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override {
+    out = MatrixR<T>(p_.middleRows(first, count));
+  }
   const Sparse& matrix() const { return p_; }
 
  private:

@@ -18,7 +18,7 @@ class SparseLowRankOperator final : public AttentionOperator<T> {
   Index cols() const override { return bt_.rows(); }
   MatrixR<T> apply(const ConstRef<T>& x) const override;
   MatrixR<T> apply_transpose(const ConstRef<T>& x) const override;
-  MatrixR<T> row_block(Index first, Index count) const override;
+  void row_block_into(Index first, Index count, MatrixR<T>& out) const override;
   /// The rank-limited part A·Btᵀ.
   const MatrixR<T>& left() const { return a_; }
   const MatrixR<T>& right() const { return bt_; }
