@@ -49,13 +49,12 @@ class CurMethod final : public ConfiguredMethod<CurOptions, LowRankMethod<T>> {
  public:
   using ConfiguredMethod<CurOptions, LowRankMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   /// O = C·Z·(R·V), Z = pinv(W), W = P[I,J]: R·V by exact_backward over the rows I; C and W entrywise through
   /// their rows' softmax, whose normalizer term needs P·K and Pᵀ·(D∘Q) (one streaming pass each, O(n·d) memory).
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
- private:
   MatrixR<T> q_, k_;           // the inputs, for the backward
   MatrixR<T> cm_, w_, z_;      // C = P[:,J] (n_q × C), W = P[I,J], Z = pinv(W) (C × C)
   VectorX<T> lse_;             // the rows' log-sum-exp ℓ

@@ -30,7 +30,7 @@ class EfficientMethod final : public ConfiguredMethod<EfficientOptions, LowRankM
  public:
   using ConfiguredMethod<EfficientOptions, LowRankMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   /// O = A·C, C = Bᵀ·V, A = softmax₂(Q), B = softmax₁(K): dA = dO·Cᵀ, dC = Aᵀ·dO, dB = V·dCᵀ, dV = B·dC, and the
   /// softmax VJPs dQ = A ∘ (dA − rowsum(A ∘ dA)), dK = B ∘ (dB − colsum(B ∘ dB)). O((n_q + n_k)·d·d_v).

@@ -40,7 +40,7 @@ class ExactMethod final : public ConfiguredMethod<ExactOptions, LazyOperatorMeth
  public:
   using ConfiguredMethod<ExactOptions, LazyOperatorMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   std::unique_ptr<AttentionOperator<T>> build_op() const override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
@@ -49,7 +49,6 @@ class ExactMethod final : public ConfiguredMethod<ExactOptions, LazyOperatorMeth
   /// (a forward pass again if V differs); materialized: the same closed form on the stored P.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
- private:
   MatrixR<T> p_;  // P itself (impl = materialized)
   /// The streaming forward's O and row log-sum-exp ℓ for the V it was taken on (O(n·d) memory), for the backward.
   /// A cache behind const calls: one method object is not to be used from several threads at once.

@@ -37,7 +37,7 @@ class LinearMethod final : public ConfiguredMethod<LinearOptions, KernelMethod<T
  public:
   using ConfiguredMethod<LinearOptions, KernelMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
   void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& f,

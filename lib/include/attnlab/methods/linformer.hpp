@@ -50,7 +50,7 @@ class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankM
  public:
   using ConfiguredMethod<LinformerOptions, LowRankMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
@@ -59,7 +59,6 @@ class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankM
   /// dK = Eᵀ·d(EK), dV = Fᵀ·d(FV); E, F held fixed. Its buffers are kept in the method: only the gradients are new.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
- private:
   Index drawn_n_ = -1;  // the n_k that E and F were drawn for
   MatrixR<T> e_, f_;    // the parameters, k × n_k
   MatrixR<T> q_, ek_;   // the queries (kept for the output) and E·K

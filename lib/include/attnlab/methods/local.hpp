@@ -32,7 +32,7 @@ class LocalMethod final : public ConfiguredMethod<LocalOptions, PatternMethod<T>
  public:
   using ConfiguredMethod<LocalOptions, PatternMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   /// The blocked kernel: blocks of 64 queries against the keys their bands span, one GEMM each (never P̃).
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   /// The same blocks' backward (never the pattern, never P̃); the pattern's backward when n_k < n_q.

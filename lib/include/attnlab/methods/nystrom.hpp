@@ -58,7 +58,7 @@ class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMetho
   /// ‖I − AZ‖_F of the pseudo-inverse used: how far the iteration is from converged.
   std::vector<std::pair<std::string, double>> diagnostics() const override { return {{"pinv_residual", residual_}}; }
 
- protected:
+ private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   std::pair<MatrixR<T>, MatrixR<T>> make_factors() const override;
@@ -69,7 +69,6 @@ class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMetho
   /// kept in the method: only the gradients are new.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
- private:
   /// dX[r0, r0 + rows) += the gradient of the landmarks X̃ = means of m segments of X's n rows (or X's rows `idx`),
   /// given dX̃; dx holds those rows.
   void spread(const MatrixR<T>& d_landmarks, const std::vector<Index>& idx, Index n, Index r0, MutRef<T> dx) const;

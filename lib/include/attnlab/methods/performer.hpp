@@ -58,7 +58,7 @@ class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMe
  public:
   using ConfiguredMethod<PerformerOptions, KernelMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   void prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
@@ -69,7 +69,6 @@ class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMe
     return this->o_.kernel == PerformerKernel::Positive ? this->o_.features : 2 * this->o_.features;
   }
 
- private:
   Index omega_d_ = -1;  // the dimension ω was drawn for
   MatrixR<T> omega_;
   /// Per-thread scratch of block_features (scaled rows, projections, log-scales) and of block_features_backward

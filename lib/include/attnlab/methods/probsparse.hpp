@@ -68,7 +68,7 @@ class ProbSparseMethod final : public ConfiguredMethod<ProbSparseOptions, Method
     return {{"selected_queries", op_ ? double(op_->selected()) : 0.0}};
   }
 
- protected:
+ private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   const AttentionOperator<T>& do_op() const override { return *op_; }
   /// The fast path; keeps the exact rows' O and ℓ (and V) for the backward.
@@ -79,7 +79,6 @@ class ProbSparseMethod final : public ConfiguredMethod<ProbSparseOptions, Method
     return op_->backward(v, d_out, &ws_);
   }
 
- private:
   std::optional<ProbSparseOperator<T>> op_;
   /// The backward's buffers and output()'s forward, kept across calls and computes (a cache behind const calls: one
   /// method object is not to be used from several threads at once).

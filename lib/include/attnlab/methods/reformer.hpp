@@ -47,7 +47,7 @@ class ReformerMethod final : public ConfiguredMethod<ReformerOptions, PatternMet
  public:
   using ConfiguredMethod<ReformerOptions, PatternMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;
   /// Non-causal: dense chunk products per round, merged by an online softmax; causal: the sparse product.
   MatrixR<T> do_output(const ConstRef<T>& v) const override;

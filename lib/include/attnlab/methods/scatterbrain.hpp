@@ -49,7 +49,7 @@ class ScatterbrainMethod final : public ConfiguredMethod<ScatterbrainOptions, Me
   using ConfiguredMethod<ScatterbrainOptions, Method<T>>::ConfiguredMethod;
   Index rank_bound() const override { return -1; }  // rank-M plus a sparse part: not rank-limited
 
- protected:
+ private:
   /// The O(n·M) parts: features, each row's reference log-scale R_i and row sum of Ã in units of e^{R_i}. The
   /// band's correction is formed by output() in dense blocks, and as a sparse matrix only when P̃ is asked for.
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
@@ -60,7 +60,6 @@ class ScatterbrainMethod final : public ConfiguredMethod<ScatterbrainOptions, Me
   /// the band's exact entries by blocks (queries, then keys): O(n·(M + W)·d), no n × n matrix.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
- private:
   /// e^{lq_i + gk − R_i}: the Performer estimates of row i in units of e^{R_i}.
   T est_scale(Index i) const { return std::exp(fq_.logscale(i) + gk_ - ref_(i)); }
   /// For each block of 64 queries, the band's correction block (lib/src/methods/scatterbrain.cpp).

@@ -44,7 +44,7 @@ class SparseMethod final : public ConfiguredMethod<SparseOptions, PatternMethod<
  public:
   using ConfiguredMethod<SparseOptions, PatternMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   /// The union's output part by part (dense blocks, strided GEMMs, a few dot products) merged by an online softmax.
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   Pattern pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const override;

@@ -46,7 +46,7 @@ class SvdMethod final : public ConfiguredMethod<SvdOptions, LowRankMethod<T>> {
  public:
   using ConfiguredMethod<SvdOptions, LowRankMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
 };
 

@@ -32,7 +32,7 @@ class TaylorMethod final : public ConfiguredMethod<TaylorOptions, KernelMethod<T
  public:
   using ConfiguredMethod<TaylorOptions, KernelMethod<T>>::ConfiguredMethod;
 
- protected:
+ private:
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
   void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& f,

@@ -73,13 +73,12 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
     return {{"kmeans_inertia", inertia_}, {"kmeans_iterations", double(iterations_)}};
   }
 
- protected:
+ private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   const AttentionOperator<T>& do_op() const override { return *op_; }
   /// dQ, dV exact and dK straight-through (dK = dK̂) given the codebook and assignments; see the header comment.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
- private:
   double inertia_ = 0;
   Index iterations_ = 0;
   std::unique_ptr<AttentionOperator<T>> op_;

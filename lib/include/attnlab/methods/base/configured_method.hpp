@@ -2,8 +2,11 @@
 //   template <typename T> class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMethod<T>> {
 //    public:
 //     using ConfiguredMethod<NystromOptions, LowRankMethod<T>>::ConfiguredMethod;
+//    private:
 //     ...its overrides...
 //   };
+// The overrides are private (the class is final): users call the base's public compute(), output(), backward(),
+// which check the inputs and then dispatch to them.
 // so that `NystromMethod<double> m(o);`, `NystromMethod<double> m;` (the defaults) and `m.settings()` come from here:
 // the base of the method's family (Method<T>, LowRankMethod<T>, PatternMethod<T>, KernelMethod<T>, ...) is built from
 // the registry's descriptor (Options::descriptor()) and the options' validated parameters, as the string factory
