@@ -41,15 +41,10 @@ template <typename T>
 void backward(benchmark::State& state, const std::string& spec, bool step) {
   const Index n = state.range(0);
   const BackwardProblem<T> p(n);
-  auto m = attnlab::make_method<T>(spec);
-  try {
-    m->compute(p.q, p.k);
-    benchmark::DoNotOptimize(m->output(p.v).data());
-    benchmark::DoNotOptimize(m->backward(p.v, p.d_out).dq.data());
-  } catch (const attnlab::Error& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
+  const auto m = attnlab::bench::warmed_up<T>(state, spec, p, [&](const attnlab::Method<T>& w) {
+    benchmark::DoNotOptimize(w.backward(p.v, p.d_out).dq.data());
+  });
+  if (!m) return;
   for (auto _ : state) {
     if (step) {
       m->compute(p.q, p.k);

@@ -33,14 +33,8 @@ template <typename T>
 void method(benchmark::State& state, const std::string& spec) {
   const Index n = state.range(0);
   const Problem<T> p(n);
-  auto m = attnlab::make_method<T>(spec);
-  try {
-    m->compute(p.q, p.k);
-    benchmark::DoNotOptimize(m->output(p.v).data());
-  } catch (const attnlab::Error& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
+  const auto m = attnlab::bench::warmed_up<T>(state, spec, p, [](const attnlab::Method<T>&) {});
+  if (!m) return;
   // The timed body is the cost harness's call (attnlab/cost.hpp: run_method_once), so that this suite, the
   // experiments, the report, compare and the module time the same thing; Google Benchmark adds its own warm-up
   // and repetitions around it.

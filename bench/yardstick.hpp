@@ -4,7 +4,9 @@
 #pragma once
 
 #include "attnlab/analysis/cost.hpp"
+#include "attnlab/core/error.hpp"
 #include "attnlab/core/random.hpp"
+#include "attnlab/core/registry.hpp"
 #include "attnlab/core/reproducible.hpp"
 
 #include <benchmark/benchmark.h>
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -71,6 +74,24 @@ inline std::vector<std::int64_t> lengths(bool quadratic, bool dense = false, std
   for (std::int64_t n : {1024, 4096, 16384, 65536})
     if (n <= limit && n <= cap) out.push_back(n);
   return out;
+}
+
+/// The method `spec` fitted on the problem and run once before the timed loop (its output, then `also(method)` for
+/// what else the suite times, e.g. a backward): the first call's allocations and checks stay out of the timings. Null,
+/// with the benchmark skipped under the method's own message, when it refuses the problem (a budget over n, more
+/// memory than the machine has).
+template <typename T, class P, class Also>
+std::unique_ptr<Method<T>> warmed_up(benchmark::State& state, const std::string& spec, const P& p, const Also& also) {
+  auto m = make_method<T>(spec);
+  try {
+    m->compute(p.q, p.k);
+    benchmark::DoNotOptimize(m->output(p.v).data());
+    also(*m);
+  } catch (const Error& e) {
+    state.SkipWithError(e.what());
+    return nullptr;
+  }
+  return m;
 }
 
 /// A suite's main(): Eigen's blocking pinned, the run's context recorded (which build made these timings — its

@@ -7,12 +7,14 @@
 
 #include "attnlab/core/gradients.hpp"
 #include "attnlab/core/method.hpp"
+#include "attnlab/core/registry.hpp"
 #include "test_util.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace attnlab::test {
 
@@ -67,6 +69,23 @@ inline Forward method_forward(const std::function<std::unique_ptr<Method<double>
     m->compute(q, k, o);
     return m->output(v);
   };
+}
+
+/// For each registered method in `specs` (under its own trace): its backward, fitted on (Q, K) with `o`, agrees with
+/// central differences of its own forward (refitted at every perturbed input) to `tol` (check_gradients' measure).
+inline void expect_backward_matches_differences(const std::vector<std::string>& specs, const AttentionOptions& o,
+                                                const MatrixR<double>& q, const MatrixR<double>& k,
+                                                const MatrixR<double>& v, const MatrixR<double>& d_out,
+                                                int directions, std::uint64_t seed, double tol = 1e-6) {
+  for (const std::string& spec : specs) {
+    SCOPED_TRACE(spec);
+    auto m = make_method<double>(spec);
+    m->compute(q, k, o);
+    const Gradients<double> g = m->backward(v, d_out);
+    const GradientCheck fd = check_gradients(method_forward([spec] { return make_method<double>(spec); }, o), q, k,
+                                             v, d_out, g, directions, seed);
+    EXPECT_LT(fd.worst, tol) << fd.where;
+  }
 }
 
 /// The masked softmax's backward, dense, in double: P = softmax over the mask of s·QKᵀ, dV = Pᵀ dO,

@@ -214,18 +214,11 @@ TEST(LowRankBackward, NystromAgreesWithFiniteDifferencesOnLargerProblems) {
                         d_out = randn<double>(203, 6, 34);
   AttentionOptions o;
   o.scale = 0.3;
-  for (const std::string spec :
-       {"nystrom:landmarks=29", "nystrom:landmarks=29,iters=2", "nystrom:landmarks=17,iters=0",
-        "nystrom:landmarks=29,pinv=newton,iters=13", "nystrom:landmarks=29,pinv=svd",
-        "nystrom:landmarks=23,select=random,seed=4", "nystrom:landmarks=23,select=random,pinv=svd"}) {
-    SCOPED_TRACE(spec);
-    auto m = make_method<double>(spec);
-    m->compute(q, k, o);
-    const Gradients<double> g = m->backward(v, d_out);
-    const auto fd = test::check_gradients(test::method_forward([&] { return make_method<double>(spec); }, o), q, k, v,
-                                          d_out, g, 4, 91);
-    EXPECT_LT(fd.worst, 1e-6) << fd.where;
-  }
+  test::expect_backward_matches_differences(
+      {"nystrom:landmarks=29", "nystrom:landmarks=29,iters=2", "nystrom:landmarks=17,iters=0",
+       "nystrom:landmarks=29,pinv=newton,iters=13", "nystrom:landmarks=29,pinv=svd",
+       "nystrom:landmarks=23,select=random,seed=4", "nystrom:landmarks=23,select=random,pinv=svd"},
+      o, q, k, v, d_out, 4, 91);
   // The converged pseudo-inverse's derivative (pinv=svd) is not the 6-step iteration's: the backward follows the
   // forward it belongs to.
   auto it6 = make_method<double>("nystrom:landmarks=29"), svd = make_method<double>("nystrom:landmarks=29,pinv=svd");
@@ -279,16 +272,9 @@ TEST(LowRankBackward, CurTruncatedAndSvdRefused) {
                         d_out = randn<double>(60, 5, 64);
   AttentionOptions o;
   o.scale = 0.25;
-  for (const std::string spec :
-       {"cur:columns=12", "cur:columns=12,select=leverage,seed=3", "cur:columns=30,rcond=0.02"}) {
-    SCOPED_TRACE(spec);
-    auto m = make_method<double>(spec);
-    m->compute(q, k, o);
-    const Gradients<double> g = m->backward(v, d_out);
-    const auto fd = test::check_gradients(test::method_forward([&] { return make_method<double>(spec); }, o), q, k, v,
-                                          d_out, g, 4, 92);
-    EXPECT_LT(fd.worst, 1e-6) << fd.where;
-  }
+  test::expect_backward_matches_differences(
+      {"cur:columns=12", "cur:columns=12,select=leverage,seed=3", "cur:columns=30,rcond=0.02"}, o, q, k, v, d_out, 4,
+      92);
   auto svd = make_method<double>("svd:rank=8");
   svd->compute(q, k, o);
   try {
