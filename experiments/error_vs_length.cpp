@@ -1,5 +1,6 @@
 // `error_vs_length` — error against n at a fixed budget: can Linformer's k and Nyström's m stay constant as n
-// grows, as their papers claim (Linformer Theorem 2: k = O(log n / ε²) suffices), or not (seed 003 doubts it)?
+// grows, as their papers claim (Linformer Theorem 2: k = O(log n / ε²) suffices), or not (Su 2020 doubts it: blog
+// 'Exploring Linear Attention: Must Attention Have a Softmax?', §Linformer)?
 // The Eckart–Young floor at the same rank is drawn in.
 #include "common.hpp"
 

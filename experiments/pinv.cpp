@@ -1,9 +1,10 @@
 // `pinv` — does Nyströmformer's iterative pseudo-inverse converge, how fast, and does it matter?
-// Nyströmformer Lemma 1 (seed 000 eqs. (10)-(11)): ‖I − AZ_k‖_F and ‖Z_k − A⁺‖_F against k for the order-3 and
-// Newton–Schulz iterations on the softmax landmark matrix A = softmax(s·Q̃K̃ᵀ), m = 8…512, with A's condition
-// number; the iterations each needs to reach 1e-6; the measured convergence order; and Nyström's attention error
-// as a function of the iteration count, against the SVD pseudo-inverse — on generated sources and on the heads of the
-// trained and initialised transformer (`trained`, `initialized`; sequence, layer and head in their columns).
+// Xiong et al. 2021 (Nyströmformer) Lemma 1 and eq. (16), the iteration of Razavi et al. 2014: ‖I − AZ_k‖_F and
+// ‖Z_k − A⁺‖_F against k for the order-3 and Newton–Schulz iterations on the softmax landmark matrix
+// A = softmax(s·Q̃K̃ᵀ), m = 8…512, with A's condition number; the iterations each needs to reach 1e-6; the measured
+// convergence order; and Nyström's attention error as a function of the iteration count, against the SVD
+// pseudo-inverse — on generated sources and on the heads of the trained and initialised transformer (`trained`,
+// `initialized`; sequence, layer and head in their columns).
 #include "attnlab/components/landmarks.hpp"
 #include "attnlab/components/pinv.hpp"
 #include "attnlab/analysis/spectrum.hpp"

@@ -1,4 +1,4 @@
-// `probsparse` — Informer's query sparsity measurement (seed 004; Zhou et al. 2021 Lemma 1): M against its
+// `probsparse` — Informer's query sparsity measurement (Zhou et al. 2021, Informer, Lemma 1): M against its
 // max-mean estimate M̄ with Lemma 1's bounds M̄ ≤ M ≤ M̄ + ln n_k (over the same keys); the recall of the true top-u
 // queries (by M) when ranking by the sampled M̄, against the factor c and the number of sampled keys; the output
 // error against c; and the (long-tailed) distribution of M as quantiles — on generated sources and on the heads of

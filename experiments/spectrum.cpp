@@ -1,4 +1,4 @@
-// `spectrum` — the low-rank claim (Linformer Fig. 1; seed 001): singular values of the attention matrix P at
+// `spectrum` — the low-rank claim (Wang et al. 2020, Linformer, Fig. 1): singular values of the attention matrix P at
 // n = 512 — normalized cumulative sums, and their value at index 128 (the figure's heatmap) — for generated
 // sources at several temperatures, for a trained and an initialised transformer (sources `trained`, `initialized`:
 // one point per layer, head and held-out sequence, at the model's own length and scale) and for the user's own

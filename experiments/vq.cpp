@@ -1,6 +1,7 @@
-// `vq` — Transformer-VQ (seed 002): error against codebook size; hard against soft assignment over the
-// temperature T of the GMM responsibilities; and Performer as a soft VQ (the seed's reading: the random
-// projections ω play the codebook) compared at equal numbers of codes and features, on Gaussian and clustered keys —
+// `vq` — Transformer-VQ (Lingle 2023): error against codebook size; hard against soft assignment over the
+// temperature T of the GMM responsibilities; and Performer as a soft VQ (Su 2023's reading, blog 'Traces of
+// Transformer-VQ in the Performer': the random projections ω play the codebook) compared at equal numbers of codes
+// and features, on Gaussian and clustered keys —
 // and on the heads of the exported model or the user's files (--q/--k/--v), one point per head and codebook size.
 #include "common.hpp"
 #include "model_data.hpp"

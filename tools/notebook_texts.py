@@ -155,8 +155,9 @@ BOOKS = {
                  "d[d.metric == 'top_u_recall'].pivot_table(index=['source', 'variant'], columns='step', "
                  "values='value', aggfunc='median').round(3)"),
         ("md", "## Transformer-VQ\n\n"
-               "Quantizing both Q and K in the mean-field form of the seed's comments is much better than quantizing K "
-               "alone (64 codes on clustered keys: {{vq.clustered_64_both}} against {{vq.clustered_64_hard}}); "
+               "Quantizing both Q and K in the mean-field form of the comments under Su 2023's post is much "
+               "better than quantizing K alone (64 codes on clustered keys: {{vq.clustered_64_both}} against "
+               "{{vq.clustered_64_hard}}); "
                "Performer read as a soft VQ is far worse at equal size ({{vq.clustered_64_performer}})."),
         ("code", "show(plot.plot_vq(RESULTS, FIGS))\n"
                  "d = plot.load(RESULTS, 'vq')\n"

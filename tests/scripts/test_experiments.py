@@ -359,7 +359,7 @@ c.check(all(float(x["value"]) > 0 for x in rows
             if x["metric"] in ("kernel_mse", "kernel_mse_lemma2_iid", "output_mse")),
         "MSEs positive")
 
-# vq: soft assignment at small T equals hard (the seed's T → 0 limit); every variant at every codebook size.
+# vq: soft assignment at small T equals hard (Su 2023's T → 0 limit); every variant at every codebook size.
 r = run("run", "vq", "--n", 96, "--d", 16, "--codes", "8,16", "--temperatures", "0.001,10", "--sources", "clustered",
         "--out", path("vq.csv"))
 c.check(r.returncode == 0, f"vq: {r.returncode} {r.stderr!r}")
