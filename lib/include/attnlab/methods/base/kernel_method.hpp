@@ -113,7 +113,7 @@ class KernelMethod : public LazyOperatorMethod<T> {
  private:
   CausalFormOptions form_;
   Index features_ = 0;
-  /// The streamed output's buffers, kept across calls (kernel_attention.hpp): none allocated in steady state.
+  /// The streamed output's buffers, kept across calls (operators/kernel.hpp): none allocated in steady state.
   mutable KernelWorkspace<T> workspace_;
   /// The backward's buffers, kept likewise: only the returned gradients are allocated in steady state.
   mutable KernelBackwardWorkspace<T> backward_ws_;
