@@ -48,6 +48,25 @@ struct Summary {
   Index heads = 0, keep_exact = 0;
 };
 
+/// A point the recommendation chooses among: a method family at one budget, its output error, and its timing at the
+/// cost length — the fastest call and the relative noise (the report's noise floor, or the calls' spread if larger).
+struct Candidate {
+  std::string family;
+  Index budget = 0;
+  double error = 0, seconds = 0, noise = 0;
+};
+
+/// The recommendation rule. Candidates: those under `target`. Their times within the timing noise of the fastest
+/// (by the larger of the two points' noise: a rerun can swap them) count as equally fast; of those the lowest error
+/// wins, then the simpler family (fewer kinds of work), then the smaller budget. `pick`: its index in `c` (-1:
+/// nothing under the target); `beats_exact`: it is faster than exact attention beyond both timings' noise — only
+/// then is it recommended, otherwise the head keeps exact.
+struct Recommendation {
+  int pick = -1;
+  bool beats_exact = false;
+};
+Recommendation recommend(const std::vector<Candidate>& c, double target, double exact_seconds, double exact_noise);
+
 /// Reads a model export (tools/trained_attention.py's layout): DIR is the export (holding meta.json; model
 /// "trained", or "captured" for attnlab.torch.capture's) or one model's directory under it (DIR/../meta.json).
 /// `layers`: "all" or a comma list of indices. A causal model's export is refused unless `causal` (its heads
