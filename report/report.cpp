@@ -224,14 +224,10 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
     }
   // Recommendation (recommend(): the rule, in one place).
   std::vector<Candidate> cands;
-  std::vector<const Point*> timed;
-  for (const Point* p : by_time) {
-    cands.push_back({p->family, p->budget, p->error, p->seconds, p->noise});
-    timed.push_back(p);
-  }
+  for (const Point* p : by_time) cands.push_back({p->family, p->budget, p->error, p->seconds, p->noise});
   const Recommendation rec = recommend(cands, o.target, r.exact_seconds, r.exact_noise);
   if (rec.pick >= 0) {
-    const Point* pick = timed[std::size_t(rec.pick)];
+    const Point* pick = by_time[std::size_t(rec.pick)];
     r.fit = pick;
     if (rec.beats_exact) r.best = pick;
     else
@@ -344,11 +340,13 @@ std::string speedup_colour(double s) {
 }  // namespace
 
 Recommendation recommend(const std::vector<Candidate>& c, double target, double exact_seconds, double exact_noise) {
-  // The fastest candidate under the target (ties: the lower error); a candidate without a timing never qualifies.
+  // A candidate: under the target, with a timing.
+  const auto candidate = [&](const Candidate& p) { return p.error <= target && std::isfinite(p.seconds); };
+  // The fastest candidate (ties: the lower error).
   int fastest = -1;
   for (int i = 0; i < int(c.size()); ++i) {
     const Candidate& p = c[std::size_t(i)];
-    if (!(p.error <= target) || !std::isfinite(p.seconds)) continue;
+    if (!candidate(p)) continue;
     if (fastest < 0 || std::make_pair(p.seconds, p.error) <
                            std::make_pair(c[std::size_t(fastest)].seconds, c[std::size_t(fastest)].error))
       fastest = i;
@@ -363,7 +361,7 @@ Recommendation recommend(const std::vector<Candidate>& c, double target, double 
   r.pick = fastest;
   for (int i = 0; i < int(c.size()); ++i) {
     const Candidate& p = c[std::size_t(i)];
-    if (!(p.error <= target) || !std::isfinite(p.seconds)) continue;
+    if (!candidate(p)) continue;
     // Within the noise of the fastest by either point's noise: a slower point with a noisier timing can be within
     // it when a faster, steadier one is not, so every candidate is checked (an early exit in time order skipped
     // such points: the sanitized suite's slow, noisy timings showed it).
