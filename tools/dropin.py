@@ -151,7 +151,7 @@ class Model:
     """A committed trained model in float64 with its held-out windows, scored positions and exact-run caches."""
 
     def __init__(self, objective, windows, shift=0.0):
-        ck = torch.load(ta.committed(objective, "weights"))
+        ck = ta.safe_load(ta.committed(objective, "weights"))
         self.a = argparse.Namespace(**ck["config"])
         self.objective, self.train_key = objective, ck["train_key"]
         self.net = ta.ByteTransformer(self.a)
@@ -237,7 +237,7 @@ class Model:
         x = self.embed().detach()
         for blk in self.net.blocks:
             q, k, v = blk.heads(x)
-            o = blk.attention(q, k, v)[0]
+            o = blk.attention(q, k, v)
             outs.append(o)
             x = blk.finish(x, o)
         ce = self.token_ce(torch.log_softmax(self.net.head(self.net.ln(x)), -1))
@@ -418,7 +418,7 @@ def main(argv):
     # What the rows depend on beyond the settings: the weights (their training keys) and this code.
     shapes = {}
     for m in a.models:
-        ck = torch.load(ta.committed(m, "weights"))
+        ck = ta.safe_load(ta.committed(m, "weights"))
         shapes[m] = (ck["config"]["layers"], ck["config"]["heads"])
         config.setdefault("train_keys", {})[m] = ck["train_key"]
     config, key = resumable.settings_key(config, [os.path.abspath(__file__), ta.__file__])

@@ -167,7 +167,7 @@ class Swapped(torch.nn.Module):
         for l, blk in enumerate(self.net.blocks):
             q, k, v = blk.heads(x)
             if self.spec == "torch":
-                o = blk.attention(q, k, v)[0]
+                o = blk.attention(q, k, v)
             else:
                 o = at.attention(q, k, v, self.spec, causal=self.causal, seed=self.seed + l)
             x = blk.finish(x, o)
@@ -180,7 +180,7 @@ class Run:
 
     def __init__(self, objective, a):
         self.objective, self.a = objective, a
-        self.ck = torch.load(ta.committed(objective, "weights"))
+        self.ck = ta.safe_load(ta.committed(objective, "weights"))
         self.cfg = argparse.Namespace(**self.ck["config"])
         self.held = dropin.Model(objective, a.windows)   # windows, masks, scored positions (its float64 net unused)
         self.tokens = self.held.tokens
@@ -331,7 +331,7 @@ def main(argv):
               "batch_seed": BATCH_SEED, "seed": a.seed, "mask_seed": dropin.MASK_SEED, "models": a.models,
               "families": a.families, "attnlab": attnlab.__version__, "attnlab_threads": attnlab.threads(),
               "torch": torch.__version__, "torch_threads": a.threads, "kernels": ta.KERNELS,
-              "train_keys": {m: torch.load(ta.committed(m, "weights"))["train_key"] for m in a.models}}
+              "train_keys": {m: ta.safe_load(ta.committed(m, "weights"))["train_key"] for m in a.models}}
     config, key = resumable.settings_key(config, [os.path.abspath(__file__), dropin.__file__, ta.__file__])
     n_evals = len(eval_steps(a.steps, a.evals))
     part = resumable.Partial(a.out, "finetune", key, COLUMNS, lambda rows: complete(rows, n_evals))

@@ -80,10 +80,25 @@ try:
 except ImportError as e:  # a clear message, not a traceback: the set-up script installs these
     sys.exit(f"trained_attention: {e.name} is missing for {sys.executable}; run tools/setup.sh --python-stack "
              "(Debian packages python3-numpy, python3-torch) or set ATTNLAB_PYTHON")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkpoints import safe_load  # noqa: E402  (every checkpoint, --weights included: nothing in it is run)
 
 SCHEMA = 2
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 SNAPSHOT = os.path.join(ROOT, "models", "stdlib_corpus.tar.xz")
+
+
+def _load_sdpa():
+    """attnlab's standard attention call (python/attnlab/sdpa.py), loaded by path: pure PyTorch, so this script runs
+    before attnlab's compiled module is built (the main job exports beside the build)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("attnlab_sdpa", os.path.join(ROOT, "python", "attnlab", "sdpa.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sdpa = _load_sdpa()
 # The committed weights and the checksums of their export (trained and initialised Q, K, V at the default settings),
 # per objective: a fresh machine's export must equal them bit for bit.
 COMMITTED = {"mlm": ("trained_attention.pt", "trained_attention.export.json"),
@@ -227,7 +242,9 @@ def rotate(x):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block; attention written out so Q, K, V and P can be captured."""
+    """Pre-LayerNorm transformer block. Its attention is PyTorch 2's standard call (attnlab.sdpa.attention:
+    torch.nn.functional.scaled_dot_product_attention where torch has it, else attnlab's exact one with the same
+    arithmetic as this block always had), so that attnlab.torch.swap and capture see it as they see a user's."""
 
     def __init__(self, d, h, causal, rotary):
         super().__init__()
@@ -246,13 +263,16 @@ class Block(nn.Module):
         return q, k, v
 
     def attention(self, q, k, v):
-        """Softmax attention of every head (b, h, n, d_head) and its matrix P (b, h, n, n)."""
+        """Softmax attention of every head (b, h, n, d_head), through the standard call."""
+        return sdpa.attention(q, k, v, is_causal=self.causal)
+
+    def matrix(self, q, k):
+        """The attention matrix P (b, h, n, n) of the same arithmetic (scale Q, product, mask, softmax), for checks."""
         n = q.shape[-2]
         logits = (q * (1 / math.sqrt(self.dh))) @ k.transpose(-1, -2)   # scaling q: n*d_head work, not n*n
         if self.causal:
             logits = logits.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-        p = logits.softmax(-1)
-        return p @ v, p
+        return logits.softmax(-1)
 
     def finish(self, x, o):
         """The rest of the block from the heads' outputs o (b, h, n, d_head): out-projection, residual, MLP."""
@@ -262,9 +282,9 @@ class Block(nn.Module):
 
     def forward(self, x, capture=None):
         q, k, v = self.heads(x)
-        o, p = self.attention(q, k, v)
-        if capture is not None:
-            capture.append((q[0], k[0], v[0], p[0], o))   # o whole: the export differentiates the loss by it
+        o = self.attention(q, k, v)
+        if capture is not None:   # o whole: the export differentiates the loss by it
+            capture.append((q[0], k[0], v[0], self.matrix(q[:1], k[:1])[0], o))
         return self.finish(x, o)
 
 
@@ -504,7 +524,7 @@ def main(argv):
     source = None
     if a.weights and os.path.exists(a.weights) and not a.force:
         try:
-            checkpoint = torch.load(a.weights)
+            checkpoint = safe_load(a.weights)
         except Exception as e:   # a torn or foreign file: say so and train, never a traceback
             checkpoint = None
             print(f"trained_attention: {a.weights} is not a readable checkpoint ({e}); training")

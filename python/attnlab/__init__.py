@@ -128,7 +128,9 @@ def _dtype(x):
         dt = np.dtype(x)
     except (TypeError, ValueError):
         dt = None
-    if dt not in _FLOATS:
+    # `is None` first: numpy compares np.dtype('float64') == None as True, so an unknown name ("bfloat16", "fp32")
+    # once passed `dt not in _FLOATS` and was computed in float64.
+    if dt is None or dt not in _FLOATS:
         raise ValueError(f"dtype must be 'float32' or 'float64' (or a numpy dtype of either), got {_show(x)}")
     return dt
 

@@ -2,11 +2,11 @@
 
     import attnlab.torch as at
     out = at.attention(q, k, v, "nystrom:landmarks=32")          # (..., n, d) CPU tensors -> a tensor
-    with at.swap(model, "performer:features=64"):                  # every nn.MultiheadAttention of the model
+    with at.swap(model, "performer:features=64"):                  # every attention call of the model
         loss = evaluate(model)
     with at.swap(model, {0: "local:window=64", 2: ["linear", None, None, "exact"]}):   # per layer, per head
         ...
-    with at.capture(model) as cap:                                 # the per-head Q, K, V after the in-projection
+    with at.capture(model) as cap:                                 # the per-head Q, K, V of every call
         model(x)
     cap.save("my_export")            # then: attnlab report --model-dir my_export --out my_report
 
@@ -14,6 +14,12 @@ Differentiable: attention() is a torch.autograd.Function whose backward is the m
 Method.backward: exact attention's in O(n) memory, FlashAttention-2's Algorithm 2; each approximation's with its random
 and discrete choices held at the forward's values — attnlab.methods() and the README say which), so a model can train
 through any method on the CPU, swapped in or called directly. Second derivatives are not available (refused by torch).
+
+Which attention a swap sees: every nn.MultiheadAttention, and every call to PyTorch 2's standard
+torch.nn.functional.scaled_dot_product_attention (installed on torch 1.13 while a swap is active: attnlab.sdpa has
+an exact one with its signature), in the order a forward makes them (swap's docstring). A model with a softmax(QKᵀ)V
+of its own changes that line to the standard call: `o = attnlab.sdpa.attention(q, k, v, is_causal=causal)` (or
+F.scaled_dot_product_attention on PyTorch 2).
 
 What a swap does to PyTorch's modules, and why. Debian's torch 1.13 takes fused "fast paths" that never call
 MultiheadAttention.forward: nn.TransformerEncoderLayer in eval mode under no_grad (torch._transformer_encoder_layer_fwd)
@@ -27,9 +33,12 @@ Masks: attnlab's methods know one mask, the causal one. An attn_mask equal to th
 the diagonal, or -inf above and 0 on and below it) is passed on as causal=True; a key_padding_mask that masks
 nothing is ignored; any other mask is refused with a ValueError (the methods cannot honour it). Attention dropout
 in training mode is refused too (the methods apply none): call model.eval() or build the module with dropout=0.
+The standard call's masks follow the same rule: no attn_mask, an all-visible one, is_causal=True or a causal attn_mask
+(True on and below the diagonal, or 0 there and -inf above) pass; any other is refused, and so is dropout_p > 0.
 """
 import hashlib
 import json
+import math
 import os
 import re
 
@@ -38,8 +47,9 @@ import torch
 import torch.nn.functional as F
 
 import attnlab
+from . import sdpa as _sdpa_ref
 
-__all__ = ["attention", "attention_layers", "swap", "capture", "Capture", "check_report"]
+__all__ = ["attention", "attention_calls", "attention_layers", "swap", "capture", "Capture", "check_report"]
 
 _DTYPES = (torch.float32, torch.float64)
 
@@ -118,55 +128,180 @@ class _Attention(torch.autograd.Function):
         return torch.from_numpy(dq), torch.from_numpy(dk), torch.from_numpy(dv), None, None, None, None
 
 
-# ---- which modules -------------------------------------------------------------------------------------------
+# ---- which attention calls --------------------------------------------------------------------------------------
 
 def attention_layers(model):
-    """[(name, module)] of every nn.MultiheadAttention in `model`, in named_modules() order: the layer index a
-    swap's spec refers to."""
+    """[(name, module)] of every nn.MultiheadAttention in `model`, in named_modules() order. A model that computes
+    attention through torch.nn.functional.scaled_dot_product_attention has none: its layers are known only once it
+    runs (swap(...).calls after a forward, or attention_calls())."""
     if isinstance(model, torch.nn.MultiheadAttention):
         return [("", model)]
     return [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.MultiheadAttention)]
 
 
-def _head_specs(spec, layers):
-    """The spec (str or None: torch's own attention) of every head of every layer."""
-    out = []
-    by_name = {name: i for i, (name, _) in enumerate(layers)}
-    if isinstance(spec, dict):
-        table = {}
-        for key, value in spec.items():
-            if isinstance(key, str):
-                if key not in by_name:
-                    raise ValueError(f"swap: no nn.MultiheadAttention named {key!r}; the model's are "
-                                     f"{sorted(by_name)}")
-                key = by_name[key]
-            if not isinstance(key, int) or not 0 <= key < len(layers):
-                raise ValueError(f"swap: layer {key!r} is not in 0..{len(layers) - 1} (or a module name)")
-            table[key] = value
-        per_layer = [table.get(i) for i in range(len(layers))]
-    elif isinstance(spec, (list, tuple)):
-        if len(spec) != len(layers):
-            raise ValueError(f"swap: {len(spec)} layer specs for a model with {len(layers)} attention layers")
-        per_layer = list(spec)
+def attention_calls(model, *inputs, **kwargs):
+    """[{"layer", "name", "heads", "n", "n_k", "causal", "via"}] of every attention call one forward of
+    `model(*inputs, **kwargs)` makes (torch's own attention: nothing is swapped): the layers a swap's spec numbers,
+    with their head counts. Runs under torch.no_grad()."""
+    with torch.no_grad(), swap(model, None) as s:
+        model(*inputs, **kwargs)
+        return list(s.calls)
+
+
+def _head_list(entry, layer, name, H, where):
+    """One layer's entry of a swap's spec (a spec, None, a list per head or a callable) as H specs."""
+    if callable(entry) and not isinstance(entry, str):
+        heads = [entry(layer, h) for h in range(H)]
+    elif isinstance(entry, (list, tuple)):
+        if len(entry) != H:
+            raise ValueError(f"swap: layer {layer} ({name or where}) has {H} heads; got {len(entry)} specs")
+        heads = list(entry)
     else:
-        per_layer = [spec] * len(layers)
-    for i, ((name, m), s) in enumerate(zip(layers, per_layer)):
-        h = m.num_heads
-        if callable(s) and not isinstance(s, str):
-            heads = [s(i, j) for j in range(h)]
-        elif callable(spec) and not isinstance(spec, str):
-            heads = [spec(i, j) for j in range(h)]
-        elif isinstance(s, (list, tuple)):
-            if len(s) != h:
-                raise ValueError(f"swap: layer {i} ({name or 'the module'}) has {h} heads; got {len(s)} specs")
-            heads = list(s)
-        else:
-            heads = [s] * h
-        for x in heads:
-            if x is not None and not isinstance(x, str):
+        heads = [entry] * H
+    for x in heads:
+        if x is not None and not isinstance(x, str):
+            raise ValueError(f"swap: a head's spec must be a string or None (torch's own attention), got "
+                             f"{type(x).__name__}")
+    return heads
+
+
+def _spec_strings(spec):
+    """Every spec string a swap's spec names outside callables (to be checked before the model runs)."""
+    values = spec.values() if isinstance(spec, dict) else spec if isinstance(spec, (list, tuple)) else [spec]
+    out = set()
+    for v in values:
+        for s in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(s, str):
+                out.add(s)
+            elif s is not None and not callable(s):
                 raise ValueError(f"swap: a head's spec must be a string or None (torch's own attention), got "
-                                 f"{type(x).__name__}")
-        out.append(heads)
+                                 f"{type(s).__name__}")
+    return out
+
+
+class _Layers:
+    """A swap's spec resolved per attention call: layer = the call's place in the forward (0, 1, ...), name = the
+    module that made it (the nn.MultiheadAttention, or the module whose forward called the standard call)."""
+
+    def __init__(self, spec, model):
+        self.spec = spec
+        self.mha = attention_layers(model) if isinstance(model, torch.nn.Module) else []
+        self.names = {name for name, _ in model.named_modules()} if isinstance(model, torch.nn.Module) else set()
+        if isinstance(spec, dict):
+            for key in spec:
+                if isinstance(key, str):
+                    if key not in self.names or key == "":
+                        mha = sorted(n for n, _ in self.mha)
+                        raise ValueError(f"swap: no nn.MultiheadAttention named {key!r} and no module of that name "
+                                         f"in the model" + (f"; its nn.MultiheadAttention are {mha}" if mha else ""))
+                elif not isinstance(key, int) or (key < 0 and not self.mha):
+                    raise ValueError(f"swap: layer {key!r} is not a layer index (0, 1, ...) or a module name")
+        # A model with nn.MultiheadAttention layers: they are known before it runs, so a layer index or a list of the
+        # wrong length fails here (one that calls the standard call only is checked after its first forward; a model
+        # mixing both is checked against its nn.MultiheadAttention here: name its other layers by module).
+        if self.mha:
+            self.check(len(self.mha), {n for n, _ in self.mha}, before=True)
+            for i, (name, m) in enumerate(self.mha):
+                self.heads(i, name, m.num_heads)
+
+    def check(self, count, names, before=False):
+        """Refuses layer indices, names and list lengths that the forward's `count` attention calls do not have."""
+        spec = self.spec
+        if isinstance(spec, dict):
+            for key in spec:
+                if isinstance(key, int) and not 0 <= key < count:
+                    raise ValueError(f"swap: layer {key} is not in 0..{count - 1} (or a module name)" +
+                                     ("" if before else f": the forward made {count} attention calls"))
+                if isinstance(key, str) and key not in names:
+                    raise ValueError(f"swap: no nn.MultiheadAttention named {key!r}"
+                                     if before else f"swap: the module {key!r} made no attention call in the forward "
+                                     f"(those that did: {sorted(names)})")
+        elif isinstance(spec, (list, tuple)) and len(spec) != count:
+            raise ValueError(f"swap: {len(spec)} layer specs for a model with {count} attention layers")
+
+    def heads(self, layer, name, H):
+        spec = self.spec
+        if isinstance(spec, dict):
+            entry = spec.get(layer, spec.get(name) if name else None)
+        elif isinstance(spec, (list, tuple)):
+            if layer >= len(spec):
+                raise ValueError(f"swap: {len(spec)} layer specs, but the forward makes attention call {layer + 1}")
+            entry = spec[layer]
+        else:
+            entry = spec
+        return _head_list(entry, layer, name, H, "the module")
+
+
+
+# ---- torch.nn.functional.scaled_dot_product_attention through attnlab ------------------------------------------
+
+_TORCH_SDPA = getattr(F, "scaled_dot_product_attention", None)   # PyTorch 2's, where torch has it
+_ACTIVE = []   # the swaps in force, innermost last
+
+
+def _own_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """torch's own attention for the standard call: PyTorch's where it has one, else attnlab.sdpa's exact one."""
+    if _TORCH_SDPA is None:
+        return _sdpa_ref.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    kw = {} if scale is None else {"scale": scale}
+    return _TORCH_SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kw)
+
+
+def _sdpa_causal(attn_mask, is_causal, L, S):
+    """True/False: the standard call's mask as the methods know it (none, or the causal one); ValueError else."""
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError("scaled_dot_product_attention: is_causal and attn_mask are exclusive")
+        if L != S:
+            raise ValueError(f"attnlab.torch: is_causal with {L} queries and {S} keys (PyTorch aligns that mask at "
+                             "the top left); attnlab's causal mask is square")
+        return True
+    if attn_mask is None:
+        return False
+    allowed = _sdpa_ref.causal_mask(L, S)
+    m = attn_mask.expand(*attn_mask.shape[:-2], L, S)
+    if m.dtype == torch.bool:
+        if bool(m.all()):
+            return False
+        if L == S and bool((m == allowed).all()):
+            return True
+    else:
+        if bool((m == 0).all()):
+            return False
+        if L == S and bool((m.masked_select(allowed) == 0).all()) and bool(torch.isneginf(m.masked_select(~allowed))
+                                                                             .all()):
+            return True
+    raise ValueError("attnlab.torch: attn_mask is neither all-visible nor the causal mask; attnlab's methods know "
+                     "only the causal mask (pass is_causal=True for it) — a padding mask cannot be honoured: pass "
+                     "sequences of one length")
+
+
+def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """What torch.nn.functional.scaled_dot_product_attention is while a swap is active: the call of the swapped
+    model's forward goes through the swap; any other call to torch's own."""
+    for s in reversed(_ACTIVE):
+        if s._depth > 0:
+            return s._standard_call(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    return _own_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+def _assemble(q, heads, axis, compute):
+    """Each group of heads with one spec computed by compute(spec, q-rows, index) and put in its place on the head
+    axis (every head one spec: no copy)."""
+    groups = {}
+    for h, s in enumerate(heads):
+        groups.setdefault(s, []).append(h)
+    if len(groups) == 1:
+        return compute(heads[0], None)
+    out = None
+    for s, hs in groups.items():
+        idx = torch.tensor(hs)
+        o = compute(s, idx)
+        if out is None:
+            shape = list(o.shape)
+            shape[axis] = len(heads)
+            out = o.new_zeros(shape)
+        out = out.index_copy(axis, idx, o)
     return out
 
 
@@ -187,7 +322,7 @@ def _causal_mask(mask, L, S):
     return True if ok else None
 
 
-def _mha_forward(mod, heads, seed, record, query, key, value, key_padding_mask=None, need_weights=True,
+def _mha_forward(mod, heads, seed, record, on_output, query, key, value, key_padding_mask=None, need_weights=True,
                  attn_mask=None, average_attn_weights=True, is_causal=False):
     """nn.MultiheadAttention.forward (torch 1.13's slow path, F.multi_head_attention_forward) with each head's
     attention by attnlab: `heads` holds a spec per head (None: torch's own softmax attention)."""
@@ -259,6 +394,8 @@ def _mha_forward(mod, heads, seed, record, query, key, value, key_padding_mask=N
         out[:, hs] = o
         if need_weights:
             weights[:, hs] = p
+    if on_output is not None:
+        on_output(out)
     o = out.permute(2, 0, 1, 3).reshape(L, B, E)
     o = F.linear(o, mod.out_proj.weight, mod.out_proj.bias)
     if mod.batch_first and batched:
@@ -297,44 +434,146 @@ def _encoder_layer_forward(layer, src, src_mask=None, src_key_padding_mask=None,
 
 
 class swap:
-    """Runs `model`'s nn.MultiheadAttention layers with attnlab's attention while the block is active:
+    """Runs `model`'s attention with attnlab's methods while the block is active:
 
         with attnlab.torch.swap(model, spec, seed=0):
             ...
 
+    Where: every nn.MultiheadAttention of the model, and every call the model's forward makes to
+    torch.nn.functional.scaled_dot_product_attention (PyTorch 2's standard call; on torch 1.13, which lacks it,
+    the swap installs it there — attnlab.sdpa's exact one for the heads that keep torch's attention — so a model
+    written for PyTorch 2 runs). The call is looked up when made: a model that wrote `F.scaled_dot_product_attention
+    (...)` or `attnlab.sdpa.attention(...)` is seen; a name bound earlier by `from torch.nn.functional import
+    scaled_dot_product_attention` is not (a forward that makes no attention call the swap sees is an error).
+
+    Layers: the attention calls of one forward of `model`, numbered 0, 1, ... in the order they are made (the
+    numbering restarts with every call of `model`), each also named by its module (the nn.MultiheadAttention, or
+    the module whose forward made the standard call); heads: the head axis (-3) of the call's Q, K, V.
+
     spec: a spec string (every head of every layer); None (torch's own attention everywhere: with capture(),
-    what the model computes, recorded); a dict {layer index or module name: spec}, unnamed layers keeping torch's
+    what the model computes, recorded); a dict {layer index or module name: spec}, other layers keeping torch's
     attention; a list with one entry per layer; a callable (layer, head) -> spec or None. Each layer's entry may be
-    a list with one spec (or None) per head. Layers are numbered as attention_layers(model) lists them. A layer
-    whose heads are all None keeps torch's own forward (its masks and dropout work as ever); a layer with any
-    attnlab head runs attnlab's forward (the mask rules of the module docstring). Random methods draw with
-    `seed` + the layer's index unless the spec names its own seed (a report's canonical specs do: seed=0). Also
-    usable without `with`: s = swap(...); ...; s.restore(). While any swap is active, nn.TransformerEncoderLayer
-    runs torch's unfused path (the same arithmetic as its fused one, up to rounding).
+    a list with one spec (or None) per head, or a callable (layer, head). Spec strings are checked before the model
+    runs; layer indices, names and list lengths against the model's nn.MultiheadAttention before it runs when it has
+    any, else after its first forward. A layer whose heads are all None computes as the model would (its masks and
+    dropout work as ever); a layer with any attnlab head follows the mask rules of the module docstring (and of
+    scaled_dot_product_attention: attn_mask all-visible or causal, is_causal, scale; dropout_p > 0 refused).
+    Random methods draw with `seed` + the layer's index unless the spec names its own seed (a report's canonical
+    specs do: seed=0). Also usable without `with`: s = swap(...); ...; s.restore(). While any swap is active,
+    nn.TransformerEncoderLayer runs torch's unfused path (the same arithmetic as its fused one, up to rounding).
+
+    After a forward, .calls lists its attention calls: dicts {layer, name, heads, n, n_k, causal, via}.
     """
 
-    def __init__(self, model, spec, *, seed=0, record=None):
-        self.layers = attention_layers(model)
-        if not self.layers:
-            raise ValueError("swap: the model has no torch.nn.MultiheadAttention (for a hand-written attention, "
-                             "call attnlab.torch.attention inside its forward)")
-        self.specs = _head_specs(spec, self.layers)
-        for heads in self.specs:   # a bad spec fails here, before the model runs
-            for s in set(heads) - {None}:
-                attnlab.canonical(s)
-        self._saved = []
+    def __init__(self, model, spec, *, seed=0, record=None, on_output=None):
+        for s in _spec_strings(spec):   # a bad spec fails here, before the model runs
+            attnlab.canonical(s)
+        self.layers = _Layers(spec, model)
+        self.seed, self.calls = seed, []
+        self._record, self._on_output = record, on_output
+        self._saved, self._hooks, self._stack, self._depth = [], [], [], 0
         self._active = True
-        for i, ((name, m), heads) in enumerate(zip(self.layers, self.specs)):
-            if not record and all(h is None for h in heads):
-                continue   # torch's own attention, untouched: its masks and dropout stay available
-            rec = (lambda q, k, v, c, i=i, name=name: record(i, name, q, k, v, c)) if record else None
-            self._patch(m, "forward", lambda *a, m=m, heads=heads, i=i, rec=rec, **kw:
-                        _mha_forward(m, heads, seed + i, rec, *a, **kw))
-        for m in model.modules() if isinstance(model, torch.nn.Module) else []:
+        module = isinstance(model, torch.nn.Module)
+        for name, m in self.layers.mha:
+            self._patch(m, "forward", lambda *a, m=m, name=name, **kw: self._mha_call(m, name, *a, **kw))
+        for m in model.modules() if module else []:
             if isinstance(m, torch.nn.TransformerEncoderLayer):
                 self._patch(m, "forward", lambda *a, m=m, **kw: _encoder_layer_forward(m, *a, **kw))
             elif isinstance(m, torch.nn.TransformerEncoder) and getattr(m, "enable_nested_tensor", False):
                 self._patch(m, "enable_nested_tensor", False)
+        if module:   # which module makes a standard call: the innermost one running
+            for name, m in model.named_modules():
+                self._hooks.append(m.register_forward_pre_hook(lambda mod, inp, name=name: self._enter(name)))
+                self._hooks.append(m.register_forward_hook(lambda mod, inp, out: self._leave()))
+        self._patch(model, "forward", self._root(model.forward))
+        self._patch(F, "scaled_dot_product_attention", _sdpa)
+        _ACTIVE.append(self)
+
+    def _enter(self, name):   # a forward pre-hook: returns None (the inputs unchanged)
+        self._stack.append(name)
+
+    def _leave(self):         # a forward hook: returns None (the output unchanged)
+        if self._stack:
+            self._stack.pop()
+
+    def _root(self, forward):
+        """The model's forward, numbering its attention calls from 0 and checking the spec against them."""
+        def run(*a, **kw):
+            self._depth += 1
+            if self._depth == 1:
+                self.calls, self._stack = [], []
+            try:
+                out = forward(*a, **kw)
+            finally:
+                self._depth -= 1
+            if self._depth == 0:
+                if not self.calls:
+                    raise ValueError("swap: the model's forward made no attention call through nn.MultiheadAttention "
+                                     "or torch.nn.functional.scaled_dot_product_attention; a hand-written "
+                                     "softmax(QKᵀ)V must be changed to the standard call (the README's 'Quick "
+                                     "start: your own model' shows the one line)")
+                self.layers.check(len(self.calls), {c["name"] for c in self.calls})
+            return out
+        return run
+
+    def _next(self, name, H, L, S, causal, via):
+        layer = len(self.calls)
+        heads = self.layers.heads(layer, name, H)
+        self.calls.append({"layer": layer, "name": name, "heads": H, "n": L, "n_k": S, "causal": causal, "via": via})
+        return layer, heads
+
+    def _mha_call(self, m, name, *a, **kw):
+        query = kw.get("query", a[0] if a else None)
+        H = m.num_heads
+        L = query.shape[0 if query.dim() < 3 or not m.batch_first else 1]
+        layer, heads = self._next(name, H, L, None, None, "nn.MultiheadAttention")
+        if not self._record and all(h is None for h in heads):
+            return type(m).forward(m, *a, **kw)   # torch's own: its masks and dropout stay available
+        rec = (lambda q, k, v, c: self._record(layer, name, q, k, v, c)) if self._record else None
+        out = (lambda o: self._on_output(layer, o)) if self._on_output else None
+        return _mha_forward(m, heads, self.seed + layer, rec, out, *a, **kw)
+
+    def _standard_call(self, query, key, value, attn_mask, dropout_p, is_causal, scale):
+        if query.dim() < 2 or key.dim() != query.dim() or value.dim() != query.dim():
+            raise ValueError(f"attnlab.torch: scaled_dot_product_attention with shapes {tuple(query.shape)}, "
+                             f"{tuple(key.shape)}, {tuple(value.shape)}: want (..., n, d) each")
+        L, S = query.shape[-2], key.shape[-2]
+        H = query.shape[-3] if query.dim() >= 3 else 1
+        name = self._stack[-1] if self._stack else ""
+        layer, heads = self._next(name, H, L, S, None, "scaled_dot_product_attention")
+        own = all(h is None for h in heads)
+        if own and not self._record:
+            return _own_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
+        causal = _sdpa_causal(attn_mask, is_causal, L, S)
+        self.calls[-1]["causal"] = causal
+        if tuple(key.shape[:-2]) != tuple(query.shape[:-2]) or tuple(value.shape[:-2]) != tuple(query.shape[:-2]):
+            raise ValueError(f"attnlab.torch: scaled_dot_product_attention with leading dimensions "
+                             f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, {tuple(value.shape[:-2])}: "
+                             "attnlab needs them equal (no broadcasting, no grouped K, V heads)")
+        if self._record:
+            d = query.shape[-1]
+            # Recorded before the 1/sqrt(d_head) scale attnlab applies by default: a custom scale is folded into Q.
+            q = query if scale is None else query * (scale * math.sqrt(d))
+            as4 = lambda t: t.reshape(-1, *t.shape[-3:]) if t.dim() >= 3 else t.reshape(1, 1, *t.shape)  # noqa: E731
+            self._record(layer, name, as4(q), as4(key), as4(value), causal)
+        if own:
+            out = _own_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
+        else:
+            if dropout_p > 0:
+                raise ValueError(f"attnlab.torch: scaled_dot_product_attention with dropout_p={dropout_p}; attnlab's "
+                                 "methods apply no dropout to the attention matrix: call model.eval() (a model "
+                                 "passes dropout_p only in training) or pass 0")
+            axis = query.dim() - 3
+
+            def compute(s, idx):
+                qs, ks, vs = (x if idx is None else x.index_select(axis, idx) for x in (query, key, value))
+                if s is None:
+                    return _own_sdpa(qs, ks, vs, None, 0.0, causal, scale)
+                return attention(qs, ks, vs, s, causal=causal, scale=scale, seed=self.seed + layer)
+            out = compute(heads[0], None) if query.dim() == 2 else _assemble(query, heads, axis, compute)
+        if self._on_output:
+            self._on_output(layer, out)
+        return out
 
     def _patch(self, obj, attr, value):
         had = attr in obj.__dict__
@@ -342,7 +581,10 @@ class swap:
         setattr(obj, attr, value)
 
     def restore(self):
-        """Puts every module back as it was (idempotent)."""
+        """Puts every module (and torch.nn.functional) back as it was (idempotent)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
         for obj, attr, had, old in reversed(self._saved):
             if had:
                 setattr(obj, attr, old)
@@ -353,6 +595,8 @@ class swap:
                     pass
         self._saved = []
         self._active = False
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
 
     def __enter__(self):
         return self
@@ -363,22 +607,31 @@ class swap:
 
 
 class Capture(swap):
-    """The per-head Q, K, V (after the in-projection, before the 1/sqrt(d_head) scale) of every attention call while
-    active; `records` holds dicts {layer, name, q, k, v, causal} with numpy arrays (batch, heads, n, d_head).
-    save(dir) writes them as the export `attnlab report --model-dir DIR` reads."""
+    """The per-head Q, K, V of every attention call while active (Q, K before the 1/sqrt(d_head) scale: a call's
+    custom scale is folded into Q), and with grads=True the upstream gradient ∂L/∂O of each call's output once the
+    caller runs a backward; `records` holds dicts {layer, name, q, k, v, causal[, do]} with numpy arrays (batch,
+    heads, n, d_head). save(dir) writes them as the export `attnlab report --model-dir DIR` reads."""
 
-    def __init__(self, model, spec=None, *, seed=0):
+    def __init__(self, model, spec=None, *, seed=0, grads=False):
         self.records = []
-        super().__init__(model, spec, seed=seed, record=self._record)
+        super().__init__(model, spec, seed=seed, record=self._keep,
+                         on_output=self._watch if grads else None)
 
-    def _record(self, layer, name, q, k, v, causal):
+    def _keep(self, layer, name, q, k, v, causal):
         self.records.append({"layer": layer, "name": name, "causal": causal,
                              "q": q.detach().numpy().copy(), "k": k.detach().numpy().copy(),
                              "v": v.detach().numpy().copy()})
 
+    def _watch(self, layer, out):
+        if out.requires_grad:
+            r = self.records[-1]
+            shape = r["q"].shape[:-1] + (out.shape[-1],)
+            out.register_hook(lambda g, r=r: r.__setitem__("do", g.detach().reshape(shape).numpy().copy()))
+
     def save(self, directory, dtype=np.float32):
         """Writes DIR/meta.json and DIR/captured/seq{s}_layer{l}_{q,k,v}.npy, (heads, n, d_head) each: sequence s
-        is the s-th batch entry of the forward calls in order, layer l the l-th attention layer. Returns DIR."""
+        is the s-th batch entry of the forward calls in order, layer l the l-th attention call of a forward (and
+        seq{s}_layer{l}_do.npy, ∂L/∂O, where a backward filled it). Returns DIR."""
         if not self.records:
             raise ValueError("capture: nothing recorded; run the model inside the `with` block first")
         by_layer = {}
@@ -399,7 +652,7 @@ class Capture(swap):
             for r in by_layer[l]:
                 causal.add(r["causal"])
                 for b in range(r["q"].shape[0]):
-                    for what in "qkv":
+                    for what in ("q", "k", "v", "do") if "do" in r else "qkv":
                         a = np.ascontiguousarray(r[what][b], dtype=dtype)
                         path = os.path.join(sub, f"seq{s}_layer{l}_{what}.npy")
                         np.save(path + ".partial.npy", a)
@@ -407,16 +660,18 @@ class Capture(swap):
                         digest.update(a.tobytes())
                     s += 1
         meta = {"key": digest.hexdigest()[:16], "bidirectional": causal == {False}, "source": "attnlab.torch.capture",
-                "layers": [self.layers[l][0] for l in layers],
+                "layers": [by_layer[l][0]["name"] for l in layers],
                 "layout": "captured/seq{s}_layer{l}_{q,k,v}.npy (heads, n, d_head), before the 1/sqrt(d_head) scale"}
         with open(os.path.join(directory, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
         return directory
 
 
-def capture(model, spec=None, *, seed=0):
-    """A Capture of `model`'s attention layers (see Capture); with a spec, the model runs swapped meanwhile."""
-    return Capture(model, spec, seed=seed)
+
+def capture(model, spec=None, *, seed=0, grads=False):
+    """A Capture of `model`'s attention calls (see Capture); with a spec, the model runs swapped meanwhile; with
+    grads=True each record gains "do", ∂L/∂O of its output, once a backward has run through it."""
+    return Capture(model, spec, seed=seed, grads=grads)
 
 
 # ---- the report's choices on the user's model -----------------------------------------------------------------
@@ -447,16 +702,16 @@ def check_report(model, report, loss, *, loss_target=None, seed=0, noise=0.1, z=
     length) and, for the loss target, steps (every trial)."""
     from . import mix as mixes
     rep = report if isinstance(report, dict) else mixes.read_report(report)
-    layers = attention_layers(model)
-    bad = [k for k in rep if not (0 <= k[0] < len(layers) and 0 <= k[1] < layers[k[0]][1].num_heads)]
-    if bad:
-        raise ValueError(f"check_report: the report has heads {bad[:3]} that the model's {len(layers)} attention "
-                         "layers do not; is it a report of this model?")
-    with torch.no_grad(), swap(model, None, seed=seed):   # the unfused path the trials run on: no rounding offset
+    with torch.no_grad(), swap(model, None, seed=seed) as s:   # the unfused path the trials run on: no offset
         exact = _losses(loss())
+        calls = s.calls
+    bad = [k for k in rep if not (0 <= k[0] < len(calls) and 0 <= k[1] < calls[k[0]]["heads"])]
+    if bad:
+        raise ValueError(f"check_report: the report has heads {bad[:3]} that the model's {len(calls)} attention "
+                         "layers do not; is it a report of this model?")
 
     def increase(mix):
-        spec = {l: [mix.get((l, h)) for h in range(m.num_heads)] for l, (_, m) in enumerate(layers)
+        spec = {l: [mix.get((l, h)) for h in range(c["heads"])] for l, c in enumerate(calls)
                 if any(k[0] == l for k in mix)}
         with torch.no_grad(), swap(model, spec, seed=seed):
             got = _losses(loss())

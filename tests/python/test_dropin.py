@@ -52,7 +52,7 @@ def independent_head_swap(model, layer, head, spec):
         x = model.embed()
         for l, blk in enumerate(model.net.blocks):
             q, k, v = blk.heads(x)
-            o, _ = blk.attention(q, k, v)
+            o = blk.attention(q, k, v)
             if l == layer:
                 o = o.clone()
                 o[:, head] = at.attention(q[:, head], k[:, head], v[:, head], spec, causal=model.causal, seed=l)

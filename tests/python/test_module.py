@@ -517,3 +517,15 @@ def test_cost_dict(qkv):
         attnlab.cost(q, k, v, "nystrom", causal=True)
     with pytest.raises(ValueError, match="'nystromm'"):
         attnlab.cost(q, k, v, "nystromm")
+
+
+# Was a bug: an unknown dtype name became None, and numpy's np.dtype('float64') == None is True, so "bfloat16",
+# "bf16", torch.bfloat16 and the typo "fp32" were accepted and computed in float64.
+@pytest.mark.parametrize("dtype", ["bfloat16", "bf16", "fp32", "float16", "half", "torch.bfloat16", "int32",
+                                   "nonsense"])
+def test_unknown_or_unsupported_dtypes_are_refused(dtype):
+    q = np.ones((4, 2))
+    with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'"):
+        attnlab.apply("exact", q, q, q, dtype=dtype)
+    for ok, want in (("float32", np.float32), ("float64", np.float64), (np.float32, np.float32)):
+        assert attnlab.apply("exact", q, q, q, dtype=ok).dtype == want

@@ -347,8 +347,13 @@ def test_swap_refuses_bad_specs_before_running(spec, message):
 
 
 def test_swap_without_attention_layers():
-    with pytest.raises(ValueError, match="no torch.nn.MultiheadAttention"):
-        at.swap(nn.Linear(4, 4), "exact")
+    # A model without nn.MultiheadAttention may call the standard call: known only when it runs; a forward that made
+    # no attention call is an error (a hand-written softmax(QKᵀ)V is not seen), and the block restores everything.
+    lin = nn.Linear(4, 4)
+    with at.swap(lin, "exact"):
+        with pytest.raises(ValueError, match="no attention call through nn.MultiheadAttention"):
+            lin(torch.zeros(1, 4))
+    assert "forward" not in lin.__dict__
 
 
 def test_dropout_and_masks_it_cannot_honour():

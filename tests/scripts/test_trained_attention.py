@@ -131,7 +131,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import trained_attention as ta  # noqa: E402
 h_snap = ta.split_corpus(ta.read_corpus("snapshot")[1])[3]
 h_dir = ta.split_corpus(ta.read_corpus(os.path.join(unpacked, "stdlib"))[1])[3]
-want_hash = torch.load(os.path.join(ROOT, "models", "trained_attention.pt"))["key_components"]["corpus_sha256"]
+want_hash = ta.safe_load(os.path.join(ROOT, "models", "trained_attention.pt"))["key_components"]["corpus_sha256"]
 c.check(h_snap == h_dir == want_hash, "snapshot hash = directory hash = the weights' corpus")
 ta.write_snapshot(ta.read_corpus(os.path.join(unpacked, "stdlib"))[1], path("again.tar.xz"))
 c.check(open(path("again.tar.xz"), "rb").read() == open(snap, "rb").read(),
