@@ -90,9 +90,9 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   const std::string source = files ? "files" : o.source.kind;
   std::optional<TidyCsvWriter> csv;
   if (!o.csv.empty()) {
-    // The experiments' schema (sweep.hpp; README: "Results files"): one tidy format for every results file. n is
-    // n_q; dtype the compute type, head the head (0 for a generated problem), variant "causal" under the mask (else
-    // empty); the point id names everything else.
+    // The experiments' schema (sweep.hpp; docs/reproducing.md: "Results files"): one tidy format for every results
+    // file. n is n_q; dtype the compute type, head the head (0 for a generated problem), variant "causal" under the
+    // mask (else empty); the point id names everything else.
     csv.emplace(o.csv, experiments::result_columns());
     std::ofstream side(o.csv + ".config");  // the sweeps' sidecar name (sweep.cpp)
     side << "command: " << command_line() << "\ncode_version: " << code_version() << "\ncosts measured with: "

@@ -4,7 +4,7 @@
 // the speed-up over exact streaming attention timed in the same point), for the error-against-cost figure — every
 // family but the SVD floor, which is a reference, not a method to run (BudgetFamily::measure_cost). Sources:
 // generated, the trained/initialised transformer's heads (`trained`, `initialized`: the source column names the
-// model, the sequence, layer and head columns the head; README: "Results files"), the causal model's
+// model, the sequence, layer and head columns the head; docs/reproducing.md: "Results files"), the causal model's
 // (`trained_causal`: only the causal-capable families, with the causal mask — its heads never saw the future) and the
 // user's .npy files.
 #include "attnlab/io/npy.hpp"

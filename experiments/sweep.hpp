@@ -14,9 +14,9 @@
 
 namespace attnlab::experiments {
 
-/// Tidy CSV columns after schema_version and code_version (results schema 2; README: "Results files" says what each
-/// holds in every experiment): experiment, point, source, method, spec, n, d, seed, sequence, layer, head, dtype,
-/// variant, step.
+/// Tidy CSV columns after schema_version and code_version (results schema 2; docs/reproducing.md: "Results files"
+/// says what each holds in every experiment): experiment, point, source, method, spec, n, d, seed, sequence, layer,
+/// head, dtype, variant, step.
 const std::vector<std::string>& result_columns();
 
 /// The results schema before this one (schema 1: no sequence, layer, head, dtype columns): a file written by it is

@@ -3,7 +3,7 @@
 # the GEMM yardstick, f32 and f64) from two builds, and the PyTorch eager transcriptions (tools/bench_peers.py), then
 # the table and the figure. Writes results/bench/{attnlab.json,attnlab_fast.json,peers.csv,merged.csv,table.md,
 # bench.png, attnlab_tunables.json, peers_tunables.csv, cost_paths.md; the backward suite's backward.json,
-# backward_fast.json, peers_backward.csv, backward.md, backward.png} and re-renders README.md (its tables).
+# backward_fast.json, peers_backward.csv, backward.md, backward.png} and re-renders docs/benchmarks.md (its tables).
 #   tools/bench.sh [--quick] [--backward-only]   (--quick: n ≤ 4096, float32 only, a few minutes; --backward-only:
 #                                                the backward suite and PyTorch autograd only, tables re-rendered)
 # The two attnlab builds:
@@ -78,4 +78,4 @@ suite=attnlab_bench_backward run_suite "$fast_build" "$out/backward_fast.json"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/bench_peers.py" --backward --out "$out/peers_backward.csv" --n "$ns" \
   --dtype "$dtypes"
 "$(attnlab_python)" "$ATTNLAB_ROOT/tools/plot_bench.py" --dir "$out"
-"$(attnlab_python)" "$ATTNLAB_ROOT/tools/findings.py"   # README quotes the float32 table
+"$(attnlab_python)" "$ATTNLAB_ROOT/tools/findings.py"   # docs/benchmarks.md quotes the float32 table

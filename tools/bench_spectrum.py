@@ -8,8 +8,8 @@ against numpy's SVD.
     tools/bench_spectrum.py [--out results/bench] [--attnlab build/bin/attnlab] [--large-n 16384]
 
 Writes OUT/spectrum_solvers.csv.gz (the spectrum experiment's tidy rows), OUT/svd_floor.csv (compare's rows) and
-OUT/spectrum_solvers.md (the table the note and the README quote). Times are wall-clock on this machine, taken in
-one job so that their ratios mean something; each solver's residuals are in the CSV.
+OUT/spectrum_solvers.md (the table the note and docs/benchmarks.md quote). Times are wall-clock on this machine,
+taken in one job so that their ratios mean something; each solver's residuals are in the CSV.
 """
 import argparse
 import os

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""The numbers the README and the notebooks quote, computed from the committed CSVs so that they cannot go stale.
+"""The numbers the README, the pages under docs/ and the notebooks quote, computed from the committed CSVs so that
+they cannot go stale.
 
     tools/findings.py [--results results]            write RESULTS/findings.md; for results/, also render
-                                                     README.md and the notebooks' text
-    tools/findings.py --check                        exit 1 when README.md, the notebooks' text or findings.md
-                                                     differ from what the CSVs give (the test suite runs this)
+                                                     README.md, docs/*.md and the notebooks' text
+    tools/findings.py --check                        exit 1 when README.md, a page under docs/, the notebooks' text
+                                                     or findings.md differ from what the CSVs give (the test suite
+                                                     runs this)
 
 Every finding has a name, a definition (which CSV rows, which statistic) and a formatted value. The prose lives in
-docs/README.template.md and tools/notebook_texts.py with {{name}} where a number goes; README.md is rendered from
-the template (edit the template, not README.md). Needs Debian's python3-pandas; no matplotlib (the CSVs are read by
-figures/data.py, figures/dropin_stats.py and bench_data.py, which the figures share). Imports no module that imports
-it: tools/make_notebooks.py is a command over write_notebooks() here.
+templates with {{name}} where a number goes — docs/README.template.md (rendered into README.md), every other
+docs/NAME.template.md (rendered into docs/NAME.md; docs/paper.template.md only once the paper preset's results are
+committed) — and in tools/notebook_texts.py. Edit the templates, not the pages they render. Needs Debian's
+python3-pandas; no matplotlib (the CSVs are read by figures/data.py, figures/dropin_stats.py and bench_data.py, which
+the figures share). Imports no module that imports it: tools/make_notebooks.py is a command over write_notebooks()
+here.
 """
 import argparse
 import difflib
@@ -33,10 +37,12 @@ from figures.dropin_stats import correlations, load_dropin  # noqa: E402
 from notebook_texts import books  # noqa: E402
 
 ROOT = os.path.dirname(TOOLS)
-TEMPLATE = os.path.join(ROOT, "docs", "README.template.md")
+DOCS = os.path.join(ROOT, "docs")
+TEMPLATE_SUFFIX = ".template.md"
+TEMPLATE = os.path.join(DOCS, "README.template.md")
 README = os.path.join(ROOT, "README.md")
-PAPER_TEMPLATE = os.path.join(ROOT, "docs", "paper.template.md")
-PAPER = os.path.join(ROOT, "docs", "paper.md")
+PAPER_TEMPLATE = os.path.join(DOCS, "paper.template.md")
+PAPER = os.path.join(DOCS, "paper.md")
 EXPORT = os.path.join(ROOT, "models", "trained_attention.export.json")
 # A placeholder is {{experiment.name}}, in any case (evb.P_clustered_vq, regimes.gaussian_svd_lowT). Every {{...}}
 # in a text is checked — not only those of the expected shape — so that a key the pattern does not cover cannot pass
@@ -615,7 +621,7 @@ def spectrum_solvers(F, results):
     if not os.path.exists(path):
         return
     text = open(path).read().split("\n", 2)[2].strip()   # without the title
-    F.add("bench.spectrum_solvers", text.replace("## ", "#### "), str,
+    F.add("bench.spectrum_solvers", text.replace("## ", "### "), str,
           "results/bench/spectrum_solvers.md (tools/bench_spectrum.py; timing)", "bench")
 
 
@@ -716,8 +722,8 @@ def compute(results):
 
 def findings_md(items, results):
     out = ["# Findings", "",
-           f"Computed by `tools/findings.py` from the CSVs in `{os.path.relpath(results, ROOT)}/`; the README and the "
-           "notebooks quote these names (each in double braces in docs/README.template.md and "
+           f"Computed by `tools/findings.py` from the CSVs in `{os.path.relpath(results, ROOT)}/`; the README, the "
+           "pages under docs/ and the notebooks quote these names (each in double braces in docs/*.template.md and "
            "tools/notebook_texts.py). Timing "
            "findings vary between runs and machines; every other value is reproducible.", ""]
     by_exp = {}
@@ -765,12 +771,26 @@ def rel(path):
     return os.path.relpath(path, ROOT)
 
 
+def pages(paper=True):
+    """Every rendered page as (template, page), the README first: docs/README.template.md renders into README.md,
+    every other docs/NAME.template.md into docs/NAME.md. docs/paper.template.md quotes the paper preset's results
+    (results/paper): it is a page only when paper is true, i.e. once they are committed."""
+    out = [(TEMPLATE, README)]
+    for name in sorted(os.listdir(DOCS)):
+        template = os.path.join(DOCS, name)
+        if not name.endswith(TEMPLATE_SUFFIX) or template == TEMPLATE or (template == PAPER_TEMPLATE and not paper):
+            continue
+        out.append((template, os.path.join(DOCS, name[:-len(TEMPLATE_SUFFIX)] + ".md")))
+    return out
+
+
 def template_problems(items, paper):
-    """Every placeholder without a value in the texts that are rendered: the README's and the paper page's
-    templates and the notebooks' markdown in tools/notebook_texts.py."""
-    out = unrendered(open(TEMPLATE).read(), items, rel(TEMPLATE))
-    if paper:
-        out += unrendered(open(PAPER_TEMPLATE).read(), items, rel(PAPER_TEMPLATE))
+    """Every placeholder without a value in the texts that are rendered: the templates of every page (the README's,
+    docs/*.template.md's; the paper page's when paper is true) and the notebooks' markdown in
+    tools/notebook_texts.py."""
+    out = []
+    for template, _ in pages(paper):
+        out += unrendered(open(template).read(), items, rel(template))
     for name, cells in books().items():
         md = [t for kind, t in cells if kind == "md"]
         for i, t in enumerate(md):
@@ -831,28 +851,29 @@ def main():
         print(f"findings: {len(items)} numbers computed; {len(bad)} placeholders without a value"
               + ("" if a.check else "; nothing written"))
         return 1
-    readme = render(open(TEMPLATE).read(), items, rel(TEMPLATE))
-    paper_page = render(open(PAPER_TEMPLATE).read(), items, rel(PAPER_TEMPLATE)) if has_paper else None
+    # {page: (template, the page's text rendered with these findings)}, the README first.
+    rendered = {page: (template, render(open(template).read(), items, rel(template)))
+                for template, page in pages(has_paper)}
     if not a.check:
         with open(md_path, "w") as f:
             f.write(md)
         print(md_path)
-        if quick:   # the README and the notebooks quote the quick preset's committed results
-            with open(README, "w") as f:
-                f.write(readme)
-            print(README)
-            if paper_page is not None:
-                with open(PAPER, "w") as f:
-                    f.write(paper_page)
-                print(PAPER)
+        if quick:   # the README, the pages and the notebooks quote the quick preset's committed results
+            for page, (_, text) in rendered.items():
+                with open(page, "w") as f:
+                    f.write(text)
+                print(page)
             write_notebooks(items)
         return 0
     problems = []
-    # The committed, rendered texts: a placeholder left in them is named by file and line (the comparisons below
-    # would catch it too, but as a diff).
-    committed = [(README, open(README).read())]
-    if os.path.exists(PAPER):
-        committed.append((PAPER, open(PAPER).read()))
+    # The committed pages: a placeholder left in them is named by file and line — in a rendered page (the comparisons
+    # below would catch it too, but as a diff), in the paper page whether or not its results are here, and in a page
+    # written by hand (docs/NAME.md without a template), which nothing renders.
+    committed = [(page, open(page).read()) for page in rendered if os.path.exists(page)]
+    for name in sorted(os.listdir(DOCS)):
+        page = os.path.join(DOCS, name)
+        if name.endswith(".md") and not name.endswith(TEMPLATE_SUFFIX) and page not in rendered:
+            committed.append((page, open(page).read()))
     for path, text in committed:
         problems += leftover_placeholders(rel(path), text)
     for name, cells in committed_notebook_texts().items():
@@ -860,14 +881,18 @@ def main():
             problems += leftover_placeholders(f"notebooks/{name}, markdown cell {i + 1}, line {{line}}", t)
     if not os.path.exists(md_path) or open(md_path).read() != md:
         problems.append(f"{md_path} is not what the CSVs give (run tools/findings.py)")
-    if open(README).read() != readme:
-        diff = difflib.unified_diff(open(README).read().splitlines(), readme.splitlines(), "README.md",
-                                    "rendered from the CSVs", lineterm="", n=0)
-        problems.append("README.md differs from docs/README.template.md rendered with the CSVs' findings (edit the "
-                        "template, then run tools/findings.py):\n" + "\n".join(list(diff)[:40]))
-    if paper_page is not None and (not os.path.exists(PAPER) or open(PAPER).read() != paper_page):
-        problems.append("docs/paper.md differs from docs/paper.template.md rendered with results/paper (edit the "
-                        "template, then run tools/findings.py)")
+    for page, (template, text) in rendered.items():
+        source = "results/paper" if template == PAPER_TEMPLATE else "the CSVs' findings"
+        if not os.path.exists(page):
+            problems.append(f"{rel(page)} is missing: it is {rel(template)} rendered with {source} (run "
+                            "tools/findings.py)")
+            continue
+        have = open(page).read()
+        if have != text:
+            diff = difflib.unified_diff(have.splitlines(), text.splitlines(), rel(page), "rendered from the CSVs",
+                                        lineterm="", n=0)
+            problems.append(f"{rel(page)} differs from {rel(template)} rendered with {source} (edit the template, "
+                            "then run tools/findings.py):\n" + "\n".join(list(diff)[:40]))
     want, have = notebook_texts(items), committed_notebook_texts()
     for name in sorted(set(want) | set(have)):
         if want.get(name) != have.get(name):
@@ -875,6 +900,7 @@ def main():
                             "findings (run tools/make_notebooks.py)")
     for p in problems:
         print("findings:", p, file=sys.stderr)
+    print(f"findings: pages compared with their templates: {', '.join(rel(page) for page in rendered)}")
     print(f"findings: {len(items)} numbers checked against the CSVs; "
           f"{'all as quoted' if not problems else str(len(problems)) + ' differences'}")
     return 1 if problems else 0

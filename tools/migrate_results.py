@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Migrate tidy results CSVs from results schema 1 to schema 2 (README: "Results files").
+"""Migrate tidy results CSVs from results schema 1 to schema 2 (docs/reproducing.md: "Results files").
 
     tools/migrate_results.py PATH...              # in place
     tools/migrate_results.py --out DIR PATH...    # converted copies (and their .config sidecars) in DIR

@@ -20,7 +20,8 @@ t0=$(date +%s)
 # The install runs at the build's priority: the build uses both cores throughout, so an install at nice 19 only
 # starves until the build is done and then runs alone, while side by side both finish sooner. The export (torch,
 # two threads) stays at nice 19: beside the build's two compilers its OpenMP workers would wait on each other
-# (oversubscribed OpenMP slows several-fold; the README's note on --shard), so it runs on what the build leaves.
+# (oversubscribed OpenMP slows several-fold; docs/reproducing.md's note on --shard), so it runs on what the build
+# leaves.
 "$ATTNLAB_ROOT/tools/setup.sh" --no-build
 mkdir -p data
 echo "reproduce: installing the Python stack and exporting the small transformer's attention in the background" \
@@ -88,7 +89,7 @@ rm -f "$marker"
 "$(attnlab_python)" tools/plot.py --results "$out_dir" &
 plot_pid=$!
 if [ "$preset" = quick ]; then
-  "$(attnlab_python)" tools/findings.py --results "$out_dir"   # the numbers README.md and the notebooks quote
+  "$(attnlab_python)" tools/findings.py --results "$out_dir"   # the numbers README.md, docs/ and the notebooks quote
 else  # the findings are defined on the quick grid; on another one they are a convenience, not a requirement
   "$(attnlab_python)" tools/findings.py --results "$out_dir" ||
     echo "reproduce: tools/findings.py could not summarise $out_dir (its findings are defined on the quick grid)" >&2

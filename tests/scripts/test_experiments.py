@@ -149,7 +149,7 @@ m = subprocess.run([sys.executable, os.path.join(root_dir, "tools", "merge_shard
 merged = rows_of(path("merged.csv")) if m.returncode == 0 else []
 c.check(m.returncode == 0 and points_done(merged) == s0 | s1 and
         len(merged) == len(rows_of(path("shard0.csv"))) + len(rows_of(path("shard1.csv"))), f"merge: {m.stderr!r}")
-# The same merge on compressed shards (the README's Slurm recipe writes part_i.csv.gz).
+# The same merge on compressed shards (docs/reproducing.md's Slurm recipe writes part_i.csv.gz).
 for i in (0, 1):
     r = run("run", "pinv", "--n", 128, "--m", "8,16,32", "--sources", "gaussian", "--iters", 10, "--shard", f"{i}/2",
             "--out", path(f"shard{i}.csv.gz"))
@@ -290,8 +290,8 @@ for h in (0, 1):
             f"head {h}: attnlab {got.get('P_rel_fro')}, {got.get('out_rel_fro')} vs numpy {ref_p}, {ref_o}")
 
 # Given --q (and --k, --v), an experiment runs on those files: giving --q makes 'files' the source — the only one
-# unless --sources names others — in every experiment that takes the model's heads (README: `attnlab run spectrum
-# --q Q.npy --k K.npy`; before, the preset's 'trained' source failed without an exported model).
+# unless --sources names others — in every experiment that takes the model's heads (docs/figures.md:
+# `attnlab run spectrum --q Q.npy --k K.npy`; before, the preset's 'trained' source failed without an exported model).
 r = run("run", "spectrum", "--q", path("uq.npy"), "--k", path("uk.npy"), "--top", 4, "--model-data", path("none"),
         "--out", path("spec_files.csv"))
 rows = rows_of(path("spec_files.csv")) if r.returncode == 0 else []

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The committed results stay small and the quoted numbers stay true:
-  - every number README.md and the notebooks quote equals what tools/findings.py computes from the committed CSVs
-    (README.md is docs/README.template.md rendered; the notebooks' text is tools/notebook_texts.py's), and
-    results/findings.md is up to date;
-  - a changed number is caught: a README with one quoted value altered fails the check;
-  - a placeholder without a value is caught: in README.md (left unrendered) or in the template (unknown key, any
-    case), the check fails naming the placeholder and its file and line, and rendering writes nothing;
+  - every number README.md, the pages under docs/ and the notebooks quote equals what tools/findings.py computes from
+    the committed CSVs (README.md is docs/README.template.md rendered, docs/NAME.md docs/NAME.template.md; the
+    notebooks' text is tools/notebook_texts.py's), and results/findings.md is up to date;
+  - a changed number is caught: the README or a page under docs/ with one quoted value altered fails the check, and
+    so does a rendered page that is missing;
+  - a placeholder without a value is caught: in README.md or a page (left unrendered) or in a template (unknown key,
+    any case), the check fails naming the placeholder and its file and line, and rendering writes nothing;
   - the committed quick-preset results/ take at most 5 MB, and every CSV there is compressed.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,15 +28,22 @@ r = subprocess.run([sys.executable, os.path.join(TOOLS, "findings.py"), "--check
 check(r.returncode == 0, f"README, notebooks and findings.md quote what the CSVs give: {r.stderr[-2000:]}")
 print(r.stdout.strip())
 
-# The check can fail: in a copy of the repository, alter one quoted number in README.md.
+# Every page with a template is compared: the README and the pages under docs/.
 import findings  # noqa: E402
+rendered = [os.path.relpath(page, ROOT) for _, page in findings.pages()]
+check(rendered[0] == "README.md" and {"docs/figures.md", "docs/reproducing.md", "docs/benchmarks.md"} <= set(rendered),
+      f"findings renders the README and the pages under docs/: {rendered}")
+
+# The check can fail: in a copy of the repository, alter one quoted number in README.md, then in a page.
 items = findings.compute(os.path.join(ROOT, "results"))
 copy = tempfile.mkdtemp(prefix="attnlab_findings_")
 for sub in ("tools", "docs", "results", "notebooks", "models"):
     shutil.copytree(os.path.join(ROOT, sub), os.path.join(copy, sub))
 readme = open(os.path.join(ROOT, "README.md")).read()
 value = items["evb.floor_trained"][0]
-altered = readme.replace(f"{value} on the\ntrained heads", f"{float(value) + 0.01:.2f} on the\ntrained heads", 1)
+# Where the README and the figures page quote it: "... is 0.46 on the trained heads" (the line may break anywhere).
+quoted = re.compile(re.escape(value) + r"(\s+on\s+the\s+trained\s+heads)")
+altered = quoted.sub(lambda m: f"{float(value) + 0.01:.2f}{m.group(1)}", readme, count=1)
 check(altered != readme, "the README quotes evb.floor_trained where the test expects it")
 
 
@@ -46,6 +55,20 @@ def run_copy(*args):
 open(os.path.join(copy, "README.md"), "w").write(altered)
 r = run_copy("--check")
 check(r.returncode == 1 and "README.md differs" in r.stderr, f"an altered number is caught: {r.stderr[-500:]}")
+open(os.path.join(copy, "README.md"), "w").write(readme)
+
+figures_page = os.path.join(copy, "docs", "figures.md")
+figures = open(figures_page).read()
+altered = quoted.sub(lambda m: f"{float(value) + 0.01:.2f}{m.group(1)}", figures, count=1)
+check(altered != figures, "docs/figures.md quotes evb.floor_trained where the test expects it")
+open(figures_page, "w").write(altered)
+r = run_copy("--check")
+check(r.returncode == 1 and "docs/figures.md differs" in r.stderr and "README.md differs" not in r.stderr,
+      f"an altered number in a page is caught, and named by its page: {r.stderr[-500:]}")
+os.remove(figures_page)
+r = run_copy("--check")
+check(r.returncode == 1 and "docs/figures.md is missing" in r.stderr, f"a missing page is caught: {r.stderr[-500:]}")
+open(figures_page, "w").write(figures)
 
 # The placeholders' own rules, on a text: a key in any case renders (an all-lowercase pattern once let
 # {{evb.P_clustered_vq}} and ten others through as literal text), an unknown key and a finding without a value (NaN)
@@ -65,17 +88,28 @@ try:
 except SystemExit as e:
     check("T:2: {{evb.P_clustered_vqq}}" in str(e) and "T:3: {{x.nan}}" in str(e), f"render names them all: {e}")
 
-# README.md with a placeholder left in it (template unchanged): named by file and line.
+# README.md with a placeholder left in it (template unchanged): named by file and line; so in a page, rendered
+# (docs/figures.md) or written by hand (docs/testing.md, which has no template).
 lines = readme.split("\n")
 lines.insert(10, "A sentence quoting {{evb.no_such_finding}} unrendered.")
 open(os.path.join(copy, "README.md"), "w").write("\n".join(lines))
 r = run_copy("--check")
 check(r.returncode == 1 and "README.md:11: {{evb.no_such_finding}} left unrendered" in r.stderr,
       f"a placeholder left in README.md fails the check with its line: {r.stderr[-800:]}")
+open(os.path.join(copy, "README.md"), "w").write(readme)
+for page in ("figures.md", "testing.md"):
+    path = os.path.join(copy, "docs", page)
+    text = open(path).read()
+    open(path, "w").write("{{evb.no_such_finding}}\n" + text)
+    r = run_copy("--check")
+    check(r.returncode == 1 and f"docs/{page}:1: {{{{evb.no_such_finding}}}} left unrendered" in r.stderr,
+          f"a placeholder left in docs/{page} fails the check with its line: {r.stderr[-800:]}")
+    open(path, "w").write(text)
 
 # The template with an unknown placeholder: the check fails naming it, and rendering fails before writing anything.
 template = os.path.join(copy, "docs", "README.template.md")
-t_lines = open(template).read().split("\n")
+readme_template = open(template).read()
+t_lines = readme_template.split("\n")
 t_lines.insert(4, "Quoting {{regimes.no_such_finding}} here.")
 open(template, "w").write("\n".join(t_lines))
 open(os.path.join(copy, "README.md"), "w").write(readme)
@@ -86,6 +120,18 @@ r = run_copy()
 check(r.returncode == 1 and "{{regimes.no_such_finding}}" in r.stderr
       and open(os.path.join(copy, "README.md")).read() == readme,
       f"rendering refuses it and leaves README.md as it was: rc {r.returncode}, {r.stderr[-500:]}")
+# The same in a page's template: named by its file and line, nothing rendered.
+open(template, "w").write(readme_template)
+page_template = os.path.join(copy, "docs", "figures.template.md")
+p_lines = open(page_template).read().split("\n")
+p_lines.insert(2, "Quoting {{regimes.no_such_finding}} here.")
+open(page_template, "w").write("\n".join(p_lines))
+r = run_copy("--check")
+check(r.returncode == 1 and "docs/figures.template.md:3: {{regimes.no_such_finding}} is no finding" in r.stderr,
+      f"an unknown placeholder in a page's template fails the check with its line: {r.stderr[-800:]}")
+r = run_copy()
+check(r.returncode == 1 and open(figures_page).read() == figures,
+      f"rendering refuses it and leaves the page as it was: rc {r.returncode}, {r.stderr[-500:]}")
 shutil.rmtree(copy)
 
 def tree_size(top, skip=()):

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 SCHEMA_VERSION = 2
-# A model head's columns (results schema 2; README: "Results files"): empty (NaN here) for generated sources.
+# A model head's columns (results schema 2; docs/reproducing.md: "Results files"): empty (NaN here) for generated
+# sources.
 HEAD = ["sequence", "layer", "head"]
 
 
