@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <memory>
 
 namespace attnlab::cli {
@@ -26,7 +27,8 @@ void add_report(CLI::App& app) {
   mo->excludes(qo);
   sub->add_option("--layers", f->layers, "with --model-dir: 'all' or a comma list of layer indices")
       ->capture_default_str();
-  sub->add_option("--seq", f->seq, "with --model-dir: which exported sequence")->capture_default_str();
+  sub->add_option("--seq", f->seq, "with --model-dir: which exported sequence (the report says which of how many)")
+      ->capture_default_str();
   sub->add_option("--out", f->opts.out, "report directory (index.html, report.csv, summary.md)")->required();
   sub->add_option("--target", f->opts.target, "largest output error ‖O − Õ‖_F/‖O‖_F a recommendation may have")
       ->check(positive_finite())
@@ -47,7 +49,9 @@ void add_report(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--threads", f->opts.threads, "threads (default: OMP_NUM_THREADS, else every core)")
       ->check(CLI::Range(1, 4096));
-  sub->add_flag("--causal", f->opts.causal, "causal mask (only the methods that honour one)");
+  sub->add_flag("--causal", f->opts.causal,
+                "causal mask (only the methods that honour one); must agree with what a capture says: an export's "
+                "meta.json (\"bidirectional\"), a file's FILE.npy.json or meta.json (\"causal\")");
   sub->add_option("--title", f->opts.title, "the report's title")->capture_default_str();
   sub->callback([f] {
     std::vector<attnlab::report::Layer> layers;
@@ -55,13 +59,19 @@ void add_report(CLI::App& app) {
       layers = attnlab::report::load_model_export(f->model_dir, f->layers, f->seq, f->opts.causal);
     } else {
       require(!f->q.empty(), "report: give --q/--k/--v or --model-dir");
-      const QkvFiles files = load_qkv(f->q, f->k, f->v);
       attnlab::report::Layer layer;
+      layer.origin = attnlab::report::files_origin(f->q, f->k, f->v);  // their sidecars; the sequence
+      attnlab::report::causal_rule(layer.origin, f->opts.causal);         // refused before the files are read
+      const QkvFiles files = load_qkv(f->q, f->k, f->v);
       layer.name = "input";
       for (Index h = 0; h < files.heads(); ++h)
         layer.heads.push_back({files.q.head_as<double>(h), files.k.head_as<double>(h), files.v.head_as<double>(h)});
       layers.push_back(std::move(layer));
     }
+    // What the report says of its input (the sequence, the mask), before the work: also in summary.md, index.html.
+    for (const std::string& note : attnlab::report::input_notes(layers, f->opts.causal))
+      fmt::print("report: {}\n", note);
+    std::fflush(stdout);
     const auto s = attnlab::report::write_report(layers, f->opts);
     fmt::print("wrote {} ({} heads; {} keep exact), {}, {}\n", s.index_html, s.heads, s.keep_exact, s.csv,
                s.summary_md);

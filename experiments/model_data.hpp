@@ -1,11 +1,9 @@
 // The experiments' options for model sources (--model-data, --model-heads, --model-seqs, --q/--k/--v); the export
-// itself is read by attnlab/io/model_export.hpp. Real attention: the Q, K, V that tools/trained_attention.py exported
-// from a small byte-level transformer trained on the Python standard library (source `trained`) and from the same model
-// at initialisation (`initialized`) — and the user's own (source `files`: --q, --k, --v, (n, d) or (h, n, d) .npy, one
-// point per head). Layout under DIR (default $ATTNLAB_MODEL_DATA, else data/attention):
-//   meta.json                                   written last; says whether the model is bidirectional
-//   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   (heads, n, d_head), Q and K before the 1/√d_head scale
-//   {trained,initialized}/seq0_layer{l}_attn.npy         (heads, n, n), the model's own softmax, for checking
+// itself is read by attnlab/io/model_export.hpp, whose header describes its layout (meta.json, the parts, the files).
+// Real attention: the Q, K, V that tools/trained_attention.py exported from a small byte-level transformer trained on
+// the Python standard library (source `trained`) and from the same model at initialisation (`initialized`) — and the
+// user's own (source `files`: --q, --k, --v, (n, d) or (h, n, d) .npy, one point per head), under DIR (default
+// $ATTNLAB_MODEL_DATA, else data/attention).
 #pragma once
 
 #include "attnlab/io/model_export.hpp"

@@ -19,6 +19,7 @@
 #include "svg.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -373,21 +375,88 @@ Recommendation recommend(const std::vector<Candidate>& c, double target, double 
   return r;
 }
 
+std::string causal_rule(const Origin& origin, bool causal) {
+  const MaskStatement& m = origin.mask;
+  if (!m.causal)
+    return causal ? "attention treated as causal (--causal)"
+                  : "attention treated as bidirectional (non-causal): pass --causal if the model is causal";
+  const std::string input = origin.input.empty() ? "the input" : origin.input;
+  require(causal || !*m.causal,
+          fmt::format("report: the attention in {} is a causal model's (as {} says); add --causal (causal=True): the "
+                      "non-causal methods would let every position see the future", input, m.said_by));
+  require(!causal || *m.causal,
+          fmt::format("report: the attention in {} is a bidirectional model's (as {} says); drop --causal "
+                      "(causal=False): a causal mask would hide the later keys its heads attend to", input, m.said_by));
+  return fmt::format("attention {}, as {} says", causal ? "causal" : "bidirectional (non-causal)", m.said_by);
+}
+
+std::vector<std::string> input_notes(const std::vector<Layer>& layers, bool causal) {
+  std::vector<std::string> out;
+  const auto add = [&](std::string s) {
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+  };
+  for (const auto& l : layers)
+    if (l.origin.seq >= 0)
+      add(fmt::format("sequence {} of {}{}", l.origin.seq, l.origin.sequences,
+                      l.origin.another.empty() ? "" : " (" + l.origin.another + ")"));
+  for (const auto& l : layers) add(causal_rule(l.origin, causal));
+  return out;
+}
+
+Origin files_origin(const std::string& q, const std::string& k, const std::string& v) {
+  Origin o;
+  o.input = fmt::format("{}, {}, {}", q, k, v);
+  for (const std::string& file : {q, k, v}) {
+    const MaskStatement s = mask_statement(file);
+    if (!s.causal) continue;
+    if (!o.mask.causal) o.mask = s;
+    else if (*s.causal != *o.mask.causal)
+      throw Error(fmt::format("report: {} says the model is {}, {} that it is {}: which is it?", o.mask.said_by,
+                              *o.mask.causal ? "causal" : "bidirectional", s.said_by,
+                              *s.causal ? "causal" : "bidirectional"));
+  }
+  // Files of one sequence of a capture (seq{s}_layer{l}_q.npy): which, and how many lie beside them.
+  const fs::path file(q), dir = file.parent_path();
+  std::smatch m;
+  const std::string name = file.filename().string();
+  if (std::regex_match(name, m, std::regex("seq(\\d+)_layer(\\d+)_q\\.npy"))) {
+    const std::string layer = m[2];
+    o.seq = std::stol(m[1]);
+    Index n = 0;
+    while (fs::exists(dir / fmt::format("seq{}_layer{}_q.npy", n, layer))) ++n;
+    o.sequences = std::max(n, o.seq + 1);
+    const std::string part = dir.filename().string();  // an export's part: --model-dir reads it
+    const bool in_export = (part == "captured" || part == "trained" || part == "initialized") &&
+                           fs::exists(dir.parent_path() / "meta.json");
+    if (o.sequences > 1)
+      o.another = in_export ? fmt::format("use --model-dir {} --layers {} --seq S for another", dir.string(), layer)
+                            : fmt::format("give seq{{S}}_layer{}_{{q,k,v}}.npy for another", layer);
+  }
+  return o;
+}
+
 std::vector<Layer> load_model_export(const std::string& dir_in, const std::string& layers, Index seq, bool causal) {
   fs::path dir(dir_in), model = "trained";
   // attnlab.torch.capture's export has captured/ where tools/trained_attention.py's has trained/.
   if (fs::exists(dir / "meta.json") && !fs::exists(dir / "trained") && fs::exists(dir / "captured")) model = "captured";
   if (!fs::exists(dir / "meta.json")) {
     require(fs::exists(dir.parent_path() / "meta.json"),
-            fmt::format("report: {} is not a model export (no meta.json in it or its parent; make one with "
-                        "tools/trained_attention.py)", dir_in));
+            fmt::format("report: {0} is not a model export (no meta.json in it or its parent); {1}; make one for your "
+                        "model with attnlab.torch.capture(model).save({0}), the project's with "
+                        "tools/trained_attention.py --out {0}", dir_in, ModelData::layout(dir_in, "captured")));
     model = dir.filename();
     dir = dir.parent_path();
   }
-  const ModelData data(dir.string(), model.string());
-  require(data.bidirectional() || causal,
-          fmt::format("report: {} holds a causal model's attention; add --causal (causal=True): the non-causal "
-                      "methods would let every position see the future", dir_in));
+  const ModelData data(dir.string(), model.string(), "",
+                       fmt::format("attnlab.torch.capture(model).save({0}) writes one for your model ({0}/captured/), "
+                                   "tools/trained_attention.py --out {0} the project's ({0}/trained/)", dir.string()));
+  Origin origin;
+  origin.input = dir_in;
+  origin.mask = data.mask();
+  origin.seq = seq;
+  origin.sequences = data.sequences();
+  if (data.sequences() > 1) origin.another = "use --seq S for another";
+  causal_rule(origin, causal);  // before any head is read
   require(seq >= 0 && seq < data.sequences(),
           fmt::format("report: sequence {} out of range (the export has {})", seq, data.sequences()));
   std::vector<Index> which;
@@ -413,6 +482,7 @@ std::vector<Layer> load_model_export(const std::string& dir_in, const std::strin
   for (Index l : which) {
     Layer layer;
     layer.name = fmt::format("L{}", l);
+    layer.origin = origin;
     for (Index h = 0; h < data.heads(); ++h) {
       const Qkv<double> p = data.load({seq, l, h});
       layer.heads.push_back({p.q, p.k, p.v});
@@ -433,6 +503,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       require(h.q.cols() == h.k.cols() && h.k.rows() == h.v.rows() && h.q.rows() >= 1,
               fmt::format("report: {}: Q, K, V shapes disagree", l.name));
   const auto families = chosen_families(o);
+  const std::vector<std::string> notes = input_notes(layers, o.causal);  // the causal rule: refused before any work
+  const std::string input_note = notes.empty() ? "" : fmt::format("Input: {}.", fmt::join(notes, "; "));
   require(o.threads >= 0, fmt::format("report: threads must be ≥ 0, got {}", o.threads));
   fs::create_directories(o.out);
   // The thread count for this report only: restored on return, also when an error or Ctrl-C ends it.
@@ -457,6 +529,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
 
   Summary sum;
   sum.heads = Index(results.size());
+  sum.notes = notes;
   // report.csv: tidy, one value per row.
   sum.csv = (fs::path(o.out) / "report.csv").string();
   {
@@ -495,12 +568,12 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
   }
   std::ofstream(sum.csv + ".config") << fmt::format(
       "report of {} heads; target {}; repeats {}; cost length {}; noise {}; causal {}; {}; families {}\n"
-      "code_version: {}\n",
+      "input: {}\ncode_version: {}\n",
       results.size(), o.target, o.repeats, results[0].cost_n, o.noise, o.causal, cost_context(), [&] {
         std::string s;
         for (const auto& f : families) s += (s.empty() ? "" : ",") + f.label;
         return s;
-      }(), code_version());
+      }(), fmt::join(notes, "; "), code_version());
 
   // summary.md
   for (const auto& h : results) sum.keep_exact += h.best ? 0 : 1;
@@ -517,6 +590,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
                                "timing noise (≥ {:.0f}%) count as equal. {}.\n\n",
                                o.title, results.size(), results[0].n, results[0].d, o.target, cost_where, o.repeats,
                                o.noise * 100, cost_context());
+  if (!input_note.empty()) md += input_note + "\n\n";
   md += "Recommendations: ";
   for (const auto& [f, c] : by_family) md += fmt::format("{} × {}; ", c, f);
   md += "\n\n| layer | head | entropy (nats) | stable rank | rank for 90% | Eckart–Young floor (rank 16 / 64) | "
@@ -578,6 +652,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       results.size(), results[0].n, results[0].d, svg::escape(cost_where), o.repeats, o.target, o.noise * 100,
       svg::escape(cost_context()),
       svg::escape(md.substr(md.find("Recommendations"), md.find("\n\n|") - md.find("Recommendations"))));
+  if (!input_note.empty()) html += fmt::format("<p class=\"note\">{}</p>\n", svg::escape(input_note));
   html += "<div class=\"figs\">" +
           svg::heat_map("Recommended method (family, budget)", row_labels, col_labels, rec_cells) +
           svg::heat_map("Its speed-up over exact (its output error)", row_labels, col_labels, speed_cells) + "</div>\n";

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "attnlab/core/types.hpp"
+#include "attnlab/io/model_export.hpp"
 
 #include <string>
 #include <vector>
@@ -18,9 +19,19 @@ struct HeadData {
   MatrixR<double> q, k, v;
 };
 
+/// Where a layer's heads come from: what the report states about its input and checks --causal against.
+struct Origin {
+  std::string input;     ///< in messages: the export's directory, the .npy files ("": arrays given directly)
+  MaskStatement mask;    ///< what the capture says about the model's mask (nothing: bare files, arrays)
+  Index seq = -1;        ///< the captured sequence the heads are of (-1: not known to be one of several)
+  Index sequences = 0;   ///< how many sequences the capture holds
+  std::string another;   ///< how to report another sequence ("use --seq S for another"), "" if none
+};
+
 struct Layer {
   std::string name;  // "L0", or "input" for arrays given directly
   std::vector<HeadData> heads;
+  Origin origin;     ///< load_model_export(), files_origin(); default: arrays given directly, nothing said
 };
 
 struct Options {
@@ -46,6 +57,7 @@ struct Options {
 struct Summary {
   std::string index_html, csv, summary_md;
   Index heads = 0, keep_exact = 0;
+  std::vector<std::string> notes;  ///< input_notes(): what the report states about its input
 };
 
 /// A point the recommendation chooses among: a method family at one budget, its output error, and its timing at the
@@ -67,10 +79,29 @@ struct Recommendation {
 };
 Recommendation recommend(const std::vector<Candidate>& c, double target, double exact_seconds, double exact_noise);
 
-/// Reads a model export (tools/trained_attention.py's layout): DIR is the export (holding meta.json; model
+/// The one rule for the causal mask of captured attention — --model-dir's export, the user's .npy files and the
+/// Python module's arrays alike: when the capture says whether its model is causal (an export's meta.json, a file's
+/// sidecar: attnlab::mask_statement()), `causal` must agree, else Error saying which to pass: a causal model's heads
+/// never saw the future, which the non-causal methods would show them; a bidirectional model's heads attend to later
+/// keys, which a causal mask would hide. When nothing says, `causal` is used as given. Returns the sentence the
+/// report states about the mask (for bare files without `causal`: "attention treated as bidirectional
+/// (non-causal): pass --causal if the model is causal").
+std::string causal_rule(const Origin& origin, bool causal);
+
+/// What the report states about its input, one sentence each: which sequence of a capture of several it reports
+/// ("sequence 0 of 3 (use --seq S for another)"), and how it treats the attention (causal_rule(), which throws on a
+/// contradiction). The command prints them; write_report() puts them in summary.md, index.html, report.csv.config.
+std::vector<std::string> input_notes(const std::vector<Layer>& layers, bool causal);
+
+/// The origin of the user's .npy files: their sidecars' statement (attnlab::mask_statement(); Error when two
+/// disagree) and, for files named as an export's (seq{s}_layer{l}_q.npy), the sequence and how many lie beside it.
+Origin files_origin(const std::string& q, const std::string& k, const std::string& v);
+
+/// Reads a model export (the layout: attnlab/io/model_export.hpp): DIR is the export (holding meta.json; model
 /// "trained", or "captured" for attnlab.torch.capture's) or one model's directory under it (DIR/../meta.json).
-/// `layers`: "all" or a comma list of indices. A causal model's export is refused unless `causal` (its heads
-/// never saw the future; non-causal methods on them would).
+/// `layers`: "all" or a comma list of indices; `seq`: the sequence. causal_rule() applies before any head is read:
+/// a causal model's export is refused unless `causal`, a bidirectional one if `causal`. Every layer's origin says
+/// which sequence of how many.
 std::vector<Layer> load_model_export(const std::string& dir, const std::string& layers, Index seq, bool causal);
 
 Summary write_report(const std::vector<Layer>& layers, const Options& opts);

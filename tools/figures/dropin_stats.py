@@ -2,7 +2,6 @@
 head-level quantity predicts a one-head swap's loss increase (Spearman's rho with a cluster bootstrap over heads).
 No matplotlib: tools/findings.py quotes these numbers; figures/dropin.py draws them and the notebook imports them
 from there."""
-import math
 import os
 
 import numpy as np
@@ -29,51 +28,18 @@ def load_dropin(results):
     return df
 
 
-BOOTSTRAP = 2000
+def _stats():
+    """python/attnlab/stats.py (plain numpy), loaded by path: the findings run without attnlab's compiled module."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "attnlab", "stats.py")
+    spec = importlib.util.spec_from_file_location("attnlab_stats", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _rank(a):
-    """Average ranks (ties share the mean of their positions), in numpy: the bootstrap calls this 10⁵ times."""
-    order = np.argsort(a, kind="mergesort")
-    s = a[order]
-    group = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1
-    counts = np.bincount(group)
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
-    r = np.empty(len(a))
-    r[order] = (starts + (counts - 1) / 2.0)[group] + 1
-    return r
-
-
-def _rho(x, y):
-    rx, ry = _rank(x), _rank(y)
-    if rx.std() == 0 or ry.std() == 0:
-        return math.nan
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def spearman(x, y, clusters, seed=0, interval=True):
-    """Spearman's ρ and a 95% percentile interval from a cluster bootstrap: the rows of one head (a layer, head
-    pair: the same head under several families or budgets) are not independent, so heads are resampled with
-    replacement, not rows (2000 resamples, seeded). NaN when fewer than 5 pairs or 3 heads, or a constant
-    series."""
-    x, y, g = np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(clusters)
-    ok = ~(np.isnan(x) | np.isnan(y))
-    x, y, g = x[ok], y[ok], g[ok]
-    heads = np.unique(g)
-    n = len(x)
-    rho = _rho(x, y) if n >= 5 and len(heads) >= 3 else math.nan
-    if math.isnan(rho) or not interval:
-        return n, rho, math.nan, math.nan
-    rows = {h: np.flatnonzero(g == h) for h in heads}
-    rng = np.random.default_rng(seed)
-    boot = []
-    for _ in range(BOOTSTRAP):
-        idx = np.concatenate([rows[h] for h in rng.choice(heads, len(heads))])
-        r = _rho(x[idx], y[idx])
-        if not math.isnan(r):
-            boot.append(r)
-    lo, hi = np.percentile(boot, [2.5, 97.5]) if boot else (math.nan, math.nan)
-    return n, rho, float(lo), float(hi)
+stats = _stats()
+spearman = stats.spearman   # Spearman's ρ with a cluster bootstrap over heads (the studies' own, attnlab.stats)
 
 
 def correlations(df, intervals="all families"):

@@ -19,6 +19,60 @@ namespace attnlab {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The values of "name" in a JSON text, at any depth, in order, as written: a string with its quotes, else the literal
+// (a number, true, false, null; the start of an object or array). Enough for meta.json's flat fields.
+std::vector<std::string> json_values(const std::string& json, const std::string& name) {
+  const std::regex re("\"" + name + "\"\\s*:\\s*(\"(?:[^\"\\\\]|\\\\.)*\"|[^,}\\]\\s]+)");
+  std::vector<std::string> out;
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), re); it != std::sregex_iterator(); ++it)
+    out.push_back((*it)[1]);
+  return out;
+}
+
+// A value as a message quotes it: at most 40 characters.
+std::string shown(const std::string& value) { return value.size() <= 40 ? value : value.substr(0, 37) + "..."; }
+
+// "name": true|false in a JSON text (the first boolean among its values): nullopt when absent; throws Error naming
+// `where` when present with no boolean value, the message ending with `hint`.
+std::optional<bool> json_bool(const std::string& json, const std::string& name, const std::string& where,
+                              const std::string& hint) {
+  const std::vector<std::string> values = json_values(json, name);
+  for (const std::string& v : values)
+    if (v == "true" || v == "false") return v == "true";
+  if (!values.empty())
+    throw Error(fmt::format("{}: \"{}\" is {}, not true or false (a JSON boolean{}){}", where, name,
+                            shown(values.front()), name == "causal" ? "" : ": false for a causal model",
+                            hint.empty() ? "" : "; " + hint));
+  return std::nullopt;
+}
+
+}  // namespace
+
+MaskStatement mask_statement(const std::string& npy_path) {
+  const fs::path file(npy_path), dir = file.parent_path();
+  std::vector<fs::path> sidecars = {fs::path(npy_path + ".json"), dir / "meta.json"};
+  const std::string part = fs::path(dir).filename().string();
+  if (part == "captured" || part == "trained" || part == "initialized")
+    sidecars.push_back(dir.parent_path() / "meta.json");
+  for (const fs::path& p : sidecars) {
+    std::ifstream in(p);
+    if (!in) continue;
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string json = text.str(), where = p.string();
+    const std::optional<bool> causal = json_bool(json, "causal", where, ""),
+                              bidirectional = json_bool(json, "bidirectional", where, "");
+    if (causal && bidirectional && *causal == *bidirectional)
+      throw Error(fmt::format("{}: \"causal\": {} and \"bidirectional\": {} disagree", where, *causal,
+                              *bidirectional));
+    if (causal) return {causal, where};
+    if (bidirectional) return {!*bidirectional, where};
+  }
+  return {};
+}
+
 std::string ModelHead::label() const { return file ? fmt::format("head{}", head) : fmt::format("L{}H{}", layer, head); }
 
 std::shared_ptr<const UserFiles> UserFiles::read(const FileOptions& files, const std::string& experiment, bool need_v) {
@@ -39,32 +93,51 @@ std::string ModelData::file(Index seq, Index layer, const char* what) const {
   return fmt::format("{}/{}/seq{}_layer{}_{}.npy", dir_, model_, seq, layer, what);
 }
 
-ModelData::ModelData(const std::string& dir, const std::string& model, const std::string& name)
+std::string ModelData::layout(const std::string& dir, const std::string& model) {
+  return fmt::format("a valid export is {0}/meta.json, a JSON object with \"key\": \"<lowercase hex>\" and "
+                     "\"bidirectional\": true|false, written last, beside {0}/{1}/seq{{s}}_layer{{l}}_{{q,k,v}}.npy, "
+                     "(heads, n, d_head) per sequence s and layer l, from 0",
+                     dir, model);
+}
+
+ModelData::ModelData(const std::string& dir, const std::string& model, const std::string& name,
+                     const std::string& make)
     : dir_(dir), model_(model), name_(name.empty() ? model : name) {
   // An export holds trained/ and initialized/ (tools/trained_attention.py) or captured/ (attnlab.torch.capture).
   require(is_model_source(model) || model == "captured",
           fmt::format("model export part '{}' is none of 'trained', 'initialized', 'captured'", model));
-  const std::string make = fmt::format("make it with `tools/trained_attention.py{} --out {}` (or point --model-data / "
-                                       "ATTNLAB_MODEL_DATA at an export)",
-                                       name_ == "trained_causal" ? " --objective causal" : "", dir);
+  const std::string hint =
+      layout(dir, model) + "; " +
+      (make.empty() ? fmt::format("make it with `tools/trained_attention.py{} --out {}` (or point --model-data / "
+                                  "ATTNLAB_MODEL_DATA at an export)",
+                                  name_ == "trained_causal" ? " --objective causal" : "", dir)
+                    : make);
   // meta.json is written last: without it the export is missing or was interrupted.
   std::ifstream meta(dir + "/meta.json");
-  require(bool(meta), fmt::format("source '{}': no exported attention in {} (no meta.json); {}", name_, dir, make));
+  require(bool(meta), fmt::format("source '{}': no exported attention in {} (no meta.json); {}", name_, dir, hint));
   std::stringstream text;
   text << meta.rdbuf();
-  const std::string json = text.str();
-  std::smatch m;
-  require(std::regex_search(json, m, std::regex("\"key\"\\s*:\\s*\"([0-9a-f]+)\"")),
-          fmt::format("{}/meta.json has no \"key\"; {}", dir, make));
-  key_ = m[1];
-  require(std::regex_search(json, m, std::regex("\"bidirectional\"\\s*:\\s*(true|false)")),
-          fmt::format("{}/meta.json has no \"bidirectional\"; {}", dir, make));
-  bidirectional_ = m[1] == "true";
+  const std::string json = text.str(), where = dir + "/meta.json";
+  // "key": the first lowercase-hex string among its values (at any depth, as before).
+  const std::vector<std::string> keys = json_values(json, "key");
+  const std::regex lower_hex("\"[0-9a-f]+\"");
+  const auto hex = std::find_if(keys.begin(), keys.end(),
+                                [&](const std::string& k) { return std::regex_match(k, lower_hex); });
+  require(!keys.empty(), fmt::format("{} has no \"key\" (a string of lowercase hex digits naming the data, e.g. a "
+                                     "hash of the arrays); {}", where, hint));
+  if (hex == keys.end())
+    throw Error(fmt::format("{}: \"key\" is {}, not a string of lowercase hex digits ([0-9a-f]+, e.g. a hash of the "
+                            "arrays); {}", where, shown(keys.front()), hint));
+  key_ = hex->substr(1, hex->size() - 2);
+  const std::optional<bool> bidirectional = json_bool(json, "bidirectional", where, hint);
+  require(bidirectional.has_value(), fmt::format("{} has no \"bidirectional\" (true, or false for a causal model); {}",
+                                                 where, hint));
+  bidirectional_ = *bidirectional;
 
   while (fs::exists(file(0, layers_, "q"))) ++layers_;
   while (fs::exists(file(sequences_, 0, "q"))) ++sequences_;
   require(layers_ > 0 && sequences_ > 0, fmt::format("source '{}': no {} in {}; {}", model, "seq0_layer0_q.npy",
-                                                     dir + "/" + model, make));
+                                                     dir + "/" + model, hint));
   const NpyArray q = NpyArray::read(file(0, 0, "q"));
   require(q.ndim() == 3, fmt::format("{}: expected (heads, n, d_head), got {} dimensions", q.path(), q.ndim()));
   heads_ = q.heads();
@@ -136,6 +209,11 @@ Qkv<double> ModelData::load(const ModelHead& h) const {
     *dst[i] = a.head_as<double>(h.head);
   }
   return p;
+}
+
+MaskStatement ModelData::mask() const {
+  if (files_) return {};
+  return {!bidirectional_, dir_ + "/meta.json"};
 }
 
 bool ModelData::has_upstream(const ModelHead& h) const { return !files_ && fs::exists(file(h.seq, h.layer, "do")); }

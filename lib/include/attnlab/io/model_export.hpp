@@ -1,11 +1,28 @@
-// Real attention: the Q, K, V that tools/trained_attention.py exported from a small byte-level transformer trained on
-// the Python standard library (source `trained`) and from the same model at initialisation (`initialized`) — and the
-// user's own (source `files`: --q, --k, --v, (n, d) or (h, n, d) .npy, one point per head).
-// Layout under DIR (default $ATTNLAB_MODEL_DATA, else data/attention):
-//   meta.json                                   written last; says whether the model is bidirectional
-//   {trained,initialized}/seq{s}_layer{l}_{q,k,v}.npy   (heads, n, d_head), Q and K before the 1/√d_head scale
-//   {trained,initialized}/seq0_layer{l}_attn.npy         (heads, n, n), the model's own softmax, for checking
-//   {trained,initialized}/seq{s}_layer{l}_do.npy         (heads, n, d_head), ∂(held-out loss)/∂(attention output)
+// Real attention read from disk: a model export — the Q, K, V that tools/trained_attention.py exported from a small
+// byte-level transformer trained on the Python standard library (parts `trained`, `initialized`), or that
+// attnlab.torch.capture(model).save(DIR) captured from the user's own PyTorch model (part `captured`, which
+// `attnlab report --model-dir` reads) — and the user's own .npy files (source `files`: --q, --k, --v, (n, d) or
+// (h, n, d), one point per head).
+//
+// The export layout (DIR: --model-dir, --model-data; default $ATTNLAB_MODEL_DATA, else data/attention):
+//   DIR/meta.json   a JSON object, written last (without it the export is missing or was interrupted), holding
+//                   "key": a string of lowercase hex digits ([0-9a-f]+) naming the data, e.g. a hash of the arrays;
+//                          part of every result row's id, so regenerated data is never mixed with old rows
+//                   "bidirectional": true (every position attends to every other: a masked LM, an encoder) or false
+//                          (a causal model: the report needs --causal; the non-causal experiments refuse it)
+//                   Other fields are free: trained_attention.py writes its configuration, training curve and
+//                   checksums; capture writes "source", "layers" (the modules' names) and "layout".
+//   DIR/PART/seq{s}_layer{l}_{q,k,v}.npy   (heads, n, d_head), float32 or float64, for sequences s = 0, 1, ... and
+//                   layers l = 0, 1, ... (no gaps); Q and K before the 1/√d_head scale. PART: trained/ and
+//                   initialized/ (tools/trained_attention.py --out DIR), captured/ (attnlab.torch.capture(model)
+//                   .save(DIR): sequence s is the s-th batch entry of the forward calls in order).
+//   DIR/PART/seq0_layer{l}_attn.npy        optional, (heads, n, n): the model's own softmax, for checking
+//   DIR/PART/seq{s}_layer{l}_do.npy        optional, (heads, n, d_head): ∂(held-out loss)/∂(attention output)
+//
+// The user's .npy files say whether their model is causal through a sidecar (mask_statement()): for FILE.npy the
+// first of FILE.npy.json, meta.json in FILE's directory and — when that directory is an export's part (captured/,
+// trained/, initialized/) — the export's DIR/meta.json that holds "causal": true|false or "bidirectional":
+// true|false. Bare files say nothing: the report then states that it treats their attention as bidirectional.
 #pragma once
 
 #include "attnlab/io/npy.hpp"
@@ -19,6 +36,16 @@
 #include <vector>
 
 namespace attnlab {
+
+/// What files say about their model's attention mask: causal, bidirectional, or nothing.
+struct MaskStatement {
+  std::optional<bool> causal;  ///< absent: nothing says (bare .npy files)
+  std::string said_by;         ///< the file that says it: a sidecar, an export's meta.json
+};
+
+/// The mask statement of a .npy file's sidecar (see the layout above): nothing when no sidecar holds "causal" or
+/// "bidirectional". Throws Error naming the sidecar when either is not true/false, or when the two disagree.
+MaskStatement mask_statement(const std::string& npy_path);
 
 /// One attention head of one held-out sequence (or of the user's files).
 struct ModelHead {
@@ -54,9 +81,14 @@ class ModelData {
   /// $ATTNLAB_MODEL_DATA if set, else "data/attention" (relative to the working directory).
   static std::string default_dir();
 
-  /// Scans DIR/MODEL; throws Error naming the command that makes the data when it is missing or incomplete.
+  /// Scans DIR/MODEL; throws Error saying what is wrong (no meta.json; its "key" absent or not lowercase hex; its
+  /// "bidirectional" absent or not true/false; no seq0_layer0_q.npy), what a valid export is (layout()) and how to
+  /// make one: `make`, or by default the tools/trained_attention.py command.
   /// `name` labels the source in the rows (default: `model`): "trained_causal" is DIR_causal's "trained".
-  ModelData(const std::string& dir, const std::string& model, const std::string& name = "");
+  ModelData(const std::string& dir, const std::string& model, const std::string& name = "",
+            const std::string& make = "");
+  /// What a valid export in DIR with part MODEL is, in one clause for messages: "a valid export is DIR/meta.json ...".
+  static std::string layout(const std::string& dir, const std::string& model);
   /// The user's files as source `files`: one "layer", one "sequence", their heads; bidirectional (the user chooses).
   explicit ModelData(std::shared_ptr<const UserFiles> files);
 
@@ -64,6 +96,8 @@ class ModelData {
   /// The export's cache key (meta.json): part of every point id, so regenerated data is never mixed with old rows.
   const std::string& key() const { return key_; }
   bool bidirectional() const { return bidirectional_; }
+  /// What the export's meta.json says about the mask (said_by: DIR/meta.json); nothing for the user's files.
+  MaskStatement mask() const;
   Index sequences() const { return sequences_; }
   Index layers() const { return layers_; }
   Index heads() const { return heads_; }

@@ -1,0 +1,418 @@
+"""attnlab.study: the model-level studies on your model, your batches and your loss.
+
+    import attnlab.study as study
+    def step(model, batch):                        # your forward and loss, per token (or per example)
+        x, y = batch
+        logits = model(x)
+        return {"loss": F.cross_entropy(logits.transpose(1, 2), y, reduction="none"), "logits": logits}
+    rows = study.dropin(model, batches, step, ["nystrom", "performer:features=128"], scopes=("all", "head"))
+    study.predictors(rows)                         # which head measure predicts the model's loss increase
+    study.finetune(model, "nystrom", train_batches, held_out, step, steps=50, lr=1e-4)
+
+The model computes attention through nn.MultiheadAttention or torch.nn.functional.scaled_dot_product_attention (the
+standard call; attnlab.sdpa on torch 1.13): attnlab.torch.swap's rules. Every attention of a study's forward runs
+through attnlab, the unswapped heads by attnlab's exact attention, so that the only difference between a row and the
+baseline is the method (the baseline's distance from the model's own forward is returned as a check).
+
+`step(model, batch)` returns the losses of one batch: a tensor (B,) per example or (B, T) per token, or a dict with
+"loss" (that tensor), optionally "mask" (bool, like loss: the scored positions; default all) and "logits" (the
+output distribution's logits, loss's shape + (V,): KL and top-1 agreement are then measured). Losses are pooled over
+the scored units; standard errors treat the batch's examples (its rows) as the independent clusters, and the loss
+increase's is paired (the same examples with and without the method). Float64 models give the cleanest comparisons.
+"""
+import copy
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+import attnlab
+from . import stats
+from . import torch as at
+
+__all__ = ["dropin", "predictors", "finetune", "choose", "Run", "MEASURES"]
+
+# The head-level measures (scope "head" rows) tested as predictors of a one-head swap's loss increase.
+MEASURES = {
+    "head_err": "head output error ‖Õ − O‖_F/‖O‖_F",
+    "grad_bound": "sensitivity-weighted error ‖∂L/∂O‖_F·‖Õ − O‖_F",
+    "grad_lin": "first-order loss change ⟨∂L/∂O, Õ − O⟩",
+    "p_tv": "attention-row total variation ½‖p − p̃‖₁ (mean over rows)",
+}
+
+
+def _parts(out):
+    """step()'s result as (loss (C, T) float64, mask (C, T) bool, logits or None): C clusters (examples)."""
+    if isinstance(out, dict):
+        loss, mask, logits = out.get("loss"), out.get("mask"), out.get("logits")
+    else:
+        loss, mask, logits = out, None, None
+    if not isinstance(loss, torch.Tensor) or loss.dim() not in (1, 2):
+        got = f"{type(loss).__name__}{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}"
+        raise ValueError(f"study: step() must return a loss tensor (B,) or (B, T), or a dict with 'loss' (got {got})")
+    if loss.dim() == 1:
+        loss = loss[:, None]
+        mask = None if mask is None else mask.reshape(-1, 1)
+        logits = None if logits is None else logits[:, None]
+    if mask is None:
+        mask = torch.ones(loss.shape, dtype=torch.bool)
+    if mask.shape != loss.shape:
+        raise ValueError(f"study: mask {tuple(mask.shape)} is not the loss's shape {tuple(loss.shape)}")
+    if logits is not None and tuple(logits.shape[:-1]) != tuple(loss.shape):
+        raise ValueError(f"study: logits {tuple(logits.shape)} do not match the loss {tuple(loss.shape)} + (V,)")
+    return loss, mask.bool(), logits
+
+
+class _Outcome:
+    """One configuration's losses over every batch: per-cluster sums and counts, per-token values, log-probs."""
+
+    def __init__(self):
+        self.sums, self.counts, self.tokens, self.masks, self.logp = [], [], [], [], []
+
+    def add(self, out):
+        loss, mask, logits = _parts(out)
+        loss = loss.detach().double()
+        if not bool(torch.isfinite(loss[mask]).all()):
+            self.finite = False
+        self.sums.append((loss * mask).sum(1))
+        self.counts.append(mask.sum(1).double())
+        self.tokens.append(loss)
+        self.masks.append(mask)
+        self.logp.append(None if logits is None else torch.log_softmax(logits.detach().double(), -1))
+
+    def mean(self):
+        return stats.pooled(torch.cat(self.sums).numpy(), torch.cat(self.counts).numpy())
+
+
+def _run(model, batches, step, spec, seed):
+    """The outcome of every batch with `spec` swapped in (swap's spec forms), under no_grad."""
+    out = _Outcome()
+    out.finite = True
+    with torch.no_grad(), at.swap(model, spec, seed=seed) as s:
+        for b in batches:
+            out.add(step(model, b))
+        out.calls = list(s.calls)
+    return out
+
+
+def _compare(out, base):
+    """Model-level measures of `out` against the baseline: loss, its SE, dloss and its paired SE, KL, top-1."""
+    loss, loss_se = out.mean()
+    counts = torch.cat(base.counts).numpy()
+    dloss, dloss_se = stats.pooled(torch.cat(out.sums).numpy() - torch.cat(base.sums).numpy(), counts)
+    r = dict(loss=loss, loss_se=loss_se, dloss=dloss, dloss_se=dloss_se, kl=math.nan, top1=math.nan,
+             finite=out.finite)
+    if all(p is not None for p in out.logp) and all(p is not None for p in base.logp):
+        kl = top = total = 0.0
+        for lp, lp0, m in zip(out.logp, base.logp, base.masks):
+            kl += float(((lp0.exp() * (lp0 - lp)).sum(-1) * m).sum())
+            top += float(((lp0.argmax(-1) == lp.argmax(-1)) & m).sum())
+            total += float(m.sum())
+        r["kl"], r["top1"] = kl / total, top / total
+    return r
+
+
+def _exact_everywhere(calls):
+    return {c["layer"]: "exact" for c in calls}
+
+
+def _progress(progress, msg):
+    if progress is True:
+        print(f"study: {msg}", file=sys.stderr, flush=True)
+    elif callable(progress):
+        progress(msg)
+
+
+class _Partial:
+    """Finished units appended as JSON lines to PATH (None: kept in memory only); a rerun with the same settings
+    (their key in the first line) continues where it stopped."""
+
+    def __init__(self, path, settings):
+        self.path, self.done = path, {}
+        key = json.dumps(settings, sort_keys=True, default=str)
+        if path and os.path.exists(path):
+            with open(path) as f:
+                lines = f.read().splitlines()
+            if lines and lines[0] == key:
+                for line in lines[1:]:
+                    try:
+                        unit = json.loads(line)
+                    except json.JSONDecodeError:
+                        break   # a line torn by an interrupt: computed again
+                    self.done[unit["unit"]] = unit["rows"]
+        if path:
+            with open(path, "w") as f:
+                f.write(key + "\n")
+                for unit, rows in self.done.items():
+                    f.write(json.dumps({"unit": unit, "rows": rows}) + "\n")
+
+    def add(self, unit, rows):
+        self.done[unit] = rows
+        if self.path:
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"unit": unit, "rows": rows}) + "\n")
+
+
+def _head_data(model, batches, step, seed):
+    """Exact attention's Q, K, V, output and ∂L/∂O of every call (the pooled loss's gradient through the model, from
+    one backward per batch): [{layer, causal, q, k, v, o, do}] per batch."""
+    per_batch, total = [], 0.0
+    for b in batches:
+        _, mask, _ = _parts(_peek(model, step, b))
+        total += float(mask.sum())
+    for b in batches:
+        with at.capture(model, "exact", seed=seed, grads=True) as cap:
+            loss, mask, _ = _parts(step(model, b))
+            ((loss * mask).sum() / total).backward()
+        model.zero_grad(set_to_none=True)
+        per_batch.append(cap.records)
+    return per_batch
+
+
+def _peek(model, step, batch):
+    with torch.no_grad():
+        return step(model, batch)
+
+
+def _head_measures(records, spec, layer, head, seed):
+    """head_err, grad_lin, grad_bound and p_tv of `spec` on one head, pooled over the batches' records."""
+    num = den = lin = dd = gg = 0.0
+    tv_sum = tv_rows = 0.0
+    for recs in records:
+        r = next(x for x in recs if x["layer"] == layer)
+        q, k, v = (r[w][:, head] for w in "qkv")
+        o = attnlab.apply("exact", q, k, v, causal=r["causal"])
+        o_t, p_t = attnlab.apply(spec, q, k, v, causal=r["causal"], seed=seed + layer, matrix=True)
+        _, p = attnlab.apply("exact", q, k, v[..., :1], causal=r["causal"], matrix=True)
+        d = o_t - o
+        num += float((d ** 2).sum())
+        den += float((o ** 2).sum())
+        g = r["do"][:, head]
+        lin += float((g * d).sum())
+        dd += float((d ** 2).sum())
+        gg += float((g ** 2).sum())
+        tv_sum += float(0.5 * np.abs(p_t - p).sum())
+        tv_rows += p.shape[0] * p.shape[1]
+    return dict(head_err=math.sqrt(num / den) if den else math.nan, grad_lin=lin, grad_bound=math.sqrt(gg * dd),
+                p_tv=tv_sum / tv_rows)
+
+
+def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), measures=True, seed=0, progress=True,
+           partial=None):
+    """Each spec swapped into `model` (scope "all": every head of every layer; "layer": one layer's heads, the others
+    exact; "head": one head, the others exact) and what the model loses on `batches` (a list: each passed to
+    step(model, batch)). Returns rows (dicts): scope, spec (canonical), layer, head ("" where not one), loss,
+    loss_se, dloss (increase over the all-exact baseline), dloss_se (paired), kl (KL(p_exact ‖ p)) and top1 where
+    step gives logits, finite, and on "head" rows with measures=True the head measures of MEASURES (each head fed
+    the exact model's Q, K, V; ∂L/∂O from one backward of the exact model), time_s. The first row is the baseline
+    (scope "exact") with own_loss, the model's own forward's loss, and max_abs_own, the largest per-token distance
+    from it (rounding: attnlab's exact attention is not the model's kernel). Random methods draw with seed + layer.
+    partial: a path where finished units are kept (JSON lines) so that an interrupted run resumes."""
+    batches = list(batches)
+    if not batches:
+        raise ValueError("study.dropin: no batches")
+    canon = []
+    for s in specs:
+        canon.append(attnlab.canonical(s))   # a bad spec fails here, before any work
+    bad = [s for s in scopes if s not in ("all", "layer", "head")]
+    if bad:
+        raise ValueError(f"study.dropin: scopes {bad}; valid: all, layer, head")
+    t0 = time.time()
+    own = _Outcome()
+    own.finite = True
+    with torch.no_grad():
+        for b in batches:
+            own.add(step(model, b))
+    base = _run(model, batches, step, "exact", seed)
+    calls = base.calls
+    H = {c["layer"]: c["heads"] for c in calls}
+    diff = max(float((a - b)[m].abs().max()) if bool(m.any()) else 0.0
+               for a, b, m in zip(base.tokens, own.tokens, own.masks))
+    settings = {"specs": canon, "scopes": list(scopes), "seed": seed, "measures": measures,
+                "calls": [(c["layer"], c["name"], c["heads"], c["n"]) for c in calls], "batches": len(batches),
+                "own_loss": own.mean()[0]}
+    part = _Partial(partial, settings)
+    rows = [dict(scope="exact", spec="exact", layer="", head="", own_loss=own.mean()[0], max_abs_own=diff,
+                 **_compare(base, base), time_s=round(time.time() - t0, 3))]
+    records = None
+    units = []
+    for spec in specs:
+        for scope in scopes:
+            if scope == "all":
+                units.append((spec, scope, "", ""))
+            elif scope == "layer":
+                units += [(spec, scope, l, "") for l in H]
+            else:
+                units += [(spec, scope, l, h) for l in H for h in range(H[l])]
+    _progress(progress, f"{len(units)} units on {len(batches)} batches, {len(calls)} attention layers; attnlab's "
+                        f"exact vs the model's own forward: max |Δ loss| = {diff:.1e}")
+    for i, (spec, scope, l, h) in enumerate(units):
+        key = f"{attnlab.canonical(spec)}|{scope}|{l}|{h}"
+        if key in part.done:
+            rows += part.done[key]
+            continue
+        t = time.time()
+        if scope == "all":
+            swapped = spec
+        elif scope == "layer":
+            swapped = {**_exact_everywhere(calls), l: spec}
+        else:
+            swapped = {**_exact_everywhere(calls), l: ["exact"] * h + [spec] + ["exact"] * (H[l] - h - 1)}
+        r = dict(scope=scope, spec=attnlab.canonical(spec), layer=l, head=h,
+                 **_compare(_run(model, batches, step, swapped, seed), base))
+        if scope == "head" and measures:
+            if records is None:
+                records = _head_data(model, batches, step, seed)
+            r.update(_head_measures(records, spec, l, h, seed))
+        r["time_s"] = round(time.time() - t, 3)
+        part.add(key, [r])
+        rows.append(r)
+        el = time.time() - t0
+        _progress(progress, f"{i + 1}/{len(units)} {scope} {spec} {l}{'' if h == '' else f'.{h}'}: "
+                            f"Δloss {r['dloss']:+.4f} ± {r['dloss_se']:.4f} ({el:.0f} s, "
+                            f"~{el / (i + 1) * (len(units) - i - 1):.0f} s left)")
+    return rows
+
+
+def predictors(rows, measures=tuple(MEASURES), interval=True, seed=0):
+    """Which head measure predicts the loss increase of the one-head swaps in `rows` (dropin()'s): per measure,
+    Spearman's ρ over every one-head swap (all specs together) with a 95% cluster-bootstrap interval over heads (a
+    head's rows under several specs are not independent). Returns [{measure, pairs, heads, rho, lo, hi}]."""
+    heads = [r for r in rows if r.get("scope") == "head"]
+    if not heads:
+        raise ValueError("study.predictors: no one-head swaps in the rows (run dropin with scope 'head')")
+    g = np.array([int(r["layer"]) * 10000 + int(r["head"]) for r in heads])
+    y = np.array([r["dloss"] for r in heads], dtype=float)
+    out = []
+    for m in measures:
+        x = np.array([r.get(m, math.nan) for r in heads], dtype=float)
+        n, rho, lo, hi = stats.spearman(x, y, g, seed=seed, interval=interval)
+        out.append(dict(measure=m, pairs=n, heads=len(np.unique(g)), rho=rho, lo=lo, hi=hi))
+    return out
+
+
+def _schedule(steps):
+    """Linear warm-up over 10% of the steps, then cosine decay to 0 (the factor of step s, 0-based)."""
+    warmup = max(1, steps // 10)
+    return lambda s: min((s + 1) / warmup, 0.5 * (1 + math.cos(math.pi * min(1.0, (s + 1) / steps))))
+
+
+class Run:
+    """One fine-tuning arm: a copy of the model trained with `spec` swapped in (attnlab's backward)."""
+
+    def __init__(self, model, spec, seed):
+        self.model, self.spec, self.seed = copy.deepcopy(model), spec, seed
+
+    def evaluate(self, batches, step):
+        return _run(self.model, batches, step, self.spec, self.seed)
+
+
+def finetune(model, spec, train_batches, eval_batches, step, *, steps=None, lr=1e-4, evals=4, weight_decay=0.01,
+             clip=1.0, seed=0, control=True, progress=True):
+    """Fine-tunes a copy of `model` with `spec` swapped into every head (AdamW, warm-up over 10% of the steps then
+    cosine decay to 0, gradients clipped at `clip`; the model's weights train, the method's random draws are held)
+    on train_batches (one optimizer step each; steps defaults to their number, cycling), evaluating the held-out loss
+    on eval_batches at step 0 and `evals` evenly spaced steps; and, with control=True, an exact control trained alike
+    (attnlab's exact attention: training moves the loss too, so recovery is measured against the control at the same
+    step). Returns rows {arm ("method" | "exact"), spec, step, loss, loss_se, gap (method − control at that step),
+    gap_se (paired), gap_closed (share of the step-0 gap closed, where there is one beyond two SEs), train_loss,
+    time_per_step_s, status}. A non-finite loss or gradient stops an arm (status says at which step)."""
+    train_batches = list(train_batches)
+    steps = steps or len(train_batches)
+    wanted = sorted({0} | {round(steps * i / evals) for i in range(1, evals + 1)})
+    spec = attnlab.canonical(spec)
+    arms = [("method", spec)] + ([("exact", "exact")] if control else [])
+    results = {}
+    for arm, s in arms:
+        run = Run(model, s, seed)
+        params = [p for p in run.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(steps))
+        evals_at, times, recent, status = {0: (run.evaluate(eval_batches, step), math.nan)}, [], [], "ok"
+        run.model.train()
+        for i in range(1, steps + 1):
+            t = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with at.swap(run.model, s, seed=seed):
+                loss, mask, _ = _parts(step(run.model, train_batches[(i - 1) % len(train_batches)]))
+                value = (loss * mask).sum() / mask.sum()
+                if not bool(torch.isfinite(value)):
+                    status = f"diverged at step {i} (training loss {float(value):.3g})"
+                    break
+                value.backward()
+            norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+            if not math.isfinite(norm):
+                status = f"diverged at step {i} (gradient norm {norm:.3g})"
+                break
+            opt.step()
+            sched.step()
+            times.append(time.perf_counter() - t)
+            recent.append(float(value))
+            if i in wanted:
+                run.model.eval()
+                evals_at[i] = (run.evaluate(eval_batches, step), statistics.fmean(recent))
+                run.model.train()
+                recent = []
+        run.model.eval()
+        results[arm] = (evals_at, times, status)
+        _progress(progress, f"finetune {arm} {s}: held-out {evals_at[0][0].mean()[0]:.4f} -> "
+                            f"{evals_at[max(evals_at)][0].mean()[0]:.4f} after {max(evals_at)} steps; {status}")
+    rows = []
+    ctrl = results.get("exact", ({}, [], ""))[0]
+    start_gap = None
+    for arm, s in arms:
+        evals_at, times, status = results[arm]
+        for i in wanted:
+            if i not in evals_at:
+                rows.append(dict(arm=arm, spec=s, step=i, status=status))
+                continue
+            out, train = evals_at[i]
+            loss, loss_se = out.mean()
+            r = dict(arm=arm, spec=s, step=i, loss=loss, loss_se=loss_se, train_loss=train, status=status,
+                     time_per_step_s=statistics.median(times) if times else math.nan)
+            if i in ctrl and arm == "method":
+                c = ctrl[i][0]
+                r["gap"], r["gap_se"] = _compare(out, c)["dloss"], _compare(out, c)["dloss_se"]
+                if i == 0:
+                    start_gap = (r["gap"], r["gap_se"])
+                elif start_gap and start_gap[0] > 2 * start_gap[1]:
+                    d0 = evals_at[0][0].mean()[0]
+                    r["gap_closed"] = (d0 - loss) / (d0 - c.mean()[0])
+            rows.append(r)
+    return rows
+
+
+def choose(model, report, batches, step, loss_target, *, check_batches=None, seed=0, noise=0.1, z=1.64,
+           progress=None):
+    """The cheapest per-head choice from `report` (attnlab report --model-dir of capture(model)'s export) that keeps
+    the model's loss on `batches` within loss_target of exact (attnlab.torch.check_report's greedy rule), then that
+    choice checked on check_batches (other data: the choice is fitted to `batches`). Returns check_report's result,
+    with "check" {increase, se} on check_batches where given."""
+    def loss_on(bs):
+        def loss():
+            out = _Outcome()
+            for b in bs:
+                out.add(step(model, b))
+            return torch.cat([t for t in out.sums]) / torch.cat(out.counts)
+        return loss
+    result = at.check_report(model, report, loss_on(list(batches)), loss_target=loss_target, seed=seed, noise=noise,
+                             z=z, progress=progress)
+    if check_batches is not None:
+        mix = result["loss target"]["mix"]
+        calls = None
+        with torch.no_grad(), at.swap(model, None, seed=seed) as s:
+            exact = loss_on(list(check_batches))()
+            calls = s.calls
+        spec = {l: [mix.get((l, h)) for h in range(c["heads"])] for l, c in enumerate(calls)
+                if any(k[0] == l for k in mix)}
+        with torch.no_grad(), at.swap(model, spec, seed=seed):
+            got = loss_on(list(check_batches))()
+        d = (got - exact).double().numpy()
+        result["check"] = {"increase": float(d.mean()),
+                           "se": float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0}
+    return result

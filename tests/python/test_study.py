@@ -1,0 +1,189 @@
+"""attnlab.study on small models of the forms users have (a hand-written model calling the standard call, and an
+nn.TransformerEncoder): the drop-in rows against independent recomputations (loss, paired SE, KL, top-1, head
+measures), resuming, the predictors' correlations, fine-tuning with its exact control, and bad input. Seconds."""
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import attnlab  # noqa: E402
+import attnlab.study as study  # noqa: E402
+import attnlab.torch as at  # noqa: E402
+from attnlab import sdpa  # noqa: E402
+
+
+class Tiny(nn.Module):
+    def __init__(self, vocab=30, d=16, heads=2, layers=2, causal=True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.causal, self.h = causal, heads
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(32, d)
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d) for _ in range(layers))
+        self.proj = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, idx, attend=None):
+        b, n = idx.shape
+        x = self.emb(idx) + self.pos(torch.arange(n))
+        for l, (qkv, proj) in enumerate(zip(self.qkv, self.proj)):
+            q, k, v = qkv(x).view(b, n, 3, self.h, -1).permute(2, 0, 3, 1, 4)
+            o = sdpa.attention(q, k, v, is_causal=self.causal) if attend is None else attend(l, q, k, v)
+            x = x + proj(o.transpose(1, 2).reshape(b, n, -1))
+        return self.out(x)
+
+
+def step(model, batch):
+    x, y = batch
+    logits = model(x)
+    return {"loss": F.cross_entropy(logits.transpose(1, 2), y, reduction="none"), "logits": logits}
+
+
+def batches(count=3, b=2, n=20, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        idx = torch.randint(0, 30, (b, n + 1), generator=g)
+        out.append((idx[:, :-1], idx[:, 1:]))
+    return out
+
+
+def model():
+    return Tiny().double().eval()
+
+
+def test_dropin_rows_against_independent_recomputations():
+    m, bs = model(), batches()
+    spec = "local:window=3"
+    rows = study.dropin(m, bs, step, [spec], progress=False)
+    base = rows[0]
+    assert base["scope"] == "exact" and base["max_abs_own"] <= 1e-10 and base["dloss"] == 0
+    head = next(r for r in rows if r["scope"] == "head" and r["layer"] == 1 and r["head"] == 0)
+
+    def attend(l, q, k, v):   # head (1, 0) by attnlab.apply, everything else by a written-out softmax
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+        o = s.softmax(-1) @ v
+        if l == 1:
+            o[:, 0] = torch.from_numpy(attnlab.apply(spec, q[:, 0].numpy(), k[:, 0].numpy(), v[:, 0].numpy(),
+                                                     causal=True))
+        return o
+
+    sums, sums0, counts, kl, top = [], [], [], 0.0, 0.0
+    with torch.no_grad():
+        for x, y in bs:
+            logits, logits0 = m(x, attend), m(x)
+            ce = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")
+            ce0 = F.cross_entropy(logits0.transpose(1, 2), y, reduction="none")
+            sums.append(ce.sum(1)), sums0.append(ce0.sum(1)), counts.append(torch.full((x.shape[0],), x.shape[1]))
+            lp, lp0 = logits.log_softmax(-1), logits0.log_softmax(-1)
+            kl += float((lp0.exp() * (lp0 - lp)).sum())
+            top += float((lp0.argmax(-1) == lp.argmax(-1)).sum())
+    s, s0, c = torch.cat(sums).numpy(), torch.cat(sums0).numpy(), torch.cat(counts).double().numpy()
+    d = (s - s0) / c.sum()
+    # pooled mean and the cluster (sequence) ratio SE, written out
+    mean = (s - s0).sum() / c.sum()
+    se = math.sqrt(len(c) / (len(c) - 1) * (((s - s0) - mean * c) ** 2).sum()) / c.sum()
+    assert head["dloss"] == pytest.approx(d.sum(), abs=1e-10)
+    assert head["dloss_se"] == pytest.approx(se, rel=1e-9)
+    assert head["kl"] == pytest.approx(kl / c.sum(), abs=1e-10)
+    assert head["top1"] == pytest.approx(top / c.sum(), abs=1e-12)
+    assert head["loss"] == pytest.approx(s.sum() / c.sum(), abs=1e-10)
+    # head measures: finite, and the error is the head's ‖Õ − O‖/‖O‖ on the exact model's Q, K, V
+    for key in study.MEASURES:
+        assert math.isfinite(head[key]), key
+    assert 0 < head["head_err"] < 2 and 0 <= head["p_tv"] <= 1 and head["grad_bound"] >= abs(head["grad_lin"])
+    assert {r["scope"] for r in rows} == {"exact", "all", "layer", "head"}
+    assert len([r for r in rows if r["scope"] == "head"]) == 4
+
+
+def test_head_measures_against_autograd():
+    m, bs = model(), batches(count=1)
+    spec = "local:window=2"
+    rows = study.dropin(m, bs, step, [spec], scopes=("head",), progress=False)
+    r = next(r for r in rows if r["scope"] == "head" and r["layer"] == 0 and r["head"] == 1)
+    outs, qkv = [], []
+
+    def attend(l, q, k, v):
+        o = sdpa.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o.retain_grad()
+        outs.append(o)
+        qkv.append((q.detach(), k.detach(), v.detach()))
+        return o
+    x, y = bs[0]
+    ce = F.cross_entropy(m(x, attend).transpose(1, 2), y, reduction="none")
+    ce.mean().backward()
+    q, k, v = (t[:, 1].numpy() for t in qkv[0])
+    o = outs[0][:, 1].detach().numpy()
+    o_t = attnlab.apply(spec, q, k, v, causal=True)
+    g = outs[0].grad[:, 1].numpy()
+    assert r["grad_lin"] == pytest.approx(float((g * (o_t - o)).sum()), rel=1e-8)
+    assert r["head_err"] == pytest.approx(float(np.linalg.norm(o_t - o) / np.linalg.norm(o)), rel=1e-8)
+
+
+def test_dropin_on_a_transformer_encoder_and_resume(tmp_path):
+    torch.manual_seed(1)
+    enc = nn.Sequential(nn.Embedding(30, 16), nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True), 2),
+        nn.Linear(16, 30)).double().eval()
+
+    def enc_step(model, batch):
+        x, y = batch
+        logits = model(x)
+        return F.cross_entropy(logits.transpose(1, 2), y, reduction="none")
+    bs = batches()
+    part = tmp_path / "dropin.jsonl"
+    first = study.dropin(enc, bs, enc_step, ["nystrom:landmarks=4"], scopes=("all", "layer"), progress=False,
+                         partial=str(part))
+    assert first[0]["max_abs_own"] <= 1e-10 and math.isnan(first[0]["kl"])
+    lines = part.read_text().splitlines()
+    assert len(lines) == 1 + 3
+    part.write_text("\n".join(lines[:-1]) + "\n{torn")   # an interrupt: the last unit lost, a torn line
+    seen = []
+    again = study.dropin(enc, bs, enc_step, ["nystrom:landmarks=4"], scopes=("all", "layer"),
+                         progress=seen.append, partial=str(part))
+    assert len([s for s in seen if "/" in s]) == 1   # only the lost unit was computed again
+    strip = lambda rows: [{k: ("nan" if v != v else v) for k, v in r.items() if k != "time_s"}  # noqa: E731
+                          for r in rows]
+    assert strip(again) == strip(first)
+
+
+def test_predictors_and_bad_input():
+    m, bs = model(), batches()
+    rows = study.dropin(m, bs, step, ["local:window=2", "linear"], scopes=("head",), progress=False)
+    pr = study.predictors(rows)
+    assert [p["measure"] for p in pr] == list(study.MEASURES)
+    assert all(p["pairs"] == 8 and p["heads"] == 4 for p in pr)
+    assert all(-1 <= p["rho"] <= 1 and p["lo"] <= p["rho"] <= p["hi"] for p in pr if not math.isnan(p["rho"]))
+    with pytest.raises(ValueError, match="nystromm"):
+        study.dropin(m, bs, step, ["nystromm"], progress=False)
+    with pytest.raises(ValueError, match="no batches"):
+        study.dropin(m, [], step, ["linear"], progress=False)
+    with pytest.raises(ValueError, match="loss tensor"):
+        study.dropin(m, bs, lambda model, b: 3.0, ["linear"], progress=False)
+    with pytest.raises(ValueError, match="no one-head swaps"):
+        study.predictors([r for r in rows if r["scope"] != "head"])
+
+
+def test_finetune_recovers_against_its_exact_control():
+    m = model()
+    train, held = batches(count=6, seed=1), batches(count=2, seed=2)
+    rows = study.finetune(m, "local:window=2", train, held, step, steps=6, lr=3e-3, evals=2, progress=False)
+    method = [r for r in rows if r["arm"] == "method"]
+    exact = [r for r in rows if r["arm"] == "exact"]
+    assert [r["step"] for r in method] == [0, 3, 6] and [r["step"] for r in exact] == [0, 3, 6]
+    assert all(r["status"] == "ok" for r in rows)
+    # step 0: the method's drop-in loss; the exact control at step 0 is the model's own loss
+    with torch.no_grad():
+        own = torch.cat([step(m, b)["loss"].reshape(-1) for b in held]).mean().item()
+    assert exact[0]["loss"] == pytest.approx(own, abs=1e-10)
+    assert method[0]["gap"] > 0 and method[-1]["loss"] < method[0]["loss"]
+    assert all(math.isfinite(r["time_per_step_s"]) for r in rows)
+    # the model passed in is not trained
+    with torch.no_grad():
+        assert torch.cat([step(m, b)["loss"].reshape(-1) for b in held]).mean().item() == own
