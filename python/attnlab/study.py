@@ -72,9 +72,10 @@ class _Outcome:
     """One configuration's losses over every batch: per-cluster sums and counts, per-token values, log-probs."""
 
     def __init__(self):
-        self.sums, self.counts, self.tokens, self.masks, self.logp = [], [], [], [], []
+        self.sums, self.counts, self.tokens, self.masks, self.logp, self.extras = [], [], [], [], [], []
 
     def add(self, out):
+        self.extras.append(out.get("extra") if isinstance(out, dict) else None)
         loss, mask, logits = _parts(out)
         loss = loss.detach().double()
         if not bool(torch.isfinite(loss[mask]).all()):
@@ -183,8 +184,7 @@ def _head_measures(records, spec, layer, head, seed):
     """head_err, grad_lin, grad_bound and p_tv of `spec` on one head, pooled over the batches' records."""
     num = den = lin = dd = gg = 0.0
     tv_sum = tv_rows = 0.0
-    for recs in records:
-        r = next(x for x in recs if x["layer"] == layer)
+    for r in (x for recs in records for x in recs if x["layer"] == layer):   # every forward step() made
         q, k, v = (r[w][:, head] for w in "qkv")
         o = attnlab.apply("exact", q, k, v, causal=r["causal"])
         o_t, p_t = attnlab.apply(spec, q, k, v, causal=r["causal"], seed=seed + layer, matrix=True)
@@ -203,7 +203,7 @@ def _head_measures(records, spec, layer, head, seed):
 
 
 def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), measures=True, seed=0, progress=True,
-           partial=None):
+           partial=None, compare=None):
     """Each spec swapped into `model` (scope "all": every head of every layer; "layer": one layer's heads, the others
     exact; "head": one head, the others exact) and what the model loses on `batches` (a list: each passed to
     step(model, batch)). Returns rows (dicts): scope, spec (canonical), layer, head ("" where not one), loss,
@@ -212,7 +212,9 @@ def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), meas
     the exact model's Q, K, V; ∂L/∂O from one backward of the exact model), time_s. The first row is the baseline
     (scope "exact") with own_loss, the model's own forward's loss, and max_abs_own, the largest per-token distance
     from it (rounding: attnlab's exact attention is not the model's kernel). Random methods draw with seed + layer.
-    partial: a path where finished units are kept (JSON lines) so that an interrupted run resumes."""
+    partial: a path where finished units are kept (JSON lines) so that an interrupted run resumes. compare: a
+    callable(extras, baseline_extras) -> {column: value} adding measures of your own to every row, from the "extra"
+    entries step() returned (one per batch; e.g. embeddings, for their cosine to the exact model's)."""
     batches = list(batches)
     if not batches:
         raise ValueError("study.dropin: no batches")
@@ -238,7 +240,8 @@ def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), meas
                 "own_loss": own.mean()[0]}
     part = _Partial(partial, settings)
     rows = [dict(scope="exact", spec="exact", layer="", head="", own_loss=own.mean()[0], max_abs_own=diff,
-                 **_compare(base, base), time_s=round(time.time() - t0, 3))]
+                 **_compare(base, base), **(compare(base.extras, base.extras) if compare else {}),
+                 time_s=round(time.time() - t0, 3))]
     records = None
     units = []
     for spec in specs:
@@ -263,8 +266,9 @@ def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), meas
             swapped = {**_exact_everywhere(calls), l: spec}
         else:
             swapped = {**_exact_everywhere(calls), l: ["exact"] * h + [spec] + ["exact"] * (H[l] - h - 1)}
-        r = dict(scope=scope, spec=attnlab.canonical(spec), layer=l, head=h,
-                 **_compare(_run(model, batches, step, swapped, seed), base))
+        out = _run(model, batches, step, swapped, seed)
+        r = dict(scope=scope, spec=attnlab.canonical(spec), layer=l, head=h, **_compare(out, base),
+                 **(compare(out.extras, base.extras) if compare else {}))
         if scope == "head" and measures:
             if records is None:
                 records = _head_data(model, batches, step, seed)
@@ -312,61 +316,34 @@ class Run:
         return _run(self.model, batches, step, self.spec, self.seed)
 
 
-def finetune(model, spec, train_batches, eval_batches, step, *, steps=None, lr=1e-4, evals=4, weight_decay=0.01,
+def finetune(model, specs, train_batches, eval_batches, step, *, steps=None, lr=1e-4, evals=4, weight_decay=0.01,
              clip=1.0, seed=0, control=True, progress=True):
-    """Fine-tunes a copy of `model` with `spec` swapped into every head (AdamW, warm-up over 10% of the steps then
-    cosine decay to 0, gradients clipped at `clip`; the model's weights train, the method's random draws are held)
-    on train_batches (one optimizer step each; steps defaults to their number, cycling), evaluating the held-out loss
-    on eval_batches at step 0 and `evals` evenly spaced steps; and, with control=True, an exact control trained alike
-    (attnlab's exact attention: training moves the loss too, so recovery is measured against the control at the same
-    step). Returns rows {arm ("method" | "exact"), spec, step, loss, loss_se, gap (method − control at that step),
-    gap_se (paired), gap_closed (share of the step-0 gap closed, where there is one beyond two SEs), train_loss,
-    time_per_step_s, status}. A non-finite loss or gradient stops an arm (status says at which step)."""
+    """Fine-tunes a copy of `model` for each spec in `specs` (a spec or a list) swapped into every head (AdamW,
+    warm-up over 10% of the steps then cosine decay to 0, gradients clipped at `clip`; the model's weights train, the
+    method's random draws are held) on train_batches (one optimizer step each; steps defaults to their number,
+    cycling), evaluating the held-out loss on eval_batches at step 0 and `evals` evenly spaced steps; and, with
+    control=True, an exact control trained alike, once (attnlab's exact attention: training moves the loss too, so
+    recovery is measured against the control at the same step). Returns rows {arm ("method" | "exact"), spec, step,
+    loss, loss_se, gap (method − control at that step), gap_se (paired), gap_closed (the share of the step-0 gap
+    closed, where that gap is beyond two SEs), train_loss, time_per_step_s, status}. A non-finite loss or gradient
+    stops an arm (status says at which step)."""
     train_batches = list(train_batches)
     steps = steps or len(train_batches)
     wanted = sorted({0} | {round(steps * i / evals) for i in range(1, evals + 1)})
-    spec = attnlab.canonical(spec)
-    arms = [("method", spec)] + ([("exact", "exact")] if control else [])
+    specs = [specs] if isinstance(specs, str) else list(specs)
+    arms = [("method", attnlab.canonical(s)) for s in specs] + ([("exact", "exact")] if control else [])
     results = {}
     for arm, s in arms:
-        run = Run(model, s, seed)
-        params = [p for p in run.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(steps))
-        evals_at, times, recent, status = {0: (run.evaluate(eval_batches, step), math.nan)}, [], [], "ok"
-        run.model.train()
-        for i in range(1, steps + 1):
-            t = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            with at.swap(run.model, s, seed=seed):
-                loss, mask, _ = _parts(step(run.model, train_batches[(i - 1) % len(train_batches)]))
-                value = (loss * mask).sum() / mask.sum()
-                if not bool(torch.isfinite(value)):
-                    status = f"diverged at step {i} (training loss {float(value):.3g})"
-                    break
-                value.backward()
-            norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-            if not math.isfinite(norm):
-                status = f"diverged at step {i} (gradient norm {norm:.3g})"
-                break
-            opt.step()
-            sched.step()
-            times.append(time.perf_counter() - t)
-            recent.append(float(value))
-            if i in wanted:
-                run.model.eval()
-                evals_at[i] = (run.evaluate(eval_batches, step), statistics.fmean(recent))
-                run.model.train()
-                recent = []
-        run.model.eval()
-        results[arm] = (evals_at, times, status)
+        results[(arm, s)] = _train(model, s, train_batches, eval_batches, step, steps, wanted, lr, weight_decay,
+                                   clip, seed)
+        evals_at, _, status = results[(arm, s)]
         _progress(progress, f"finetune {arm} {s}: held-out {evals_at[0][0].mean()[0]:.4f} -> "
                             f"{evals_at[max(evals_at)][0].mean()[0]:.4f} after {max(evals_at)} steps; {status}")
     rows = []
-    ctrl = results.get("exact", ({}, [], ""))[0]
-    start_gap = None
+    ctrl = results.get(("exact", "exact"), ({}, [], ""))[0]
     for arm, s in arms:
-        evals_at, times, status = results[arm]
+        evals_at, times, status = results[(arm, s)]
+        start_gap = None
         for i in wanted:
             if i not in evals_at:
                 rows.append(dict(arm=arm, spec=s, step=i, status=status))
@@ -377,7 +354,8 @@ def finetune(model, spec, train_batches, eval_batches, step, *, steps=None, lr=1
                      time_per_step_s=statistics.median(times) if times else math.nan)
             if i in ctrl and arm == "method":
                 c = ctrl[i][0]
-                r["gap"], r["gap_se"] = _compare(out, c)["dloss"], _compare(out, c)["dloss_se"]
+                gap = _compare(out, c)
+                r["control_loss"], r["gap"], r["gap_se"] = c.mean()[0], gap["dloss"], gap["dloss_se"]
                 if i == 0:
                     start_gap = (r["gap"], r["gap_se"])
                 elif start_gap and start_gap[0] > 2 * start_gap[1]:
@@ -385,6 +363,41 @@ def finetune(model, spec, train_batches, eval_batches, step, *, steps=None, lr=1
                     r["gap_closed"] = (d0 - loss) / (d0 - c.mean()[0])
             rows.append(r)
     return rows
+
+
+def _train(model, spec, train_batches, eval_batches, step, steps, wanted, lr, weight_decay, clip, seed):
+    """One arm: ({step: (held-out outcome, mean training loss since the last evaluation)}, step times, status)."""
+    run = Run(model, spec, seed)
+    params = [p for p in run.model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(steps))
+    evals_at, times, recent, status = {0: (run.evaluate(eval_batches, step), math.nan)}, [], [], "ok"
+    run.model.train()
+    for i in range(1, steps + 1):
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with at.swap(run.model, spec, seed=seed):
+            loss, mask, _ = _parts(step(run.model, train_batches[(i - 1) % len(train_batches)]))
+            value = (loss * mask).sum() / mask.sum()
+            if not bool(torch.isfinite(value)):
+                status = f"diverged at step {i} (training loss {float(value):.3g})"
+                break
+            value.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        if not math.isfinite(norm):
+            status = f"diverged at step {i} (gradient norm {norm:.3g})"
+            break
+        opt.step()
+        sched.step()
+        times.append(time.perf_counter() - t)
+        recent.append(float(value))
+        if i in wanted:
+            run.model.eval()
+            evals_at[i] = (run.evaluate(eval_batches, step), statistics.fmean(recent))
+            run.model.train()
+            recent = []
+    run.model.eval()
+    return evals_at, times, status
 
 
 def choose(model, report, batches, step, loss_target, *, check_batches=None, seed=0, noise=0.1, z=1.64,
