@@ -8,8 +8,8 @@ A pair is a docstring's summary (its first paragraph, 5 to 60 tokens) and the pa
 it in the docstring stream ([CLS] + 254 + [SEP]: the docstring's body, then the next docstrings'; the model was
 trained on sequences up to 256). The summaries are the queries, encoded once by the exact model and held (they are
 short: no approximation's budget is below their length); the passages are the documents, encoded by the model under
-test; no two pairs' passages overlap. The first --pairs pairs are the evaluation set, the head-level study uses its first --head-pairs, fine-tuning
-trains on pairs from the end of the corpus (disjoint).
+test; no two pairs' passages overlap. The first --pairs pairs are the evaluation set, the head-level study uses
+its first --head-pairs, fine-tuning trains on pairs from the end of the corpus (disjoint).
 
 The model-level measures:
   loss     the in-batch contrastive loss the model was trained with (sentence-transformers' MultipleNegativesRanking-
