@@ -170,3 +170,27 @@ def test_bad_arguments_are_refused():
         dropin.main(["--models", "gpt", "--out", "/nonexistent/x.csv.gz"])
     with pytest.raises(SystemExit, match="unknown family"):
         dropin.main(["--families", "nystrom,bogus", "--windows", "2", "--models", "mlm", "--out", "/tmp/x.csv.gz"])
+
+
+def test_the_library_study_gives_the_tools_numbers(model):
+    """attnlab.study.dropin on the ByteTransformer (through the standard call, as on a user's model) against this
+    tool's cached per-head units: the same loss increase, KL, top-1 and head measures (the library recomputes every
+    layer where the tool replays the cached ones, and takes ∂L/∂O from attnlab's exact backward where the tool
+    takes torch's: rounding apart)."""
+    import attnlab.study as study
+    spec = "local:window=8"
+
+    def step(net, batch):
+        logits = net(model.x)
+        ce = -torch.log_softmax(logits, -1).gather(-1, model.target[..., None])[..., 0]
+        return {"loss": ce, "mask": model.scored, "logits": logits}
+
+    rows = study.dropin(model.net, [None], step, [spec], scopes=("head",), progress=False)
+    assert rows[0]["max_abs_own"] <= 1e-10
+    tool = {(r["layer"], r["head"]): r for r in dropin.unit_heads(model, spec, 0, model.head_gradients())}
+    for r in rows[1:]:
+        t = tool[(r["layer"], r["head"])]
+        for key in ("dloss", "kl", "top1", "loss", "loss_se", "dloss_se"):
+            assert r[key] == pytest.approx(t[key], rel=1e-9, abs=1e-12), key
+        for key in ("head_err", "grad_lin", "grad_bound", "p_tv"):
+            assert r[key] == pytest.approx(t[key], rel=1e-8, abs=1e-14), key
