@@ -32,7 +32,7 @@ Float64 for the drop-in rows (float32 for fine-tuning, as users train). Outputs 
 OUT.partial.jsonl files and a rerun continues): results/pretrained_dropin.csv.gz, results/pretrained_predictors.csv,
 results/pretrained_finetune.csv.gz, each with a .config of its settings. Not part of the main job (about 25 minutes on
 2 cores): `tools/pretrained_study.py` regenerates them.
-  tools/pretrained_study.py [--out-dir results] [--pairs 64] [--head-pairs 16] [--only dropin,heads,finetune]
+  tools/pretrained_study.py [--out-dir results] [--pairs 64] [--head-pairs 8] [--only dropin,heads,finetune]
 """
 import argparse
 import csv
@@ -69,7 +69,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default=os.path.join(ROOT, "results"))
     p.add_argument("--pairs", type=int, default=64, help="evaluation pairs (multiple of 8)")
-    p.add_argument("--head-pairs", type=int, default=16, help="pairs of the one-head swaps (multiple of 8)")
+    p.add_argument("--head-pairs", type=int, default=8, help="pairs of the one-head swaps (multiple of 8)")
     p.add_argument("--head-specs", default=",".join(HEAD_SPECS))
     p.add_argument("--finetune", default=",".join(FINETUNE), help="families fine-tuned at their default budget")
     p.add_argument("--finetune-steps", type=int, default=24)
