@@ -28,6 +28,7 @@ std::string methods_markdown() {
       std::string value = p.default_value;
       for (const auto& c : p.choices)
         if (c != p.default_value) value += "|" + c;
+      if (p.type == ParamSpec::Type::Path) value += "|PATH" + p.suffix;  // codebook=window|PATH.npy
       spec += sep + p.name + "=" + value;
       sep = ',';
     }

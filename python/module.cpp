@@ -22,6 +22,7 @@
 #include "attnlab/io/sources.hpp"
 #include "attnlab/analysis/spectrum.hpp"
 #include "attnlab/analysis/budget_families.hpp"
+#include "attnlab/methods/vq.hpp"
 #include "report.hpp"
 #include "common.hpp"
 #include "method_binding.hpp"
@@ -254,6 +255,30 @@ py::array_t<double> spectrum_t(const py::handle& qo, const py::handle& ko, const
   return out;
 }
 
+// ---- vq_codebook() ------------------------------------------------------------------------------------------
+
+/// The codebook `vq` fits with codebook=window, fitted on these keys: (n, d), or (m, n, d) whose m windows are
+/// stacked as m·n rows (vq_fit_codebook: the method's own k-means++ and Lloyd iterations, seeded). (codes, d), in
+/// the keys' dtype.
+template <typename T>
+py::array_t<T> vq_codebook_t(const py::handle& keys, Index codes, Index iters, std::uint64_t seed) {
+  const Heads<T> h = heads_of<T>(keys, "keys", "keys'");
+  VqOptions o;  // the method's ranges, with its messages
+  o.codes = codes;
+  o.iters = iters;
+  o.seed = seed;
+  o.params();
+  const Index rows = h.heads * h.rows;
+  if (codes > rows)
+    throw Error(fmt::format("vq_codebook: codes = {} exceeds the {} keys", codes, rows));
+  const Eigen::Map<const MatrixR<T>> all(h.data, rows, h.cols);
+  MatrixR<T> c;
+  run_released([&] { c = vq_fit_codebook<T>(all, codes, iters, seed).centroids; });
+  py::array_t<T> out({py::ssize_t(c.rows()), py::ssize_t(c.cols())});
+  Eigen::Map<MatrixR<T>>(out.mutable_data(), c.rows(), c.cols()) = c;
+  return out;
+}
+
 // ---- sources ------------------------------------------------------------------------------------------------
 
 template <typename T>
@@ -359,6 +384,15 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("q"), py::arg("k"), py::arg("top"), py::arg("causal"), py::arg("scale"), py::arg("solver"),
       py::arg("tol"));
+
+  m.def(
+      "vq_codebook",
+      [](const py::handle& keys, Index codes, Index iters, std::uint64_t seed) -> py::object {
+        const py::array a = as_array(keys, "keys");
+        if (a.dtype().is(py::dtype::of<float>())) return vq_codebook_t<float>(keys, codes, iters, seed);
+        return vq_codebook_t<double>(keys, codes, iters, seed);
+      },
+      py::arg("keys"), py::arg("codes"), py::arg("iters"), py::arg("seed"));
 
   m.def("sources", [] { return std::string(source_kinds()); });
   m.def(

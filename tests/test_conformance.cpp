@@ -4,9 +4,13 @@
 // a non-causal method refuses the mask; every backward pass agrees with central differences of its forward.
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/io/npy.hpp"
 #include "gradient_check.hpp"
 #include "test_util.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -18,12 +22,28 @@ namespace {
 using test::randn;
 using test::rel_err;
 
+/// A test name's spec with its placeholder filled: "{codebook}" is a (16, 16) .npy codebook written once per test
+/// process and removed at its exit (vq's codebook=PATH.npy; the names stay the same whatever the temp directory).
+std::string spec_of(const std::string& name) {
+  const std::string mark = "{codebook}";
+  const auto at = name.find(mark);
+  if (at == std::string::npos) return name;
+  struct TempFile {
+    std::string path = ::testing::TempDir() + "attnlab_conformance_vq_" + std::to_string(::getpid()) + ".npy";
+    TempFile() { write_npy<double>(path, randn<double>(16, 16, 12)); }
+    ~TempFile() { std::remove(path.c_str()); }
+  };
+  static const TempFile file;
+  return name.substr(0, at) + file.path + name.substr(at + mark.size());
+}
+
 struct Shape {
   Index nq, nk, d, dv;
 };
 
 template <typename T>
-void check_method(const std::string& name) {
+void check_method(const std::string& test_name) {
+  const std::string name = spec_of(test_name);
   SCOPED_TRACE(name + (sizeof(T) == 4 ? " float32" : " float64"));
   const double tol = sizeof(T) == 4 ? 1e-5 : 1e-10;
   auto m = make_method<T>(name, 11);
@@ -67,8 +87,8 @@ void check_method(const std::string& name) {
         // Changing any key or value at positions ≥ t leaves the outputs of queries that cannot see t alone.
         const Index off = s.nk - s.nq, t = s.nk / 2;
         MatrixR<T> k2 = k, v2 = v;
-        // A method with state fitted on all keys (VQ's codebook) looks ahead through that state by design: for it
-        // only the future values change here; its own tests fix the state and change the future keys.
+        // A method with state fitted on all keys (VQ's codebook=window) looks ahead through that state by design:
+        // for it only the future values change here; its own tests fix the state and change the future keys.
         if (m->lookahead().empty()) k2.bottomRows(s.nk - t) = randn<T>(s.nk - t, s.d, 9) * T(3);
         v2.bottomRows(s.nk - t) = randn<T>(s.nk - t, s.dv, 10) * T(3);
         auto m2 = make_method<T>(name, 11);
@@ -109,7 +129,8 @@ void check_method(const std::string& name) {
 // 2023) is not the derivative of its forward in K — the forward refits its codebook on the perturbed keys — so for it
 // the finite differences in K are skipped (dQ and dV are still checked; its own tests check dK against its
 // definition, tests/test_methods_ii.cpp). The float32 and causal checks of dK still apply.
-void check_backward(const std::string& name) {
+void check_backward(const std::string& test_name) {
+  const std::string name = spec_of(test_name);
   SCOPED_TRACE(name);
   auto m = make_method<double>(name, 11);
   const MethodDescriptor& desc = find_method(m->name());
@@ -192,6 +213,7 @@ std::vector<std::string> method_names() {
   // Methods II variants.
   v.push_back("vq:assign=soft,temperature=0.5");
   v.push_back("vq:quantize=both,codes=16");
+  v.push_back("vq:codes=16,codebook={codebook}");  // a fixed codebook: no look-ahead, the future keys change too
   v.push_back("probsparse:sample=full,lazy=cumsum");
   v.push_back("probsparse:measure=lse,factor=2");
   v.push_back("sparse:window=-1,stride=4,globals=0,random=3");

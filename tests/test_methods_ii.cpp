@@ -7,11 +7,18 @@
 #include "attnlab/components/sparsity_measure.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/components/codebook_attention.hpp"
+#include "attnlab/io/npy.hpp"
+#include "attnlab/methods/vq.hpp"
 #include "gradient_check.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/SVD>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <numeric>
 
 namespace attnlab {
@@ -169,6 +176,182 @@ TEST(MethodsII, VqWithFixedCodebookIsCausal) {
   v2.bottomRows(30) = randn<double>(30, 6, 32);
   const auto b = codebook_attention<double>(pr.q, k2, codebook, o);
   EXPECT_EQ(a->apply(pr.v).topRows(30), b->apply(v2).topRows(30));  // bitwise
+}
+
+// ---- vq with a fixed codebook (codebook=PATH.npy): fitted on other windows, held as a trained Transformer-VQ
+// holds it.
+
+/// A file of this test process under the test temp directory (the float32 and float64 suites may run at once).
+std::string temp_npy(const std::string& stem) {
+  return ::testing::TempDir() + "attnlab_" + stem + "_" + std::to_string(::getpid()) + ".npy";
+}
+
+/// K̂: each key replaced by its nearest code, by brute force (not components/kmeans.hpp's nearest()).
+MatrixR<double> nearest_codes(const MatrixR<double>& k, const MatrixR<double>& c) {
+  MatrixR<double> khat(k.rows(), k.cols());
+  for (Index j = 0; j < k.rows(); ++j) {
+    Index best = 0;
+    for (Index y = 1; y < c.rows(); ++y)
+      if ((k.row(j) - c.row(y)).squaredNorm() < (k.row(j) - c.row(best)).squaredNorm()) best = y;
+    khat.row(j) = c.row(best);
+  }
+  return khat;
+}
+
+/// Causal softmax attention written out row by row (n_q = n_k): O_i = Σ_{j ≤ i} softmax_j(s·q_i·k_j) v_j.
+MatrixR<double> causal_attention(const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v) {
+  const double s = 1.0 / std::sqrt(double(q.cols()));
+  MatrixR<double> out = MatrixR<double>::Zero(q.rows(), v.cols());
+  for (Index i = 0; i < q.rows(); ++i) {
+    VectorX<double> l(i + 1);
+    for (Index j = 0; j <= i; ++j) l(j) = s * q.row(i).dot(k.row(j));
+    const VectorX<double> e = (l.array() - l.maxCoeff()).exp();
+    for (Index j = 0; j <= i; ++j) out.row(i) += e(j) / e.sum() * v.row(j);
+  }
+  return out;
+}
+
+/// The largest change of an output row i < t when the keys and values at positions ≥ t are redrawn, over t.
+double future_leak(const std::string& spec, const MatrixR<double>& q, const MatrixR<double>& k,
+                   const MatrixR<double>& v) {
+  AttentionOptions o;
+  o.causal = true;
+  auto m = make_method<double>(spec);
+  m->compute(q, k, o);
+  const MatrixR<double> out = m->output(v);
+  double worst = 0;
+  for (Index t : {Index(16), Index(48), Index(96), Index(144), Index(176)}) {
+    MatrixR<double> k2 = k, v2 = v;
+    k2.bottomRows(k.rows() - t) = randn<double>(k.rows() - t, k.cols(), 100 + std::uint64_t(t)) * 3.0;
+    v2.bottomRows(v.rows() - t) = randn<double>(v.rows() - t, v.cols(), 200 + std::uint64_t(t)) * 3.0;
+    auto m2 = make_method<double>(spec);
+    m2->compute(q, k2, o);
+    worst = std::max(worst, (m2->output(v2).topRows(t) - out.topRows(t)).cwiseAbs().maxCoeff());
+  }
+  return worst;
+}
+
+// The measurement (n = 192, d = 16): with codebook=window the k-means sees the future keys and earlier
+// outputs move; with a codebook fitted on other windows (the training windows) and held, no output before t moves
+// when anything at or after t changes, and the output is exact causal attention on the keys' nearest codes.
+TEST(MethodsII, VqFixedCodebookLeaksNothing) {
+  const Index n = 192, d = 16, codes = 32;
+  const MatrixR<double> train = randn<double>(4 * n, d, 40);  // four other windows' keys, stacked
+  const MatrixR<double> c = vq_fit_codebook<double>(train, codes, 20, 0).centroids;
+  const std::string path = temp_npy("vq_leak");
+  write_npy<double>(path, c);
+  const std::string fixed = "vq:codes=32,codebook=" + path, window = "vq:codes=32";
+  const MatrixR<double> q = randn<double>(n, d, 41), k = randn<double>(n, d, 42), v = randn<double>(n, 8, 43);
+  EXPECT_TRUE(make_method<double>(fixed)->lookahead().empty());
+  EXPECT_FALSE(make_method<double>(window)->lookahead().empty());
+  EXPECT_TRUE(make_method<double>(fixed)->supports_causal());
+  EXPECT_TRUE(make_method<double>(window)->supports_causal());  // accepted, its look-ahead stated
+  const double leak_fixed = future_leak(fixed, q, k, v), leak_window = future_leak(window, q, k, v);
+  std::printf("[ vq leak ] n = %lld, d = %lld, %lld codes: max |ΔO_i| (i < t, keys/values ≥ t redrawn): "
+              "codebook=window %.3g, codebook=PATH.npy %.3g\n", (long long)n, (long long)d, (long long)codes,
+              leak_window, leak_fixed);
+  EXPECT_EQ(leak_fixed, 0.0) << "an output moved when later keys or values changed";
+  EXPECT_GT(leak_window, 1e-3) << "the window form was expected to look ahead";
+  // Against an independent recomputation: exact causal attention on K̂ (brute-force nearest codes).
+  AttentionOptions o;
+  o.causal = true;
+  auto m = make_method<double>(fixed);
+  m->compute(q, k, o);
+  const MatrixR<double> want = causal_attention(q, nearest_codes(k, c), v);
+  const double err = (m->output(v) - want).cwiseAbs().maxCoeff() / want.cwiseAbs().maxCoeff();
+  EXPECT_LT(err, 1e-13);
+  std::printf("[ vq leak ] fixed codebook vs exact causal attention on the nearest codes: max rel %.3g\n", err);
+  const MatrixR<double> khat = nearest_codes(k, c);
+  EXPECT_LT(rel_err(m->matrix(), exact_matrix<double>(q, khat, o)), 1e-13);
+  // Its inertia is the keys' quantization error against the given codes; no Lloyd iteration ran.
+  const auto diag = m->diagnostics();
+  EXPECT_NEAR(diag.at(0).second, (k - khat).squaredNorm(), 1e-9 * (k - khat).squaredNorm());
+  EXPECT_EQ(diag.at(1).second, 0.0);
+  std::remove(path.c_str());
+}
+
+// A codebook fitted by vq_fit_codebook on the keys of the call, given as a file, is the window form replayed: the
+// same outputs bit for bit, float32 (a float32 file) and float64, with and without the mask.
+TEST(MethodsII, VqFixedCodebookReplaysTheWindowFit) {
+  const Problem pr = problem(70, 90, 8, 44);
+  const auto check = [&](auto tag) {
+    using T = decltype(tag);
+    const MatrixR<T> q = pr.q.cast<T>(), k = pr.k.cast<T>(), v = pr.v.cast<T>();
+    const std::string path = temp_npy(sizeof(T) == 4 ? "vq_replay32" : "vq_replay64");
+    write_npy<T>(path, vq_fit_codebook<T>(k, 12, 20, 7).centroids);
+    for (bool causal : {false, true}) {
+      AttentionOptions o;
+      o.causal = causal;
+      auto a = make_method<T>("vq:codes=12,seed=7");
+      auto b = make_method<T>("vq:codes=12,codebook=" + path);
+      a->compute(q, k, o);
+      b->compute(q, k, o);
+      EXPECT_EQ(a->output(v), b->output(v)) << sizeof(T) << " causal=" << causal;
+    }
+    std::remove(path.c_str());
+  };
+  check(float{});
+  check(double{});
+}
+
+TEST(MethodsII, VqFixedCodebookChecks) {
+  const MatrixR<double> c = randn<double>(32, 16, 45);
+  const std::string path = temp_npy("vq_checks"), cube = temp_npy("vq_checks_cube");
+  write_npy<double>(path, c);
+  const auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  // The spec: a keyword or a .npy path, written back as given.
+  EXPECT_NE(message([] { make_method<double>("vq:codebook=cb.txt"); }).find("window or the path of a .npy file"),
+            std::string::npos);
+  const auto m = make_method<double>("vq:codes=32,codebook=" + path);
+  EXPECT_NE(m->spec().find(",codebook=" + path + ","), std::string::npos) << m->spec();
+  EXPECT_EQ(VqOptions::from(m->params()).codebook, path);
+  EXPECT_EQ(VqOptions::from(m->params()).spec(), m->spec());
+  VqOptions bad;
+  bad.codebook = "a,b.npy";  // a spec could not hold it
+  EXPECT_THROW(VqMethod<double>{bad}, Error);
+  // Before any data: the codes, the variants, the file.
+  EXPECT_NE(message([&] { make_method<double>("vq:codebook=" + path); }).find("holds 32 codes, but codes = 64"),
+            std::string::npos);
+  EXPECT_NE(message([&] { make_method<double>("vq:codes=32,assign=soft,codebook=" + path); }).find("assign=hard"),
+            std::string::npos);
+  EXPECT_NE(message([&] { make_method<double>("vq:codes=32,quantize=both,codebook=" + path); }).find("assign=hard"),
+            std::string::npos);
+  const std::string missing = temp_npy("vq_checks_missing");
+  EXPECT_NE(message([&] { make_method<double>("vq:codes=32,codebook=" + missing); }).find(missing),
+            std::string::npos);
+  write_npy<double>(cube, MatrixR<double>(randn<double>(64, 16, 46)).data(), {2, 32, 16});
+  EXPECT_NE(message([&] { make_method<double>("vq:codes=32,codebook=" + cube); }).find("(codes, d) array"),
+            std::string::npos);
+  // The keys' dimension: refused by the size check (before work) and by compute().
+  EXPECT_NE(message([&] { check_method_fits<double>(*m, {50, 50, 8, 8, 8}); }).find("has d = 16, but the keys"),
+            std::string::npos);
+  EXPECT_THROW(m->compute(randn<double>(50, 8, 1), randn<double>(50, 8, 2)), Error);
+  // No k-means on the keys: more codes than keys is fine.
+  EXPECT_NO_THROW(check_method_fits<double>(*m, {20, 20, 16, 4, 8}));
+  AttentionOptions o;
+  o.causal = true;
+  m->compute(randn<double>(20, 16, 3), randn<double>(20, 16, 4), o);
+  EXPECT_TRUE(m->output(randn<double>(20, 4, 5)).allFinite());
+  // A rewritten file is read again (the cache is keyed by size and modification time too).
+  const MatrixR<double> q = randn<double>(30, 16, 6), k = randn<double>(30, 16, 7), v = randn<double>(30, 4, 8);
+  m->compute(q, k);
+  const MatrixR<double> before = m->output(v);
+  write_npy<double>(path, MatrixR<double>(c * 2.0));
+  std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::seconds(2));
+  auto m2 = make_method<double>("vq:codes=32,codebook=" + path);
+  m2->compute(q, k);
+  const MatrixR<double> khat = nearest_codes(k, c * 2.0);
+  EXPECT_LT(rel_err(m2->output(v), exact_output<double>(q, khat, v, {})), 1e-12);
+  EXPECT_GT(rel_err(m2->output(v), before), 1e-3);
+  std::remove(path.c_str());
+  std::remove(cube.c_str());
 }
 
 TEST(MethodsII, ProbSparseMeasuresAndLemma1) {
@@ -483,6 +666,25 @@ TEST(MethodsIIBackward, VqQuantizeBoth) {
     fd = test::check_gradients(own_qv, pr.q, pr.k, pr.v, d_out, qv);
     EXPECT_LT(fd.worst, 1e-6) << fd.where << " " << spec;
   }
+}
+
+// A fixed codebook is held (not differentiated), as with codebook=window: the backward is exact attention's on
+// (Q, K̂, V) with dK = dK̂ (straight-through), K̂ the keys' nearest given codes.
+TEST(MethodsIIBackward, VqFixedCodebookHeld) {
+  const Problem pr = problem(60, 75, 8, 47);
+  const MatrixR<double> c = randn<double>(10, 8, 48), d_out = randn<double>(60, pr.v.cols(), 49);
+  const std::string path = temp_npy("vq_backward");
+  write_npy<double>(path, c);
+  const MatrixR<double> khat = nearest_codes(pr.k, c);
+  for (bool causal : {false, true}) {
+    AttentionOptions o;
+    o.causal = causal;
+    auto m = make_method<double>("vq:codes=10,codebook=" + path);
+    m->compute(pr.q, pr.k, o);
+    expect_gradients_near(m->backward(pr.v, d_out), exact_grads(pr.q, khat, pr.v, d_out, o), 1e-11,
+                          causal ? "causal" : "");
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ from . import _core
 
 __version__ = _core.__version__
 __all__ = ["Method", "apply", "backward", "budget_families", "canonical", "compare", "cost", "generate", "methods",
-           "report", "set_threads", "sources", "spectrum", "threads"]
+           "report", "set_threads", "sources", "spectrum", "threads", "vq_codebook"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _SEED_LIMIT = 2**64
@@ -337,6 +337,26 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
     return _core.report(q, k, v, model_dir, out, target, families, layers, seq, repeats, causal, quiet, threads)
 
 
+def vq_codebook(keys, codes=64, *, iters=20, seed=0, dtype=None):
+    """A codebook for the `vq` method, fitted on training keys by the method's own k-means (k-means++ then up to
+    `iters` Lloyd iterations, seeded by `seed`): a (codes, d) array in the keys' dtype (or `dtype`).
+
+    keys is (n, d), or (m, n, d): m training windows, stacked as m·n keys. On one window's keys it is the codebook
+    that 'vq:codes=C,seed=S' fits on that window (codebook=window, which sees the window's future keys). Fitted on
+    other windows and saved, it is a fixed codebook held as a trained Transformer-VQ holds its own, with no
+    look-ahead — the form for causal use:
+
+        cb = attnlab.vq_codebook(train_keys, codes=64, seed=0)
+        np.save("/tmp/cb.npy", cb)
+        attnlab.apply("vq:codes=64,codebook=/tmp/cb.npy", q, k, v, causal=True)   # codes = cb.shape[0]
+
+    The method reads the file once (again when it is rewritten); its d must be the keys'.
+    """
+    codes, iters, seed = _int("codes", codes, 1), _int("iters", iters, 0), _seed(seed)
+    (keys,) = _inputs(dtype, keys=keys)
+    return _core.vq_codebook(keys, codes, iters, seed)
+
+
 def threads():
     """The OpenMP threads every attnlab call runs on: set_threads(n) when called, else the process's OpenMP
     default as the environment gives it (OMP_NUM_THREADS, else the CPUs this process may use), read when the
@@ -374,7 +394,10 @@ def _option(name, x):
         return repr(float(x))
     if isinstance(x, str):
         return x
-    raise ValueError(f"{name} must be a number, True/False or a string (a parameter of the method), got {_show(x)}")
+    if isinstance(x, os.PathLike) and isinstance(os.fspath(x), str):
+        return os.fspath(x)  # a file parameter (vq's codebook=PATH.npy)
+    raise ValueError(f"{name} must be a number, True/False, a string or a path (a parameter of the method), got "
+                     f"{_show(x)}")
 
 
 def _core_attribute(name, doc):
@@ -399,11 +422,12 @@ class Method:
 
     spec is a method's spec string, `name[:key=value,...]` (methods() lists the names and parameters); the
     parameters may also be given as keywords, Method("nystrom", landmarks=64, pinv="svd") being
-    Method("nystrom:landmarks=64,pinv=svd"): numbers, True/False, or a choice's name. A parameter given both
-    ways, an unknown method or parameter (with a did-you-mean suggestion), or a value out of its range is a
-    ValueError here, before any data. causal=True asks for the causal mask (refused, with the reason, by a method
-    that cannot honour it: it would leak the future); scale is the logit scale (default 1/sqrt(d)); seed fills the
-    spec's seed when it gives none (randomized methods; ignored by the others; giving it both ways is refused).
+    Method("nystrom:landmarks=64,pinv=svd"): numbers, True/False, a choice's name, or a path (vq's codebook=).
+    A parameter given both ways, an unknown method or parameter (with a did-you-mean suggestion), or a value out
+    of its range is a ValueError here, before any data. causal=True asks for the causal mask (refused, with the
+    reason, by a method that cannot honour it: it would leak the future); scale is the logit scale (default
+    1/sqrt(d)); seed fills the spec's seed when it gives none (randomized methods; ignored by the others; giving it
+    both ways is refused).
 
     Inputs are as for every attnlab function: (n, d) arrays, or (heads, n, d) to fit one method per head;
     numpy arrays, CPU tensors or array-likes; float32 or float64 (fit's q and k of one dtype, or dtype= to
@@ -446,8 +470,9 @@ class Method:
 
     lookahead = _core_attribute(
         "lookahead",
-        """State fitted on all keys before the attention (VQ's codebook, by k-means on every key), described; ''
-        when there is none. With causal=True the attention given that state is causal; the state is not.""")
+        """State fitted on all keys before the attention (VQ's codebook with codebook=window, by k-means on every
+        key), described; '' when there is none (VQ with a fixed codebook=PATH.npy: vq_codebook()). With
+        causal=True the attention given that state is causal; the state is not.""")
 
     # ---- the fit -----------------------------------------------------------------------------------------------
 

@@ -153,6 +153,20 @@ ParamSpec ParamSpec::choice(std::string name, std::vector<std::string> choices, 
   return p;
 }
 
+ParamSpec ParamSpec::path(std::string name, std::vector<std::string> keywords, std::string suffix,
+                          std::string help) {
+  ParamSpec p = choice(std::move(name), std::move(keywords), std::move(help));
+  p.type = Type::Path;
+  p.suffix = std::move(suffix);
+  return p;
+}
+
+bool ParamSpec::accepts_path(const std::string& value) const {
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return true;
+  return value.size() > suffix.size() && value.compare(value.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         value.find(',') == std::string::npos && trim(value) == value;
+}
+
 ParamSpec ParamSpec::seed() {
   return integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "random seed");
 }
@@ -178,6 +192,13 @@ ParamSpec detail::choice_spec(const char* name, std::vector<std::string> names, 
   return p;
 }
 
+ParamSpec detail::path_spec(const char* name, std::vector<std::string> keywords, const char* suffix, std::string def,
+                            const char* help) {
+  ParamSpec p = ParamSpec::path(name, std::move(keywords), suffix, help);
+  p.default_value = std::move(def);
+  return p;
+}
+
 Params detail::make_params(std::vector<std::pair<std::string, std::string>> values) {
   Params p;
   p.values_ = std::move(values);
@@ -190,6 +211,7 @@ std::string ParamSpec::describe_type() const {
     case Type::Real: return fmt::format("number in [{}, {}]", fmt_number(min), fmt_number(max));
     case Type::Boolean: return "true|false";
     case Type::Choice: return fmt::format("one of {}", fmt::join(choices, "|"));
+    case Type::Path: return fmt::format("{} or the path of a {} file", fmt::join(choices, "|"), suffix);
   }
   return "";
 }
@@ -266,6 +288,9 @@ Params resolve_params(const std::string& method, const std::vector<ParamSpec>& p
       case ParamSpec::Type::Choice:
         if (std::find(p.choices.begin(), p.choices.end(), value) == p.choices.end()) throw bad();
         break;
+      case ParamSpec::Type::Path:
+        if (!p.accepts_path(value)) throw bad();
+        break;
     }
     out.values_.emplace_back(p.name, value);
   }
@@ -285,6 +310,7 @@ long long Params::integer(const std::string& name) const { return std::stoll(raw
 double Params::real(const std::string& name) const { return std::stod(raw(name)); }
 bool Params::boolean(const std::string& name) const { return raw(name) == "true"; }
 const std::string& Params::choice(const std::string& name) const { return raw(name); }
+const std::string& Params::text(const std::string& name) const { return raw(name); }
 
 std::string Params::to_string() const {
   std::string s;

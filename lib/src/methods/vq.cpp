@@ -6,9 +6,10 @@
 //                Transformer-VQ). Non-causal.
 //   quantize=both: attnlab's mean-field form, q·k ≈ q·⟨k⟩ + ⟨q⟩·k − ⟨q⟩·⟨k⟩ with ⟨q⟩ from a second codebook on
 //                the queries: logits s(q_i·c_a(j) + c'_b(i)·(k_j − c_a(j))), still linear. Non-causal.
-// Causal (hard, keys): running per-code sums of values and counts, so output i reads only keys j ≤ i. The
-// codebook itself is fitted on all keys before the pass — a look-ahead in the codebook (as when Transformer-VQ's
-// codebook is trained), not in the attention.
+// Causal (hard, keys): running per-code sums of values and counts, so output i reads only keys j ≤ i. With
+// codebook=window the codebook itself is fitted on all keys before the pass — a look-ahead in the codebook, not in
+// the attention; with codebook=PATH.npy it is fixed (fitted on other windows, as Transformer-VQ's is trained), read
+// from the file, and nothing looks ahead.
 // Backward (do_backward below): the codebook and the assignments held fixed, dQ and dV exact, dK = dK̂ by the
 // straight-through estimator (Lingle 2023); soft: responsibilities differentiated at the fixed codebook; both: dQ
 // also through the query codebook's cluster means.
@@ -17,6 +18,7 @@
 #include "attnlab/components/codebook_attention.hpp"
 #include "attnlab/components/kmeans.hpp"
 #include "attnlab/core/error.hpp"
+#include "attnlab/io/npy.hpp"
 #include "attnlab/operators/codebook.hpp"
 #include "attnlab/operators/low_rank.hpp"
 
@@ -24,21 +26,83 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <system_error>
+#include <tuple>
 
 namespace attnlab {
 
+template <typename T>
+KMeansResult<T> vq_fit_codebook(const ConstRef<T>& keys, Index codes, Index iters, std::uint64_t seed) {
+  require(codes >= 1, fmt::format("vq: codes = {}; a codebook needs at least one code", codes));
+  require(codes <= keys.rows(), fmt::format("vq: codes = {} exceeds the {} keys", codes, keys.rows()));
+  Rng rng(seed);
+  return kmeans<T>(keys, codes, iters, rng);
+}
+
+std::shared_ptr<const MatrixR<double>> vq_codebook_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec_size, ec_time;
+  const auto size = fs::file_size(path, ec_size);
+  const auto time = fs::last_write_time(path, ec_time);
+  if (ec_size || ec_time)
+    throw Error(fmt::format("vq: cannot read the codebook '{}': {}", path, (ec_size ? ec_size : ec_time).message()));
+  // Keyed by the absolute path; a rewritten file (another size or modification time) is read again.
+  std::error_code ec_abs;
+  std::string key = fs::absolute(path, ec_abs).string();
+  if (ec_abs || key.empty()) key = path;
+  using Key = std::tuple<std::uintmax_t, fs::file_time_type>;
+  static std::mutex vq_cache_mutex;
+  static std::map<std::string, std::pair<Key, std::shared_ptr<const MatrixR<double>>>> vq_cache;
+  const std::lock_guard<std::mutex> lock(vq_cache_mutex);
+  const auto hit = vq_cache.find(key);
+  if (hit != vq_cache.end() && hit->second.first == Key{size, time}) return hit->second.second;
+  const NpyArray a = NpyArray::read(path);  // its messages name the file
+  require(a.ndim() == 2, fmt::format("vq: the codebook '{}' must be a (codes, d) array, got {} dimensions", path,
+                                     a.ndim()));
+  require(a.rows() >= 1 && a.cols() >= 1, fmt::format("vq: the codebook '{}' is empty", path));
+  a.check_finite();
+  auto c = std::make_shared<const MatrixR<double>>(a.head_as<double>(0));
+  vq_cache[key] = {Key{size, time}, c};
+  return c;
+}
+
+template <typename T>
+VqMethod<T>::VqMethod(const VqOptions& options) : ConfiguredMethod<VqOptions, Method<T>>(options) {
+  if (!options.fixed_codebook()) return;
+  require(options.assign == VqAssign::Hard && options.quantize == VqQuantize::Keys,
+          "vq: a fixed codebook (codebook=PATH.npy) takes assign=hard, quantize=keys; assign=soft and quantize=both "
+          "fit by k-means (codebook=window)");
+  given_ = vq_codebook_file(options.codebook);
+  require(given_->rows() == options.codes,
+          fmt::format("vq: the codebook '{}' holds {} codes, but codes = {}; give codes={}", options.codebook,
+                      given_->rows(), options.codes, given_->rows()));
+}
+
 MethodDescriptor VqOptions::registry_entry() {
   return describe<VqMethod, VqOptions>(
-      "Transformer-VQ: keys quantized to a k-means codebook, exp(QCᵀ)(ΔᵀV); causal with assign=hard",
+      "Transformer-VQ: keys quantized to a codebook (k-means on the keys, or a fixed .npy), exp(QCᵀ)(ΔᵀV); causal "
+      "with assign=hard",
       "Lingle 2023 (Transformer-VQ): K ≈ ΔC, exp(QCᵀ)(ΔᵀV); soft (GMM) assignment after Su 2023, blog "
       "'Traces of Transformer-VQ in the Performer'",
-      Causal::conditional("assign=hard, quantize=keys: the attention is causal; the codebook is fitted on all "
-                          "keys (a look-ahead in the codebook)"))
+      Causal::conditional("assign=hard, quantize=keys: the attention is causal; codebook=PATH.npy (fitted on other "
+                          "windows, held fixed) leaks nothing; codebook=window fits it on all keys of the call (a "
+                          "look-ahead in the codebook, stated by lookahead(): not a causal verdict)"))
       .with_backward(Backward::yes(
           "codebook and assignments held fixed; dK = dK̂ by the straight-through estimator (Lingle 2023); "
           "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"))
       .with_size_check([](const Params& p, const ProblemSize& s) {
+        const std::string& file = p.text("codebook");
+        if (file != "window") {  // a fixed codebook: any number of keys, but the keys' dimension
+          const auto c = vq_codebook_file(file);
+          if (c->cols() != s.d)
+            throw Error(fmt::format("vq: the codebook '{}' has d = {}, but the keys have d = {}", file, c->cols(),
+                                    s.d));
+          return;
+        }
         require_budget_within("vq", "codes", p.integer("codes"), s.n_k, "n_k, the keys");
         if (p.choice("quantize") == "both")
           require_budget_within("vq", "codes", p.integer("codes"), s.n_q, "n_q, the queries");
@@ -47,6 +111,20 @@ MethodDescriptor VqOptions::registry_entry() {
 
 template <typename T>
 Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
+  if (given_) {
+    // A fixed codebook: no k-means, each key its nearest code (codebook_attention), nothing fitted on these keys.
+    require(given_->cols() == k.cols(), fmt::format("vq: the codebook '{}' has d = {}, but the keys have d = {}",
+                                                    this->o_.codebook, given_->cols(), k.cols()));
+    q_ = q;
+    centroids_ = given_->template cast<T>();
+    op_ = codebook_attention<T>(q, k, centroids_, opts);
+    const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
+    inertia_ = 0;
+    for (Index j = 0; j < k.rows(); ++j)
+      inertia_ += double((k.row(j) - centroids_.row(a[std::size_t(j)])).squaredNorm());
+    iterations_ = 0;
+    return Status::Success;
+  }
   const Index codes = this->o_.codes;
   require(codes <= k.rows(), fmt::format("vq: codes = {} exceeds the {} keys", codes, k.rows()));
   Rng rng(this->o_.seed);
@@ -194,6 +272,8 @@ Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d
   return g;
 }
 
+template KMeansResult<float> vq_fit_codebook<float>(const ConstRef<float>&, Index, Index, std::uint64_t);
+template KMeansResult<double> vq_fit_codebook<double>(const ConstRef<double>&, Index, Index, std::uint64_t);
 template class VqMethod<float>;
 template class VqMethod<double>;
 

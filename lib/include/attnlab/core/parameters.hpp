@@ -1,6 +1,6 @@
 // A method's parameters, declared once. An options struct holds them as typed members whose initializers are the
 // defaults, and one static function names each of them — its spec name, the member, its range or choices (an enum
-// with the names the spec uses), its help — in spec order:
+// with the names the spec uses; for a path, its keywords and the file's suffix), its help — in spec order:
 //
 //   struct NystromOptions : MethodOptions<NystromOptions> {
 //     static constexpr const char* kName = "nystrom";
@@ -47,6 +47,8 @@ ParamSpec integer_spec(const char* name, long long def, long long lo, long long 
 ParamSpec real_spec(const char* name, double def, double lo, double hi, const char* help);
 ParamSpec boolean_spec(const char* name, bool def, const char* help);
 ParamSpec choice_spec(const char* name, std::vector<std::string> names, std::string def, const char* help);
+ParamSpec path_spec(const char* name, std::vector<std::string> keywords, const char* suffix, std::string def,
+                    const char* help);
 
 /// Visits an options struct's declaration in one of three ways.
 template <typename O>
@@ -147,6 +149,28 @@ class ParameterVisitor {
                           choice_spec(name, names, names.front(), help));
         }
         values_->emplace_back(name, s);
+        break;
+      }
+    }
+    return *this;
+  }
+  /// A keyword or the path of a file whose name ends in `suffix` (ParamSpec::path), held as the string the spec
+  /// writes; the method reads the file.
+  template <typename C>
+  ParameterVisitor& path(const char* name, std::string C::*member, std::initializer_list<const char*> keywords,
+                         const char* suffix, const char* help) {
+    static_assert(std::is_base_of_v<C, O>);
+    const auto m = static_cast<std::string O::*>(member);
+    const auto spec = [&](std::string def) {
+      return path_spec(name, std::vector<std::string>(keywords.begin(), keywords.end()), suffix, std::move(def), help);
+    };
+    switch (mode_) {
+      case Mode::Describe: add(spec(defaults_.*m)); break;
+      case Mode::Read: out_->*m = in_->text(name); break;
+      case Mode::Write: {
+        const ParamSpec p = spec(*keywords.begin());
+        if (!p.accepts_path(obj_->*m)) throw_bad_value(O::kName, obj_->*m, p);
+        values_->emplace_back(name, obj_->*m);
         break;
       }
     }

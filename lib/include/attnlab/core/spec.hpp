@@ -12,12 +12,15 @@ namespace attnlab {
 
 /// One parameter a method accepts.
 struct ParamSpec {
-  enum class Type { Integer, Real, Boolean, Choice };
+  /// Path: one of a few keywords (`choices`, the first the default) or the path of a file whose name ends in
+  /// `suffix` (vq's codebook=window|PATH.npy); the file itself is read by the method, not by the spec.
+  enum class Type { Integer, Real, Boolean, Choice, Path };
   std::string name;
   Type type = Type::Integer;
   std::string default_value;
   std::string help;
-  std::vector<std::string> choices;  // Choice only
+  std::vector<std::string> choices;  // Choice; Path: its keywords
+  std::string suffix;                // Path: how a file's name ends (".npy")
   double min = 0;                    // Integer and Real: inclusive range
   double max = 0;
   long long int_min = 0;             // Integer: the same range, exactly (a double rounds 2⁶³ − 1)
@@ -28,6 +31,11 @@ struct ParamSpec {
   static ParamSpec real(std::string name, double def, double lo, double hi, std::string help);
   static ParamSpec boolean(std::string name, bool def, std::string help);
   static ParamSpec choice(std::string name, std::vector<std::string> choices, std::string help);
+  /// A keyword (the first is the default) or the path of a file ending in `suffix`.
+  static ParamSpec path(std::string name, std::vector<std::string> keywords, std::string suffix, std::string help);
+  /// Whether `value` is a valid value of this Path parameter: a keyword, or a name ending in the suffix that a spec
+  /// can hold (no ',', no surrounding spaces).
+  bool accepts_path(const std::string& value) const;
   /// `seed`: the random seed every randomized method takes (default 0).
   static ParamSpec seed();
   /// This parameter marked as the method's budget: ParamSpec::integer("landmarks", ...).budget().
@@ -36,7 +44,7 @@ struct ParamSpec {
     p.is_budget = true;
     return p;
   }
-  /// "integer in [1, 4096]", "one of elu|relu", ...
+  /// "integer in [1, 4096]", "one of elu|relu", "window or the path of a .npy file", ...
   std::string describe_type() const;
 };
 
@@ -68,6 +76,8 @@ class Params {
   double real(const std::string& name) const;
   bool boolean(const std::string& name) const;
   const std::string& choice(const std::string& name) const;
+  /// A Path parameter's value: its keyword or the file's path as the spec wrote it.
+  const std::string& text(const std::string& name) const;
   bool has(const std::string& name) const;
   /// "key=value,key=value" with every parameter, defaults included.
   std::string to_string() const;
