@@ -34,6 +34,7 @@ OUT.partial as they complete and a rerun with the same settings continues there;
   tools/dropin.py [--preset quick|paper] [--out results/dropin.csv.gz] [--models mlm,causal] [--windows W] ...
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -142,8 +143,69 @@ def families_for(objective, wanted, prog="dropin"):
             sys.exit(f"{prog}: unknown famil{'ies' if len(bad) > 1 else 'y'} {bad}; valid: {', '.join(sorted(known))}")
         fams = [f for f in fams if f["label"] in names]
     if objective == "causal":
-        fams = [f for f in fams if f["causal"]]
+        fams = [fair_causal(f) for f in fams if f["causal"]]
     return fams
+
+
+# ---------------------------------------------------------------------------------------------- fair causal VQ
+# Transformer-VQ's codebook, fitted by k-means on the window it attends (vq's codebook=window), sees the window's later
+# keys: in a causal model O_i would change when keys after i change. A trained Transformer-VQ holds its codebook
+# fixed, so the causal studies fit one per layer and head on training windows (the exact model's keys, k-means as the
+# method fits it) and hold it on the evaluated windows: codebook=FILE, one file a head (a spec template with {layer}
+# and {head}, filled per head by per_head()). The window form stays for the bidirectional model, where it looks at
+# nothing a non-causal attention does not.
+VQ_WINDOWS, VQ_SEED = 8, 7   # training windows the codebooks are fitted on; their draw's seed
+VQ_DIR = os.path.join("data", "vq_codebooks")
+
+
+def fair_causal(fam):
+    """A causal family as the causal studies run it: vq with a held codebook per head (the others as they are)."""
+    if not fam["spec"].startswith("vq"):
+        return fam
+    fam = dict(fam)
+    fam["specs"] = [f"{s},codebook={VQ_DIR}/causal/codes{b}/L{{layer}}H{{head}}.npy"
+                    for b, s in zip(fam["budgets"], fam["specs"])]
+    fam["spec"] = f"{fam['spec']},codebook={VQ_DIR}/causal/codes64/L{{layer}}H{{head}}.npy"
+    return fam
+
+
+def per_head(spec, layer, head):
+    """A spec template's spec for one head ({layer}, {head} filled in; a relative codebook path made absolute)."""
+    s = spec.replace("{layer}", str(layer)).replace("{head}", str(head))
+    return s.replace(f"codebook={VQ_DIR}", f"codebook={os.path.join(ROOT, VQ_DIR)}")
+
+
+def vq_codebooks(spec, fitted=None):
+    """Fits (once: cached under data/vq_codebooks with the model's training key) the held codebooks a causal vq spec
+    template names, on VQ_WINDOWS training windows of the committed causal model: per layer and head, k-means
+    (attnlab.vq_codebook, the method's own, seeded) on the exact model's keys, rotated as attention sees them."""
+    if "{head}" not in spec:
+        return
+    codes = int(spec.split("codes=")[1].split(",")[0]) if "codes=" in spec else 64
+    where = os.path.join(ROOT, VQ_DIR, "causal", f"codes{codes}")
+    ck = ta.safe_load(ta.committed("causal", "weights"))
+    stamp = {"train_key": ck["train_key"], "windows": VQ_WINDOWS, "seed": VQ_SEED, "codes": codes,
+             "attnlab": attnlab.__version__.split("+")[0]}
+    meta = os.path.join(where, "meta.json")
+    if os.path.exists(meta) and json.load(open(meta)) == stamp:
+        return
+    a = argparse.Namespace(**ck["config"])
+    net = ta.ByteTransformer(a)
+    net.load_state_dict(ck["state_dict"])
+    net = net.double().eval()
+    train = ta.split_corpus(ta.read_corpus("snapshot")[1])[0]
+    x, _, _ = ta.make_batch(train, a, torch.Generator().manual_seed(VQ_SEED), VQ_WINDOWS)
+    os.makedirs(where, exist_ok=True)
+    with torch.no_grad():
+        h = net.tok(x)
+        for l, blk in enumerate(net.blocks):
+            q, k, v = blk.heads(h)
+            for head in range(k.shape[1]):
+                cb = attnlab.vq_codebook(k[:, head].contiguous().numpy(), codes=codes, seed=0)
+                np.save(os.path.join(where, f"L{l}H{head}.npy"), cb)
+            h = blk.finish(h, blk.attention(q, k, v))
+    with open(meta, "w") as f:
+        json.dump(stamp, f)
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -190,8 +252,14 @@ class Model:
             x = x + self.net.pos(torch.arange(self.x.shape[1]))
         return x
 
-    def attend(self, q, k, v, spec, layer, seed):
-        return at.attention(q, k, v, spec, causal=self.causal, seed=seed + layer)
+    def attend(self, q, k, v, spec, layer, seed, heads=None):
+        """Every head's attention (b, h, n, d_head) by `spec`; a per-head template (a held vq codebook a head) runs
+        head by head, `heads` naming the heads the slices are (default: all, in order)."""
+        if "{head}" not in spec:
+            return at.attention(q, k, v, spec, causal=self.causal, seed=seed + layer)
+        heads = range(q.shape[1]) if heads is None else heads
+        return torch.stack([at.attention(q[:, i], k[:, i], v[:, i], per_head(spec, layer, h), causal=self.causal,
+                                         seed=seed + layer) for i, h in enumerate(heads)], 1)
 
     @torch.no_grad()
     def exact_run(self):
@@ -257,7 +325,7 @@ class Model:
                 if ml == l:
                     groups.setdefault(spec, []).append(h)
             for spec, hs in groups.items():
-                o[:, hs] = self.attend(q[:, hs], k[:, hs], v[:, hs], spec, l, seed)
+                o[:, hs] = self.attend(q[:, hs], k[:, hs], v[:, hs], spec, l, seed, heads=hs)
             x = blk.finish(x, o)
         return torch.log_softmax(self.net.head(self.net.ln(x)), -1)
 
@@ -368,8 +436,13 @@ def unit_heads(model, spec, seed, grads):
             o_all = model.attend(q, k, v, spec, l, seed)
             W, H, n, _ = q.shape
             ones = np.zeros((W * H, n, 1))
-            _, p_approx = attnlab.apply(spec, q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy(), ones,
-                                        causal=model.causal, seed=seed + l, matrix=True)
+            if "{head}" in spec:   # a held codebook a head: each head's P̃ with its own
+                p_approx = np.stack([attnlab.apply(per_head(spec, l, h), q[:, h].numpy(), k[:, h].numpy(),
+                                                   ones[:W], causal=model.causal, seed=seed + l, matrix=True)[1]
+                                     for h in range(H)], 1).reshape(W * H, n, n)
+            else:
+                _, p_approx = attnlab.apply(spec, q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy(), ones,
+                                            causal=model.causal, seed=seed + l, matrix=True)
             tv = 0.5 * row_l1_distances(p_approx, model.exact_matrix(l)).reshape(W, H, n).mean(axis=(0, 2))
             del p_approx
             resid = float(model.xs[l].norm())
@@ -448,6 +521,8 @@ def main(argv):
                 units += [(f["label"], b, s, "layer"), (f["label"], b, s, "head")]
         units.insert(0, ("exact", "", "exact", "exact"))
         todo = [u for u in units if (model_name, u[2], u[3]) not in done]
+        for spec in dict.fromkeys(u[2] for u in todo):   # the held vq codebooks the causal units name
+            vq_codebooks(spec)
         if not a.quiet:
             print(f"dropin: {model_name}: {len(units)} units ({len(units) - len(todo)} done), {a.windows} windows, "
                   f"{model.tokens} scored bytes; attnlab exact vs the model's own loss: |Δ| = "
@@ -464,7 +539,7 @@ def main(argv):
             else:
                 new = unit_heads(model, spec, a.seed, grads)
             took = time.time() - t
-            canonical = attnlab.canonical(spec) if spec != "exact" else "exact"
+            canonical = attnlab.canonical(per_head(spec, 0, 0)) if spec != "exact" else "exact"
             for r in new:
                 r.update(code_version=attnlab.__version__, model=model_name,
                          objective="masked-LM" if model_name == "mlm" else "next-byte", family=label, spec=spec,

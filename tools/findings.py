@@ -32,7 +32,7 @@ if TOOLS not in sys.path:
     sys.path.insert(0, TOOLS)
 from bench_data import allocator_frame  # noqa: E402
 from figures.data import load, upper_half_slope  # noqa: E402  (the scaling figure's fit: sentence and legend agree)
-from figures.data import load_finetune  # noqa: E402
+from figures.data import load_finetune, load_pretrained  # noqa: E402
 from figures.dropin_stats import correlations, load_dropin  # noqa: E402
 from notebook_texts import books  # noqa: E402
 
@@ -680,6 +680,9 @@ def gradient_family(d):
 def gradients(F, R):
     """The gradients experiment: each method's dQ, dK, dV against exact attention's, beside its output error."""
     d = load(R, "gradients")
+    # The grid these findings were defined on: the generated problems and the small transformers' heads; the
+    # pretrained model's heads (source pretrained, tools/pretrained.py) would shift the pooled correlations.
+    d = d[d.source != "pretrained"]
     d = d.assign(family=gradient_family(d))
     key = ["source", "variant", "seed", "layer", "head", "spec", "family"]
     wide = d.pivot_table(index=key, columns="metric", values="value", dropna=False).reset_index()
@@ -711,10 +714,100 @@ def gradients(F, R):
           "gradients")
 
 
+def pretrained(F, R):
+    """The pretrained all-MiniLM-L6-v2 (tools/pretrained.py, tools/pretrained_study.py): Linformer's Fig. 1 on its
+    heads, what it loses with each family swapped in, which head measure predicts that, and fine-tuning."""
+    spec_path = os.path.join(R, "spectrum.csv.gz")
+    if os.path.exists(spec_path):
+        d = load(R, "spectrum")
+        t = per_head(d[d.source == "pretrained"], "cumulative_at_128")
+        if len(t):
+            F.add("pretrained.spectrum_heads", len(t), integer, "pretrained heads in the spectrum experiment (layers "
+                  "× heads, n = 512)", "pretrained")
+            F.add("pretrained.at128_median", t.median(), f2, "all-MiniLM-L6-v2: median over heads of the normalized "
+                  "cumulative singular value at index 128 of P (n = 512; per head the median over sequences)",
+                  "pretrained")
+            F.add("pretrained.at128_min", t.min(), f2, "its smallest over heads", "pretrained")
+            F.add("pretrained.at128_max", t.max(), f2, "its largest over heads", "pretrained")
+            F.add("pretrained.at128_above_90", (t > 0.9).mean(), pct, "share of its heads whose top 128 singular "
+                  "values hold over 90% of the spectrum's sum", "pretrained")
+    df = load_pretrained(R, "dropin")
+    if df is not None:
+        ex = df[df.scope == "exact"].iloc[0]
+        F.add("pretrained.exact_loss", ex.loss, f3, "all-MiniLM-L6-v2's contrastive loss on the held-out summary → "
+              "passage pairs (nats per pair; chance: ln 8 = 2.08)", "pretrained")
+        F.add("pretrained.exact_loss_se", ex.loss_se, f3, "its standard error over pairs", "pretrained")
+        F.add("pretrained.pairs", ex.pairs, integer, "held-out pairs of the all-layer drop-in", "pretrained")
+        F.add("pretrained.hit1", ex.hit1, pct, "the exact model's share of summaries whose own passage it ranks first "
+              "among every held-out passage", "pretrained")
+        F.add("pretrained.check", ex.max_abs_own, lambda x: sig(x, 1), "largest |per-pair loss through attnlab's "
+              "exact attention − the model's own forward| (float64)", "pretrained")
+        a = df[df.scope == "all"]
+        rows = ["| family | budget: loss increase ± SE (nats per pair) | embedding cosine (mean) | recall@10 |",
+                "|---|---|---|---|"]
+        for fam, g in a.groupby("family", sort=False):
+            cells = ", ".join((f"{b:g}: " if fam != "linear" else "") + f"{x:+.3f} ± {se:.3f}"
+                              for b, x, se in zip(g.budget, g.dloss, g.dloss_se))
+            cos = " / ".join(f"{c:.2f}" for c in g.cos_mean)
+            rec = " / ".join(f"{c:.2f}" for c in g.recall10)
+            rows.append(f"| {fam} | {cells} | {cos} | {rec} |")
+        F.add("pretrained.table", "\n".join(rows), str, "all-MiniLM-L6-v2, every layer swapped: loss increase, "
+              "embedding cosine and retrieval agreement per family and budget", "pretrained")
+        best = a.loc[a.dloss.idxmin()]
+        F.add("pretrained.best", f"{best.family} at budget {best.budget:g} ({best.dloss:+.3f} ± {best.dloss_se:.3f} "
+              f"nats per pair, recall@10 {best.recall10:.2f})", str, "the all-layer swap that loses least",
+              "pretrained")
+        worst = a.loc[a.dloss.idxmax()]
+        F.add("pretrained.worst", f"{worst.family} at budget {worst.budget:g} ({worst.dloss:+.2f} nats per pair, "
+              f"recall@10 {worst.recall10:.2f})", str, "the all-layer swap that loses most", "pretrained")
+        within = a[a.dloss.abs() <= 2 * a.dloss_se]
+        F.add("pretrained.harmless", ", ".join(f"{f} {b:g}" if f != "linear" else f for f, b in
+                                              zip(within.family, within.budget)) or "none", str,
+              "all-layer swaps whose loss increase is within 2 SE of zero", "pretrained")
+        F.add("pretrained.recall_max", a.recall10.max(), f2, "the best recall@10 of any all-layer swap", "pretrained")
+    pred_path = os.path.join(R, "pretrained_predictors.csv")
+    if os.path.exists(pred_path):
+        pr = pd.read_csv(pred_path)
+        heads = load_pretrained(R, "heads")
+        allf = pr[pr.family == "all families"].set_index("measure")
+        for m in allf.index:
+            r = allf.loc[m]
+            F.add(f"pretrained.rho_{m}", f"{r.rho:.2f} [{r.lo:.2f}, {r.hi:.2f}]", str,
+                  f"all-MiniLM-L6-v2: Spearman's ρ (95% cluster-bootstrap interval over its {int(r.heads)} heads) of "
+                  f"{m} with the one-head swaps' loss increase (n = {int(r.pairs)})", "pretrained")
+        if heads is not None:
+            h = heads[heads.scope == "head"]
+            F.add("pretrained.head_specs", ", ".join(f"`{s}`" for s in dict.fromkeys(h.spec)), str,
+                  "the one-head swaps' methods", "pretrained")
+            F.add("pretrained.head_pairs", int(heads.pairs.iloc[0]), integer, "pairs the one-head swaps were "
+                  "measured on", "pretrained")
+            F.add("pretrained.head_significant", (h.dloss.abs() > 2 * h.dloss_se).mean(), pct, "share of one-head "
+                  "swaps whose loss change is beyond 2 SE", "pretrained")
+    ft = load_pretrained(R, "finetune")
+    if ft is not None:
+        steps = int(ft.step.max())
+        F.add("pretrained.ft_steps", steps, integer, "fine-tuning steps (batches of 8 training pairs, float32)",
+              "pretrained")
+        rows = [f"| family (default budget) | gap at step 0 ± SE | after {steps} steps ± SE | gap closed | "
+                "time per step / exact's |", "|---|---|---|---|---|"]
+        ex = ft[(ft.arm == "exact") & (ft.step == steps)]
+        t_exact = float(ex.time_per_step_s.iloc[0]) if len(ex) else math.nan
+        for fam, g in ft[ft.arm == "method"].groupby("family", sort=False):
+            a0, a1 = g[g.step == 0].iloc[0], g[g.step == steps].iloc[0]
+            gc = "–" if math.isnan(a1.gap_closed) else pct(a1.gap_closed)
+            rows.append(f"| {fam} (`{a0.spec.split(',seed')[0]}`) | {a0.gap:+.3f} ± {a0.gap_se:.3f} | "
+                        f"{a1.gap:+.3f} ± {a1.gap_se:.3f} | {gc} | {a1.time_per_step_s / t_exact:.2f} |")
+        F.add("pretrained.ft_table", "\n".join(rows), str, "all-MiniLM-L6-v2 fine-tuned with each family swapped "
+              "in against an exact control trained alike", "pretrained")
+        e0, e1 = ft[(ft.arm == "exact") & (ft.step == 0)].iloc[0], ft[(ft.arm == "exact") & (ft.step == steps)].iloc[0]
+        F.add("pretrained.ft_exact", f"{e0.loss:.3f} → {e1.loss:.3f}", str, "the exact control's held-out loss "
+              "before and after its fine-tuning (nats per pair)", "pretrained")
+
+
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
-               bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients):
+               bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients, pretrained):
         fn(F, results)
     model(F)
     return F.items

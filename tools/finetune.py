@@ -133,7 +133,10 @@ def units_for(objective, wanted):
     fams = dropin.families_for(objective, others, prog="finetune") if others or not names else []
     out = [(c, c, "") for c in CONTROLS]
     for f in fams:
-        spec = attnlab.canonical(f["spec"])
+        # canonical with a held codebook template kept as given (a causal vq: dropin.fair_causal)
+        base, _, held = f["spec"].partition(",codebook=")
+        spec = attnlab.canonical(base).replace("codebook=window", f"codebook={held}") if held else \
+            attnlab.canonical(f["spec"])
         params = dict(kv.split("=", 1) for kv in spec.partition(":")[2].split(",") if "=" in kv)
         out.append((f["label"], spec, params.get(f.get("param", ""), "")))
     return out
@@ -168,6 +171,9 @@ class Swapped(torch.nn.Module):
             q, k, v = blk.heads(x)
             if self.spec == "torch":
                 o = blk.attention(q, k, v)
+            elif "{head}" in self.spec:   # a held vq codebook a head (dropin.fair_causal): head by head
+                o = torch.stack([at.attention(q[:, h], k[:, h], v[:, h], dropin.per_head(self.spec, l, h),
+                                              causal=self.causal, seed=self.seed + l) for h in range(q.shape[1])], 1)
             else:
                 o = at.attention(q, k, v, self.spec, causal=self.causal, seed=self.seed + l)
             x = blk.finish(x, o)
@@ -344,6 +350,8 @@ def main(argv):
             print(f"finetune: {m}: {len(units[m])} units ({len(units[m]) - len(todo)} done), {a.steps} steps of "
                   f"{a.batch} × {run.cfg.context} bytes, {a.windows} held-out windows ({run.tokens} scored bytes)",
                   file=sys.stderr)
+        for spec in dict.fromkeys(u[1] for u in todo):   # the held vq codebooks the causal units name
+            dropin.vq_codebooks(spec)
         for i, (family, spec, budget) in enumerate(todo):
             t = time.time()
             evals, times, status = run.finetune(spec)

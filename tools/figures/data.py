@@ -91,3 +91,19 @@ def load_finetune(results):
         if c not in FINETUNE_TEXT:
             df[c] = pd.to_numeric(df[c], errors="coerce")
     return df
+
+
+PRETRAINED_TEXT = {"model", "scope", "family", "spec", "arm", "status"}
+
+
+def load_pretrained(results, name):
+    """results/pretrained_NAME.csv.gz (or .csv) with its numeric columns as numbers; None without one."""
+    for ext in (".csv.gz", ".csv"):
+        path = os.path.join(results, f"pretrained_{name}{ext}")
+        if os.path.exists(path):
+            df = pd.read_csv(path, keep_default_na=False)
+            for c in df.columns:
+                if c not in PRETRAINED_TEXT:
+                    df[c] = pd.to_numeric(df[c], errors="coerce")
+            return df
+    return None
