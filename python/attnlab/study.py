@@ -235,7 +235,9 @@ def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), meas
     H = {c["layer"]: c["heads"] for c in calls}
     diff = max(float((a - b)[m].abs().max()) if bool(m.any()) else 0.0
                for a, b, m in zip(base.tokens, own.tokens, own.masks))
-    settings = {"specs": canon, "scopes": list(scopes), "seed": seed, "measures": measures,
+    # What a unit's rows depend on besides its own key (spec, scope, layer, head): a run with more or fewer specs
+    # or scopes keeps the units it shares with an interrupted one.
+    settings = {"seed": seed, "measures": measures,
                 "calls": [(c["layer"], c["name"], c["heads"], c["n"]) for c in calls], "batches": len(batches),
                 "own_loss": own.mean()[0]}
     part = _Partial(partial, settings)
