@@ -24,7 +24,8 @@ The model-level measures:
 Scopes: `all` (every head of every layer) per family at the middle budget of attnlab.budget_families()'s grid (the
 middle three for --three-budgets), plus `linear`; `head` (one head swapped, the others exact) for --head-specs on
 --head-pairs pairs, with the head measures of attnlab.study (head_err, grad_lin, grad_bound with ∂L/∂O of the
-contrastive loss, p_tv) and their rank correlation with the loss increase (attnlab.study.predictors: Spearman's ρ, cluster bootstrap over heads).
+contrastive loss, p_tv) and their rank correlation with the loss increase (attnlab.study.predictors: Spearman's ρ,
+cluster bootstrap over heads).
 Fine-tuning: attnlab.study.finetune for --finetune families at their default budgets against an exact control, float32,
 AdamW at --lr, on --finetune-steps batches of 8 training pairs.
 
