@@ -37,9 +37,14 @@ def _dropin(df, out):
                                 fontsize=6, color="#444444")
         ax.set_xlabel(xlabel)
         ax.grid(axis="x", alpha=0.3)
-    axes[0].axvline(0, color="black", lw=0.8)
+    if not (a.dloss - a.dloss_se > 0).all():
+        axes[0].axvline(0, color="black", lw=0.8)
     axes[1].axvline(1, color="black", lw=0.8)
-    axes[0].set_xscale("symlog", linthresh=0.05)
+    if (a.dloss - a.dloss_se > 0).all():   # every increase clear of zero: a log axis over their range
+        axes[0].set_xscale("log")
+        axes[0].set_xlim((a.dloss - a.dloss_se).min() * 0.7, (a.dloss + a.dloss_se).max() * 1.4)
+    else:
+        axes[0].set_xscale("symlog", linthresh=0.05)
     axes[0].set_yticks(range(len(fams)))
     axes[0].set_yticklabels([family_label(f) for f in fams])
     axes[0].invert_yaxis()
@@ -47,7 +52,7 @@ def _dropin(df, out):
     return finish(fig, out, "pretrained_dropin",
                   f"all-MiniLM-L6-v2 (pretrained, 6 layers × 12 heads, passages of 256 tokens, float64, CPU): every "
                   f"head of every layer swapped; left: the in-batch contrastive loss it was trained with (exact "
-                  f"{ex.loss:.3f} nats per pair, {int(ex.pairs)} summary → passage pairs), three budgets per family "
+                  f"{ex.loss:.3f} nats per pair, {int(ex.pairs)} summary → passage pairs), one or three budgets per family "
                   "(labelled); right: how many of the exact model's 10 best passages per summary the swapped model "
                   "still ranks in its top 10")
 
