@@ -30,8 +30,8 @@ class ErrorVsBudget final : public Experiment {
     for (const auto& f : families()) all_families.push_back(f.label);
     o.add("--n", n_, "sequence lengths").preset({512}, {512, 2048});
     o.add("--d", d_, "head dimensions").preset({64});
-    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal")
-        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal, pretrained")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"});
     o.add("--families", families_, "method families (default: all)").preset(all_families);
     o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
     o.add("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");

@@ -5,10 +5,11 @@
 // ‖dX̃ − dX‖_F/‖dX‖_F and cos(dX̃, dX) for X = Q, K, V — a low-rank or sampled estimate can be close in value and
 // far in derivative. dO is (a) Gaussian (variant `dO=gaussian`) and, on the exported models' heads, (b) the model's own
 // upstream gradient of its held-out loss (`dO=model`: ∂loss/∂O of that head, exported by tools/trained_attention.py).
-// Sources: generated (gaussian, clustered, lowrank), the trained model's heads (`trained`, bidirectional: every family)
-// and the causal model's (`trained_causal`: the causal-capable families under the causal mask). Each family runs at
-// its budgets (analysis/budget_families.hpp) and at its method's default budget (metric default_budget = 1 on
-// those rows).
+// Sources: generated (gaussian, clustered, lowrank), the trained model's heads (`trained`, bidirectional: every
+// family), the causal model's (`trained_causal`: the causal-capable families under the causal mask) and the
+// pretrained all-MiniLM-L6-v2's (`pretrained`: dO=model from its own contrastive training loss, tools/pretrained.py).
+// Each family runs at its budgets (analysis/budget_families.hpp) and at its method's default budget (metric
+// default_budget = 1 on those rows).
 #include "attnlab/analysis/budget_families.hpp"
 #include "attnlab/core/random.hpp"
 #include "common.hpp"
@@ -44,8 +45,8 @@ class Gradients final : public Experiment {
       if (f.deployable) all.push_back(f.label);
     o.add("--n", n_, "sequence length of the generated sources").preset(512, 1024);
     o.add("--d", d_, "head dimension of the generated sources");
-    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal")
-        .preset({"gaussian", "clustered", "lowrank", "trained", "trained_causal"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal, pretrained")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "trained_causal", "pretrained"});
     o.add("--families", families_, "budget families (analysis/budget_families.hpp; default: the deployable ones)")
         .preset(all);
     o.add("--fixed", fixed_, "methods without a budget, measured once per problem").separator(';')

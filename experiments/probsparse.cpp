@@ -22,8 +22,8 @@ class ProbSparseExperiment final : public SourcesExperiment {
     o.add("--n", n_, "sequence lengths").preset({512, 2048}, {512, 2048, 8192});
     o.add("--d", d_, "head dimension");
     o.add("--factors", factors_, "sampling factors c").preset({1, 2, 3, 5, 8, 12});
-    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
-        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"});
     declare_seeds_and_model(o, {"all"}, {"all"}, 1, 0);
   }
 

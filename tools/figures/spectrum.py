@@ -88,8 +88,11 @@ def plot_spectrum(results, out):
                "Cumulative singular value at index 128 per generated source and temperature (n = 512).", bottom=0.06))
     heads = at[is_model_head(at)].astype({"layer": int, "head": int})
     if len(heads):   # Linformer Fig. 1 (right): layer x head heatmap of the value at index 128, per model
-        models = sorted(heads["source"].unique(), key=lambda m: m != "trained")
-        fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 1, 3.8), squeeze=False)
+        order = {"trained": 0, "initialized": 1, "pretrained": 2}
+        models = sorted(heads["source"].unique(), key=lambda m: order.get(m, 3))
+        widths = [heads[heads.source == m]["head"].nunique() + 2 for m in models]   # a panel's width: its heads
+        fig, axes = plt.subplots(1, len(models), figsize=(0.55 * sum(widths) + 2, 3.8), squeeze=False,
+                                 gridspec_kw={"width_ratios": widths})
         for ax, model in zip(axes[0], models):
             table = heads[heads.source == model].pivot_table(index="layer", columns="head", values="value")
             im = ax.imshow(table.values, vmin=0, vmax=1, cmap="viridis", origin="lower", aspect="auto")
@@ -100,8 +103,9 @@ def plot_spectrum(results, out):
             ax.set(title=f"{model} (n = {int(heads.n.iloc[0])})", xlabel="head", ylabel="layer")
         fig.subplots_adjust(left=0.08, right=0.86, bottom=0.2, wspace=0.3)
         fig.colorbar(im, cax=fig.add_axes([0.89, 0.2, 0.02, 0.68]))
-        caption(fig, "Linformer Fig. 1 (right): cumulative singular value at index 128 per layer and head, trained vs "
-                     "initialised (mean over held-out sequences).")
+        caption(fig, "Linformer Fig. 1 (right): cumulative singular value at index 128 per layer and head — the "
+                     "project's trained and initialised byte-level models, and the pretrained all-MiniLM-L6-v2 "
+                     "(mean over held-out sequences).")
         saved.append(save(fig, out, "spectrum_heads_at_128"))
     top = df[df.metric == "top_singular_value"]
     if len(top):

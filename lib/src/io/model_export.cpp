@@ -104,7 +104,7 @@ ModelData::ModelData(const std::string& dir, const std::string& model, const std
                      const std::string& make)
     : dir_(dir), model_(model), name_(name.empty() ? model : name) {
   // An export holds trained/ and initialized/ (tools/trained_attention.py) or captured/ (attnlab.torch.capture).
-  require(is_model_source(model) || model == "captured",
+  require(model == "trained" || model == "initialized" || model == "captured",
           fmt::format("model export part '{}' is none of 'trained', 'initialized', 'captured'", model));
   const std::string hint =
       layout(dir, model) + "; " +
@@ -219,9 +219,11 @@ MaskStatement ModelData::mask() const {
 bool ModelData::has_upstream(const ModelHead& h) const { return !files_ && fs::exists(file(h.seq, h.layer, "do")); }
 
 MatrixR<double> ModelData::upstream(const ModelHead& h) const {
-  require(has_upstream(h), fmt::format("{}: no upstream gradient in this export (re-export with a current "
-                                       "tools/trained_attention.py, which writes seq{{s}}_layer{{l}}_do.npy)",
-                                       files_ ? std::string("the user's files") : file(h.seq, h.layer, "do")));
+  require(has_upstream(h), fmt::format("{}: no upstream gradient in this export (re-export with a current {}, which "
+                                       "writes seq{{s}}_layer{{l}}_do.npy)",
+                                       files_ ? std::string("the user's files") : file(h.seq, h.layer, "do"),
+                                       name_ == "pretrained" ? "tools/pretrained.py --export"
+                                                             : "tools/trained_attention.py"));
   const NpyArray a = NpyArray::read(file(h.seq, h.layer, "do"));
   a.check_finite();
   require(a.ndim() == 3 && a.heads() == heads_ && a.rows() == n_ && a.cols() == d_,

@@ -73,10 +73,11 @@ struct UserFiles {
 
 class ModelData {
  public:
-  /// A source whose heads are loaded rather than generated: the exported model (trained, initialized) or the user's
-  /// files (files).
+  /// A source whose heads are loaded rather than generated: the exported models (trained, initialized,
+  /// trained_causal; pretrained: all-MiniLM-L6-v2's export by tools/pretrained.py) or the user's files (files).
   static bool is_model_source(const std::string& source) {
-    return source == "trained" || source == "initialized" || source == "trained_causal" || source == "files";
+    return source == "trained" || source == "initialized" || source == "trained_causal" || source == "pretrained" ||
+           source == "files";
   }
   /// $ATTNLAB_MODEL_DATA if set, else "data/attention" (relative to the working directory).
   static std::string default_dir();
@@ -84,7 +85,8 @@ class ModelData {
   /// Scans DIR/MODEL; throws Error saying what is wrong (no meta.json; its "key" absent or not lowercase hex; its
   /// "bidirectional" absent or not true/false; no seq0_layer0_q.npy), what a valid export is (layout()) and how to
   /// make one: `make`, or by default the tools/trained_attention.py command.
-  /// `name` labels the source in the rows (default: `model`): "trained_causal" is DIR_causal's "trained".
+  /// `name` labels the source in the rows (default: `model`): "trained_causal" is DIR_causal's "trained",
+  /// "pretrained" the pretrained model's "captured".
   ModelData(const std::string& dir, const std::string& model, const std::string& name = "",
             const std::string& make = "");
   /// What a valid export in DIR with part MODEL is, in one clause for messages: "a valid export is DIR/meta.json ...".
