@@ -53,8 +53,8 @@ def _dropin(df, out):
                   f"all-MiniLM-L6-v2 (pretrained, 6 layers × 12 heads, passages of 256 tokens, float64, CPU): every "
                   f"head of every layer swapped; left: the in-batch contrastive loss it was trained with (exact "
                   f"{ex.loss:.3f} nats per pair, {int(ex.pairs)} summary → passage pairs), one or three budgets per "
-                  "family (labelled); right: how many of the exact model's 10 best passages per summary the swapped model "
-                  "still ranks in its top 10")
+                  "family (labelled); right: how many of the exact model's 10 best passages per summary the swapped "
+                  "model still ranks in its top 10")
 
 
 def _finetune(df, out):
