@@ -58,7 +58,9 @@ marker=$out_dir/.reproduce-incomplete
 if [ -e "$marker" ]; then
   echo "reproduce: resuming the interrupted run in $out_dir/"
 else
-  rm -f "$out_dir"/*.csv "$out_dir"/*.csv.gz "$out_dir"/*.config "$out_dir"/timings.csv "$out_dir"/*.partial
+  # (tools/pretrained_study.py's pretrained_* files are not the main job's: kept)
+  find "$out_dir" -maxdepth 1 -type f \( -name '*.csv' -o -name '*.csv.gz' -o -name '*.config' -o -name '*.partial' \) \
+       ! -name 'pretrained_*' -delete
 fi
 touch "$marker"
 # The paper preset's scaling sweep reaches n = 65536, where a materialized float32 P is 16 GiB: the memory limit
