@@ -777,7 +777,7 @@ def pretrained(F, R):
                   f"{m} with the one-head swaps' loss increase (n = {int(r.pairs)})", "pretrained")
         if heads is not None:
             h = heads[heads.scope == "head"]
-            F.add("pretrained.head_specs", ", ".join(f"`{s}`" for s in dict.fromkeys(h.spec)), str,
+            F.add("pretrained.head_specs", ", ".join(f"`{s.split(',')[0]}`" for s in dict.fromkeys(h.spec)), str,
                   "the one-head swaps' methods", "pretrained")
             F.add("pretrained.head_pairs", int(heads.pairs.iloc[0]), integer, "pairs the one-head swaps were "
                   "measured on", "pretrained")
