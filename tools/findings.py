@@ -765,7 +765,7 @@ def pretrained(F, R):
                                               zip(within.family, within.budget)) or "none", str,
               "all-layer swaps whose loss increase is within 2 SE of zero", "pretrained")
         F.add("pretrained.recall_max", a.recall10.max(), f2, "the best recall@10 of any all-layer swap", "pretrained")
-    pred_path = os.path.join(R, "pretrained_predictors.csv")
+    pred_path = os.path.join(R, "pretrained_predictors.csv.gz")
     if os.path.exists(pred_path):
         pr = pd.read_csv(pred_path)
         heads = load_pretrained(R, "heads")

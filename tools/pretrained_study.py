@@ -30,9 +30,9 @@ Fine-tuning: attnlab.study.finetune for --finetune families at their default bud
 AdamW at --lr, on --finetune-steps batches of 8 training pairs.
 
 Float64 for the drop-in rows (float32 for fine-tuning, as users train). Outputs (resumable: finished units are kept in
-OUT.partial.jsonl files and a rerun continues): results/pretrained_dropin.csv.gz, results/pretrained_predictors.csv,
-results/pretrained_finetune.csv.gz, each with a .config of its settings. Not part of the main job (about 25 minutes on
-2 cores): `tools/pretrained_study.py` regenerates them.
+OUT.partial.jsonl files and a rerun continues): results/pretrained_dropin.csv.gz, results/pretrained_heads.csv.gz,
+results/pretrained_predictors.csv.gz, results/pretrained_finetune.csv.gz, each with a .config of its settings. Not
+part of the main job (774 s on 2 cores): `tools/pretrained_study.py` regenerates them.
   tools/pretrained_study.py [--out-dir results] [--pairs 64] [--head-pairs 8] [--only dropin,heads,finetune]
 """
 import argparse
@@ -224,7 +224,7 @@ def main(argv):
                 pred.append(dict(p, family=fam))
         for p in pred:
             p.setdefault("family", "all families")
-        write(os.path.join(out, "pretrained_predictors.csv"), pred,
+        write(os.path.join(out, "pretrained_predictors.csv.gz"), pred,
               ["family", "measure", "pairs", "heads", "rho", "lo", "hi"], dict(config, specs=specs))
     if "finetune" in only:
         by_label = {f["label"]: f for f in attnlab.budget_families()}
