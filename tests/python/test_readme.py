@@ -20,7 +20,7 @@ def quick_start():
 def test_the_quick_start_runs_as_written(tmp_path, monkeypatch, capsys):
     code = quick_start()
     binary = os.environ.get("ATTNLAB_BIN") and os.path.abspath(os.environ["ATTNLAB_BIN"])
-    assert len(code.strip().splitlines()) <= 32   # a quick start, not a tutorial
+    assert len(code.strip().splitlines()) <= 30   # a quick start, not a tutorial (the issue: ≤ 30 lines)
     monkeypatch.chdir(tmp_path)
     scope = {}
     exec(compile(code, "README.md quick start", "exec"), scope)
