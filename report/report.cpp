@@ -93,6 +93,16 @@ std::vector<BudgetFamily> chosen_families(const Options& o) {
     if (!asked) continue;
     const std::string name = f.spec.substr(0, f.spec.find(':'));
     if (o.causal && !find_method(name).causal) continue;
+    // Under a causal mask a form that looks ahead (vq's codebook fitted on the window's own keys, later ones
+    // included) would be judged on what a deployed causal model cannot see: never a causal verdict. Said, skipped.
+    if (o.causal) {
+      const std::string ahead = make_method<double>(f.spec)->lookahead();
+      if (!ahead.empty()) {
+        fmt::print(stderr, "report: family {} skipped under --causal: {} — a look-ahead (a causal model holds a "
+                           "codebook fitted on other windows: vq:codebook=FILE.npy)\n", f.label, ahead);
+        continue;
+      }
+    }
     out.push_back(f);
   }
   for (const auto& label : o.families)

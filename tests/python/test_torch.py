@@ -5,6 +5,7 @@ Run with PYTHONPATH=build/python (and ATTNLAB_BIN=build/bin/attnlab for the repo
 torch; skipped where torch is missing. Small sizes: the whole file runs in seconds.
 """
 import csv
+import gzip
 import json
 import os
 import subprocess
@@ -495,3 +496,17 @@ def test_capture_with_nothing_recorded():
     cap.restore()
     with pytest.raises(ValueError, match="nothing recorded"):
         cap.save("unused")
+
+
+# A look-ahead form is never a causal verdict: vq with its codebook fitted on the window's own keys is skipped, and
+# said, when the report runs under --causal.
+def test_a_causal_report_skips_look_ahead_forms(tmp_path):
+    binary, export = causal_export(tmp_path)
+    r = subprocess.run([binary, "report", "--model-dir", str(export), "--out", str(tmp_path / "rep"), "--families",
+                        "local,vq", "--repeats", "1", "--causal"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "family vq skipped under --causal" in r.stderr and "look-ahead" in r.stderr
+    with gzip.open(tmp_path / "rep" / "report.csv.gz", "rt") if (tmp_path / "rep" / "report.csv.gz").exists() \
+            else open(tmp_path / "rep" / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and not any("vq" in str(r.get("spec", "")) or r.get("family") == "vq" for r in rows)
