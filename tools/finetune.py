@@ -78,7 +78,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dropin  # noqa: E402  (pins the kernels, finds the attnlab module; the held-out windows and masks)
 import resumable  # noqa: E402
-from dropin import at, attnlab, ta, torch  # noqa: E402
+from dropin import attnlab, ta, torch  # noqa: E402
 
 PRESETS = {
     # quick: the main job's budget (about 2 minutes for both models on 2 cores); paper: a real fine-tune.
@@ -171,11 +171,8 @@ class Swapped(torch.nn.Module):
             q, k, v = blk.heads(x)
             if self.spec == "torch":
                 o = blk.attention(q, k, v)
-            elif "{head}" in self.spec:   # a held vq codebook a head (dropin.fair_causal): head by head
-                o = torch.stack([at.attention(q[:, h], k[:, h], v[:, h], dropin.per_head(self.spec, l, h),
-                                              causal=self.causal, seed=self.seed + l) for h in range(q.shape[1])], 1)
             else:
-                o = at.attention(q, k, v, self.spec, causal=self.causal, seed=self.seed + l)
+                o = dropin.attend(q, k, v, self.spec, l, self.seed, self.causal)
             x = blk.finish(x, o)
         return self.net.head(self.net.ln(x))
 

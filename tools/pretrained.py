@@ -80,6 +80,7 @@ ROOT = os.path.abspath(os.path.join(TOOLS, ".."))
 PINNED = "torch" not in sys.modules
 sys.path.insert(0, TOOLS)
 from trained_attention import KERNELS  # noqa: E402  (pins the kernels, imports numpy and torch)
+from trained_attention import cached_export, finish_export, start_export  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -753,20 +754,12 @@ def committed_checksums():
 
 
 def run_export(a, model):
-    meta_path = os.path.join(a.export, "meta.json")
     request = request_key(model.sha256["wheel"], a.sequences, a.n)
-    if not a.force and os.path.exists(meta_path):
-        try:
-            with open(meta_path) as f:
-                meta = json.load(f)
-            if meta.get("request") == request:
-                print(f"pretrained: {a.export} is up to date (request {request}); --force redoes it")
-                return meta
-        except (OSError, ValueError):
-            pass
-    os.makedirs(a.export, exist_ok=True)
-    if os.path.exists(meta_path):
-        os.remove(meta_path)   # the directory is stale until the new meta.json is written last
+    meta = None if a.force else cached_export(a.export, request)
+    if meta:
+        print(f"pretrained: {a.export} is up to date (request {request}); --force redoes it")
+        return meta
+    start_export(a.export)
     t0 = time.time()
     sums, described, loss = export(model, a.export, a.sequences, a.n)
     checksum = data_checksum(sums)
@@ -799,10 +792,7 @@ def run_export(a, model):
             "layout": "captured/seq{s}_layer{l}_{q,k,v}.npy float32 (heads, n, d_head), before the 1/sqrt(d_head) "
                       "scale; captured/seq0_layer{l}_attn.npy (heads, n, n); captured/seq{s}_layer{l}_do.npy "
                       "(heads, n, d_head), dL/dO for the upstream loss"}
-    tmp = meta_path + ".partial"
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=1)
-    os.replace(tmp, meta_path)
+    finish_export(a.export, meta)
     check = {None: "", True: ", equal to the committed checksums", False: ", NOT equal to the committed checksums"}
     print(f"pretrained: {MODEL}, {a.sequences} windows of {a.n} tokens x {len(meta['layers'])} layers x "
           f"{model.heads} heads into {a.export} in {time.time() - t0:.1f} s (data {checksum[:16]}{check[verified]})")

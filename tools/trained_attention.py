@@ -391,6 +391,31 @@ def key_mismatch(want, have):
     return "; ".join(out) or "none (the key itself differs)"
 
 
+def cached_export(directory, request):
+    """The export's meta.json when it was written for this request (the settings that determine it), else None."""
+    try:
+        with open(os.path.join(directory, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return meta if meta.get("request") == request else None
+
+
+def start_export(directory):
+    """A (re)export begins: the directory is stale until its new meta.json is written, last."""
+    os.makedirs(directory, exist_ok=True)
+    if os.path.exists(os.path.join(directory, "meta.json")):
+        os.remove(os.path.join(directory, "meta.json"))
+
+
+def finish_export(directory, meta):
+    """The export's meta.json, written last and atomically: its presence says the export is whole."""
+    path = os.path.join(directory, "meta.json")
+    with open(path + ".partial", "w") as f:
+        json.dump(meta, f, indent=1)
+    os.replace(path + ".partial", path)
+
+
 def held_out_windows(held, held_index, a):
     """Evenly spaced windows of the held-out files (deterministic, no randomness needed)."""
     if len(held) < a.context * a.sequences:
@@ -500,17 +525,10 @@ def main(argv):
     script = hashlib.sha256(open(__file__, "rb").read()).hexdigest()
     request = sha({"schema": SCHEMA, "train": train_key, "script": script, "sequences": a.sequences,
                    "weights": os.path.abspath(a.weights) if a.weights else None})
-    meta_path = os.path.join(a.out, "meta.json")
-    if not a.force and os.path.exists(meta_path):
-        try:
-            if json.load(open(meta_path)).get("request") == request:
-                print(f"trained_attention: {a.out} is up to date (request {request}); --force retrains")
-                return 0
-        except (OSError, ValueError):
-            pass
-    os.makedirs(a.out, exist_ok=True)
-    if os.path.exists(meta_path):
-        os.remove(meta_path)   # the directory is stale until the new meta.json is written last
+    if not a.force and cached_export(a.out, request):
+        print(f"trained_attention: {a.out} is up to date (request {request}); --force retrains")
+        return 0
+    start_export(a.out)
 
     t_start = time.time()
     torch.manual_seed(a.seed)
@@ -587,9 +605,7 @@ def main(argv):
         "layout": "{model}/seq{s}_layer{l}_{q,k,v,do}.npy float32 (heads, n, d_head); "
                   "seq0_layer{l}_attn.npy (heads, n, n)",
     }
-    tmp = meta_path + ".partial"
-    json.dump(meta, open(tmp, "w"), indent=1)
-    os.replace(tmp, meta_path)
+    finish_export(a.out, meta)
     check = {None: "", True: ", equal to the committed checksum", False: ", NOT equal to the committed checksum"}
     print(f"trained_attention: {a.layers} layers x {a.heads} heads, n={a.context}, {a.steps} steps "
           f"({source}, training {train_time:.0f} s); held-out loss {init_loss:.3f} -> {final_loss:.3f} nats/byte; "

@@ -73,6 +73,7 @@ class _Outcome:
 
     def __init__(self):
         self.sums, self.counts, self.tokens, self.masks, self.logp, self.extras = [], [], [], [], [], []
+        self.finite = True
 
     def add(self, out):
         self.extras.append(out.get("extra") if isinstance(out, dict) else None)
@@ -93,7 +94,6 @@ class _Outcome:
 def _run(model, batches, step, spec, seed):
     """The outcome of every batch with `spec` swapped in (swap's spec forms), under no_grad."""
     out = _Outcome()
-    out.finite = True
     with torch.no_grad(), at.swap(model, spec, seed=seed) as s:
         for b in batches:
             out.add(step(model, b))
@@ -159,13 +159,11 @@ class _Partial:
                 f.write(json.dumps({"unit": unit, "rows": rows}) + "\n")
 
 
-def _head_data(model, batches, step, seed):
-    """Exact attention's Q, K, V, output and ∂L/∂O of every call (the pooled loss's gradient through the model, from
-    one backward per batch): [{layer, causal, q, k, v, o, do}] per batch."""
-    per_batch, total = [], 0.0
-    for b in batches:
-        _, mask, _ = _parts(_peek(model, step, b))
-        total += float(mask.sum())
+def _head_data(model, batches, step, seed, total):
+    """Exact attention's Q, K, V, output and ∂L/∂O of every call (the gradient of the pooled loss — total: the scored
+    units over every batch — through the model, one backward per batch): [{layer, causal, q, k, v, o, do}] per
+    batch."""
+    per_batch = []
     for b in batches:
         with at.capture(model, "exact", seed=seed, grads=True) as cap:
             loss, mask, _ = _parts(step(model, b))
@@ -173,11 +171,6 @@ def _head_data(model, batches, step, seed):
         model.zero_grad(set_to_none=True)
         per_batch.append(cap.records)
     return per_batch
-
-
-def _peek(model, step, batch):
-    with torch.no_grad():
-        return step(model, batch)
 
 
 def _head_measures(records, spec, layer, head, seed):
@@ -226,7 +219,6 @@ def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), meas
         raise ValueError(f"study.dropin: scopes {bad}; valid: all, layer, head")
     t0 = time.time()
     own = _Outcome()
-    own.finite = True
     with torch.no_grad():
         for b in batches:
             own.add(step(model, b))
@@ -273,7 +265,7 @@ def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), meas
                  **(compare(out.extras, base.extras) if compare else {}))
         if scope == "head" and measures:
             if records is None:
-                records = _head_data(model, batches, step, seed)
+                records = _head_data(model, batches, step, seed, float(torch.cat(base.counts).sum()))
             r.update(_head_measures(records, spec, l, h, seed))
         r["time_s"] = round(time.time() - t, 3)
         part.add(key, [r])
@@ -413,19 +405,14 @@ def choose(model, report, batches, step, loss_target, *, check_batches=None, see
             out = _Outcome()
             for b in bs:
                 out.add(step(model, b))
-            return torch.cat([t for t in out.sums]) / torch.cat(out.counts)
+            return torch.cat(out.sums) / torch.cat(out.counts)
         return loss
     result = at.check_report(model, report, loss_on(list(batches)), loss_target=loss_target, seed=seed, noise=noise,
                              z=z, progress=progress)
     if check_batches is not None:
-        mix = result["loss target"]["mix"]
-        calls = None
         with torch.no_grad(), at.swap(model, None, seed=seed) as s:
             exact = loss_on(list(check_batches))()
-            calls = s.calls
-        spec = {l: [mix.get((l, h)) for h in range(c["heads"])] for l, c in enumerate(calls)
-                if any(k[0] == l for k in mix)}
-        with torch.no_grad(), at.swap(model, spec, seed=seed):
+        with torch.no_grad(), at.swap(model, at.mix_spec(result["loss target"]["mix"], s.calls), seed=seed):
             got = loss_on(list(check_batches))()
         d = (got - exact).double().numpy()
         result["check"] = {"increase": float(d.mean()),

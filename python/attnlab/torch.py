@@ -285,7 +285,7 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     return _own_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 
-def _assemble(q, heads, axis, compute):
+def _assemble(heads, axis, compute):
     """Each group of heads with one spec computed by compute(spec, q-rows, index) and put in its place on the head
     axis (every head one spec: no copy)."""
     groups = {}
@@ -570,7 +570,7 @@ class swap:
                 if s is None:
                     return _own_sdpa(qs, ks, vs, None, 0.0, causal, scale)
                 return attention(qs, ks, vs, s, causal=causal, scale=scale, seed=self.seed + layer)
-            out = compute(heads[0], None) if query.dim() == 2 else _assemble(query, heads, axis, compute)
+            out = compute(heads[0], None) if query.dim() == 2 else _assemble(heads, axis, compute)
         if self._on_output:
             self._on_output(layer, out)
         return out
@@ -686,6 +686,13 @@ def _losses(value):
     return a
 
 
+def mix_spec(mix, calls):
+    """A per-head mix {(layer, head): spec} as a swap's spec for a model whose attention calls are `calls`
+    (swap(...).calls): the layers the mix names, every other head of theirs torch's own (None)."""
+    return {l: [mix.get((l, h)) for h in range(c["heads"])] for l, c in enumerate(calls)
+            if any(k[0] == l for k in mix)}
+
+
 def check_report(model, report, loss, *, loss_target=None, seed=0, noise=0.1, z=1.64, progress=None):
     """The report's choices applied to `model` together, and (loss_target in the loss's units, e.g. nats) the
     cheapest per-head choice that keeps the model within it (attnlab.mix.choose_under_loss_target: greedy on
@@ -711,9 +718,7 @@ def check_report(model, report, loss, *, loss_target=None, seed=0, noise=0.1, z=
                          "layers do not; is it a report of this model?")
 
     def increase(mix):
-        spec = {l: [mix.get((l, h)) for h in range(c["heads"])] for l, c in enumerate(calls)
-                if any(k[0] == l for k in mix)}
-        with torch.no_grad(), swap(model, spec, seed=seed):
+        with torch.no_grad(), swap(model, mix_spec(mix, calls), seed=seed):
             got = _losses(loss())
         if got.shape != exact.shape:
             raise ValueError(f"check_report: loss() returned {got.size} values, then {exact.size}")

@@ -187,3 +187,31 @@ def test_finetune_recovers_against_its_exact_control():
     # the model passed in is not trained
     with torch.no_grad():
         assert torch.cat([step(m, b)["loss"].reshape(-1) for b in held]).mean().item() == own
+
+
+def test_choose_checks_its_mix_on_other_batches(tmp_path):
+    """study.choose on a user's model: the report's heads chosen under a loss target on some batches, the chosen mix's
+    increase then measured on others — equal to that mix swapped in by hand there."""
+    import os
+    import subprocess
+    exe = os.environ.get("ATTNLAB_BIN")
+    if not exe:
+        pytest.skip("ATTNLAB_BIN (the attnlab command) not set")
+    m = model()
+    fit, check = batches(count=2, seed=3), batches(count=2, seed=4)
+    with torch.no_grad(), at.capture(m) as cap:
+        m(fit[0][0][:1])
+    cap.save(str(tmp_path / "export"))
+    r = subprocess.run([exe, "report", "--model-dir", str(tmp_path / "export"), "--out", str(tmp_path / "rep"),
+                        "--causal", "--families", "local", "--cost-n", "1024", "--repeats", "1", "--target", "0.9"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-1000:]
+    got = study.choose(m, str(tmp_path / "rep"), fit, step, loss_target=10.0, check_batches=check)
+    mix = got["loss target"]["mix"]
+    by_hand = {l: [mix.get((l, h)) for h in range(2)] for l in range(2) if any(k[0] == l for k in mix)}
+
+    def per_example(spec):
+        with torch.no_grad(), at.swap(m, spec):
+            return torch.cat([step(m, b)["loss"].mean(1) for b in check])
+    d = (per_example(by_hand) - per_example(None)).numpy() if mix else np.zeros(4)
+    assert got["check"]["increase"] == pytest.approx(float(d.mean()), abs=1e-12)

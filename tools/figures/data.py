@@ -86,9 +86,14 @@ def load_finetune(results):
     path = os.path.join(results, "finetune.csv.gz")
     if not os.path.exists(path):
         return None
+    return numeric_csv(path, FINETUNE_TEXT)
+
+
+def numeric_csv(path, text):
+    """A CSV with every column but those in `text` as numbers (empty cells: NaN)."""
     df = pd.read_csv(path, keep_default_na=False)
     for c in df.columns:
-        if c not in FINETUNE_TEXT:
+        if c not in text:
             df[c] = pd.to_numeric(df[c], errors="coerce")
     return df
 
@@ -101,9 +106,5 @@ def load_pretrained(results, name):
     for ext in (".csv.gz", ".csv"):
         path = os.path.join(results, f"pretrained_{name}{ext}")
         if os.path.exists(path):
-            df = pd.read_csv(path, keep_default_na=False)
-            for c in df.columns:
-                if c not in PRETRAINED_TEXT:
-                    df[c] = pd.to_numeric(df[c], errors="coerce")
-            return df
+            return numeric_csv(path, PRETRAINED_TEXT)
     return None
