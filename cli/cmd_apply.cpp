@@ -43,7 +43,7 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
   std::optional<NpyWriter<T>> matrix_out;
   if (!o.matrix.empty()) {
     check_memory(matrix_bytes(n_q, n_k, sizeof(T)),
-                 fmt::format("--matrix: the {}×{} {} attention matrix", n_q, n_k, dtype_name(dtype_of<T>())));
+                 "--matrix: the {}×{} {} attention matrix", n_q, n_k, dtype_name(dtype_of<T>()));
     matrix_out.emplace(o.matrix, shape(n_q, n_k));
   }
   NpyWriter<T> out(o.out, shape(n_q, d_v));
@@ -53,11 +53,11 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
     if (method->info() != Status::Success)
       throw Error(fmt::format("{} (head {}): {}", method->spec(), i, status_name(method->info())));
     const MatrixR<T> o_h = method->output(head_view<T>(f.v, i, vs));
-    require_finite_output(o_h, fmt::format("the output of {} (head {})", method->spec(), i));
+    require_finite_output(o_h, "the output of {} (head {})", method->spec(), i);
     out.write(o_h.data(), std::size_t(o_h.size()));
     if (matrix_out) {
       const MatrixR<T> p = method->matrix();
-      require_finite_output(p, fmt::format("the attention matrix of {} (head {})", method->spec(), i));
+      require_finite_output(p, "the attention matrix of {} (head {})", method->spec(), i);
       matrix_out->write(p.data(), std::size_t(p.size()));
     }
   }

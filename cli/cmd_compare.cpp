@@ -83,8 +83,8 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
     const Index block = MatrixErrorOptions{}.block_rows;
     check_memory(add_bytes(matrix_bytes(std::uint64_t(3 * block), std::uint64_t(size.n_k), 8),
                            matrix_bytes(std::uint64_t(size.n_q), std::uint64_t(block), sizeof(T))),
-                 fmt::format("the matrix metrics (rows of P and P̃ {} at a time, n_k = {}; --matrix-metrics off "
-                             "skips them)", block, size.n_k));
+                 "the matrix metrics (rows of P and P̃ {} at a time, n_k = {}; --matrix-metrics off "
+                 "skips them)", block, size.n_k);
   }
   set_work(fmt::format("compare on {}{}", heads > 1 ? fmt::format("{} heads of ", heads) : "", inputs));
   const std::string source = files ? "files" : o.source.kind;

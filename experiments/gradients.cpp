@@ -96,10 +96,10 @@ class Gradients final : public Experiment {
     const auto all = budget_families();
     for (const auto& label : families_) {
       const auto it = std::find_if(all.begin(), all.end(), [&](const BudgetFamily& f) { return f.label == label; });
-      require(it != all.end(), fmt::format("gradients: unknown family '{}'", label));
+      require(it != all.end(), "gradients: unknown family '{}'", label);
       const MethodDescriptor& d = find_method(it->spec.substr(0, it->spec.find(':')));
-      require(d.backward, fmt::format("gradients: family '{}': method '{}' has no backward pass ({})", label, d.name,
-                                      d.backward_note));
+      require(d.backward, "gradients: family '{}': method '{}' has no backward pass ({})", label, d.name,
+                          d.backward_note);
       std::vector<Index> budgets = it->budgets;
       Index fallback = -1;
       for (const auto& p : d.params)
@@ -111,7 +111,7 @@ class Gradients final : public Experiment {
     }
     for (const auto& spec : fixed_) {
       const MethodDescriptor& d = find_method(spec.substr(0, spec.find(':')));
-      require(d.backward, fmt::format("gradients: method '{}' has no backward pass ({})", d.name, d.backward_note));
+      require(d.backward, "gradients: method '{}' has no backward pass ({})", d.name, d.backward_note);
       v.push_back({d.name, spec, -1, true});
     }
     return v;

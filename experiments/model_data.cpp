@@ -102,9 +102,9 @@ std::pair<std::shared_ptr<const ModelData>, std::vector<ModelHead>> ModelOptions
     const std::string& source, const std::string& experiment) const {
   auto opened = open(source);
   require(opened.first->bidirectional(),
-          fmt::format("{}: the {} model in {} is causal; this experiment runs non-causal methods on it — export a "
-                      "bidirectional one (tools/trained_attention.py --objective mlm)", experiment, source,
-                      source_dir(source)));
+          "{}: the {} model in {} is causal; this experiment runs non-causal methods on it — export a "
+          "bidirectional one (tools/trained_attention.py --objective mlm)", experiment, source,
+          source_dir(source));
   return opened;
 }
 

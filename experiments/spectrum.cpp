@@ -42,9 +42,9 @@ class SpectrumExperiment final : public Experiment {
     for (const std::string& s : solvers_) {
       const SpectrumSolver solver = parse_spectrum_solver(s);
       require(solver == SpectrumSolver::Block || solver == SpectrumSolver::Lanczos,
-              fmt::format("spectrum: --solvers takes block and lanczos, not '{}'", s));
+              "spectrum: --solvers takes block and lanczos, not '{}'", s);
     }
-    require(tol_ > 0 && tol_ < 1, fmt::format("spectrum: --tol must be in (0, 1), got {}", tol_));
+    require(tol_ > 0 && tol_ < 1, "spectrum: --tol must be in (0, 1), got {}", tol_);
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
@@ -139,7 +139,7 @@ class SpectrumExperiment final : public Experiment {
       const ExactOperator<double> op(q, k, ao);
       top = top_singular(op, std::min<Index>(top_, std::min(q.rows(), k.rows())), o);
     }, co);
-    require(!cost.refused, fmt::format("spectrum: the {} solver failed at n = {}", solver, k.rows()));
+    require(!cost.refused, "spectrum: the {} solver failed at n = {}", solver, k.rows());
     std::vector<Row> rows;
     r.spec = solver;
     for (Index i = 0; i < top.values.size(); ++i) {

@@ -243,9 +243,9 @@ class PyMethod {
   py::object matrix_of(const FittedPtr<T>& f) const {
     const Index heads = Index(f->heads.size());
     check_memory(matrix_bytes(std::uint64_t(heads * f->n_q), std::uint64_t(f->n_k), sizeof(T)),
-                 fmt::format("matrix(): P̃ of {}, {} × {}{} ({})", canonical_, f->n_q, f->n_k,
-                             f->batched ? fmt::format(" on each of {} heads", heads) : "",
-                             dtype_name(dtype_of<T>())));
+                 "matrix(): P̃ of {}, {} × {}{} ({})", canonical_, f->n_q, f->n_k,
+                 f->batched ? fmt::format(" on each of {} heads", heads) : "",
+                 dtype_name(dtype_of<T>()));
     py::array_t<T> out = new_array<T>(f->batched, heads, f->n_q, f->n_k);
     T* dst = out.mutable_data();
     run_released([&] {
@@ -441,8 +441,8 @@ class PyMethod {
       const std::uint64_t one = estimate_memory(find_method(m.name()), m.params(), size);
       if (one > 0)
         check_memory(matrix_bytes(one, std::uint64_t(kept), 1),
-                     fmt::format("{} fitted on {} heads (each head's state is kept) of n_q = {}, n_k = {}, d = {} ({})",
-                                 m.spec(), kept, q.rows, k.rows, q.cols, dtype_name(dtype_of<T>())));
+                     "{} fitted on {} heads (each head's state is kept) of n_q = {}, n_k = {}, d = {} ({})",
+                     m.spec(), kept, q.rows, k.rows, q.cols, dtype_name(dtype_of<T>()));
     }
   }
 

@@ -162,7 +162,7 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
   const auto noise_of = [&](const Cost& c) { return std::max(o.noise, c.spread()); };
   {
     const Cost c = measure_method<float>("exact", qf, kf, vf, 0, aopts, co);
-    require(!c.refused, fmt::format("report: exact attention at n = {}: {}", r.cost_n, c.reason));
+    require(!c.refused, "report: exact attention at n = {}: {}", r.cost_n, c.reason);
     r.exact_seconds = c.min_s;
     r.exact_seconds_median = c.median_s;
     r.exact_noise = noise_of(c);
@@ -392,11 +392,11 @@ std::string causal_rule(const Origin& origin, bool causal) {
                   : "attention treated as bidirectional (non-causal): pass --causal if the model is causal";
   const std::string input = origin.input.empty() ? "the input" : origin.input;
   require(causal || !*m.causal,
-          fmt::format("report: the attention in {} is a causal model's (as {} says); add --causal (causal=True): the "
-                      "non-causal methods would let every position see the future", input, m.said_by));
+          "report: the attention in {} is a causal model's (as {} says); add --causal (causal=True): the "
+          "non-causal methods would let every position see the future", input, m.said_by);
   require(!causal || *m.causal,
-          fmt::format("report: the attention in {} is a bidirectional model's (as {} says); drop --causal "
-                      "(causal=False): a causal mask would hide the later keys its heads attend to", input, m.said_by));
+          "report: the attention in {} is a bidirectional model's (as {} says); drop --causal "
+          "(causal=False): a causal mask would hide the later keys its heads attend to", input, m.said_by);
   return fmt::format("attention {}, as {} says", causal ? "causal" : "bidirectional (non-causal)", m.said_by);
 }
 
@@ -451,9 +451,9 @@ std::vector<Layer> load_model_export(const std::string& dir_in, const std::strin
   if (fs::exists(dir / "meta.json") && !fs::exists(dir / "trained") && fs::exists(dir / "captured")) model = "captured";
   if (!fs::exists(dir / "meta.json")) {
     require(fs::exists(dir.parent_path() / "meta.json"),
-            fmt::format("report: {0} is not a model export (no meta.json in it or its parent); {1}; make one for your "
-                        "model with attnlab.torch.capture(model).save({0}), the project's with "
-                        "tools/trained_attention.py --out {0}", dir_in, ModelData::layout(dir_in, "captured")));
+            "report: {0} is not a model export (no meta.json in it or its parent); {1}; make one for your "
+            "model with attnlab.torch.capture(model).save({0}), the project's with "
+            "tools/trained_attention.py --out {0}", dir_in, ModelData::layout(dir_in, "captured"));
     model = dir.filename();
     dir = dir.parent_path();
   }
@@ -468,7 +468,7 @@ std::vector<Layer> load_model_export(const std::string& dir_in, const std::strin
   if (data.sequences() > 1) origin.another = "use --seq S for another";
   causal_rule(origin, causal);  // before any head is read
   require(seq >= 0 && seq < data.sequences(),
-          fmt::format("report: sequence {} out of range (the export has {})", seq, data.sequences()));
+          "report: sequence {} out of range (the export has {})", seq, data.sequences());
   std::vector<Index> which;
   if (layers == "all") {
     for (Index l = 0; l < data.layers(); ++l) which.push_back(l);
@@ -484,7 +484,7 @@ std::vector<Layer> load_model_export(const std::string& dir_in, const std::strin
       } catch (const std::exception&) {
       }
       require(l >= 0 && l < data.layers(),
-              fmt::format("report: layer '{}' is not in 0..{} (or 'all')", item, data.layers() - 1));
+              "report: layer '{}' is not in 0..{} (or 'all')", item, data.layers() - 1);
       which.push_back(l);
     }
   }
@@ -503,19 +503,19 @@ std::vector<Layer> load_model_export(const std::string& dir_in, const std::strin
 }
 
 Summary write_report(const std::vector<Layer>& layers, const Options& o) {
-  require(o.target > 0 && std::isfinite(o.target), fmt::format("report: target must be > 0, got {}", o.target));
+  require(o.target > 0 && std::isfinite(o.target), "report: target must be > 0, got {}", o.target);
   require(o.repeats >= 1, "report: repeats must be ≥ 1");
-  require(o.cost_n >= 0, fmt::format("report: cost length must be ≥ 0 (0: each head's own), got {}", o.cost_n));
-  require(o.noise >= 0 && std::isfinite(o.noise), fmt::format("report: noise must be ≥ 0, got {}", o.noise));
+  require(o.cost_n >= 0, "report: cost length must be ≥ 0 (0: each head's own), got {}", o.cost_n);
+  require(o.noise >= 0 && std::isfinite(o.noise), "report: noise must be ≥ 0, got {}", o.noise);
   require(!layers.empty() && !layers.front().heads.empty(), "report: no heads given");
   for (const auto& l : layers)
     for (const auto& h : l.heads)
       require(h.q.cols() == h.k.cols() && h.k.rows() == h.v.rows() && h.q.rows() >= 1,
-              fmt::format("report: {}: Q, K, V shapes disagree", l.name));
+              "report: {}: Q, K, V shapes disagree", l.name);
   const auto families = chosen_families(o);
   const std::vector<std::string> notes = input_notes(layers, o.causal);  // the causal rule: refused before any work
   const std::string input_note = notes.empty() ? "" : fmt::format("Input: {}.", fmt::join(notes, "; "));
-  require(o.threads >= 0, fmt::format("report: threads must be ≥ 0, got {}", o.threads));
+  require(o.threads >= 0, "report: threads must be ≥ 0, got {}", o.threads);
   fs::create_directories(o.out);
   // The thread count for this report only: restored on return, also when an error or Ctrl-C ends it.
   struct Threads {

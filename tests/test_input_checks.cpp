@@ -7,10 +7,23 @@
 #include "attnlab/core/registry.hpp"
 #include "test_util.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
+
+// An argument that counts how often it is formatted (as 7).
+struct CountedArg {
+  int* formatted;
+};
+template <>
+struct fmt::formatter<CountedArg> : fmt::formatter<int> {
+  auto format(const CountedArg& c, fmt::format_context& ctx) const {
+    ++*c.formatted;
+    return fmt::formatter<int>::format(7, ctx);
+  }
+};
 
 namespace attnlab {
 namespace {
@@ -59,6 +72,27 @@ TEST(InputChecks, BudgetsBeyondTheSequenceAreRefusedNamingParameterValueAndN) {
   auto vq = make_method<double>("vq:codes=100,quantize=both");
   EXPECT_NE(error_of([&] { check_method_fits(*vq, size(64, 256)); }).find("n_q, the queries = 64"),
             std::string::npos);
+}
+
+// require(cond, format, args...) and check_memory(bytes, format, args...) format only when they throw (faiss's
+// FAISS_THROW_IF_NOT_FMT), and then the message fmt::format would have written; require(cond, "text") is the plain one.
+TEST(InputChecks, FormattingChecksFormatOnlyOnFailure) {
+  int formatted = 0;
+  const CountedArg arg{&formatted};
+  EXPECT_NO_THROW(require(true, "k = {} exceeds n = {}", arg, 3));
+  EXPECT_EQ(formatted, 0);
+  EXPECT_EQ(error_of([&] { require(false, "k = {} exceeds n = {}", arg, 3); }), "k = 7 exceeds n = 3");
+  EXPECT_EQ(formatted, 1);
+  EXPECT_EQ(error_of([&] { require(false, "no {} here"); }), "no {} here");
+  EXPECT_EQ(error_of([&] { require(false, std::string("a {} string")); }), "a {} string");
+
+  set_memory_limit(std::uint64_t(1) << 30);
+  EXPECT_NO_THROW(check_memory(1024, "reading {}", arg));
+  EXPECT_EQ(formatted, 1);
+  const std::string msg = error_of([&] { check_memory(std::uint64_t(1) << 31, "reading {}", arg); });
+  set_memory_limit(0);
+  EXPECT_EQ(msg, "reading 7 needs 2.0 GiB, more than the memory limit of 1.0 GiB (--max-memory)");
+  EXPECT_EQ(formatted, 2);
 }
 
 // Budgets that bound a neighbourhood or a share saturate at the whole sequence (exact attention: the module's tests

@@ -60,13 +60,13 @@ template <typename T>
 BlockKrylovSvd<T>& BlockKrylovSvd<T>::compute(const AttentionOperator<T>& a, Index k) {
   const Index m = a.rows(), n = a.cols();
   require(k >= 1 && k <= std::min(m, n),
-          fmt::format("block Krylov SVD: k = {} is outside [1, {}]", k, std::min(m, n)));
+          "block Krylov SVD: k = {} is outside [1, {}]", k, std::min(m, n));
   require(opts_.block >= 0 && opts_.max_basis >= 0 && opts_.max_passes >= 2 && opts_.tol >= 0,
           "block Krylov SVD: block, max_basis ≥ 0, max_passes ≥ 2 and tol ≥ 0 required");
   const Index b = std::min(n, opts_.block > 0 ? opts_.block : k + std::max<Index>(8, k / 4));
   Index max_basis = opts_.max_basis > 0 ? opts_.max_basis : std::max(k + 3 * b, 6 * b);
   require(max_basis >= std::min(n, k + 2 * b),
-          fmt::format("block Krylov SVD: max_basis = {} is below k + 2·block = {}", max_basis, k + 2 * b));
+          "block Krylov SVD: max_basis = {} is below k + 2·block = {}", max_basis, k + 2 * b);
   max_basis = std::min(max_basis, n);
   // A float operator's products carry float rounding: residuals below ~1e-6·σ_1 are not reachable.
   tol_ = std::is_same_v<T, float> ? std::max(opts_.tol, 1e-5) : opts_.tol;

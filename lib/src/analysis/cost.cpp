@@ -68,8 +68,8 @@ double seconds_of(const std::function<void()>& call) {
 }  // namespace
 
 Cost measure(const std::function<void()>& call, const CostOptions& opts, const std::function<void()>& fresh_call) {
-  require(opts.repeats >= 1, fmt::format("cost: repeats must be at least 1 (got {})", opts.repeats));
-  require(opts.warmup >= 0, fmt::format("cost: warmup must be at least 0 (got {})", opts.warmup));
+  require(opts.repeats >= 1, "cost: repeats must be at least 1 (got {})", opts.repeats);
+  require(opts.warmup >= 0, "cost: warmup must be at least 0 (got {})", opts.warmup);
   Cost c;
   try {
     // Memory first, on its own call: the warm-up then brings back whatever the trim released, untimed.

@@ -52,7 +52,7 @@ Evaluation evaluate(Method<T>& m, const Reference<T>& ref, const EvaluateOptions
   const MatrixR<T> out = m.output(ref.v());
   e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   e.spec = m.spec();
-  require_finite_output(out, fmt::format("the output of {}", e.spec));
+  require_finite_output(out, "the output of {}", e.spec);
   e.output_errors = named_metrics(output_errors<T>(ref.output(), out));
   for (const auto& [name, value] : m.diagnostics())
     if (!std::isnan(value)) e.diagnostics.emplace_back(name, value);

@@ -33,8 +33,8 @@ template <typename T>
 MatrixErrors matrix_errors(const AttentionOperator<T>& exact, const AttentionOperator<T>& approx,
                            const MatrixErrorOptions& opts) {
   require(exact.rows() == approx.rows() && exact.cols() == approx.cols(),
-          fmt::format("cannot compare a {}×{} attention matrix with a {}×{} one", exact.rows(), exact.cols(),
-                      approx.rows(), approx.cols()));
+          "cannot compare a {}×{} attention matrix with a {}×{} one", exact.rows(), exact.cols(),
+          approx.rows(), approx.cols());
   const double tol = opts.distribution_tol >= 0 ? opts.distribution_tol : (sizeof(T) == 4 ? 1e-4 : 1e-9);
   const Index n = exact.rows(), block = std::max<Index>(1, opts.block_rows);
   double diff2 = 0, ref2 = 0, max_abs = 0, kl = 0, tv = 0;
@@ -98,8 +98,8 @@ MatrixErrors matrix_errors(const AttentionOperator<T>& exact, const AttentionOpe
 template <typename T>
 OutputErrors output_errors(const ConstRef<T>& exact, const ConstRef<T>& approx) {
   require(exact.rows() == approx.rows() && exact.cols() == approx.cols(),
-          fmt::format("cannot compare a {}×{} output with a {}×{} one", exact.rows(), exact.cols(), approx.rows(),
-                      approx.cols()));
+          "cannot compare a {}×{} output with a {}×{} one", exact.rows(), exact.cols(), approx.rows(),
+          approx.cols());
   const MatrixR<double> o = exact.template cast<double>();
   const MatrixR<double> a = approx.template cast<double>();
   OutputErrors e;

@@ -131,7 +131,7 @@ template <typename T>
 TopSingular top_singular(const AttentionOperator<T>& a, Index k, const TopSingularOptions& o) {
   const Index n = a.cols();
   require(k >= 1 && k <= std::min(a.rows(), a.cols()),
-          fmt::format("top_singular: k = {} is outside [1, {}]", k, std::min(a.rows(), a.cols())));
+          "top_singular: k = {} is outside [1, {}]", k, std::min(a.rows(), a.cols()));
   SpectrumSolver s = o.solver;
   if (s == SpectrumSolver::Auto) s = (n <= o.dense_limit || k > n / 2) ? SpectrumSolver::Dense : SpectrumSolver::Block;
   switch (s) {

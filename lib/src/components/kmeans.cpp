@@ -42,7 +42,7 @@ std::vector<Index> nearest(const ConstRef<T>& x, const ConstRef<T>& centroids) {
 template <typename T>
 KMeansResult<T> kmeans(const ConstRef<T>& x, Index clusters, Index iterations, Rng& rng) {
   const Index n = x.rows(), dim = x.cols();
-  require(clusters >= 1 && clusters <= n, fmt::format("k-means: {} clusters for {} points", clusters, n));
+  require(clusters >= 1 && clusters <= n, "k-means: {} clusters for {} points", clusters, n);
   KMeansResult<T> r;
   r.centroids.resize(clusters, dim);
   // k-means++: the first centre uniformly, each next one with probability ∝ D(x)², the squared distance to the

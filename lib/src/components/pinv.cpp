@@ -101,8 +101,8 @@ namespace {
 template <typename T>
 MatrixR<T> svd_pinv_backward(const ConstRef<T>& a, const ConstRef<T>& d_z, double rcond) {
   require(a.rows() == a.cols(),
-          fmt::format("pseudo-inverse backward: the SVD method's derivative is defined here for square A, got {}×{}",
-                      a.rows(), a.cols()));
+          "pseudo-inverse backward: the SVD method's derivative is defined here for square A, got {}×{}",
+          a.rows(), a.cols());
   const Index m = a.rows();
   const Eigen::MatrixXd ad = a.template cast<double>();
   const DenseSvd svd = bdc_svd(ad, Eigen::ComputeThinU | Eigen::ComputeThinV);
@@ -254,7 +254,7 @@ MatrixR<T> pinv_backward(const ConstRef<T>& a, const ConstRef<T>& d_z, PinvMetho
                          double rcond) {
   require(a.rows() > 0 && a.cols() > 0, "pseudo-inverse backward of an empty matrix");
   require(d_z.rows() == a.cols() && d_z.cols() == a.rows(),
-          fmt::format("pseudo-inverse backward: dZ is {}×{}, Z is {}×{}", d_z.rows(), d_z.cols(), a.cols(), a.rows()));
+          "pseudo-inverse backward: dZ is {}×{}, Z is {}×{}", d_z.rows(), d_z.cols(), a.cols(), a.rows());
   if (method == PinvMethod::Svd) return svd_pinv_backward<T>(a, d_z, rcond);
   require(iterations >= 0, "pseudo-inverse backward: negative iteration count");
   // In float64 whatever T, as svd_pinv: the derivative of the same map at the same A, without the float32 rounding

@@ -10,6 +10,10 @@ namespace attnlab {
 
 Error::Error(const std::string& message) : std::runtime_error(message) {}
 
+void detail::throw_formatted(fmt::string_view format, fmt::format_args args) {
+  throw Error(fmt::vformat(format, args));
+}
+
 const char* status_name(Status s) {
   switch (s) {
     case Status::Success: return "success";
@@ -21,20 +25,20 @@ const char* status_name(Status s) {
 }
 
 void validate_qk(Index n_q, Index d_q, Index n_k, Index d_k, const AttentionOptions& opts) {
-  require(n_q > 0 && n_k > 0, fmt::format("empty problem: Q has {} rows and K has {}", n_q, n_k));
+  require(n_q > 0 && n_k > 0, "empty problem: Q has {} rows and K has {}", n_q, n_k);
   require(d_q > 0, "Q and K need at least one feature column");
   require(d_q == d_k,
-          fmt::format("Q has d = {} features but K has d = {}; they must match", d_q, d_k));
+          "Q has d = {} features but K has d = {}; they must match", d_q, d_k);
   const double s = opts.resolved_scale(d_q);
-  require(std::isfinite(s) && s > 0, fmt::format("scale must be finite and positive, got {}", s));
+  require(std::isfinite(s) && s > 0, "scale must be finite and positive, got {}", s);
   if (opts.causal)
-    require(n_k >= n_q, fmt::format("a causal mask with {} queries and {} keys leaves queries without keys: "
-                                    "causal alignment needs n_k >= n_q (queries align with the last keys)",
-                                    n_q, n_k));
+    require(n_k >= n_q, "a causal mask with {} queries and {} keys leaves queries without keys: "
+                        "causal alignment needs n_k >= n_q (queries align with the last keys)",
+                        n_q, n_k);
 }
 
 void validate_v(Index n_k, Index v_rows) {
-  require(v_rows == n_k, fmt::format("K has n_k = {} rows but V has {}; they must match", n_k, v_rows));
+  require(v_rows == n_k, "K has n_k = {} rows but V has {}; they must match", n_k, v_rows);
 }
 
 }  // namespace attnlab

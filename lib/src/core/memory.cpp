@@ -49,6 +49,13 @@ std::string format_bytes(std::uint64_t bytes) {
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
+bool fits_in_memory(std::uint64_t bytes) {
+  const std::uint64_t user = g_limit;
+  if (user != 0) return bytes <= user;
+  const std::uint64_t avail = available_memory();
+  return avail == 0 || bytes <= avail;
+}
+
 void check_memory(std::uint64_t bytes, const std::string& what) {
   const std::uint64_t user = g_limit;
   if (user != 0) {

@@ -75,10 +75,10 @@ Gradients<T> Method<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out)
   require_computed("backward()");
   validate_v(n_k_, v.rows());
   require(d_out.rows() == n_q_ && d_out.cols() == v.cols(),
-          fmt::format("method '{}': backward: dO is {}×{}, the output is {}×{} (n_q × d_v)", descriptor_.name,
-                      d_out.rows(), d_out.cols(), n_q_, v.cols()));
+          "method '{}': backward: dO is {}×{}, the output is {}×{} (n_q × d_v)", descriptor_.name,
+          d_out.rows(), d_out.cols(), n_q_, v.cols());
   require(all_finite(v) && all_finite(d_out),
-          fmt::format("method '{}': backward: V and dO must be finite", descriptor_.name));
+          "method '{}': backward: V and dO must be finite", descriptor_.name);
   Gradients<T> g = do_backward(v, d_out);
   if (g.dq.rows() != n_q_ || g.dk.rows() != n_k_ || g.dv.rows() != n_k_ || g.dv.cols() != v.cols())
     throw Error(fmt::format("internal: method '{}': backward returned gradients of the wrong shape", descriptor_.name));

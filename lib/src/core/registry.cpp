@@ -73,8 +73,8 @@ void check_method_fits(const Method<T>& m, const ProblemSize& size) {
   const MethodDescriptor& d = find_method(m.name());
   if (d.size_check) d.size_check(m.params(), s);
   check_memory(estimate_memory(d, m.params(), s),
-               fmt::format("{} on n_q = {}, n_k = {}, d = {}, d_v = {} ({})", m.spec(), s.n_q, s.n_k, s.d, s.d_v,
-                           dtype_name(dtype_of<T>())));
+               "{} on n_q = {}, n_k = {}, d = {}, d_v = {} ({})", m.spec(), s.n_q, s.n_k, s.d, s.d_v,
+               dtype_name(dtype_of<T>()));
 }
 
 template void check_method_fits<float>(const Method<float>&, const ProblemSize&);
@@ -82,8 +82,8 @@ template void check_method_fits<double>(const Method<double>&, const ProblemSize
 
 void require_budget_within(const std::string& method, const std::string& param, Index value, Index n,
                            const std::string& what) {
-  require(value <= n, fmt::format("{}: {} = {} exceeds the sequence ({} = {}); give {} ≤ {}", method, param, value,
-                                  what, n, param, n));
+  require(value <= n, "{}: {} = {} exceeds the sequence ({} = {}); give {} ≤ {}", method, param, value,
+                      what, n, param, n);
 }
 
 std::string short_spec(const MethodDescriptor& d, const Params& params, std::optional<std::uint64_t> default_seed) {

@@ -96,7 +96,7 @@ struct Tiler {
 };
 
 inline Index checked_tile(Index tile) {
-  require(tile >= 1, fmt::format("tile must be positive, got {}", tile));
+  require(tile >= 1, "tile must be positive, got {}", tile);
   return tile;
 }
 

@@ -77,7 +77,7 @@ std::string ModelHead::label() const { return file ? fmt::format("head{}", head)
 
 std::shared_ptr<const UserFiles> UserFiles::read(const FileOptions& files, const std::string& experiment, bool need_v) {
   require(!files.k.empty() && (!need_v || !files.v.empty()),
-          fmt::format("{}: --q needs --k{}", experiment, need_v ? " and --v" : ""));
+          "{}: --q needs --k{}", experiment, need_v ? " and --v" : "");
   auto f = std::make_shared<UserFiles>(UserFiles{NpyArray::read(files.q), NpyArray::read(files.k), std::nullopt});
   if (!files.v.empty()) f->v = NpyArray::read(files.v);
   check_qkv_arrays(f->q, f->k, f->v ? &*f->v : nullptr, experiment + ": ");
@@ -105,7 +105,7 @@ ModelData::ModelData(const std::string& dir, const std::string& model, const std
     : dir_(dir), model_(model), name_(name.empty() ? model : name) {
   // An export holds trained/ and initialized/ (tools/trained_attention.py) or captured/ (attnlab.torch.capture).
   require(model == "trained" || model == "initialized" || model == "captured",
-          fmt::format("model export part '{}' is none of 'trained', 'initialized', 'captured'", model));
+          "model export part '{}' is none of 'trained', 'initialized', 'captured'", model);
   const std::string hint =
       layout(dir, model) + "; " +
       (make.empty() ? fmt::format("make it with `tools/trained_attention.py{} --out {}` (or point --model-data / "
@@ -114,7 +114,7 @@ ModelData::ModelData(const std::string& dir, const std::string& model, const std
                     : make);
   // meta.json is written last: without it the export is missing or was interrupted.
   std::ifstream meta(dir + "/meta.json");
-  require(bool(meta), fmt::format("source '{}': no exported attention in {} (no meta.json); {}", name_, dir, hint));
+  require(bool(meta), "source '{}': no exported attention in {} (no meta.json); {}", name_, dir, hint);
   std::stringstream text;
   text << meta.rdbuf();
   const std::string json = text.str(), where = dir + "/meta.json";
@@ -123,23 +123,23 @@ ModelData::ModelData(const std::string& dir, const std::string& model, const std
   const std::regex lower_hex("\"[0-9a-f]+\"");
   const auto hex = std::find_if(keys.begin(), keys.end(),
                                 [&](const std::string& k) { return std::regex_match(k, lower_hex); });
-  require(!keys.empty(), fmt::format("{} has no \"key\" (a string of lowercase hex digits naming the data, e.g. a "
-                                     "hash of the arrays); {}", where, hint));
+  require(!keys.empty(), "{} has no \"key\" (a string of lowercase hex digits naming the data, e.g. a "
+                         "hash of the arrays); {}", where, hint);
   if (hex == keys.end())
     throw Error(fmt::format("{}: \"key\" is {}, not a string of lowercase hex digits ([0-9a-f]+, e.g. a hash of the "
                             "arrays); {}", where, shown(keys.front()), hint));
   key_ = hex->substr(1, hex->size() - 2);
   const std::optional<bool> bidirectional = json_bool(json, "bidirectional", where, hint);
-  require(bidirectional.has_value(), fmt::format("{} has no \"bidirectional\" (true, or false for a causal model); {}",
-                                                 where, hint));
+  require(bidirectional.has_value(), "{} has no \"bidirectional\" (true, or false for a causal model); {}",
+                                     where, hint);
   bidirectional_ = *bidirectional;
 
   while (fs::exists(file(0, layers_, "q"))) ++layers_;
   while (fs::exists(file(sequences_, 0, "q"))) ++sequences_;
-  require(layers_ > 0 && sequences_ > 0, fmt::format("source '{}': no {} in {}; {}", model, "seq0_layer0_q.npy",
-                                                     dir + "/" + model, hint));
+  require(layers_ > 0 && sequences_ > 0, "source '{}': no {} in {}; {}", model, "seq0_layer0_q.npy",
+                                         dir + "/" + model, hint);
   const NpyArray q = NpyArray::read(file(0, 0, "q"));
-  require(q.ndim() == 3, fmt::format("{}: expected (heads, n, d_head), got {} dimensions", q.path(), q.ndim()));
+  require(q.ndim() == 3, "{}: expected (heads, n, d_head), got {} dimensions", q.path(), q.ndim());
   heads_ = q.heads();
   n_ = q.rows();
   d_ = q.cols();
@@ -173,10 +173,10 @@ std::vector<ModelHead> ModelData::select(const std::vector<std::string>& spec, I
     }
     std::smatch m;
     require(std::regex_match(s, m, std::regex("(\\d+):(\\d+)")),
-            fmt::format("--model-heads: '{}' is not LAYER:HEAD (or 'all', 'diagonal')", s));
+            "--model-heads: '{}' is not LAYER:HEAD (or 'all', 'diagonal')", s);
     const Index l = std::stol(m[1]), h = std::stol(m[2]);
-    require(l < layers_ && h < heads_, fmt::format("--model-heads: {} is out of range; the {} model has {} layers x "
-                                                   "{} heads", s, name_, layers_, heads_));
+    require(l < layers_ && h < heads_, "--model-heads: {} is out of range; the {} model has {} layers x "
+                                       "{} heads", s, name_, layers_, heads_);
     chosen.insert({l, h});
   }
   const Index seqs = max_seqs > 0 ? std::min(max_seqs, sequences_) : sequences_;
@@ -205,7 +205,7 @@ Qkv<double> ModelData::load(const ModelHead& h) const {
     const NpyArray a = NpyArray::read(file(h.seq, h.layer, what[i]));
     a.check_finite();
     require(a.ndim() == 3 && a.heads() == heads_ && a.rows() == n_ && a.cols() == d_,
-            fmt::format("{}: shape differs from seq0_layer0_q.npy ({}, {}, {})", a.path(), heads_, n_, d_));
+            "{}: shape differs from seq0_layer0_q.npy ({}, {}, {})", a.path(), heads_, n_, d_);
     *dst[i] = a.head_as<double>(h.head);
   }
   return p;
@@ -219,15 +219,15 @@ MaskStatement ModelData::mask() const {
 bool ModelData::has_upstream(const ModelHead& h) const { return !files_ && fs::exists(file(h.seq, h.layer, "do")); }
 
 MatrixR<double> ModelData::upstream(const ModelHead& h) const {
-  require(has_upstream(h), fmt::format("{}: no upstream gradient in this export (re-export with a current {}, which "
-                                       "writes seq{{s}}_layer{{l}}_do.npy)",
-                                       files_ ? std::string("the user's files") : file(h.seq, h.layer, "do"),
-                                       name_ == "pretrained" ? "tools/pretrained.py --export"
-                                                             : "tools/trained_attention.py"));
+  require(has_upstream(h), "{}: no upstream gradient in this export (re-export with a current {}, which "
+                           "writes seq{{s}}_layer{{l}}_do.npy)",
+                           files_ ? std::string("the user's files") : file(h.seq, h.layer, "do"),
+                           name_ == "pretrained" ? "tools/pretrained.py --export"
+                                                             : "tools/trained_attention.py");
   const NpyArray a = NpyArray::read(file(h.seq, h.layer, "do"));
   a.check_finite();
   require(a.ndim() == 3 && a.heads() == heads_ && a.rows() == n_ && a.cols() == d_,
-          fmt::format("{}: expected ({}, {}, {})", a.path(), heads_, n_, d_));
+          "{}: expected ({}, {}, {})", a.path(), heads_, n_, d_);
   return a.head_as<double>(h.head);
 }
 
@@ -237,7 +237,7 @@ MatrixR<double> ModelData::model_attention(Index layer, Index head) const {
   if (!fs::exists(path)) return {};
   const NpyArray a = NpyArray::read(path);
   require(a.ndim() == 3 && a.heads() == heads_ && a.rows() == n_ && a.cols() == n_,
-          fmt::format("{}: expected ({}, {}, {})", path, heads_, n_, n_));
+          "{}: expected ({}, {}, {})", path, heads_, n_, n_);
   return a.head_as<double>(head);
 }
 

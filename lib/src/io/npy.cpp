@@ -219,7 +219,7 @@ NpyArray NpyArray::read(const std::string& path) {
   if (bytes != have)
     throw Error(fmt::format("{}: shape {} of {} needs {} bytes of data but the file has {}{}", path,
                             shape_str(shape), descr, bytes, have, bytes > have ? " (truncated?)" : ""));
-  check_memory(bytes, fmt::format("reading {}", path));
+  check_memory(bytes, "reading {}", path);
   a.shape_ = shape;
   if (a.dtype_ == DType::f32) read_data(in, a.f32_, std::size_t(count), fortran, shape, path);
   else read_data(in, a.f64_, std::size_t(count), fortran, shape, path);
@@ -230,7 +230,7 @@ template <typename T>
 Eigen::Map<const MatrixR<T>> NpyArray::head(Index h) const {
   if (dtype_of<T>() != dtype_)
     throw Error(fmt::format("{}: holds {}, asked for {}", path_, dtype_name(dtype_), dtype_name(dtype_of<T>())));
-  require(h >= 0 && h < heads(), fmt::format("{}: no head {}", path_, h));
+  require(h >= 0 && h < heads(), "{}: no head {}", path_, h);
   const T* base;
   if constexpr (std::is_same_v<T, float>) base = f32_.data();
   else base = f64_.data();
@@ -272,20 +272,20 @@ void check_qkv_arrays(const NpyArray& q, const NpyArray& k, const NpyArray* v, c
   // ", V path is …" when V is given, for the messages naming every file.
   const auto v_part = [&](const std::string& what) { return v ? fmt::format(", V {} {}", v->path(), what) : ""; };
   require(q.ndim() == k.ndim() && (!v || v->ndim() == q.ndim()),
-          fmt::format("{}Q {} is {}, K {} is {}{}: give them all as (n, d) or all as (h, n, d)", context, q.path(),
-                      layout_of(q), k.path(), layout_of(k), v_part("is " + (v ? layout_of(*v) : ""))));
+          "{}Q {} is {}, K {} is {}{}: give them all as (n, d) or all as (h, n, d)", context, q.path(),
+          layout_of(q), k.path(), layout_of(k), v_part("is " + (v ? layout_of(*v) : "")));
   require(q.heads() == k.heads() && (!v || v->heads() == q.heads()),
-          fmt::format("{}head counts differ: Q {} has {}, K {} has {}{}", context, q.path(), q.heads(), k.path(),
-                      k.heads(), v_part(fmt::format("has {}", v ? v->heads() : 0))));
-  require(q.cols() == k.cols(), fmt::format("{}Q {} has d = {} but K {} has d = {}; they must match", context,
-                                            q.path(), q.cols(), k.path(), k.cols()));
-  require(!v || v->rows() == k.rows(), fmt::format("{}K {} has n_k = {} rows but V {} has {}; they must match", context,
-                                                   k.path(), k.rows(), v ? v->path() : "", v ? v->rows() : 0));
+          "{}head counts differ: Q {} has {}, K {} has {}{}", context, q.path(), q.heads(), k.path(),
+          k.heads(), v_part(fmt::format("has {}", v ? v->heads() : 0)));
+  require(q.cols() == k.cols(), "{}Q {} has d = {} but K {} has d = {}; they must match", context,
+                                q.path(), q.cols(), k.path(), k.cols());
+  require(!v || v->rows() == k.rows(), "{}K {} has n_k = {} rows but V {} has {}; they must match", context,
+                                       k.path(), k.rows(), v ? v->path() : "", v ? v->rows() : 0);
   // Mixed dtypes: a silent cast would hide which precision the results are in; the user chooses it explicitly.
   require(mixed_dtypes || (q.dtype() == k.dtype() && (!v || v->dtype() == q.dtype())),
-          fmt::format("{}Q {} is {}, K {} is {}{}: the files differ in dtype; convert them to one{}", context, q.path(),
-                      dtype_name(q.dtype()), k.path(), dtype_name(k.dtype()),
-                      v_part(fmt::format("is {}", dtype_name(v ? v->dtype() : q.dtype()))), dtype_hint));
+          "{}Q {} is {}, K {} is {}{}: the files differ in dtype; convert them to one{}", context, q.path(),
+          dtype_name(q.dtype()), k.path(), dtype_name(k.dtype()),
+          v_part(fmt::format("is {}", dtype_name(v ? v->dtype() : q.dtype()))), dtype_hint);
   q.check_finite();
   k.check_finite();
   if (v) v->check_finite();
@@ -329,8 +329,8 @@ NpyWriter<T>::~NpyWriter() {
 
 template <typename T>
 void NpyWriter<T>::write(const T* data, std::size_t count) {
-  require(f_ != nullptr, fmt::format("{}: write after close", path_));
-  require(written_ + count <= expected_, fmt::format("{}: more data than the shape holds", path_));
+  require(f_ != nullptr, "{}: write after close", path_);
+  require(written_ + count <= expected_, "{}: more data than the shape holds", path_);
   if (std::fwrite(data, sizeof(T), count, f_) != count)
     throw Error(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
   written_ += count;
@@ -338,9 +338,9 @@ void NpyWriter<T>::write(const T* data, std::size_t count) {
 
 template <typename T>
 void NpyWriter<T>::close() {
-  require(f_ != nullptr, fmt::format("{}: closed twice", path_));
+  require(f_ != nullptr, "{}: closed twice", path_);
   require(written_ == expected_,
-          fmt::format("{}: {} of {} elements written", path_, written_, expected_));
+          "{}: {} of {} elements written", path_, written_, expected_);
   const bool ok = std::fclose(f_) == 0;
   f_ = nullptr;
   if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {

@@ -28,7 +28,7 @@ Qkv<T> generate_problem(const SourceOptions& s, Index n_q, Index n_k, Index d, I
     for (Index i = 0; i < n_q; ++i) p.q.row(i) += centres.row(Index(rng.below(std::uint64_t(s.centres))));
     for (Index j = 0; j < n_k; ++j) p.k.row(j) += centres.row(Index(rng.below(std::uint64_t(s.centres))));
   } else if (s.kind == "lowrank") {
-    require(s.rank >= 1 && s.rank <= d, fmt::format("lowrank source: rank must lie in [1, d = {}]", d));
+    require(s.rank >= 1 && s.rank <= d, "lowrank source: rank must lie in [1, d = {}]", d);
     const Eigen::MatrixXd g = gaussian_matrix<double>(d, s.rank, rng);
     const Eigen::MatrixXd basis = Eigen::HouseholderQR<Eigen::MatrixXd>(g).householderQ() *
                                   Eigen::MatrixXd::Identity(d, s.rank);  // d × r orthonormal

@@ -100,16 +100,16 @@ void TidyCsvWriter::close() {
 }
 
 void TidyCsvWriter::commit() {
-  require(f_ != nullptr, fmt::format("{}: written after close", path_));
+  require(f_ != nullptr, "{}: written after close", path_);
   if (gzflush(static_cast<gzFile>(f_), Z_SYNC_FLUSH) != Z_OK)
     throw Error(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
 }
 
 void TidyCsvWriter::write(const std::vector<std::string>& keys, const std::string& metric, double value) {
-  require(f_ != nullptr, fmt::format("{}: written after close", path_));
+  require(f_ != nullptr, "{}: written after close", path_);
   require(keys.size() == columns_.size(),
-          fmt::format("{}: row has {} keys for {} columns", path_, keys.size(), columns_.size()));
-  require(!std::isnan(value), fmt::format("{}: refusing to write NaN for metric '{}'", path_, metric));
+          "{}: row has {} keys for {} columns", path_, keys.size(), columns_.size());
+  require(!std::isnan(value), "{}: refusing to write NaN for metric '{}'", path_, metric);
   std::string line = fmt::format("{},{}", kResultsSchemaVersion, code_version());
   for (const auto& k : keys) line += "," + csv_field(k);
   line += "," + csv_field(metric) + ",";

@@ -45,7 +45,7 @@ Status LinformerMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k
       return r;
     }
     if (proj == LinformerProjection::Pool) return segment_mean_matrix<T>(kk, n);
-    require(kk == n, fmt::format("linformer: projection=identity needs k = n_k = {}, got k = {}", n, kk));
+    require(kk == n, "linformer: projection=identity needs k = n_k = {}, got k = {}", n, kk);
     return MatrixR<T>::Identity(n, n);
   };
   // E and F are the method's parameters: drawn once per (n, k) and reused by later calls (the draw, 2·k·n

@@ -36,7 +36,7 @@ template <typename T>
 Status NystromMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   const Index m = this->o_.landmarks;
   require(m <= q.rows() && m <= k.rows(),
-          fmt::format("nystrom: landmarks = {} exceeds the sequence (n_q = {}, n_k = {})", m, q.rows(), k.rows()));
+          "nystrom: landmarks = {} exceeds the sequence (n_q = {}, n_k = {})", m, q.rows(), k.rows());
   MatrixR<T>& ql = ql_;
   MatrixR<T> kl;
   iq_.clear();

@@ -74,7 +74,7 @@ template <typename T>
 std::vector<std::pair<std::vector<Index>, std::vector<Index>>> hashes(const ConstRef<T>& q, const ConstRef<T>& k,
                                                                       const ReformerOptions& o) {
   const Index buckets = o.buckets, rounds = o.rounds;
-  require(buckets == 1 || buckets % 2 == 0, fmt::format("reformer: buckets must be 1 or even, got {}", buckets));
+  require(buckets == 1 || buckets % 2 == 0, "reformer: buckets must be 1 or even, got {}", buckets);
   Rng rng(o.seed);
   std::vector<std::pair<std::vector<Index>, std::vector<Index>>> out;
   for (Index round = 0; round < rounds; ++round) {

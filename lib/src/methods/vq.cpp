@@ -37,8 +37,8 @@ namespace attnlab {
 
 template <typename T>
 KMeansResult<T> vq_fit_codebook(const ConstRef<T>& keys, Index codes, Index iters, std::uint64_t seed) {
-  require(codes >= 1, fmt::format("vq: codes = {}; a codebook needs at least one code", codes));
-  require(codes <= keys.rows(), fmt::format("vq: codes = {} exceeds the {} keys", codes, keys.rows()));
+  require(codes >= 1, "vq: codes = {}; a codebook needs at least one code", codes);
+  require(codes <= keys.rows(), "vq: codes = {} exceeds the {} keys", codes, keys.rows());
   Rng rng(seed);
   return kmeans<T>(keys, codes, iters, rng);
 }
@@ -61,9 +61,9 @@ std::shared_ptr<const MatrixR<double>> vq_codebook_file(const std::string& path)
   const auto hit = vq_cache.find(key);
   if (hit != vq_cache.end() && hit->second.first == Key{size, time}) return hit->second.second;
   const NpyArray a = NpyArray::read(path);  // its messages name the file
-  require(a.ndim() == 2, fmt::format("vq: the codebook '{}' must be a (codes, d) array, got {} dimensions", path,
-                                     a.ndim()));
-  require(a.rows() >= 1 && a.cols() >= 1, fmt::format("vq: the codebook '{}' is empty", path));
+  require(a.ndim() == 2, "vq: the codebook '{}' must be a (codes, d) array, got {} dimensions", path,
+                         a.ndim());
+  require(a.rows() >= 1 && a.cols() >= 1, "vq: the codebook '{}' is empty", path);
   a.check_finite();
   auto c = std::make_shared<const MatrixR<double>>(a.head_as<double>(0));
   vq_cache[key] = {Key{size, time}, c};
@@ -78,8 +78,8 @@ VqMethod<T>::VqMethod(const VqOptions& options) : ConfiguredMethod<VqOptions, Me
           "fit by k-means (codebook=window)");
   given_ = vq_codebook_file(options.codebook);
   require(given_->rows() == options.codes,
-          fmt::format("vq: the codebook '{}' holds {} codes, but codes = {}; give codes={}", options.codebook,
-                      given_->rows(), options.codes, given_->rows()));
+          "vq: the codebook '{}' holds {} codes, but codes = {}; give codes={}", options.codebook,
+          given_->rows(), options.codes, given_->rows());
 }
 
 MethodDescriptor VqOptions::registry_entry() {
@@ -113,8 +113,8 @@ template <typename T>
 Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   if (given_) {
     // A fixed codebook: no k-means, each key its nearest code (codebook_attention), nothing fitted on these keys.
-    require(given_->cols() == k.cols(), fmt::format("vq: the codebook '{}' has d = {}, but the keys have d = {}",
-                                                    this->o_.codebook, given_->cols(), k.cols()));
+    require(given_->cols() == k.cols(), "vq: the codebook '{}' has d = {}, but the keys have d = {}",
+                                        this->o_.codebook, given_->cols(), k.cols());
     q_ = q;
     centroids_ = given_->template cast<T>();
     op_ = codebook_attention<T>(q, k, centroids_, opts);
@@ -126,7 +126,7 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
     return Status::Success;
   }
   const Index codes = this->o_.codes;
-  require(codes <= k.rows(), fmt::format("vq: codes = {} exceeds the {} keys", codes, k.rows()));
+  require(codes <= k.rows(), "vq: codes = {} exceeds the {} keys", codes, k.rows());
   Rng rng(this->o_.seed);
   const Index iters = this->o_.iters;
   const KMeansResult<T> km = kmeans<T>(k, codes, iters, rng);
@@ -137,7 +137,7 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
   q_ = q;
   centroids_ = km.centroids;
   if (this->o_.quantize == VqQuantize::Both) {
-    require(codes <= q.rows(), fmt::format("vq: codes = {} exceeds the {} queries", codes, q.rows()));
+    require(codes <= q.rows(), "vq: codes = {} exceeds the {} queries", codes, q.rows());
     const KMeansResult<T> kq = kmeans<T>(q, codes, iters, rng);
     MatrixR<T> resid = k;  // r_j = k_j − c_a(j)
     for (Index j = 0; j < k.rows(); ++j) resid.row(j) -= km.centroids.row(km.assignment[std::size_t(j)]);

@@ -23,7 +23,7 @@ template <typename T>
 MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   check_memory(matrix_bytes(q.rows(), k.rows(), sizeof(T)),
-               fmt::format("the {}×{} {} attention matrix", q.rows(), k.rows(), dtype_name(dtype_of<T>())));
+               "the {}×{} {} attention matrix", q.rows(), k.rows(), dtype_name(dtype_of<T>()));
   Tiler<T> t(q, k, opts);
   MatrixR<T> p;
   t.logits(0, q.rows(), 0, k.rows(), p);
@@ -127,7 +127,7 @@ const VectorX<T>& ExactOperator<T>::row_lse() const {
 
 template <typename T>
 MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
-  require(x.rows() == cols(), fmt::format("apply: X has {} rows, the operator has {} columns", x.rows(), cols()));
+  require(x.rows() == cols(), "apply: X has {} rows, the operator has {} columns", x.rows(), cols());
   const VectorX<T>& lse = row_lse();
   const ConstRef<T> q(q_), k(k_);
   const Tiler<T> t(q, k, opts_, layout_);
@@ -146,7 +146,7 @@ MatrixR<T> ExactOperator<T>::apply(const ConstRef<T>& x) const {
 template <typename T>
 MatrixR<T> ExactOperator<T>::apply_transpose(const ConstRef<T>& x) const {
   require(x.rows() == rows(),
-          fmt::format("apply_transpose: X has {} rows, the operator has {} rows", x.rows(), rows()));
+          "apply_transpose: X has {} rows, the operator has {} rows", x.rows(), rows());
   const VectorX<T>& lse = row_lse();
   const ConstRef<T> q(q_), k(k_);
   const Tiler<T> t(q, k, opts_, layout_);

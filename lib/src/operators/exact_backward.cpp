@@ -29,9 +29,9 @@ void exact_backward_add(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
   detail::checked_tile(tile);
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), dv_cols = v.cols();
   require(out.rows() == nq && out.cols() == dv_cols && d_out.rows() == nq && d_out.cols() == dv_cols,
-          fmt::format("exact backward: O and dO must be {}×{} (n_q × d_v), got {}×{} and {}×{}", nq, dv_cols,
-                      out.rows(), out.cols(), d_out.rows(), d_out.cols()));
-  require(row_lse.size() == nq, fmt::format("exact backward: {} row log-sum-exps for {} queries", row_lse.size(), nq));
+          "exact backward: O and dO must be {}×{} (n_q × d_v), got {}×{} and {}×{}", nq, dv_cols,
+          out.rows(), out.cols(), d_out.rows(), d_out.cols());
+  require(row_lse.size() == nq, "exact backward: {} row log-sum-exps for {} queries", row_lse.size(), nq);
   require(dq.rows() == nq && dq.cols() == d && dk.rows() == nk && dk.cols() == d && dv.rows() == nk &&
               dv.cols() == dv_cols,
           "exact backward: dQ, dK, dV must have the shapes of Q, K, V");
@@ -110,8 +110,8 @@ void exact_backward_few_keys(const ConstRef<T>& q, const ConstRef<T>& k, const C
   validate_v(k.rows(), v.rows());
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), dv_cols = v.cols();
   require(d_out.rows() == nq && d_out.cols() == dv_cols,
-          fmt::format("exact backward: dO must be {}×{} (n_q × d_v), got {}×{}", nq, dv_cols, d_out.rows(),
-                      d_out.cols()));
+          "exact backward: dO must be {}×{} (n_q × d_v), got {}×{}", nq, dv_cols, d_out.rows(),
+          d_out.cols());
   require(dq.rows() == nq && dq.cols() == d && dk.rows() == nk && dk.cols() == d && dv.rows() == nk &&
               dv.cols() == dv_cols,
           "exact backward: dQ, dK, dV must have the shapes of Q, K, V");

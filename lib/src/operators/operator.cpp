@@ -34,7 +34,7 @@ void AttentionOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& 
 template <typename T>
 MatrixR<T> materialize(const AttentionOperator<T>& op) {
   check_memory(matrix_bytes(op.rows(), op.cols(), sizeof(T)),
-               fmt::format("the {}×{} {} attention matrix", op.rows(), op.cols(), dtype_name(dtype_of<T>())));
+               "the {}×{} {} attention matrix", op.rows(), op.cols(), dtype_name(dtype_of<T>()));
   MatrixR<T> p(op.rows(), op.cols());
   const Index block = 256;
   for (Index i = 0; i < op.rows(); i += block) {
@@ -93,8 +93,8 @@ template <typename T>
 DifferenceOperator<T>::DifferenceOperator(const AttentionOperator<T>& a, const AttentionOperator<T>& b)
     : a_(a), b_(b) {
   require(a.rows() == b.rows() && a.cols() == b.cols(),
-          fmt::format("cannot compare a {}×{} attention matrix with a {}×{} one", a.rows(), a.cols(), b.rows(),
-                      b.cols()));
+          "cannot compare a {}×{} attention matrix with a {}×{} one", a.rows(), a.cols(), b.rows(),
+          b.cols());
 }
 
 template <typename T>

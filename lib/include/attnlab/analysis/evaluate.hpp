@@ -12,6 +12,8 @@
 #include "attnlab/core/types.hpp"
 #include "attnlab/operators/exact.hpp"
 
+#include <fmt/core.h>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -25,6 +27,11 @@ namespace attnlab {
 /// numerical failure is an error, never a silent NaN in an output or a results file.
 template <typename T>
 void require_finite_output(const MatrixR<T>& m, const std::string& what);
+/// The same, formatting what = fmt::format(format, args...) only when it throws.
+template <typename T, typename A, typename... Args>
+void require_finite_output(const MatrixR<T>& m, fmt::format_string<A, Args...> format, A&& a, Args&&... args) {
+  if (!all_finite(m)) require_finite_output(m, fmt::format(format, a, args...));
+}
 
 /// Exact attention on one head, what every method is measured against: the inputs (copies, O(n·d)), O = P·V by the
 /// streaming kernel (checked finite: inputs that overflow exact attention are the inputs' fault, not a method's), and

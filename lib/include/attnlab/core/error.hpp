@@ -3,6 +3,8 @@
 // can print them as they are and exit non-zero.
 #pragma once
 
+#include <fmt/core.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +18,19 @@ class Error : public std::runtime_error {
 /// Throws Error(message) when cond is false.
 inline void require(bool cond, const std::string& message) {
   if (!cond) throw Error(message);
+}
+
+namespace detail {
+/// Throws Error(fmt::vformat(format, args)): the failure path of the formatting require, out of line.
+[[noreturn]] void throw_formatted(fmt::string_view format, fmt::format_args args);
+}  // namespace detail
+
+/// Throws Error(fmt::format(format, args...)) when cond is false, and formats nothing when it holds (faiss's
+/// FAISS_THROW_IF_NOT_FMT): `require(k <= n, "k = {} exceeds n = {}", k, n)`. At least one argument after the
+/// format, so that `require(cond, "text")` is always the overload above.
+template <typename A, typename... Args>
+inline void require(bool cond, fmt::format_string<A, Args...> format, A&& a, Args&&... args) {
+  if (!cond) detail::throw_formatted(format, fmt::make_format_args(a, args...));
 }
 
 /// Code version baked in at build time ("0.1.0+<git sha>"), written into every result file.

@@ -2,6 +2,8 @@
 // when it will not fit — in the machine's available memory, or in a limit the user set.
 #pragma once
 
+#include <fmt/core.h>
+
 #include <cstdint>
 #include <string>
 
@@ -14,6 +16,13 @@ std::uint64_t memory_limit();
 std::uint64_t available_memory();
 /// Throws Error("<what> needs X but only Y ...") when `bytes` exceeds the limit.
 void check_memory(std::uint64_t bytes, const std::string& what);
+/// Whether check_memory(bytes, ...) passes.
+bool fits_in_memory(std::uint64_t bytes);
+/// The same, formatting what = fmt::format(format, args...) only when it refuses.
+template <typename A, typename... Args>
+void check_memory(std::uint64_t bytes, fmt::format_string<A, Args...> format, A&& a, Args&&... args) {
+  if (!fits_in_memory(bytes)) check_memory(bytes, fmt::format(format, a, args...));
+}
 /// Bytes of a rows×cols matrix of `elem` bytes, saturating instead of overflowing.
 std::uint64_t matrix_bytes(std::uint64_t rows, std::uint64_t cols, std::uint64_t elem);
 /// a + b, saturating instead of overflowing (sums of matrix_bytes).

@@ -16,7 +16,7 @@ SizeCheck budget_within_min_n(const std::string& method, const std::string& para
 
 void require_within_min_n(const std::string& method, const std::string& param, Index value, Index n_q, Index n_k) {
   require(value <= std::min(n_q, n_k),
-          fmt::format("{}: {} = {} exceeds min(n_q, n_k) = {}", method, param, value, std::min(n_q, n_k)));
+          "{}: {} = {} exceeds min(n_q, n_k) = {}", method, param, value, std::min(n_q, n_k));
 }
 
 }  // namespace attnlab
