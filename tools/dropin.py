@@ -25,9 +25,12 @@ Scopes: `all` (every head of every layer swapped), `layer` (every head of one la
              grad_bound = ‖∂L/∂O‖_F·‖Õ − O‖_F, its Cauchy–Schwarz bound;
   p_tv       mean over rows of the total variation ½‖p − p̃‖₁ of the attention rows (not the KL: the rows of
              Nyström's and Linformer's P̃ are not distributions — they have negative entries).
-Every attention of the swaps, exact included, is computed by attnlab (torch 1.13's float64 softmax and batched
-products are 10x slower here; only the gradient pass uses torch's); the run checks first that attnlab's exact
-attention reproduces the model's own loss (|Δ| is in the .config; tests/python/test_dropin.py holds it to 1e-10).
+The measurements are attnlab.study's (Dropin: the library entry point a user runs on their own model); this tool
+supplies the committed models, their held-out windows and masks, the loss, and resid_err (which needs the model's
+out-projection). Every attention of the swaps, exact included, is computed by attnlab through the model's standard
+call; ∂L/∂O comes from one backward of the exact model through attnlab's exact backward. The run checks first that
+attnlab's exact attention reproduces the model's own loss (|Δ| is in the .config; tests/python/test_dropin.py holds
+it to 1e-10).
 
 Output: a tidy CSV (one row per model, scope, spec, layer, head), resumable: finished units are appended to
 OUT.partial as they complete and a rerun with the same settings continues there; OUT.config records the settings.
@@ -57,6 +60,7 @@ except ImportError:
         sys.exit(f"dropin: the attnlab Python module is not built ({e}); build it with "
                  "`cmake --build build --target attnlab_python` or set ATTNLAB_BUILD")
 import attnlab.torch as at  # noqa: E402
+import attnlab.study as study  # noqa: E402
 
 PRESETS = {
     # quick: the main job's budget (about a minute per model on 2 cores); paper: every budget everywhere.
@@ -175,17 +179,6 @@ def per_head(spec, layer, head):
     return s.replace(f"codebook={VQ_DIR}", f"codebook={os.path.join(ROOT, VQ_DIR)}")
 
 
-def attend(q, k, v, spec, layer, seed, causal, heads=None):
-    """Every head's attention (b, h, n, d_head) by `spec` through attnlab.torch (differentiable), random methods
-    drawing with seed + layer; a per-head template (a held vq codebook a head) runs head by head, `heads` naming the
-    heads the slices are (default: all, in order)."""
-    if "{head}" not in spec:
-        return at.attention(q, k, v, spec, causal=causal, seed=seed + layer)
-    heads = range(q.shape[1]) if heads is None else heads
-    return torch.stack([at.attention(q[:, i], k[:, i], v[:, i], per_head(spec, layer, h), causal=causal,
-                                     seed=seed + layer) for i, h in enumerate(heads)], 1)
-
-
 def vq_codebooks(spec):
     """Fits (once: cached under data/vq_codebooks with the model's training key) the held codebooks a causal vq spec
     template names, on VQ_WINDOWS training windows of the committed causal model: per layer and head, k-means
@@ -221,7 +214,8 @@ def vq_codebooks(spec):
 
 # ---------------------------------------------------------------------------------------------- the model
 class Model:
-    """A committed trained model in float64 with its held-out windows, scored positions and exact-run caches."""
+    """A committed trained model in float64 with its held-out windows and scored positions: the data the study
+    runs on (attnlab.study measures)."""
 
     def __init__(self, objective, windows, shift=0.0):
         ck = ta.safe_load(ta.committed(objective, "weights"))
@@ -256,117 +250,56 @@ class Model:
             self.x, self.target, self.scored = x, tokens, chosen
         self.L, self.H = len(self.net.blocks), self.a.heads
         self.tokens = int(self.scored.sum())
+        self.batches = [(self.x, self.target, self.scored)]   # one batch: the windows are its rows (the clusters)
 
-    def embed(self):
-        x = self.net.tok(self.x)
-        if not self.net.rotary:
-            x = x + self.net.pos(torch.arange(self.x.shape[1]))
-        return x
+    def study(self, seed=0, measures=True):
+        """attnlab.study's Dropin on these windows (the baseline run once), with resid_err as a head measure."""
+        return study.Dropin(self.net, self.batches, step, seed=seed, measures=measures,
+                            head_extra=self.resid_err if measures else None)
 
-    def attend(self, q, k, v, spec, layer, seed, heads=None):
-        return attend(q, k, v, spec, layer, seed, self.causal, heads)
+    def streams(self):
+        """The residual stream entering each block in the exact run through attnlab (the resid_err denominator)."""
+        if not hasattr(self, "_xs"):
+            xs = []
+            hooks = [blk.register_forward_pre_hook(lambda m, inp: xs.append(inp[0])) for blk in self.net.blocks]
+            try:
+                with torch.no_grad(), at.swap(self.net, "exact"):
+                    self.net(self.x)
+            finally:
+                for h in hooks:
+                    h.remove()
+            self._xs = xs
+        return self._xs
 
-    @torch.no_grad()
-    def exact_run(self):
-        """The exact model through attnlab, caching every layer's input, Q, K, V and head outputs."""
-        self.xs, self.qkv, self.o, self.p_exact = [], [], [], {}
-        x = self.embed()
-        for l, blk in enumerate(self.net.blocks):
-            q, k, v = blk.heads(x)
-            o = self.attend(q, k, v, "exact", l, 0)
-            self.xs.append(x)
-            self.qkv.append((q, k, v))
-            self.o.append(o)
-            x = blk.finish(x, o)
-        self.logp = torch.log_softmax(self.net.head(self.net.ln(x)), -1)
-        self.ce = self.token_ce(self.logp)
-        return self.ce
-
-    def exact_matrix(self, layer):
-        """Exact attention's P of every window's heads at `layer` (W·H, n, n), from the cached Q, K: computed once
-        a model run and kept (what every spec's p_tv is measured against): W·H·n² doubles a layer, 64 MiB at the
-        quick preset's 8 windows, 256 MiB at the paper preset's 32 (1 GiB for the four layers)."""
-        if layer not in self.p_exact:
-            q, k, _ = self.qkv[layer]
-            n, dh = q.shape[-2], q.shape[-1]
-            qf, kf = q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy()
-            _, self.p_exact[layer] = attnlab.apply("exact", qf, kf, np.zeros((qf.shape[0], n, 1)),
-                                                   causal=self.causal, matrix=True)
-        return self.p_exact[layer]
-
-    def token_ce(self, logp):
-        return -logp.gather(-1, self.target[..., None])[..., 0]
+    def resid_err(self, layer, heads, deltas):
+        """‖(Õ − O) W_proj,hᵀ‖_F / ‖x_l‖_F of these heads together: their error as it enters the residual stream,
+        through their columns of the out-projection, relative to the stream."""
+        (d,) = deltas   # one batch
+        d = torch.from_numpy(d)
+        B, h, n, dh = d.shape
+        w = self.net.blocks[layer].proj.weight
+        cols = torch.cat([w[:, i * dh:(i + 1) * dh] for i in heads], 1)
+        return {"resid_err": float((d.transpose(1, 2).reshape(B, n, h * dh) @ cols.T).norm()
+                                   / self.streams()[layer].norm())}
 
     @torch.no_grad()
     def torch_loss(self):
-        """The model's own forward (torch's attention) on the same windows: the reference attnlab must match."""
-        return self.token_ce(torch.log_softmax(self.net(self.x), -1))
+        """The model's own forward (torch's attention) on the same windows, per position."""
+        return step(self.net, self.batches[0])["loss"]
 
-    def head_gradients(self):
-        """∂L/∂O of every layer's head outputs (b, h, n, d_head) for the pooled loss, from one backward pass of the
-        exact model with torch's attention (attnlab's has no backward yet). Each O stays in the graph, so the
-        derivative runs through every later layer's attention as well as the residual stream and the MLPs."""
-        outs = []
-        x = self.embed().detach()
-        for blk in self.net.blocks:
-            q, k, v = blk.heads(x)
-            o = blk.attention(q, k, v)
-            outs.append(o)
-            x = blk.finish(x, o)
-        ce = self.token_ce(torch.log_softmax(self.net.head(self.net.ln(x)), -1))
-        loss = ce[self.scored].sum() / self.tokens
-        grads = torch.autograd.grad(loss, outs)
-        return [g.detach() for g in grads]
 
-    @torch.no_grad()
-    def run_mix(self, mix, seed=0):
-        """Log-probabilities with a mix {(layer, head): spec} swapped in together (other heads exact)."""
-        x = self.embed()
-        for l, blk in enumerate(self.net.blocks):
-            q, k, v = blk.heads(x)
-            o = self.attend(q, k, v, "exact", l, 0)
-            groups = {}
-            for (ml, h), spec in mix.items():
-                if ml == l:
-                    groups.setdefault(spec, []).append(h)
-            for spec, hs in groups.items():
-                o[:, hs] = self.attend(q[:, hs], k[:, hs], v[:, hs], spec, l, seed, heads=hs)
-            x = blk.finish(x, o)
-        return torch.log_softmax(self.net.head(self.net.ln(x)), -1)
-
-    @torch.no_grad()
-    def run_from(self, layer, x, o_at_layer, swapped):
-        """Logits' log-probabilities when layer `layer` uses head outputs o_at_layer and every later layer l uses
-        the head outputs swapped(l, q, k, v) on its own (perturbed) Q, K, V."""
-        x = self.net.blocks[layer].finish(x, o_at_layer)
-        for l in range(layer + 1, self.L):
-            blk = self.net.blocks[l]
-            q, k, v = blk.heads(x)
-            o = swapped(l, q, k, v)
-            x = blk.finish(x, o)
-        return torch.log_softmax(self.net.head(self.net.ln(x)), -1)
-
-    def measures(self, logp):
-        """Pooled loss, its SE, dloss, its paired SE, KL(p_exact‖p), top-1 agreement."""
-        ce = self.token_ce(logp)
-        m = self.scored
-        n_w = m.sum(1).double()
-        total = n_w.sum()
-
-        def pooled(values):
-            return pooled_windows((values * m).sum(1), n_w)
-
-        loss, loss_se = pooled(ce)
-        dloss, dloss_se = pooled(ce - self.ce)
-        p0 = self.logp.exp()
-        kl = float(((p0 * (self.logp - logp)).sum(-1) * m).sum() / total)
-        top1 = float(((self.logp.argmax(-1) == logp.argmax(-1)) & m).sum() / total)
-        return dict(loss=loss, loss_se=loss_se, dloss=dloss, dloss_se=dloss_se, kl=kl, top1=top1)
+def step(net, batch):
+    """The study's step: per-position cross-entropy of the windows (nats), the scored positions, the logits."""
+    x, target, scored = batch
+    logits = net(x)
+    ce = -torch.log_softmax(logits, -1).gather(-1, target[..., None])[..., 0]
+    return {"loss": ce, "mask": scored, "logits": logits}
 
 
 def pooled_windows(s_w, n_w):
     """The pooled mean Σ s_w / Σ n_w of per-window sums s_w over n_w scored positions and its standard error with
-    the windows as the independent units (a ratio estimate: √(W/(W−1)·Σ (s_w − mean·n_w)²) / Σ n_w)."""
+    the windows as the independent units (a ratio estimate: √(W/(W−1)·Σ (s_w − mean·n_w)²) / Σ n_w): finetune's
+    rows, recomputed from the stored window sums."""
     total = n_w.sum()
     mean = s_w.sum() / total
     W = len(n_w)
@@ -374,95 +307,16 @@ def pooled_windows(s_w, n_w):
     return float(mean), float(se)
 
 
-def row_l1_distances(a, b):
-    """‖a_i − b_i‖₁ of every row of two (heads, n, n_k) arrays, one head at a time: the difference of one head
-    stays in cache where the whole one (hundreds of MB in float64) would be written and read back twice. The same
-    sums, bit for bit, as np.abs(a - b).sum(-1)."""
-    out = np.empty(a.shape[:-1])
-    buf = np.empty(a.shape[1:])
-    for i in range(a.shape[0]):
-        np.subtract(a[i], b[i], out=buf)
-        np.abs(buf, out=buf)
-        out[i] = buf.sum(-1)
-    return out
+def spec_for(spec):
+    """The spec the study runs: a held-codebook template's relative path made absolute ({layer}, {head} kept)."""
+    return spec.replace(f"codebook={VQ_DIR}", f"codebook={os.path.join(ROOT, VQ_DIR)}")
 
 
-def rel(a, b):
-    return float(torch.linalg.norm((a - b).reshape(-1)) / torch.linalg.norm(b.reshape(-1)))
-
-
-# ---------------------------------------------------------------------------------------------- the units
-def unit_all(model, spec, seed):
-    rows = []
-    with torch.no_grad():
-        x = model.embed()
-        for l, blk in enumerate(model.net.blocks):
-            q, k, v = blk.heads(x)
-            x = blk.finish(x, model.attend(q, k, v, spec, l, seed))
-        logp = torch.log_softmax(model.net.head(model.net.ln(x)), -1)
-        errs = []
-        for l in range(model.L):
-            q, k, v = model.qkv[l]
-            errs.append((model.attend(q, k, v, spec, l, seed) - model.o[l]).pow(2).sum() / model.o[l].pow(2).sum())
-    rows.append(dict(scope="all", layer="", head="", head_err=float(torch.stack(errs).mean().sqrt()),
-                     **model.measures(logp)))
-    return rows
-
-
-def exact_later(model):
-    """The later layers' attention: exact, on the Q, K, V the perturbed stream gives them (not the cached ones)."""
-    return lambda l, q, k, v: model.attend(q, k, v, "exact", l, 0)
-
-
-def unit_layers(model, spec, seed, grads):
-    rows = []
-    for l in range(model.L):
-        q, k, v = model.qkv[l]
-        with torch.no_grad():
-            o = model.attend(q, k, v, spec, l, seed)
-            logp = model.run_from(l, model.xs[l], o, exact_later(model))
-        d = o - model.o[l]
-        b, h, n, dh = d.shape
-        resid_d = model.net.blocks[l].proj.weight @ d.transpose(1, 2).reshape(b, n, h * dh).transpose(1, 2)
-        rows.append(dict(scope="layer", layer=l, head="", head_err=rel(o, model.o[l]),
-                         resid_err=float(resid_d.norm() / model.xs[l].norm()),
-                         grad_lin=float((grads[l] * d).sum()), grad_bound=float(grads[l].norm() * d.norm()),
-                         **model.measures(logp)))
-    return rows
-
-
-def unit_heads(model, spec, seed, grads):
-    rows = []
-    for l in range(model.L):
-        q, k, v = model.qkv[l]
-        blk = model.net.blocks[l]
-        dh = q.shape[-1]
-        with torch.no_grad():
-            o_all = model.attend(q, k, v, spec, l, seed)
-            W, H, n, _ = q.shape
-            ones = np.zeros((W * H, n, 1))
-            if "{head}" in spec:   # a held codebook a head: each head's P̃ with its own
-                p_approx = np.stack([attnlab.apply(per_head(spec, l, h), q[:, h].numpy(), k[:, h].numpy(),
-                                                   ones[:W], causal=model.causal, seed=seed + l, matrix=True)[1]
-                                     for h in range(H)], 1).reshape(W * H, n, n)
-            else:
-                _, p_approx = attnlab.apply(spec, q.reshape(-1, n, dh).numpy(), k.reshape(-1, n, dh).numpy(), ones,
-                                            causal=model.causal, seed=seed + l, matrix=True)
-            tv = 0.5 * row_l1_distances(p_approx, model.exact_matrix(l)).reshape(W, H, n).mean(axis=(0, 2))
-            del p_approx
-            resid = float(model.xs[l].norm())
-            for h in range(model.H):
-                o = model.o[l].clone()
-                o[:, h] = o_all[:, h]
-                logp = model.run_from(l, model.xs[l], o, exact_later(model))
-                d = o_all[:, h] - model.o[l][:, h]
-                w = blk.proj.weight[:, h * dh:(h + 1) * dh]   # the head's columns of the out-projection
-                rows.append(dict(scope="head", layer=l, head=h, head_err=rel(o_all[:, h], model.o[l][:, h]),
-                                 resid_err=float((d @ w.T).norm()) / resid,
-                                 grad_lin=float((grads[l][:, h] * d).sum()),
-                                 grad_bound=float(grads[l][:, h].norm() * d.norm()), p_tv=float(tv[h]),
-                                 **model.measures(logp)))
-    return rows
+def unit_rows(d, spec, scope):
+    """The rows of one unit (scope exact: the baseline; all: one; layer: one a layer; head: one a head)."""
+    if scope == "exact":
+        return [dict(d.baseline)]
+    return [d.unit(spec_for(spec), scope, l, h) for l, h in d.units(spec, scope)]
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -499,7 +353,7 @@ def main(argv):
         ck = ta.safe_load(ta.committed(m, "weights"))
         shapes[m] = (ck["config"]["layers"], ck["config"]["heads"])
         config.setdefault("train_keys", {})[m] = ck["train_key"]
-    config, key = resumable.settings_key(config, [os.path.abspath(__file__), ta.__file__])
+    config, key = resumable.settings_key(config, [os.path.abspath(__file__), ta.__file__, study.__file__])
     part = resumable.Partial(out, "dropin", key, COLUMNS, lambda rows: complete_units(rows, shapes))
     rows, done = part.rows, part.done
     checks = {}
@@ -507,15 +361,15 @@ def main(argv):
     for model_name in a.models:
         t0 = time.time()
         model = Model(model_name, a.windows)
-        ce = model.exact_run()
-        native = model.torch_loss()
+        d = model.study(seed=a.seed)
+        # attnlab's exact attention against the model's own forward, every position (scored or not)
+        ce, native = d.base.tokens[0], d.own.tokens[0]
         m = model.scored
-        loss = float(ce[m].sum() / model.tokens)
-        checks[model_name] = {"exact_loss_attnlab": loss, "exact_loss_torch": float(native[m].sum() / model.tokens),
+        checks[model_name] = {"exact_loss_attnlab": float(ce[m].sum() / model.tokens),
+                              "exact_loss_torch": float(native[m].sum() / model.tokens),
                               "max_abs_token_ce_difference": float((ce - native).abs().max()),
                               "windows": a.windows, "scored_tokens": model.tokens,
                               "window_starts": model.starts, "train_key": model.train_key}
-        grads = model.head_gradients()
         fams = families[model_name]
         units = []
         for f in fams:
@@ -535,14 +389,7 @@ def main(argv):
                   file=sys.stderr)
         for i, (label, budget, spec, scope) in enumerate(todo):
             t = time.time()
-            if scope == "exact":
-                new = [dict(scope="exact", layer="", head="", head_err=0.0, **model.measures(model.logp))]
-            elif scope == "all":
-                new = unit_all(model, spec, a.seed)
-            elif scope == "layer":
-                new = unit_layers(model, spec, a.seed, grads)
-            else:
-                new = unit_heads(model, spec, a.seed, grads)
+            new = unit_rows(d, spec, scope)
             took = time.time() - t
             canonical = attnlab.canonical(per_head(spec, 0, 0)) if spec != "exact" else "exact"
             for r in new:

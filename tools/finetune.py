@@ -78,7 +78,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dropin  # noqa: E402  (pins the kernels, finds the attnlab module; the held-out windows and masks)
 import resumable  # noqa: E402
-from dropin import attnlab, ta, torch  # noqa: E402
+from dropin import attnlab, study, ta, torch  # noqa: E402
 
 PRESETS = {
     # quick: the main job's budget (about 2 minutes for both models on 2 cores); paper: a real fine-tune.
@@ -142,44 +142,16 @@ def units_for(objective, wanted):
     return out
 
 
-def schedule(steps):
-    """The learning-rate factor of step s (0-based): linear warm-up over 10% of the steps, cosine decay to 0."""
-    warmup = max(1, steps // 10)
-    return lambda s: min((s + 1) / warmup, 0.5 * (1 + math.cos(math.pi * min(1.0, (s + 1) / steps))))
-
-
 @functools.lru_cache(maxsize=1)
 def train_bytes():
     """The corpus's training split (read once a process: the tests build several runs)."""
     return ta.split_corpus(ta.read_corpus("snapshot")[1])[0]
 
 
-class Swapped(torch.nn.Module):
-    """The ByteTransformer with every head's attention by `spec` through attnlab.torch (autograd through attnlab's
-    backward), or the model's own softmax attention for spec "torch". Layer l's random method draws with seed + l,
-    the same draw at every step (held fixed)."""
-
-    def __init__(self, net, spec, causal, seed):
-        super().__init__()
-        self.net, self.spec, self.causal, self.seed = net, spec, causal, seed
-
-    def forward(self, tokens):
-        x = self.net.tok(tokens)
-        if not self.net.rotary:
-            x = x + self.net.pos(torch.arange(tokens.shape[1]))
-        for l, blk in enumerate(self.net.blocks):
-            q, k, v = blk.heads(x)
-            if self.spec == "torch":
-                o = blk.attention(q, k, v)
-            else:
-                o = dropin.attend(q, k, v, self.spec, l, self.seed, self.causal)
-            x = blk.finish(x, o)
-        return self.net.head(self.net.ln(x))
-
-
 class Run:
     """One model's fine-tuning runs: its committed weights, held-out windows (dropin.Model's) and the training
-    batches every family sees."""
+    batches every family sees. The training and the held-out losses are attnlab.study.finetune's (the library entry
+    point a user runs on their own model); this supplies the model, the batches and the loss."""
 
     def __init__(self, objective, a):
         self.objective, self.a = objective, a
@@ -193,63 +165,33 @@ class Run:
         parts = a.batch // a.micro_batch
         self.batches = [[ta.make_batch(train, self.cfg, gen, a.micro_batch) for _ in range(parts)]
                         for _ in range(a.steps)]
+        h, mb = self.held, a.micro_batch
+        self.eval_batches = [(h.x[i:i + mb], h.target[i:i + mb], h.scored[i:i + mb]) for i in range(0, len(h.x), mb)]
 
-    def model(self, spec):
+    def model(self):
+        """The committed model in float32 (what users train in), its attention through the standard call."""
         net = ta.ByteTransformer(self.cfg)
         net.load_state_dict(self.ck["state_dict"])
-        return Swapped(net, spec, self.objective == "causal", self.a.seed)
-
-    @torch.no_grad()
-    def heldout(self, model):
-        """Per-window sums of the scored bytes' cross-entropy (float64 sums of float32 losses), in micro-batches."""
-        sums = []
-        for i in range(0, len(self.held.x), self.a.micro_batch):
-            x = self.held.x[i:i + self.a.micro_batch]
-            logp = torch.log_softmax(model(x), -1)
-            ce = -logp.gather(-1, self.held.target[i:i + len(x), :, None])[..., 0].double()
-            sums.append((ce * self.held.scored[i:i + len(x)]).sum(1))
-        return torch.cat(sums)
+        return net
 
     def finetune(self, spec):
-        """Trains the swapped model; returns ({step: (window sums or None, train loss)}, step times, status)."""
+        """Trains the model with `spec` swapped in (the controls: "exact", attnlab's exact attention; "torch", the
+        model's own through torch's autograd); returns ({step: (window sums, train loss)} of the steps evaluated,
+        [the median step time], status)."""
         a = self.a
-        model = self.model(spec)
-        params = list(model.parameters())
-        opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.98), weight_decay=0.01)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(a.steps))
-        wanted = eval_steps(a.steps, a.evals)
-        evals, times, recent, status = {}, [], [], "ok"
-        try:
-            evals[0] = (self.heldout(model), math.nan)
-            for step in range(1, a.steps + 1):
-                t = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                loss = 0.0
-                for batch in self.batches[step - 1]:
-                    part = ta.loss_of(model, batch) / len(self.batches[step - 1])
-                    loss += part.item()
-                    if not math.isfinite(loss):   # before the backward, which refuses a non-finite gradient
-                        break
-                    part.backward()
-                norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0)) if math.isfinite(loss) else math.nan
-                if not (math.isfinite(loss) and math.isfinite(norm)):   # AdamW would spread the NaN to every weight
-                    status = f"diverged at step {step} (training loss {loss:.3g}, gradient norm {norm:.3g})"
-                    break
-                opt.step()
-                sched.step()
-                times.append(time.perf_counter() - t)
-                recent.append(loss)
-                if step in wanted:
-                    sums = self.heldout(model)
-                    if not bool(torch.isfinite(sums).all()):
-                        status = f"diverged at step {step} (non-finite held-out loss)"
-                        break
-                    evals[step] = (sums, statistics.fmean(recent))
-                    recent = []
-        except (ValueError, RuntimeError) as e:   # a method refusing its input mid-run: recorded, the others go on
-            what = "diverged" if "NaN or infinite" in str(e) else "error"   # attnlab's refusal of non-finite input
-            status = f"{what} at step {len(times) + (1 if evals else 0)}: {str(e).splitlines()[0][:200]}"
-        return evals, times, status
+        kw = dict(steps=a.steps, lr=a.lr, evals=a.evals, weight_decay=0.01, clip=1.0, seed=a.seed,
+                  accumulate=a.batch // a.micro_batch, objective=ta.loss_of, progress=False)
+        train = [mb for step in self.batches for mb in step]
+        if spec in CONTROLS:
+            rows = study.finetune(self.model(), [], train, self.eval_batches, dropin.step,
+                                  controls=("exact" if spec == "exact" else "own",), **kw)
+        else:
+            rows = study.finetune(self.model(), [dropin.spec_for(spec)], train, self.eval_batches, dropin.step,
+                                  controls=(), **kw)
+        evals = {r["step"]: (torch.tensor(r["sums"], dtype=torch.float64), r["train_loss"]) for r in rows
+                 if "sums" in r}
+        t = rows[0].get("time_per_step_s", math.nan)
+        return evals, [] if math.isnan(t) else [t], rows[0]["status"]
 
 
 def rows_of(run, family, spec, budget, evals, times, status, took):
@@ -335,7 +277,8 @@ def main(argv):
               "families": a.families, "attnlab": attnlab.__version__, "attnlab_threads": attnlab.threads(),
               "torch": torch.__version__, "torch_threads": a.threads, "kernels": ta.KERNELS,
               "train_keys": {m: ta.safe_load(ta.committed(m, "weights"))["train_key"] for m in a.models}}
-    config, key = resumable.settings_key(config, [os.path.abspath(__file__), dropin.__file__, ta.__file__])
+    config, key = resumable.settings_key(config, [os.path.abspath(__file__), dropin.__file__, ta.__file__,
+                                                  study.__file__])
     n_evals = len(eval_steps(a.steps, a.evals))
     part = resumable.Partial(a.out, "finetune", key, COLUMNS, lambda rows: complete(rows, n_evals))
     checks, t_start = {}, time.time()

@@ -48,8 +48,10 @@ def parse_args(argv):
     return a
 
 
-def check(model, mix):
-    return model.measures(model.run_mix(mix))
+def check(d, mix):
+    """The model-level measures (attnlab.study.Dropin's, against its all-exact baseline) of a mix {(layer, head):
+    spec} swapped in together, every other head attnlab's exact attention."""
+    return d.measure({c["layer"]: [mix.get((c["layer"], h), "exact") for h in range(c["heads"])] for c in d.calls})
 
 
 def main(argv):
@@ -61,15 +63,14 @@ def main(argv):
     out = a.out or (a.report if os.path.isdir(a.report) else os.path.dirname(os.path.abspath(a.report)))
     say = (lambda m: None) if a.quiet else (lambda m: print(m, file=sys.stderr))
     t0 = time.time()
-    choose = dropin.Model(a.model, a.windows)
-    held = dropin.Model(a.model, a.windows, shift=0.5)
-    L, H = choose.L, choose.H
+    choose_windows = dropin.Model(a.model, a.windows)
+    held_windows = dropin.Model(a.model, a.windows, shift=0.5)
+    L, H = choose_windows.L, choose_windows.H
     bad = [k for k in report if not (0 <= k[0] < L and 0 <= k[1] < H)]
     if bad:
         sys.exit(f"model_report: the report has heads {bad[:3]} that the {a.model} model ({L} layers x {H} heads) "
                  "does not; is it a report of this model?")
-    for m in (choose, held):
-        m.exact_run()
+    choose, held = choose_windows.study(measures=False), held_windows.study(measures=False)
     results, chosen = [], {}
     rec = mixes.recommended(report)
     chosen["per-head target"] = rec
@@ -77,7 +78,7 @@ def main(argv):
     results.append(("per-head target", "", rec, check(held, rec), check(choose, rec)))
     if a.loss_target is not None:
         def increase(mix):
-            m = choose.measures(choose.run_mix(mix))
+            m = check(choose, mix)
             return m["dloss"], m["dloss_se"]
         mix, steps = mixes.choose_under_loss_target(report, increase, a.loss_target, a.noise, a.z, progress=say)
         chosen["loss target"] = mix
@@ -90,7 +91,7 @@ def main(argv):
                     "tokens", "loss", "dloss", "dloss_se", "kl", "top1", "fit_windows", "fit_dloss", "fit_dloss_se"])
         for name, target, mix, m, fit in results:
             w.writerow([a.model, name, target, len(mix), len(report), f"{mixes.attention_speedup(report, mix):.4g}",
-                        len(held.starts), held.tokens, f"{m['loss']:.6f}", f"{m['dloss']:.6f}", f"{m['dloss_se']:.6f}",
+                        len(held_windows.starts), held_windows.tokens, f"{m['loss']:.6f}", f"{m['dloss']:.6f}", f"{m['dloss_se']:.6f}",
                         f"{m['kl']:.6f}", f"{m['top1']:.4f}", a.windows, f"{fit['dloss']:.6f}",
                         f"{fit['dloss_se']:.6f}"])
     with open(os.path.join(out, "model_mix.csv"), "w", newline="") as f:
@@ -107,7 +108,7 @@ def main(argv):
                             f"{h['exact_time_s']:.4g}", f"{h['exact_time_s']:.4g}"])
     lines = [f"# The report's choices on the model ({a.model})", "",
              f"Every head's choice applied together to the committed {a.model} model (float64), measured on "
-             f"{len(held.starts)} held-out windows ({held.tokens} scored bytes) half-way between the {a.windows} "
+             f"{len(held_windows.starts)} held-out windows ({held_windows.tokens} scored bytes) half-way between the {a.windows} "
              "that the loss-target choice was made on. "
              "Loss increase in nats/byte (± its paired standard error); attention speed-up: Σ exact time / Σ chosen "
              "time over the heads, at the report's cost length. Made by `tools/model_report.py`.", "",

@@ -35,7 +35,7 @@ import attnlab
 from . import stats
 from . import torch as at
 
-__all__ = ["dropin", "predictors", "finetune", "choose", "Run", "MEASURES"]
+__all__ = ["Dropin", "dropin", "predictors", "finetune", "choose", "Run", "MEASURES"]
 
 # The head-level measures (scope "head" rows) tested as predictors of a one-head swap's loss increase.
 MEASURES = {
@@ -118,10 +118,6 @@ def _compare(out, base):
     return r
 
 
-def _exact_everywhere(calls):
-    return {c["layer"]: "exact" for c in calls}
-
-
 def _progress(progress, msg):
     if progress is True:
         print(f"study: {msg}", file=sys.stderr, flush=True)
@@ -159,9 +155,22 @@ class _Partial:
                 f.write(json.dumps({"unit": unit, "rows": rows}) + "\n")
 
 
+def _filled(spec):
+    """A spec with {layer} and {head} in it (e.g. a held codebook a head: vq:codebook=dir/L{layer}H{head}.npy) as
+    swap's callable (layer, head) -> spec; any other spec as it is."""
+    if isinstance(spec, str) and ("{layer}" in spec or "{head}" in spec):
+        return lambda l, h: spec.replace("{layer}", str(l)).replace("{head}", str(h))
+    return spec
+
+
+def _label(spec):
+    """A row's spec: the canonical form of a plain spec; a {layer}/{head} template as given."""
+    return spec if callable(_filled(spec)) else attnlab.canonical(spec)
+
+
 def _head_data(model, batches, step, seed, total):
-    """Exact attention's Q, K, V, output and ∂L/∂O of every call (the gradient of the pooled loss — total: the scored
-    units over every batch — through the model, one backward per batch): [{layer, causal, q, k, v, o, do}] per
+    """Exact attention's Q, K, V and ∂L/∂O of every call (the gradient of the pooled loss — total: the scored
+    units over every batch — through the model, one backward per batch): [{layer, causal, q, k, v, do}] per
     batch."""
     per_batch = []
     for b in batches:
@@ -173,105 +182,193 @@ def _head_data(model, batches, step, seed, total):
     return per_batch
 
 
-def _head_measures(records, spec, layer, head, seed):
-    """head_err, grad_lin, grad_bound and p_tv of `spec` on one head, pooled over the batches' records."""
-    num = den = lin = dd = gg = 0.0
-    tv_sum = tv_rows = 0.0
-    for r in (x for recs in records for x in recs if x["layer"] == layer):   # every forward step() made
-        q, k, v = (r[w][:, head] for w in "qkv")
-        o = attnlab.apply("exact", q, k, v, causal=r["causal"])
-        o_t, p_t = attnlab.apply(spec, q, k, v, causal=r["causal"], seed=seed + layer, matrix=True)
-        _, p = attnlab.apply("exact", q, k, v[..., :1], causal=r["causal"], matrix=True)
-        d = o_t - o
-        num += float((d ** 2).sum())
-        den += float((o ** 2).sum())
-        g = r["do"][:, head]
-        lin += float((g * d).sum())
-        dd += float((d ** 2).sum())
-        gg += float((g ** 2).sum())
-        tv_sum += float(0.5 * np.abs(p_t - p).sum())
-        tv_rows += p.shape[0] * p.shape[1]
-    return dict(head_err=math.sqrt(num / den) if den else math.nan, grad_lin=lin, grad_bound=math.sqrt(gg * dd),
-                p_tv=tv_sum / tv_rows)
+class Dropin:
+    """The drop-in study of one model on one set of batches: the baseline (every attention by attnlab's exact) run
+    once, then any number of units — unit(spec, scope, layer, head) — or arbitrary swaps — measure(swap_spec) —
+    measured against it. dropin() is this with progress and resumption; tools/dropin.py uses it unit by unit.
+
+    Head measures (measures=True) are taken with each head fed the exact model's Q, K, V: on "head" rows those of
+    MEASURES; on "layer" rows head_err, grad_lin and grad_bound of the layer's heads together; on "all" rows
+    head_err, the root-mean-square over layers of each layer's. head_extra(layer, heads, deltas) -> {column: value}
+    adds measures of your own to "head" and "layer" rows: deltas holds, per batch, Õ − O of those heads
+    (numpy, (B, len(heads), n, d_head)) — e.g. the error through the layer's out-projection."""
+
+    def __init__(self, model, batches, step, *, measures=True, seed=0, compare=None, head_extra=None):
+        self.model, self.batches, self.step = model, list(batches), step
+        if not self.batches:
+            raise ValueError("study.dropin: no batches")
+        self.measures, self.seed, self.compare, self.head_extra = measures, seed, compare, head_extra
+        t0 = time.time()
+        self.own = _Outcome()
+        with torch.no_grad():
+            for b in self.batches:
+                self.own.add(step(model, b))
+        self.base = _run(model, self.batches, step, "exact", seed)
+        self.calls = self.base.calls
+        self.H = {c["layer"]: c["heads"] for c in self.calls}
+        self.max_abs_own = max(float((a - b)[m].abs().max()) if bool(m.any()) else 0.0
+                               for a, b, m in zip(self.base.tokens, self.own.tokens, self.own.masks))
+        self.baseline = dict(scope="exact", spec="exact", layer="", head="", own_loss=self.own.mean()[0],
+                             max_abs_own=self.max_abs_own, **self._against(self.base),
+                             time_s=round(time.time() - t0, 3))
+        if measures:
+            self.baseline["head_err"] = 0.0
+        self._records, self._exact = None, {}
+
+    def _against(self, out):
+        return {**_compare(out, self.base), **(self.compare(out.extras, self.base.extras) if self.compare else {})}
+
+    def units(self, spec, scope):
+        """The units of one spec and scope: [(layer, head)] ("" where not one)."""
+        if scope == "all":
+            return [("", "")]
+        if scope == "layer":
+            return [(l, "") for l in self.H]
+        if scope == "head":
+            return [(l, h) for l in self.H for h in range(self.H[l])]
+        raise ValueError(f"study.dropin: scope {scope!r}; valid: all, layer, head")
+
+    def swap_spec(self, spec, scope, layer="", head=""):
+        """The swap spec of one unit: spec in every head (all), one layer's heads or one head, the rest exact."""
+        filled = _filled(spec)
+        if scope == "all":
+            return filled
+        exact = {c["layer"]: "exact" for c in self.calls}
+        if scope == "layer":
+            return {**exact, layer: filled}
+        one = filled(layer, head) if callable(filled) else filled
+        return {**exact, layer: ["exact"] * head + [one] + ["exact"] * (self.H[layer] - head - 1)}
+
+    def measure(self, swap_spec):
+        """The model-level measures of any swap (swap's spec forms) against the baseline: loss, loss_se, dloss,
+        dloss_se (paired), kl, top1, finite and compare()'s columns."""
+        return self._against(_run(self.model, self.batches, self.step, swap_spec, self.seed))
+
+    def unit(self, spec, scope, layer="", head=""):
+        """One row: the model-level measures of the unit's swap, and its head measures."""
+        t = time.time()
+        r = dict(scope=scope, spec=_label(spec), layer=layer, head=head,
+                 **self.measure(self.swap_spec(spec, scope, layer, head)))
+        if self.measures:
+            r.update(self._head_measures(spec, scope, layer, head))
+        r["time_s"] = round(time.time() - t, 3)
+        return r
+
+    # ---- head measures: each head fed the exact model's Q, K, V ------------------------------------------------
+    def records(self):
+        if self._records is None:
+            total = float(torch.cat(self.base.counts).sum())
+            self._records = _head_data(self.model, self.batches, self.step, self.seed, total)
+        return self._records
+
+    def _layer(self, layer):
+        """This layer's records over every forward step() made (a batch may run the model more than once)."""
+        return [r for recs in self.records() for r in recs if r["layer"] == layer]
+
+    def _outputs(self, spec, layer, heads):
+        """[(record, exact O, Õ)] of `heads` at `layer`, numpy (B, len(heads), n, d_head); the exact O cached."""
+        filled = _filled(spec)
+        out = []
+        for i, r in enumerate(self._layer(layer)):
+            if (layer, i) not in self._exact:
+                q, k, v = (r[w] for w in "qkv")
+                self._exact[(layer, i)] = _apply_heads("exact", q, k, v, r["causal"], None)
+            o = self._exact[(layer, i)][:, heads]
+            q, k, v = (r[w][:, heads] for w in "qkv")
+            if callable(filled):
+                o_t = np.concatenate([_apply_heads(filled(layer, h), q[:, j:j + 1], k[:, j:j + 1], v[:, j:j + 1],
+                                                   r["causal"], self.seed + layer) for j, h in enumerate(heads)], 1)
+            else:
+                o_t = _apply_heads(filled, q, k, v, r["causal"], self.seed + layer)
+            out.append((r, o, o_t))
+        return out
+
+    def _head_measures(self, spec, scope, layer, head):
+        if scope == "all":
+            errs = []
+            for l in self.H:
+                outs = self._outputs(spec, l, list(range(self.H[l])))
+                num = sum(float(((o_t - o) ** 2).sum()) for _, o, o_t in outs)
+                den = sum(float((o ** 2).sum()) for _, o, _ in outs)
+                errs.append(num / den if den else math.nan)
+            return dict(head_err=math.sqrt(sum(errs) / len(errs)))
+        heads = list(range(self.H[layer])) if scope == "layer" else [head]
+        outs = self._outputs(spec, layer, heads)
+        num = den = lin = gg = 0.0
+        for r, o, o_t in outs:
+            d = o_t - o
+            g = r["do"][:, heads]
+            num += float((d ** 2).sum())
+            den += float((o ** 2).sum())
+            lin += float((g * d).sum())
+            gg += float((g ** 2).sum())
+        m = dict(head_err=math.sqrt(num / den) if den else math.nan, grad_lin=lin, grad_bound=math.sqrt(gg * num))
+        if scope == "head":
+            filled = _filled(spec)
+            one = filled(layer, head) if callable(filled) else filled
+            tv_sum = tv_rows = 0.0
+            for r, _, _ in outs:
+                q, k = r["q"][:, head], r["k"][:, head]
+                ones = np.zeros(q.shape[:-1] + (1,))
+                _, p_t = attnlab.apply(one, q, k, ones, causal=r["causal"], seed=self.seed + layer, matrix=True)
+                _, p = attnlab.apply("exact", q, k, ones, causal=r["causal"], matrix=True)
+                tv_sum += float(0.5 * np.abs(p_t - p).sum())
+                tv_rows += p.shape[0] * p.shape[1]
+            m["p_tv"] = tv_sum / tv_rows
+        if self.head_extra:
+            m.update(self.head_extra(layer, heads, [o_t - o for _, o, o_t in outs]))
+        return m
+
+
+def _apply_heads(spec, q, k, v, causal, seed):
+    """attnlab.apply over (B, H, n, d) arrays: every (batch entry, head) one attention, the same draw for all."""
+    B, H, n, d = q.shape
+    flat = lambda x: np.ascontiguousarray(x.reshape(B * H, x.shape[2], x.shape[3]))  # noqa: E731
+    o = attnlab.apply(spec, flat(q), flat(k), flat(v), causal=causal, seed=seed)
+    return o.reshape(B, H, n, v.shape[-1])
 
 
 def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), measures=True, seed=0, progress=True,
-           partial=None, compare=None):
+           partial=None, compare=None, head_extra=None):
     """Each spec swapped into `model` (scope "all": every head of every layer; "layer": one layer's heads, the others
     exact; "head": one head, the others exact) and what the model loses on `batches` (a list: each passed to
     step(model, batch)). Returns rows (dicts): scope, spec (canonical), layer, head ("" where not one), loss,
     loss_se, dloss (increase over the all-exact baseline), dloss_se (paired), kl (KL(p_exact ‖ p)) and top1 where
-    step gives logits, finite, and on "head" rows with measures=True the head measures of MEASURES (each head fed
-    the exact model's Q, K, V; ∂L/∂O from one backward of the exact model), time_s. The first row is the baseline
+    step gives logits, finite, the head measures (see Dropin; measures=True), time_s. The first row is the baseline
     (scope "exact") with own_loss, the model's own forward's loss, and max_abs_own, the largest per-token distance
-    from it (rounding: attnlab's exact attention is not the model's kernel). Random methods draw with seed + layer.
-    partial: a path where finished units are kept (JSON lines) so that an interrupted run resumes. compare: a
-    callable(extras, baseline_extras) -> {column: value} adding measures of your own to every row, from the "extra"
-    entries step() returned (one per batch; e.g. embeddings, for their cosine to the exact model's)."""
-    batches = list(batches)
-    if not batches:
-        raise ValueError("study.dropin: no batches")
-    canon = []
+    from it (rounding: attnlab's exact attention is not the model's kernel). Random methods draw with seed + layer;
+    a spec with {layer} and {head} in it is filled per head. partial: a path where finished units are kept (JSON
+    lines) so that an interrupted run resumes. compare: a callable(extras, baseline_extras) -> {column: value}
+    adding measures of your own to every row, from the "extra" entries step() returned (one per batch; e.g.
+    embeddings, for their cosine to the exact model's); head_extra: see Dropin."""
     for s in specs:
-        canon.append(attnlab.canonical(s))   # a bad spec fails here, before any work
-    bad = [s for s in scopes if s not in ("all", "layer", "head")]
-    if bad:
-        raise ValueError(f"study.dropin: scopes {bad}; valid: all, layer, head")
+        _label(s)   # a bad spec fails here, before any work
+    for s in scopes:
+        if s not in ("all", "layer", "head"):
+            raise ValueError(f"study.dropin: scopes {[s for s in scopes if s not in ('all', 'layer', 'head')]}; "
+                             "valid: all, layer, head")
     t0 = time.time()
-    own = _Outcome()
-    with torch.no_grad():
-        for b in batches:
-            own.add(step(model, b))
-    base = _run(model, batches, step, "exact", seed)
-    calls = base.calls
-    H = {c["layer"]: c["heads"] for c in calls}
-    diff = max(float((a - b)[m].abs().max()) if bool(m.any()) else 0.0
-               for a, b, m in zip(base.tokens, own.tokens, own.masks))
+    d = Dropin(model, batches, step, measures=measures, seed=seed, compare=compare, head_extra=head_extra)
     # What a unit's rows depend on besides its own key (spec, scope, layer, head): a run with more or fewer specs
     # or scopes keeps the units it shares with an interrupted one.
     settings = {"seed": seed, "measures": measures,
-                "calls": [(c["layer"], c["name"], c["heads"], c["n"]) for c in calls], "batches": len(batches),
-                "own_loss": own.mean()[0]}
+                "calls": [(c["layer"], c["name"], c["heads"], c["n"]) for c in d.calls], "batches": len(d.batches),
+                "own_loss": d.own.mean()[0]}
     part = _Partial(partial, settings)
-    rows = [dict(scope="exact", spec="exact", layer="", head="", own_loss=own.mean()[0], max_abs_own=diff,
-                 **_compare(base, base), **(compare(base.extras, base.extras) if compare else {}),
-                 time_s=round(time.time() - t0, 3))]
-    records = None
-    units = []
-    for spec in specs:
-        for scope in scopes:
-            if scope == "all":
-                units.append((spec, scope, "", ""))
-            elif scope == "layer":
-                units += [(spec, scope, l, "") for l in H]
-            else:
-                units += [(spec, scope, l, h) for l in H for h in range(H[l])]
-    _progress(progress, f"{len(units)} units on {len(batches)} batches, {len(calls)} attention layers; attnlab's "
-                        f"exact vs the model's own forward: max |Δ loss| = {diff:.1e}")
+    rows = [d.baseline]
+    units = [(spec, scope, l, h) for spec in specs for scope in scopes for l, h in d.units(spec, scope)]
+    _progress(progress, f"{len(units)} units on {len(d.batches)} batches, {len(d.calls)} attention layers; attnlab's "
+                        f"exact vs the model's own forward: max |Δ loss| = {d.max_abs_own:.1e}")
     for i, (spec, scope, l, h) in enumerate(units):
-        key = f"{attnlab.canonical(spec)}|{scope}|{l}|{h}"
+        key = f"{_label(spec)}|{scope}|{l}|{h}"
         if key in part.done:
             rows += part.done[key]
             continue
-        t = time.time()
-        if scope == "all":
-            swapped = spec
-        elif scope == "layer":
-            swapped = {**_exact_everywhere(calls), l: spec}
-        else:
-            swapped = {**_exact_everywhere(calls), l: ["exact"] * h + [spec] + ["exact"] * (H[l] - h - 1)}
-        out = _run(model, batches, step, swapped, seed)
-        r = dict(scope=scope, spec=attnlab.canonical(spec), layer=l, head=h, **_compare(out, base),
-                 **(compare(out.extras, base.extras) if compare else {}))
-        if scope == "head" and measures:
-            if records is None:
-                records = _head_data(model, batches, step, seed, float(torch.cat(base.counts).sum()))
-            r.update(_head_measures(records, spec, l, h, seed))
-        r["time_s"] = round(time.time() - t, 3)
+        r = d.unit(spec, scope, l, h)
         part.add(key, [r])
         rows.append(r)
         el = time.time() - t0
-        _progress(progress, f"{i + 1}/{len(units)} {scope} {spec} {l}{'' if h == '' else f'.{h}'}: "
+        _progress(progress, f"{i + 1}/{len(units)} {scope} {_label(spec)} {l}{'' if h == '' else f'.{h}'}: "
                             f"Δloss {r['dloss']:+.4f} ± {r['dloss_se']:.4f} ({el:.0f} s, "
                             f"~{el / (i + 1) * (len(units) - i - 1):.0f} s left)")
     return rows
@@ -301,38 +398,55 @@ def _schedule(steps):
 
 
 class Run:
-    """One fine-tuning arm: a copy of the model trained with `spec` swapped in (attnlab's backward)."""
+    """One fine-tuning arm: a copy of the model trained with `spec` swapped in (attnlab's backward); spec None: the
+    model's own attention (torch's autograd)."""
 
     def __init__(self, model, spec, seed):
-        self.model, self.spec, self.seed = copy.deepcopy(model), spec, seed
+        self.model, self.spec, self.seed = copy.deepcopy(model), _filled(spec), seed
 
     def evaluate(self, batches, step):
         return _run(self.model, batches, step, self.spec, self.seed)
 
 
+CONTROLS = {"exact": "exact", "own": None}   # a control arm's name: its swap spec (None: the model's own attention)
+
+
 def finetune(model, specs, train_batches, eval_batches, step, *, steps=None, lr=1e-4, evals=4, weight_decay=0.01,
-             clip=1.0, seed=0, control=True, progress=True):
-    """Fine-tunes a copy of `model` for each spec in `specs` (a spec or a list) swapped into every head (AdamW,
-    warm-up over 10% of the steps then cosine decay to 0, gradients clipped at `clip`; the model's weights train, the
-    method's random draws are held) on train_batches (one optimizer step each; steps defaults to their number,
-    cycling), evaluating the held-out loss on eval_batches at step 0 and `evals` evenly spaced steps; and, with
-    control=True, an exact control trained alike, once (attnlab's exact attention: training moves the loss too, so
-    recovery is measured against the control at the same step). Returns rows {arm ("method" | "exact"), spec, step,
-    loss, loss_se, gap (method − control at that step), gap_se (paired), gap_closed (the share of the step-0 gap
-    closed, where that gap is beyond two SEs), train_loss, time_per_step_s, status}. A non-finite loss or gradient
-    stops an arm (status says at which step)."""
+             clip=1.0, seed=0, controls=("exact",), accumulate=1, objective=None, progress=True):
+    """Fine-tunes a copy of `model` for each spec in `specs` (a spec or a list; a spec with {layer} and {head} is
+    filled per head) swapped into every head (AdamW, betas (0.9, 0.98), warm-up over 10% of the steps then cosine
+    decay to 0, gradients clipped at `clip`; the model's weights train, the method's random draws are held) on
+    train_batches, `accumulate` consecutive batches a step (their gradients summed, each loss divided by
+    `accumulate`; steps defaults to their number over accumulate, cycling), evaluating the held-out loss on
+    eval_batches at step 0 and `evals` evenly spaced steps; and each control in `controls` trained alike, once:
+    "exact" (attnlab's exact attention: training moves the loss too, so recovery is measured against it at the same
+    step) and "own" (the model's own attention through torch's autograd: the time per step a user has today).
+    The training loss is objective(model, batch) (a scalar tensor) where given, else the mean of step()'s losses
+    over the batch's scored units. Returns rows {arm ("method" or the control's name), spec, step, loss, loss_se,
+    sums (the held-out loss's per-cluster sums: paired comparisons between any two rows), gap (method − exact
+    control at that step), gap_se (paired), gap_closed (the share of the step-0 gap closed, where that gap is
+    beyond two SEs), train_loss, time_per_step_s, status}. A non-finite loss or gradient, or a method refusing its
+    input, stops an arm (status says at which step)."""
     train_batches = list(train_batches)
-    steps = steps or len(train_batches)
+    if accumulate < 1 or len(train_batches) < accumulate:
+        raise ValueError(f"study.finetune: accumulate={accumulate} with {len(train_batches)} training batches")
+    steps = steps or len(train_batches) // accumulate
     wanted = sorted({0} | {round(steps * i / evals) for i in range(1, evals + 1)})
     specs = [specs] if isinstance(specs, str) else list(specs)
-    arms = [("method", attnlab.canonical(s)) for s in specs] + ([("exact", "exact")] if control else [])
+    bad = [c for c in controls if c not in CONTROLS]
+    if bad:
+        raise ValueError(f"study.finetune: controls {bad}; valid: {', '.join(CONTROLS)}")
+    arms = [("method", _label(s)) for s in specs] + [(c, "exact" if c == "exact" else "own") for c in controls]
     results = {}
-    for arm, s in arms:
-        results[(arm, s)] = _train(model, s, train_batches, eval_batches, step, steps, wanted, lr, weight_decay,
-                                   clip, seed)
-        evals_at, _, status = results[(arm, s)]
-        _progress(progress, f"finetune {arm} {s}: held-out {evals_at[0][0].mean()[0]:.4f} -> "
-                            f"{evals_at[max(evals_at)][0].mean()[0]:.4f} after {max(evals_at)} steps; {status}")
+    for (arm, label), s in zip(arms, specs + [CONTROLS[c] for c in controls]):
+        results[(arm, label)] = _train(model, s, train_batches, eval_batches, step, steps, wanted, lr, weight_decay,
+                                       clip, seed, accumulate, objective)
+        evals_at, _, status = results[(arm, label)]
+        if evals_at:
+            _progress(progress, f"finetune {arm} {label}: held-out {evals_at[0][0].mean()[0]:.4f} -> "
+                                f"{evals_at[max(evals_at)][0].mean()[0]:.4f} after {max(evals_at)} steps; {status}")
+        else:
+            _progress(progress, f"finetune {arm} {label}: {status}")
     rows = []
     ctrl = results.get(("exact", "exact"), ({}, [], ""))[0]
     for arm, s in arms:
@@ -344,7 +458,8 @@ def finetune(model, specs, train_batches, eval_batches, step, *, steps=None, lr=
                 continue
             out, train = evals_at[i]
             loss, loss_se = out.mean()
-            r = dict(arm=arm, spec=s, step=i, loss=loss, loss_se=loss_se, train_loss=train, status=status,
+            r = dict(arm=arm, spec=s, step=i, loss=loss, loss_se=loss_se, sums=torch.cat(out.sums).tolist(),
+                     train_loss=train, status=status,
                      time_per_step_s=statistics.median(times) if times else math.nan)
             if i in ctrl and arm == "method":
                 c = ctrl[i][0]
@@ -352,44 +467,62 @@ def finetune(model, specs, train_batches, eval_batches, step, *, steps=None, lr=
                 r["control_loss"], r["gap"], r["gap_se"] = c.mean()[0], gap["dloss"], gap["dloss_se"]
                 if i == 0:
                     start_gap = (r["gap"], r["gap_se"])
-                elif start_gap and start_gap[0] > 2 * start_gap[1]:
+                elif start_gap and start_gap[0] > 2 * start_gap[1] and 0 in evals_at:
                     d0 = evals_at[0][0].mean()[0]
                     r["gap_closed"] = (d0 - loss) / (d0 - c.mean()[0])
             rows.append(r)
     return rows
 
 
-def _train(model, spec, train_batches, eval_batches, step, steps, wanted, lr, weight_decay, clip, seed):
+def _train(model, spec, train_batches, eval_batches, step, steps, wanted, lr, weight_decay, clip, seed, accumulate,
+           objective):
     """One arm: ({step: (held-out outcome, mean training loss since the last evaluation)}, step times, status)."""
     run = Run(model, spec, seed)
     params = [p for p in run.model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(steps))
-    evals_at, times, recent, status = {0: (run.evaluate(eval_batches, step), math.nan)}, [], [], "ok"
-    run.model.train()
-    for i in range(1, steps + 1):
-        t = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with at.swap(run.model, spec, seed=seed):
-            loss, mask, _ = _parts(step(run.model, train_batches[(i - 1) % len(train_batches)]))
-            value = (loss * mask).sum() / mask.sum()
-            if not bool(torch.isfinite(value)):
-                status = f"diverged at step {i} (training loss {float(value):.3g})"
+    evals_at, times, recent, status = {}, [], [], "ok"
+
+    def mean_loss(m, b):
+        loss, mask, _ = _parts(step(m, b))
+        return (loss * mask).sum() / mask.sum()
+
+    objective = objective or mean_loss
+    try:
+        evals_at[0] = (run.evaluate(eval_batches, step), math.nan)
+        run.model.train()
+        for i in range(1, steps + 1):
+            t = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            value = 0.0
+            with at.swap(run.model, run.spec, seed=seed):
+                for j in range(accumulate):
+                    part = objective(run.model, train_batches[((i - 1) * accumulate + j) % len(train_batches)])
+                    part = part / accumulate
+                    value += part.item()
+                    if not math.isfinite(value):   # before the backward, which refuses a non-finite gradient
+                        break
+                    part.backward()
+            norm = float(torch.nn.utils.clip_grad_norm_(params, clip)) if math.isfinite(value) else math.nan
+            if not (math.isfinite(value) and math.isfinite(norm)):   # AdamW would spread the NaN to every weight
+                status = f"diverged at step {i} (training loss {value:.3g}, gradient norm {norm:.3g})"
                 break
-            value.backward()
-        norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        if not math.isfinite(norm):
-            status = f"diverged at step {i} (gradient norm {norm:.3g})"
-            break
-        opt.step()
-        sched.step()
-        times.append(time.perf_counter() - t)
-        recent.append(float(value))
-        if i in wanted:
-            run.model.eval()
-            evals_at[i] = (run.evaluate(eval_batches, step), statistics.fmean(recent))
-            run.model.train()
-            recent = []
+            opt.step()
+            sched.step()
+            times.append(time.perf_counter() - t)
+            recent.append(value)
+            if i in wanted:
+                run.model.eval()
+                out = run.evaluate(eval_batches, step)
+                run.model.train()
+                if not out.finite:
+                    status = f"diverged at step {i} (non-finite held-out loss)"
+                    break
+                evals_at[i] = (out, statistics.fmean(recent))
+                recent = []
+    except (ValueError, RuntimeError) as e:   # a method refusing its input mid-run: recorded, the other arms go on
+        what = "diverged" if "NaN or infinite" in str(e) else "error"   # attnlab's refusal of non-finite input
+        status = f"{what} at step {len(times) + (1 if evals_at else 0)}: {str(e).splitlines()[0][:200]}"
     run.model.eval()
     return evals_at, times, status
 

@@ -33,12 +33,12 @@ def test_step_zero_is_the_dropin_loss(objective, spec):
     """Before training, the float32 swapped model's held-out loss is the drop-in experiment's float64 loss for the
     same windows, masks and random draws (seed + layer): a random method on the masked-LM, a sparse one causal."""
     run = small_run(objective)
-    loss, se = dropin.pooled_windows(run.heldout(run.model(spec)), run.n_w)
-    model = dropin.Model(objective, 2)
-    model.exact_run()
-    (row,) = dropin.unit_all(model, spec, 0)
+    sums = torch.cat(finetune.study.Run(run.model(), spec, 0).evaluate(run.eval_batches, dropin.step).sums)
+    loss, se = dropin.pooled_windows(sums, run.n_w)
+    d = dropin.Model(objective, 2).study(measures=False)
+    (row,) = dropin.unit_rows(d, spec, "all")
     assert abs(loss - row["loss"]) <= 1e-5 * row["loss"] and abs(se - row["loss_se"]) <= 1e-5 * row["loss_se"]
-    assert loss > model.measures(model.logp)["loss"] + 0.01   # the swap costs something: the check is not vacuous
+    assert loss > d.baseline["loss"] + 0.01   # the swap costs something: the check is not vacuous
 
 
 def test_training_through_attnlab_equals_training_through_torch():
