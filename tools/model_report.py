@@ -91,8 +91,8 @@ def main(argv):
                     "tokens", "loss", "dloss", "dloss_se", "kl", "top1", "fit_windows", "fit_dloss", "fit_dloss_se"])
         for name, target, mix, m, fit in results:
             w.writerow([a.model, name, target, len(mix), len(report), f"{mixes.attention_speedup(report, mix):.4g}",
-                        len(held_windows.starts), held_windows.tokens, f"{m['loss']:.6f}", f"{m['dloss']:.6f}", f"{m['dloss_se']:.6f}",
-                        f"{m['kl']:.6f}", f"{m['top1']:.4f}", a.windows, f"{fit['dloss']:.6f}",
+                        len(held_windows.starts), held_windows.tokens, f"{m['loss']:.6f}", f"{m['dloss']:.6f}",
+                        f"{m['dloss_se']:.6f}", f"{m['kl']:.6f}", f"{m['top1']:.4f}", a.windows, f"{fit['dloss']:.6f}",
                         f"{fit['dloss_se']:.6f}"])
     with open(os.path.join(out, "model_mix.csv"), "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
@@ -108,7 +108,8 @@ def main(argv):
                             f"{h['exact_time_s']:.4g}", f"{h['exact_time_s']:.4g}"])
     lines = [f"# The report's choices on the model ({a.model})", "",
              f"Every head's choice applied together to the committed {a.model} model (float64), measured on "
-             f"{len(held_windows.starts)} held-out windows ({held_windows.tokens} scored bytes) half-way between the {a.windows} "
+             f"{len(held_windows.starts)} held-out windows ({held_windows.tokens} scored bytes) half-way between the "
+             f"{a.windows} "
              "that the loss-target choice was made on. "
              "Loss increase in nats/byte (± its paired standard error); attention speed-up: Σ exact time / Σ chosen "
              "time over the heads, at the report's cost length. Made by `tools/model_report.py`.", "",
