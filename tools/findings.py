@@ -804,10 +804,36 @@ def pretrained(F, R):
               "before and after its fine-tuning (nats per pair)", "pretrained")
 
 
+def gpu(F, results):
+    """tools/bench_gpu.py's committed GPU run (results/bench/gpu_h200.csv): eager PyTorch transcriptions of the
+    methods against PyTorch's fused exact attention, bfloat16, d = 64, one sequence of 16 heads, forward."""
+    path = os.path.join(results, "bench", "gpu_h200.csv")
+    if not os.path.exists(path):
+        return
+    import bench_gpu   # its crossover definition, declared once there
+    d = pd.read_csv(path)
+    d = d[(d.dtype == "bf16") & (d.d == 64) & (d["pass"] == "fwd") & (~d.causal) & (d.status == "ok")]
+    dev = d.device_name.iloc[0]
+    F.add("gpu.device", f"{dev} (PyTorch {d.torch.iloc[0]}, CUDA {d.cuda.iloc[0]})", str,
+          "the GPU and software of the committed bench_gpu run", "gpu")
+    ex = d[d.method == "exact"].set_index("n").ms
+    for n in (4096, 65536):
+        F.add(f"gpu.exact_ms_{n}", ex[n], lambda x: sig(x, 2), f"PyTorch's fused exact attention, bf16, n = {n}, "
+              "16 heads, d = 64, forward (ms; timing)", "gpu")
+    for m in ("linear", "performer", "nystrom", "linformer", "local", "reformer"):
+        g = d[d.method == m].set_index("n").ms
+        s = {n: ex[n] / g[n] for n in g.index if n in ex.index}
+        F.add(f"gpu.{m}_4096", s[4096], lambda x: sig(x, 2), f"{m}: exact time / method time at n = 4096 on the GPU, "
+              "bf16 (timing)", "gpu")
+        F.add(f"gpu.{m}_crossover", bench_gpu.crossover_text(bench_gpu.crossover(list(s), list(s.values()))), str,
+              f"{m}: the length from which it is faster than fused exact attention on the GPU, bf16 (timing)", "gpu")
+
+
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
-               bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients, pretrained):
+               bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients, pretrained,
+               gpu):
         fn(F, results)
     model(F)
     return F.items

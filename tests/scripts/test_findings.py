@@ -144,8 +144,11 @@ def tree_size(top, skip=()):
 # (docs/paper.md) within 7 MB.
 paper_dir = os.path.join(ROOT, "results", "paper")
 report_dir = os.path.join(ROOT, "results", "report")  # attnlab report on the trained model: its own budget
-size = tree_size(os.path.join(ROOT, "results"), skip=(paper_dir + os.sep, report_dir + os.sep,
+gpu_dir = os.path.join(ROOT, "results", "precision_gpu")   # real half-precision outputs from a GPU: their own budget
+size = tree_size(os.path.join(ROOT, "results"), skip=(paper_dir + os.sep, report_dir + os.sep, gpu_dir + os.sep,
                                                      os.path.join(ROOT, "results", ".pretrained_study") + os.sep))
+gpu_size = tree_size(gpu_dir)
+check(gpu_size <= 4_000_000, f"committed results/precision_gpu/ is {gpu_size / 1e6:.2f} MB (≤ 4 MB)")
 paper_size = tree_size(paper_dir)
 report_size = tree_size(report_dir)
 check(0 < report_size <= 2_000_000, f"committed results/report/ is {report_size / 1e6:.2f} MB (≤ 2 MB)")
