@@ -8,7 +8,7 @@
 #include <attnlab/operators/difference.hpp>
 #include <attnlab/core/registry.hpp>
 #include <attnlab/io/sources.hpp>
-#include <attnlab/analysis/spectrum.hpp>
+#include <attnlab/components/spectrum.hpp>
 
 #include <cstdio>
 #include <cstdlib>

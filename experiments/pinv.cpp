@@ -7,7 +7,7 @@
 // `initialized`; sequence, layer and head in their columns).
 #include "attnlab/components/landmarks.hpp"
 #include "attnlab/components/pinv.hpp"
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
 

@@ -8,7 +8,7 @@
 // forming P), by the block Krylov solver — or by Spectra's Lanczos too (`--solvers block,lanczos`), timed in the
 // same run, with each solver's residuals, products and peak memory.
 #include "attnlab/io/npy.hpp"
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "common.hpp"
 #include "attnlab/analysis/cost.hpp"
 #include "model_data.hpp"

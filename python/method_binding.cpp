@@ -18,7 +18,7 @@
 #include "common.hpp"
 
 #include "attnlab/analysis/evaluate.hpp"
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
 #include "attnlab/core/registry.hpp"

@@ -20,7 +20,7 @@
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/io/sources.hpp"
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "attnlab/analysis/budget_families.hpp"
 #include "attnlab/methods/vq.hpp"
 #include "report.hpp"

@@ -10,7 +10,7 @@
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/analysis/metrics.hpp"
 #include "attnlab/core/registry.hpp"
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "attnlab/io/tidy_csv.hpp"
 #include "attnlab/analysis/budget_families.hpp"
 #include "attnlab/analysis/evaluate.hpp"

@@ -4,7 +4,7 @@
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/components/landmarks.hpp"
 #include "attnlab/components/pinv.hpp"
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/LU>

@@ -4,10 +4,10 @@
 // Eckart–Young floor `svd:rank=R` through the block path equal to the dense one.
 #include "attnlab/core/error.hpp"
 #include "attnlab/operators/exact.hpp"
-#include "attnlab/analysis/block_krylov.hpp"
+#include "attnlab/components/block_krylov.hpp"
 #include "attnlab/analysis/norms.hpp"
 #include "attnlab/core/registry.hpp"
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "test_util.hpp"
 
 #include <Eigen/QR>

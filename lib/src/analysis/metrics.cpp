@@ -4,6 +4,7 @@
 
 #include "attnlab/core/error.hpp"
 #include "attnlab/analysis/norms.hpp"
+#include "attnlab/operators/difference.hpp"
 
 #include <fmt/format.h>
 

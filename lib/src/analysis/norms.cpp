@@ -3,7 +3,7 @@
 // P − P_R, whose top values agree to 5e-7 — where the block solver still returns the value with its residual.)
 #include "attnlab/analysis/norms.hpp"
 
-#include "attnlab/analysis/block_krylov.hpp"
+#include "attnlab/components/block_krylov.hpp"
 #include "attnlab/components/dense_svd.hpp"
 
 #include <algorithm>

@@ -1,27 +1,17 @@
 // The registry: an explicit list of method descriptors (no static self-registration, which a static library's linker
-// may silently drop) — attnlab/methods/all.hpp's RegisteredMethodOptions, in its order — and the factory from spec
-// strings, which reads a spec's values into the method's options struct and calls its typed class's constructor.
+// may silently drop) — registered_methods(), defined with the methods (lib/src/methods/all.cpp, from
+// attnlab/methods/all.hpp's RegisteredMethodOptions, in its order) — and the factory from spec strings, which reads
+// a spec's values into the method's options struct and calls its typed class's constructor.
 #include "attnlab/core/registry.hpp"
 
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
-#include "attnlab/methods/all.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
 namespace attnlab {
-
-const std::vector<MethodDescriptor>& registered_methods() {
-  static const std::vector<MethodDescriptor> all = [] {
-    std::vector<MethodDescriptor> v;
-    std::apply([&v](auto... options) { (v.push_back(decltype(options)::descriptor()), ...); },
-               RegisteredMethodOptions{});
-    return v;
-  }();
-  return all;
-}
 
 std::vector<ParamSpec> join_params(std::vector<ParamSpec> a, const std::vector<ParamSpec>& b) {
   a.insert(a.end(), b.begin(), b.end());

@@ -6,12 +6,13 @@
 // rank-limited analysis of all of P: a causal P̃ from it would not be causal, so causal is refused.
 #include "attnlab/methods/cur.hpp"
 
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "attnlab/components/landmarks.hpp"
 #include "attnlab/components/pinv.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
 #include "attnlab/operators/exact.hpp"
+#include "attnlab/operators/low_rank.hpp"
 #include "detail/tall_products.hpp"
 
 #include <algorithm>

@@ -6,7 +6,7 @@
 // P̃ from it would not be causal, so causal is refused.
 #include "attnlab/methods/svd.hpp"
 
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
 #include "attnlab/operators/exact.hpp"

@@ -1,11 +1,11 @@
 // Matrix-free norms of attention operators: the spectral norm as the top singular value by the block Krylov solver
-// (linalg/block_krylov.hpp), computed in float64 whatever the operator's type.
+// (components/block_krylov.hpp), computed in float64 whatever the operator's type.
 #pragma once
 
 #include "attnlab/operators/dense.hpp"
 #include "attnlab/operators/difference.hpp"
 #include "attnlab/operators/low_rank.hpp"
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 
 namespace attnlab {
 

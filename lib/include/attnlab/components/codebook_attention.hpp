@@ -7,7 +7,7 @@
 #include "attnlab/operators/dense.hpp"
 #include "attnlab/operators/difference.hpp"
 #include "attnlab/operators/low_rank.hpp"
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 #include "attnlab/core/options.hpp"
 
 #include <memory>

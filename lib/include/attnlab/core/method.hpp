@@ -9,11 +9,8 @@
 //   method.matrix();                 // P̃ materialized, for small problems (memory-guarded)
 #pragma once
 
-#include "attnlab/operators/dense.hpp"
-#include "attnlab/operators/difference.hpp"
-#include "attnlab/operators/low_rank.hpp"
-#include "attnlab/operators/operator.hpp"
 #include "attnlab/core/gradients.hpp"
+#include "attnlab/core/operator.hpp"
 #include "attnlab/core/options.hpp"
 #include "attnlab/core/spec.hpp"
 #include "attnlab/core/types.hpp"

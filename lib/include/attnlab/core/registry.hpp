@@ -63,7 +63,7 @@ struct MethodDescriptor {
   std::function<std::unique_ptr<Method<double>>(const MethodDescriptor&, Params)> make_f64;
 };
 
-/// Every registered method, in a fixed order.
+/// Every registered method, in a fixed order (attnlab/methods/all.hpp's list; defined in lib/src/methods/all.cpp).
 const std::vector<MethodDescriptor>& registered_methods();
 /// The names, joined by ", " (for messages).
 std::string registered_method_names();

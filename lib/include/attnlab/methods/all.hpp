@@ -1,6 +1,6 @@
 // Every registered method: its header (the options struct and the public typed class, e.g. NystromOptions and
 // NystromMethod<T>) and its place in the registry. The tuple below is the registry's list, in its order (`attnlab
-// methods`, the conformance test, the experiments' families); lib/src/core/registry.cpp reads it. Adding a method:
+// methods`, the conformance test, the experiments' families); lib/src/methods/all.cpp reads it. Adding a method:
 // its header under attnlab/methods/ and its .cpp under lib/src/methods/ (NameOptions::registry_entry(), the class's
 // overrides, the float and double instantiations), then its #include and its entry in the tuple here.
 #pragma once

@@ -18,7 +18,7 @@
 
 namespace attnlab {
 
-/// The top-R singular solver of `svd` (analysis/spectrum.hpp's SpectrumSolver, in the order the spec lists them).
+/// The top-R singular solver of `svd` (components/spectrum.hpp's SpectrumSolver, in the order the spec lists them).
 enum class SvdSolver { Auto, Block, Lanczos, Dense };
 
 struct SvdOptions : MethodOptions<SvdOptions> {

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "attnlab/core/gradients.hpp"
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 
 #include <vector>
 

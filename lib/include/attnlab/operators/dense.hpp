@@ -1,7 +1,7 @@
 // A materialized attention matrix as an operator (small problems, tests, the SVD baseline).
 #pragma once
 
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 
 namespace attnlab {
 

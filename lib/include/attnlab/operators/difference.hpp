@@ -1,7 +1,7 @@
 // The difference of two attention operators, P − P̃, matrix-free: the operator whose norms are the errors.
 #pragma once
 
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 
 namespace attnlab {
 

@@ -2,7 +2,7 @@
 // row log-sum-exp ℓ_i, applies P and Pᵀ tile by tile with P_ij = exp(s·q_iᵀk_j − ℓ_i), never forms P.
 #pragma once
 
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 #include "attnlab/core/gradients.hpp"
 #include "attnlab/core/options.hpp"
 #include "attnlab/core/types.hpp"

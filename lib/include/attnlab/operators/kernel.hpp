@@ -24,7 +24,7 @@
 #include <functional>
 
 #include "attnlab/core/gradients.hpp"
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 #include <vector>
 
 namespace attnlab {

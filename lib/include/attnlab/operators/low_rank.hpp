@@ -1,7 +1,7 @@
 // A factored attention matrix P̃ = A·Btᵀ as an operator: the form of every low-rank method.
 #pragma once
 
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 
 namespace attnlab {
 

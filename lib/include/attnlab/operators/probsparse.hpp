@@ -6,7 +6,7 @@
 #include "attnlab/core/gradients.hpp"
 #include "attnlab/core/options.hpp"
 #include "attnlab/operators/exact.hpp"
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 
 #include <optional>
 #include <vector>

@@ -2,7 +2,7 @@
 // (local window, fixed sparse patterns, Reformer's buckets), O(nnz) per applied vector.
 #pragma once
 
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 
 #include <Eigen/SparseCore>
 

@@ -2,7 +2,7 @@
 // 2021, §3: a Performer low-rank estimate and a sparse correction on a support, rows already normalized).
 #pragma once
 
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 #include "attnlab/operators/sparse.hpp"
 
 namespace attnlab {

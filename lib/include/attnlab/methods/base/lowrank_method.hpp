@@ -9,6 +9,7 @@
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/method.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/operators/low_rank.hpp"
 
 #include <optional>
 #include <string>

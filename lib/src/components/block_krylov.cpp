@@ -1,6 +1,6 @@
 // Randomized block Krylov SVD of an attention operator (see the header for the method and its stopping rule).
 // Everything but the operator's products is in double: the basis, the Ritz problem and the residuals.
-#include "attnlab/analysis/block_krylov.hpp"
+#include "attnlab/components/block_krylov.hpp"
 
 #include "attnlab/components/dense_svd.hpp"
 #include "attnlab/core/cancel.hpp"

@@ -1,9 +1,9 @@
 // Dense and matrix-free singular values.
-#include "attnlab/analysis/spectrum.hpp"
+#include "attnlab/components/spectrum.hpp"
 
 #include "attnlab/components/dense_svd.hpp"
 #include "attnlab/core/error.hpp"
-#include "attnlab/analysis/block_krylov.hpp"
+#include "attnlab/components/block_krylov.hpp"
 
 #include <Spectra/SymEigsSolver.h>
 #include <fmt/format.h>

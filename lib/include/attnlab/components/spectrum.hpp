@@ -1,6 +1,6 @@
 // Singular-value spectra of attention matrices: all of them from a dense SVD (Eigen's BDCSVD), or the top k of
 // any attention operator — exact, approximate, or their difference — matrix-free, never forming the matrix:
-//   block   — randomized block Krylov (linalg/block_krylov.hpp): one pass over the logit tiles applies P to a
+//   block   — randomized block Krylov (components/block_krylov.hpp): one pass over the logit tiles applies P to a
 //             whole block of vectors; stops on the residuals ‖Aᵀu − σv‖ ≤ tol·σ_1 (the default above dense_limit);
 //   lanczos — Spectra's SymEigsSolver on AᵀA, one vector per product (kept to compare the two in one run).
 #pragma once
@@ -8,7 +8,7 @@
 #include "attnlab/operators/dense.hpp"
 #include "attnlab/operators/difference.hpp"
 #include "attnlab/operators/low_rank.hpp"
-#include "attnlab/operators/operator.hpp"
+#include "attnlab/core/operator.hpp"
 
 #include <cstdint>
 #include <string>
