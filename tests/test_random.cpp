@@ -1,5 +1,8 @@
 // Seeded randomness: reproducible streams and correct moments.
 #include "attnlab/core/random.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/core/reproducible.hpp"
+#include "attnlab/core/shared_draws.hpp"
 #include "test_util.hpp"
 
 namespace attnlab {
@@ -35,6 +38,72 @@ TEST(Random, NormalMomentsAndUniformRange) {
     ++counts[r.below(7)];
   }
   for (int c : counts) EXPECT_NEAR(c, 10000, 500);  // ±5 standard deviations
+}
+
+// Eigen's blocking (the products' summation order) is pinned before main() in every program that links the library:
+// this test program never calls pin_eigen_blocking().
+TEST(Reproducible, EveryProgramStartsWithThePinnedBlocking) {
+  const CacheSizes now = eigen_cache_sizes(), pinned = pinned_cache_sizes();
+  EXPECT_EQ(pinned.l1, 48 * 1024);
+  EXPECT_EQ(pinned.l2, 1024 * 1024);
+  EXPECT_EQ(pinned.l3, 384 * 1024 * 1024);
+  EXPECT_EQ(now.l1, pinned.l1);
+  EXPECT_EQ(now.l2, pinned.l2);
+  EXPECT_EQ(now.l3, pinned.l3);
+}
+
+// With another CPU's caches (a Zen 4's 32 KiB L1, 32 MiB L3) a long product sums in another order and its last bits
+// change; pinned again, they are the pinned run's bits, whatever was detected.
+TEST(Reproducible, PinnedBlockingGivesTheSameBitsWhateverTheCaches) {
+  const MatrixR<float> q = test::randn<float>(2048, 64, 1), k = test::randn<float>(2048, 64, 2),
+                       v = test::randn<float>(2048, 64, 3);
+  const auto run = [&] {
+    auto m = make_method<float>("nystrom:pinv=svd");
+    m->compute(q, k);
+    return MatrixR<float>(m->output(v));
+  };
+  const MatrixR<float> pinned = run();
+  set_eigen_cache_sizes({32 * 1024, 1024 * 1024, 32 * 1024 * 1024});
+  const MatrixR<float> other = run();
+  pin_eigen_blocking();
+  const MatrixR<float> again = run();
+  EXPECT_NE(other, pinned) << "the product does not depend on the blocking: the check below would prove nothing";
+  EXPECT_EQ(again, pinned);
+}
+
+TEST(Random, SharedDrawsAreMadeOnceWhileHeldAndChangeNoValue) {
+  int draws = 0;
+  const std::function<MatrixR<double>()> draw = [&] {
+    ++draws;
+    Rng r(5);
+    return gaussian_matrix<double>(3, 4, r);
+  };
+  auto a = shared_draw<MatrixR<double>>("test|seed=5", draw);
+  auto b = shared_draw<MatrixR<double>>("test|seed=5", draw);
+  EXPECT_EQ(draws, 1);
+  EXPECT_EQ(a.get(), b.get());
+  a.reset();
+  b.reset();   // no method holds it: the next one draws again, the same numbers
+  auto c = shared_draw<MatrixR<double>>("test|seed=5", draw);
+  EXPECT_EQ(draws, 2);
+  Rng r(5);
+  const MatrixR<double> want = gaussian_matrix<double>(3, 4, r);
+  EXPECT_TRUE((c->array() == want.array()).all());
+  // Linformer's E, F: two method objects with the same seed give bit-identical outputs (the second shares the draw)
+  Rng g(9);
+  const MatrixR<double> q = gaussian_matrix<double>(64, 8, g), k = gaussian_matrix<double>(64, 8, g),
+                        v = gaussian_matrix<double>(64, 8, g);
+  auto m1 = make_method<double>("linformer:k=16,projection=gaussian,seed=4");
+  m1->compute(q, k);
+  const MatrixR<double> o1 = m1->output(v);
+  auto m2 = make_method<double>("linformer:k=16,projection=gaussian,seed=4");
+  m2->compute(q, k);
+  EXPECT_TRUE((m2->output(v).array() == o1.array()).all());
+  m1.reset();
+  m2.reset();
+  auto m3 = make_method<double>("linformer:k=16,projection=gaussian,seed=4");   // drawn afresh: the same bits
+  m3->compute(q, k);
+  EXPECT_TRUE((m3->output(v).array() == o1.array()).all());
 }
 
 }  // namespace

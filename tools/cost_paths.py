@@ -80,12 +80,27 @@ def compare(build, methods, n, repeats, tmp):
 
 
 def module(build, methods, n, repeats):
-    """The Python module's attnlab.cost (run in a child: a fresh process without the tunables)."""
+    """The Python module, in a child (a fresh process without the tunables): attnlab.cost (the harness), and what a
+    Python caller's own loop pays — a fitted attnlab.Method refitted and applied each call (m.fit(q, k);
+    m.output(v)), and attnlab.apply (which also builds the method each call) — each the fastest of `repeats` calls
+    after a warm-up, as the harness times."""
     code = f"""
-import json, numpy as np, attnlab
+import json, time, numpy as np, attnlab
 rng = np.random.default_rng(1)
 q, k, v = (rng.standard_normal(({n}, 64)).astype(np.float32) for _ in range(3))
-print(json.dumps({{m: attnlab.cost(q, k, v, m, repeats={repeats}, memory=False)["min_s"] for m in {methods!r}}}))
+def fastest(f):
+    f()
+    best = float("inf")
+    for _ in range({repeats}):
+        t = time.perf_counter(); f(); best = min(best, time.perf_counter() - t)
+    return best
+out = {{"module": {{}}, "Method loop": {{}}, "apply": {{}}}}
+for m in {methods!r}:
+    out["module"][m] = attnlab.cost(q, k, v, m, repeats={repeats}, memory=False)["min_s"]
+    meth = attnlab.Method(m)
+    out["Method loop"][m] = fastest(lambda: (meth.fit(q, k), meth.output(v)))
+    out["apply"][m] = fastest(lambda: attnlab.apply(m, q, k, v))
+print(json.dumps(out))
 """
     env = env_without_tunables({"PYTHONPATH": str(build / "python")})
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
@@ -108,8 +123,8 @@ def main():
             "benchmark + tunables": benchmark(build, methods, args.n, True),
             "run scaling": scaling(build, methods, args.n, args.repeats, tmp),
             "compare": compare(build, methods, args.n, args.repeats, tmp),
-            "module": module(build, methods, args.n, args.repeats),
         }
+        paths.update(module(build, methods, args.n, args.repeats))
     cols = list(paths)
     lines = [f"Cost per call at n = {args.n}, d = 64, float32, {os.cpu_count()} threads, ms "
              f"(ratio to the benchmark without tunables in brackets); OPENBLAS_CORETYPE="

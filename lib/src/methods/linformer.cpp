@@ -8,6 +8,7 @@
 
 #include "attnlab/components/landmarks.hpp"
 #include "attnlab/core/error.hpp"
+#include "attnlab/core/shared_draws.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "detail/tall_products.hpp"
 
@@ -48,13 +49,20 @@ Status LinformerMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k
     require(kk == n, "linformer: projection=identity needs k = n_k = {}, got k = {}", n, kk);
     return MatrixR<T>::Identity(n, n);
   };
-  // E and F are the method's parameters: drawn once per (n, k) and reused by later calls (the draw, 2·k·n
-  // Gaussians, cost more than the attention itself at n = 4096).
+  // E and F are the method's parameters: drawn once per (n, k) and reused by later calls, and shared with every
+  // other method object drawing the same ones (core/shared_draws.hpp: the draw, 2·k·n Gaussians, cost more than the
+  // attention itself at n = 4096; a Python Method builds a new object at every fit).
   if (n != drawn_n_) {
-    e_ = draw();
-    f_ = this->o_.share_kv ? e_ : draw();
+    const std::string key = fmt::format("linformer<{}>|seed={}|projection={}|k={}|n={}|share_kv={}",
+                                        sizeof(T), this->o_.seed, int(proj), kk, n, this->o_.share_kv);
+    ef_ = shared_draw<std::pair<MatrixR<T>, MatrixR<T>>>(key, [&] {
+      MatrixR<T> e = draw();
+      MatrixR<T> f = this->o_.share_kv ? e : draw();
+      return std::make_pair(std::move(e), std::move(f));
+    });
     drawn_n_ = n;
   }
+  const MatrixR<T>& e_ = ef_->first;
   ek_ = detail::tall_transpose_product<T>(e_.transpose(), k);  // E·K, k × d, summed over n
   q_ = q;
   plain_ = opts;
@@ -68,12 +76,14 @@ Status LinformerMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k
 /// kernel, never forming the n×k matrix.
 template <typename T>
 MatrixR<T> LinformerMethod<T>::do_output(const ConstRef<T>& v) const {
+  const MatrixR<T>& f_ = ef_->second;
   const MatrixR<T> fv = detail::tall_transpose_product<T>(f_.transpose(), v);  // k × d
   return exact_output<T>(q_, ek_, fv, plain_);
 }
 
 template <typename T>
 std::pair<MatrixR<T>, MatrixR<T>> LinformerMethod<T>::make_factors() const {
+  const MatrixR<T>& f_ = ef_->second;
   return {exact_matrix<T>(q_, ek_, plain_), f_.transpose()};
 }
 
@@ -82,6 +92,8 @@ std::pair<MatrixR<T>, MatrixR<T>> LinformerMethod<T>::make_factors() const {
 template <typename T>
 Gradients<T> LinformerMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
   BackwardWorkspace& ws = ws_;
+  const MatrixR<T>& e_ = ef_->first;
+  const MatrixR<T>& f_ = ef_->second;
   ws.fv = detail::tall_transpose_product<T>(f_.transpose(), v);  // k × d_v, as do_output
   const Index kk = ek_.rows(), n = e_.cols(), d = q_.cols(), dv = v.cols();
   Gradients<T> g;

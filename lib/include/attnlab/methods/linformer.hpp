@@ -16,6 +16,8 @@
 #include "attnlab/operators/exact.hpp"
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 namespace attnlab {
 
@@ -60,7 +62,7 @@ class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankM
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 
   Index drawn_n_ = -1;  // the n_k that E and F were drawn for
-  MatrixR<T> e_, f_;    // the parameters, k × n_k
+  std::shared_ptr<const std::pair<MatrixR<T>, MatrixR<T>>> ef_;  // the parameters E, F, k × n_k (shared_draw)
   MatrixR<T> q_, ek_;   // the queries (kept for the output) and E·K
   AttentionOptions plain_;
   /// The backward's buffers, kept across calls (a cache behind const calls: one method object is not to be used
