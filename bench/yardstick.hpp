@@ -94,13 +94,13 @@ std::unique_ptr<Method<T>> warmed_up(benchmark::State& state, const std::string&
   return m;
 }
 
-/// A suite's main(): Eigen's blocking pinned, the run's context recorded (which build made these timings — its
-/// instruction set and what computes its products, read by plot_bench.py — and the allocator configuration they were
-/// taken under: tools/bench.sh runs the default build with and without GLIBC_TUNABLES; users run without), the
-/// suite's benchmarks registered by `register_all`, then Google Benchmark's own main loop.
+/// A suite's main() (Eigen's blocking is pinned by the library before it: core/reproducible.hpp): the run's context
+/// recorded (which build made these timings — its instruction set and what computes its products, read by
+/// plot_bench.py — and the allocator configuration they were taken under: tools/bench.sh runs the default build with
+/// and without GLIBC_TUNABLES; users run without), the suite's benchmarks registered by `register_all`, then Google
+/// Benchmark's own main loop.
 template <class Register>
 int run_suite(int argc, char** argv, Register register_all) {
-  pin_eigen_blocking();
   benchmark::AddCustomContext("attnlab_arch", ATTNLAB_BENCH_ARCH);
   benchmark::AddCustomContext("attnlab_products", product_backend());
   benchmark::AddCustomContext("attnlab_cost_context", cost_context());

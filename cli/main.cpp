@@ -1,8 +1,8 @@
 // attnlab: exact softmax attention and its sub-quadratic approximations, computed and measured.
-// Every failure ends in one line on stderr and a non-zero exit status.
+// Every failure ends in one line on stderr and a non-zero exit status. Eigen's blocking is pinned by the library
+// before main() (core/reproducible.hpp): the same summation order on every CPU, so the same results.
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
-#include "attnlab/core/reproducible.hpp"
 #include "commands.hpp"
 #include "inputs.hpp"
 #include "sweep.hpp"
@@ -15,7 +15,6 @@
 #include <new>
 
 int main(int argc, char** argv) {
-  attnlab::pin_eigen_blocking();  // the same summation order on every CPU, so the same results
   attnlab::cli::set_command_line(argc, argv);
   CLI::App app{"attnlab: exact softmax attention and its approximations, and how far apart they are", "attnlab"};
   app.set_version_flag("--version", std::string(attnlab::code_version()));

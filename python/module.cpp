@@ -19,6 +19,7 @@
 #include "attnlab/core/error.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/core/reproducible.hpp"
 #include "attnlab/io/sources.hpp"
 #include "attnlab/components/spectrum.hpp"
 #include "attnlab/analysis/budget_families.hpp"
@@ -476,4 +477,14 @@ PYBIND11_MODULE(_core, m) {
   // For the tests: the OpenMP setting of the calling thread (PyTorch's, when it has set one), which calls leave as
   // they found it.
   m.def("_omp_max_threads", [] { return omp_get_max_threads(); });
+  // For the tests: the cache sizes Eigen's products assume in this module (pinned when it loads, by the library's
+  // initializer: core/reproducible.hpp), the pinned ones, and a stand-in for a CPU with other caches.
+  const auto sizes = [](const attnlab::CacheSizes& c) { return py::make_tuple(c.l1, c.l2, c.l3); };
+  m.def("_eigen_cache_sizes", [sizes] { return sizes(attnlab::eigen_cache_sizes()); });
+  m.def("_pinned_cache_sizes", [sizes] { return sizes(attnlab::pinned_cache_sizes()); });
+  m.def(
+      "_set_eigen_cache_sizes",
+      [](std::ptrdiff_t l1, std::ptrdiff_t l2, std::ptrdiff_t l3) { attnlab::set_eigen_cache_sizes({l1, l2, l3}); },
+      py::arg("l1"), py::arg("l2"), py::arg("l3"));
+  m.def("_pin_eigen_blocking", [] { attnlab::pin_eigen_blocking(); });
 }

@@ -31,7 +31,13 @@ const int attnlab_blas_pinned = pin_blas_threads();
 
 namespace attnlab {
 
-void pin_eigen_blocking() { Eigen::setCpuCacheSizes(48 * 1024, 1024 * 1024, 384 * 1024 * 1024); }
+CacheSizes pinned_cache_sizes() { return {48 * 1024, 1024 * 1024, 384 * 1024 * 1024}; }
+
+void pin_eigen_blocking() { set_eigen_cache_sizes(pinned_cache_sizes()); }
+
+CacheSizes eigen_cache_sizes() { return {Eigen::l1CacheSize(), Eigen::l2CacheSize(), Eigen::l3CacheSize()}; }
+
+void set_eigen_cache_sizes(const CacheSizes& sizes) { Eigen::setCpuCacheSizes(sizes.l1, sizes.l2, sizes.l3); }
 
 std::string product_backend() {
 #ifdef EIGEN_USE_BLAS
@@ -44,3 +50,14 @@ std::string product_backend() {
 }
 
 }  // namespace attnlab
+
+// The pin, before main() in every program that links attnlab and when a module linking it (the Python module) loads:
+// the products' summation order is then the same on every CPU, whoever calls the library. Eigen reads its cache
+// sizes lazily, on the first product or query (a function-local static), so this initializer needs no order among
+// others: it queries and then overrides them, and a product made later in any initializer or in main() sees the pin.
+// The library is linked with --undefined=attnlab_eigen_pinned (lib/CMakeLists.txt), so that this object, and with it
+// this initializer, is always part of the program.
+extern "C" {
+extern const int attnlab_eigen_pinned;
+const int attnlab_eigen_pinned = (attnlab::pin_eigen_blocking(), 1);
+}
