@@ -213,7 +213,7 @@ class Dropin:
                              time_s=round(time.time() - t0, 3))
         if measures:
             self.baseline["head_err"] = 0.0
-        self._records, self._exact = None, {}
+        self._records, self._exact, self._spec_layer, self._p_layer = None, {}, {}, {}
 
     def _against(self, out):
         return {**_compare(out, self.base), **(self.compare(out.extras, self.base.extras) if self.compare else {})}
@@ -266,22 +266,61 @@ class Dropin:
         return [r for recs in self.records() for r in recs if r["layer"] == layer]
 
     def _outputs(self, spec, layer, heads):
-        """[(record, exact O, Õ)] of `heads` at `layer`, numpy (B, len(heads), n, d_head); the exact O cached."""
+        """[(record, exact O, Õ)] of `heads` at `layer`, numpy (B, len(heads), n, d_head). The exact O is cached;
+        Õ of a plain spec is computed for every head of the layer at once and kept for the layer's next unit (the
+        one-head units of a layer run in a row): each (batch entry, head) is its own attention, so a head's slice
+        has the same bits as the head computed alone."""
         filled = _filled(spec)
+        key = (_label(spec), layer)
+        if not callable(filled) and self._spec_layer.get("key") != key:
+            self._spec_layer = {"key": key, "o": {}, "p": {}}
         out = []
         for i, r in enumerate(self._layer(layer)):
             if (layer, i) not in self._exact:
                 q, k, v = (r[w] for w in "qkv")
                 self._exact[(layer, i)] = _apply_heads("exact", q, k, v, r["causal"], None)
             o = self._exact[(layer, i)][:, heads]
-            q, k, v = (r[w][:, heads] for w in "qkv")
             if callable(filled):
+                q, k, v = (r[w][:, heads] for w in "qkv")
                 o_t = np.concatenate([_apply_heads(filled(layer, h), q[:, j:j + 1], k[:, j:j + 1], v[:, j:j + 1],
                                                    r["causal"], self.seed + layer) for j, h in enumerate(heads)], 1)
             else:
-                o_t = _apply_heads(filled, q, k, v, r["causal"], self.seed + layer)
+                if i not in self._spec_layer["o"]:
+                    self._spec_layer["o"][i] = _apply_heads(filled, r["q"], r["k"], r["v"], r["causal"],
+                                                            self.seed + layer)
+                o_t = self._spec_layer["o"][i][:, heads]
             out.append((r, o, o_t))
         return out
+
+    def _rows_tv(self, spec, layer, head):
+        """(Σ over the batches' rows of ½‖p − p̃‖₁, rows) of one head: P of exact attention kept for the layer, P̃
+        of a plain spec formed for every head of the layer at once (each head's slice copied to contiguous memory:
+        the sum in the order a head formed alone gives)."""
+        filled = _filled(spec)
+        one = filled(layer, head) if callable(filled) else filled
+        if self._p_layer.get("layer") != layer:
+            self._p_layer = {"layer": layer}
+        tv_sum = tv_rows = 0.0
+        for i, r in enumerate(self._layer(layer)):
+            q, k = r["q"][:, head], r["k"][:, head]
+            ones = np.zeros(q.shape[:-1] + (1,))
+            # Every head's P at once only where the layer's matrices are small (≤ 256 MiB each): else head by head.
+            whole = r["q"].size // r["q"].shape[-1] * r["k"].shape[-2] * 8 <= 256 << 20
+            if not whole:
+                _, p = attnlab.apply("exact", q, k, ones, causal=r["causal"], matrix=True)
+            else:
+                if i not in self._p_layer:
+                    self._p_layer[i] = _matrix_heads("exact", r["q"], r["k"], r["causal"], None)
+                p = np.ascontiguousarray(self._p_layer[i][:, head])
+            if callable(filled) or not whole:
+                _, p_t = attnlab.apply(one, q, k, ones, causal=r["causal"], seed=self.seed + layer, matrix=True)
+            else:
+                if i not in self._spec_layer["p"]:
+                    self._spec_layer["p"][i] = _matrix_heads(one, r["q"], r["k"], r["causal"], self.seed + layer)
+                p_t = np.ascontiguousarray(self._spec_layer["p"][i][:, head])
+            tv_sum += float(0.5 * np.abs(p_t - p).sum())
+            tv_rows += p.shape[0] * p.shape[1]
+        return tv_sum, tv_rows
 
     def _head_measures(self, spec, scope, layer, head):
         if scope == "all":
@@ -304,16 +343,7 @@ class Dropin:
             gg += float((g ** 2).sum())
         m = dict(head_err=math.sqrt(num / den) if den else math.nan, grad_lin=lin, grad_bound=math.sqrt(gg * num))
         if scope == "head":
-            filled = _filled(spec)
-            one = filled(layer, head) if callable(filled) else filled
-            tv_sum = tv_rows = 0.0
-            for r, _, _ in outs:
-                q, k = r["q"][:, head], r["k"][:, head]
-                ones = np.zeros(q.shape[:-1] + (1,))
-                _, p_t = attnlab.apply(one, q, k, ones, causal=r["causal"], seed=self.seed + layer, matrix=True)
-                _, p = attnlab.apply("exact", q, k, ones, causal=r["causal"], matrix=True)
-                tv_sum += float(0.5 * np.abs(p_t - p).sum())
-                tv_rows += p.shape[0] * p.shape[1]
+            tv_sum, tv_rows = self._rows_tv(spec, layer, head)
             m["p_tv"] = tv_sum / tv_rows
         if self.head_extra:
             m.update(self.head_extra(layer, heads, [o_t - o for _, o, o_t in outs]))
@@ -326,6 +356,14 @@ def _apply_heads(spec, q, k, v, causal, seed):
     flat = lambda x: np.ascontiguousarray(x.reshape(B * H, x.shape[2], x.shape[3]))  # noqa: E731
     o = attnlab.apply(spec, flat(q), flat(k), flat(v), causal=causal, seed=seed)
     return o.reshape(B, H, n, v.shape[-1])
+
+
+def _matrix_heads(spec, q, k, causal, seed):
+    """P̃ of every (batch entry, head) of (B, H, n, d) arrays: (B, H, n, n_k), the same draw for all."""
+    B, H, n, d = q.shape
+    flat = lambda x: np.ascontiguousarray(x.reshape(B * H, x.shape[2], x.shape[3]))  # noqa: E731
+    _, p = attnlab.apply(spec, flat(q), flat(k), np.zeros((B * H, n, 1)), causal=causal, seed=seed, matrix=True)
+    return p.reshape(B, H, n, k.shape[2])
 
 
 def dropin(model, batches, step, specs, *, scopes=("all", "layer", "head"), measures=True, seed=0, progress=True,
