@@ -17,6 +17,7 @@
 #include "attnlab/analysis/evaluate.hpp"
 #include "attnlab/analysis/cost.hpp"
 #include "attnlab/core/error.hpp"
+#include "attnlab/core/formats.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/core/reproducible.hpp"
@@ -487,4 +488,26 @@ PYBIND11_MODULE(_core, m) {
       [](std::ptrdiff_t l1, std::ptrdiff_t l2, std::ptrdiff_t l3) { attnlab::set_eigen_cache_sizes({l1, l2, l3}); },
       py::arg("l1"), py::arg("l2"), py::arg("l3"));
   m.def("_pin_eigen_blocking", [] { attnlab::pin_eigen_blocking(); });
+  // Storage formats (core/formats.hpp), for the bit-exact tests against numpy's float16 and a bfloat16 reference.
+  m.def("_round_to", [](py::array_t<double, py::array::c_style | py::array::forcecast> x, const std::string& f) {
+    const attnlab::Format fmt = attnlab::parse_format(f);
+    py::array_t<double> out(x.request().shape);
+    const double* src = x.data();
+    double* dst = out.mutable_data();
+    for (py::ssize_t i = 0; i < x.size(); ++i) dst[i] = attnlab::round_to(fmt, src[i]);
+    return out;
+  });
+  m.def("_half_bits", [](py::array_t<double, py::array::c_style | py::array::forcecast> x, const std::string& f) {
+    const attnlab::Format fmt = attnlab::parse_format(f);
+    py::array_t<std::uint16_t> out(x.request().shape);
+    for (py::ssize_t i = 0; i < x.size(); ++i) out.mutable_data()[i] = attnlab::half_bits(fmt, x.data()[i]);
+    return out;
+  });
+  m.def("_from_half_bits", [](py::array_t<std::uint16_t, py::array::c_style | py::array::forcecast> b,
+                              const std::string& f) {
+    const attnlab::Format fmt = attnlab::parse_format(f);
+    py::array_t<double> out(b.request().shape);
+    for (py::ssize_t i = 0; i < b.size(); ++i) out.mutable_data()[i] = attnlab::from_half_bits(fmt, b.data()[i]);
+    return out;
+  });
 }
