@@ -69,15 +69,12 @@ struct HeadResult {
   std::string why;             // when keeping exact
 };
 
-/// How much machinery a family adds to attention (lower: simpler), for ties within the timing noise: a fixed
-/// pattern, then one feature map, then landmark/projection methods, then data-dependent hashing, selection and
-/// clustering, then combinations (Scatterbrain = a local pattern + Performer). Unknown families come last.
+/// How much machinery a family adds to attention (lower: simpler), for ties within the timing noise: its declared
+/// rank (core/spec.hpp's Study::simplicity, with its method's budget parameter). Unknown families come last.
 int simplicity(const std::string& family) {
-  static const std::vector<std::string> order = {"local", "linear", "performer", "linformer_pool", "nystrom",
-                                                 "nystrom_svd", "linformer_gaussian", "reformer", "probsparse",
-                                                 "vq", "scatterbrain"};
-  const auto it = std::find(order.begin(), order.end(), family);
-  return int(it - order.begin());
+  static const std::vector<BudgetFamily> all = budget_families();
+  const auto it = std::find_if(all.begin(), all.end(), [&](const BudgetFamily& f) { return f.label == family; });
+  return it == all.end() ? Study::kLast : it->simplicity;
 }
 
 /// ‖P‖_F² / σ₁²: how many singular values P's energy is spread over.

@@ -55,6 +55,7 @@ TEST(InputChecks, BudgetsBeyondTheSequenceAreRefusedNamingParameterValueAndN) {
     // The same refusal before any work, from the sizes alone.
     const std::string before = error_of([&] { check_method_fits(*m, size(256, 256)); });
     EXPECT_NE(before.find(c.words), std::string::npos) << c.spec << ": " << before;
+    EXPECT_EQ(at_compute, before) << c.spec << ": one message per limit";
   }
   // At the sequence's length the budget is accepted (Linformer's identity projection is exact attention there).
   for (const char* spec : {"linformer:k=256", "linformer:k=256,projection=pool", "nystrom:landmarks=256,pinv=svd"}) {
@@ -72,6 +73,31 @@ TEST(InputChecks, BudgetsBeyondTheSequenceAreRefusedNamingParameterValueAndN) {
   auto vq = make_method<double>("vq:codes=100,quantize=both");
   EXPECT_NE(error_of([&] { check_method_fits(*vq, size(64, 256)); }).find("n_q, the queries = 64"),
             std::string::npos);
+}
+
+// Every limit declared with a parameter (ParamSpec::limits: within_keys, within_queries, within_min_n, under its
+// `when` values) refuses one past its bound with one message, the same before any work and from compute().
+TEST(InputChecks, EveryDeclaredLimitHasOneMessageBeforeAnyWorkAndAtCompute) {
+  int limits = 0;
+  for (const MethodDescriptor& d : registered_methods())
+    for (const ParamSpec& p : d.params)
+      for (const SizeLimit& l : p.limits) {
+        // The bound 48 on the limited side, 64 on the other.
+        const bool keys = l.bound == SizeLimit::Bound::Keys;
+        const Index n_q = keys ? 64 : 48, n_k = keys ? 48 : 64;
+        std::string spec = fmt::format("{}:{}=49", d.name, p.name);
+        for (const auto& [key, value] : l.when) spec += "," + key + "=" + value;
+        auto m = make_method<double>(spec);
+        const MatrixR<double> q = randn<double>(n_q, 16, 1), k = randn<double>(n_k, 16, 2);
+        const std::string before = error_of([&] { check_method_fits(*m, size(n_q, n_k)); });
+        const std::string at_compute = error_of([&] { m->compute(q, k); });
+        EXPECT_EQ(before, fmt::format("{}: {} = 49 exceeds the sequence ({} = 48); give {} ≤ 48", d.name, p.name,
+                                      l.what, p.name))
+            << spec;
+        EXPECT_EQ(at_compute, before) << spec;
+        ++limits;
+      }
+  EXPECT_GE(limits, 6) << "linformer's k, nystrom's landmarks, svd's rank, cur's columns, vq's codes (keys, queries)";
 }
 
 // require(cond, format, args...) and check_memory(bytes, format, args...) format only when they throw (faiss's

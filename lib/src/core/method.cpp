@@ -38,6 +38,7 @@ Method<T>& Method<T>::compute(const ConstRef<T>& q, const ConstRef<T>& k, const 
   AttentionOptions resolved = opts;
   resolved.scale = opts.resolved_scale(q.cols());
   status_ = Status::NotComputed;
+  check_limits(descriptor_, params_, q.rows(), k.rows());  // the parameters' declared limits, on these inputs
   status_ = do_compute(q, k, resolved);
   opts_ = resolved;
   n_q_ = q.rows();

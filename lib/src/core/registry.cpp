@@ -26,12 +26,15 @@ MethodDescriptor detail::describe(std::string name, std::string summary, std::st
   d.reference = std::move(reference);
   d.causal = causal.supported;
   d.causal_note = std::move(causal.note);
-  for (const ParamSpec& p : params)
+  for (const ParamSpec& p : params) {
+    if (!p.limits.empty() && p.type != ParamSpec::Type::Integer)
+      throw Error(fmt::format("{}: parameter {} declares a size limit but is not an integer", d.name, p.name));
     if (p.is_budget) {
       if (!d.budget.empty())
         throw Error(fmt::format("{}: two budget parameters, {} and {}", d.name, d.budget, p.name));
       d.budget = p.name;
     }
+  }
   d.params = std::move(params);
   return d;
 }
@@ -61,6 +64,7 @@ void check_method_fits(const Method<T>& m, const ProblemSize& size) {
   ProblemSize s = size;
   s.elem = sizeof(T);
   const MethodDescriptor& d = find_method(m.name());
+  check_limits(d, m.params(), s.n_q, s.n_k);
   if (d.size_check) d.size_check(m.params(), s);
   check_memory(estimate_memory(d, m.params(), s),
                "{} on n_q = {}, n_k = {}, d = {}, d_v = {} ({})", m.spec(), s.n_q, s.n_k, s.d, s.d_v,
@@ -70,10 +74,18 @@ void check_method_fits(const Method<T>& m, const ProblemSize& size) {
 template void check_method_fits<float>(const Method<float>&, const ProblemSize&);
 template void check_method_fits<double>(const Method<double>&, const ProblemSize&);
 
-void require_budget_within(const std::string& method, const std::string& param, Index value, Index n,
-                           const std::string& what) {
-  require(value <= n, "{}: {} = {} exceeds the sequence ({} = {}); give {} ≤ {}", method, param, value,
-                      what, n, param, n);
+void check_limits(const MethodDescriptor& d, const Params& params, Index n_q, Index n_k) {
+  for (const ParamSpec& p : d.params)
+    for (const SizeLimit& l : p.limits) {
+      if (!std::all_of(l.when.begin(), l.when.end(), [&](const auto& c) { return params.text(c.first) == c.second; }))
+        continue;
+      const Index n = l.bound == SizeLimit::Bound::Keys      ? n_k
+                      : l.bound == SizeLimit::Bound::Queries ? n_q
+                                                             : std::min(n_q, n_k);
+      const long long value = params.integer(p.name);
+      require(value <= n, "{}: {} = {} exceeds the sequence ({} = {}); give {} ≤ {}", d.name, p.name, value,
+              l.what, n, p.name, n);
+    }
 }
 
 std::string short_spec(const MethodDescriptor& d, const Params& params, std::optional<std::uint64_t> default_seed) {

@@ -58,14 +58,12 @@ MethodDescriptor CurOptions::registry_entry() {
         return add_bytes(add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
                                    matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem)),
                          kept);
-      })
-      .with_size_check(budget_within_min_n("cur", "columns"));
+      });
 }
 
 template <typename T>
 Status CurMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index c = this->o_.columns;
-  require_within_min_n("cur", "columns", c, q.rows(), k.rows());
+  const Index c = this->o_.columns;  // ≤ min(n_q, n_k): its declared limit (cur.hpp), checked by compute()
   const ExactOperator<T> p(q, k, opts);
   Rng rng(this->o_.seed);
   std::vector<Index> cols, rows;

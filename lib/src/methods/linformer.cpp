@@ -23,17 +23,12 @@ MethodDescriptor LinformerOptions::registry_entry() {
   return describe<LinformerMethod, LinformerOptions>(
       "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)",
       "Wang et al. 2020 (Linformer) eq. (7), Theorem 2", Causal::refused("E and F mix every position"))
-      .with_backward(Backward::yes("E, F held fixed"))
-      .with_size_check([](const Params& p, const ProblemSize& s) {
-        require_budget_within("linformer", "k", p.integer("k"), s.n_k);
-      });
+      .with_backward(Backward::yes("E, F held fixed"));
 }
 
 template <typename T>
 Status LinformerMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index kk = this->o_.k, n = k.rows();
-  // k rows projected from n_k keys: more than n_k is no longer a low-rank approximation, only a costlier one.
-  require_budget_within("linformer", "k", kk, n);
+  const Index kk = this->o_.k, n = k.rows();  // kk ≤ n: its declared limit (linformer.hpp), checked by compute()
   const LinformerProjection proj = this->o_.projection;
   Rng rng(this->o_.seed);
   const auto draw = [&]() -> MatrixR<T> {

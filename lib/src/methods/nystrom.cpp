@@ -28,15 +28,12 @@ MethodDescriptor NystromOptions::registry_entry() {
       Causal::refused("landmarks pool every position"))
       .with_backward(Backward::yes(
           "random landmarks' rows held fixed; through the segment means, the softmaxes and every pinv iteration "
-          "(incl. Z0's scaling, its argmax column/row held fixed); pinv=svd: d(A⁻¹)"))
-      .with_size_check(budget_within_min_n("nystrom", "landmarks"));
+          "(incl. Z0's scaling, its argmax column/row held fixed); pinv=svd: d(A⁻¹)"));
 }
 
 template <typename T>
 Status NystromMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index m = this->o_.landmarks;
-  require(m <= q.rows() && m <= k.rows(),
-          "nystrom: landmarks = {} exceeds the sequence (n_q = {}, n_k = {})", m, q.rows(), k.rows());
+  const Index m = this->o_.landmarks;  // ≤ min(n_q, n_k): its declared limit (nystrom.hpp), checked by compute()
   MatrixR<T>& ql = ql_;
   MatrixR<T> kl;
   iq_.clear();

@@ -41,14 +41,12 @@ MethodDescriptor SvdOptions::registry_entry() {
         const std::uint64_t factors =
             matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(p.integer("rank")), s.elem);
         return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0, factors);
-      })
-      .with_size_check(budget_within_min_n("svd", "rank"));
+      });
 }
 
 template <typename T>
 Status SvdMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  const Index r = this->o_.rank;
-  require_within_min_n("svd", "rank", r, q.rows(), k.rows());
+  const Index r = this->o_.rank;  // ≤ min(n_q, n_k): its declared limit (svd.hpp), checked by compute()
   const ExactOperator<T> p(q, k, opts);
   TopSingularOptions so;
   so.solver = spectrum_solver(this->o_.solver);

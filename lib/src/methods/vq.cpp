@@ -34,6 +34,15 @@
 #include <tuple>
 
 namespace attnlab {
+namespace {
+
+/// A fixed codebook's dimension against the keys': before any work (the size check) and on compute()'s inputs.
+void require_codebook_d(const std::string& file, Index codebook_d, Index keys_d) {
+  require(codebook_d == keys_d, "vq: the codebook '{}' has d = {}, but the keys have d = {}", file, codebook_d,
+          keys_d);
+}
+
+}  // namespace
 
 template <typename T>
 KMeansResult<T> vq_fit_codebook(const ConstRef<T>& keys, Index codes, Index iters, std::uint64_t seed) {
@@ -95,17 +104,10 @@ MethodDescriptor VqOptions::registry_entry() {
           "codebook and assignments held fixed; dK = dK̂ by the straight-through estimator (Lingle 2023); "
           "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"))
       .with_size_check([](const Params& p, const ProblemSize& s) {
+        // codes ≤ n_k (and n_q) with codebook=window: declared with the parameter (vq.hpp). A fixed codebook: any
+        // number of keys, but the keys' dimension.
         const std::string& file = p.text("codebook");
-        if (file != "window") {  // a fixed codebook: any number of keys, but the keys' dimension
-          const auto c = vq_codebook_file(file);
-          if (c->cols() != s.d)
-            throw Error(fmt::format("vq: the codebook '{}' has d = {}, but the keys have d = {}", file, c->cols(),
-                                    s.d));
-          return;
-        }
-        require_budget_within("vq", "codes", p.integer("codes"), s.n_k, "n_k, the keys");
-        if (p.choice("quantize") == "both")
-          require_budget_within("vq", "codes", p.integer("codes"), s.n_q, "n_q, the queries");
+        if (file != "window") require_codebook_d(file, vq_codebook_file(file)->cols(), s.d);
       });
 }
 
@@ -113,8 +115,7 @@ template <typename T>
 Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   if (given_) {
     // A fixed codebook: no k-means, each key its nearest code (codebook_attention), nothing fitted on these keys.
-    require(given_->cols() == k.cols(), "vq: the codebook '{}' has d = {}, but the keys have d = {}",
-                                        this->o_.codebook, given_->cols(), k.cols());
+    require_codebook_d(this->o_.codebook, given_->cols(), k.cols());
     q_ = q;
     centroids_ = given_->template cast<T>();
     op_ = codebook_attention<T>(q, k, centroids_, opts);
@@ -125,8 +126,7 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
     iterations_ = 0;
     return Status::Success;
   }
-  const Index codes = this->o_.codes;
-  require(codes <= k.rows(), "vq: codes = {} exceeds the {} keys", codes, k.rows());
+  const Index codes = this->o_.codes;  // ≤ n_k (and n_q): its declared limits (vq.hpp), checked by compute()
   Rng rng(this->o_.seed);
   const Index iters = this->o_.iters;
   const KMeansResult<T> km = kmeans<T>(k, codes, iters, rng);
@@ -137,7 +137,6 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
   q_ = q;
   centroids_ = km.centroids;
   if (this->o_.quantize == VqQuantize::Both) {
-    require(codes <= q.rows(), "vq: codes = {} exceeds the {} queries", codes, q.rows());
     const KMeansResult<T> kq = kmeans<T>(q, codes, iters, rng);
     MatrixR<T> resid = k;  // r_j = k_j − c_a(j)
     for (Index j = 0; j < k.rows(); ++j) resid.row(j) -= km.centroids.row(km.assignment[std::size_t(j)]);

@@ -1,11 +1,14 @@
 // The method families whose error is measured against a budget (landmarks, features, k, codes, window, ...):
 // shared by the `error_vs_budget` experiment, `attnlab report` and the Python module, so all sweep the same specs.
+// Each is declared with its method's budget parameter (core/spec.hpp's Study: `p.integer("landmarks", ...)
+// .budget(Study("nystrom", {8, 16, 32, 64, 128}).simplicity(3).listed(1))`); this reads them from the registry.
 #pragma once
 
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/core/types.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,8 @@ struct BudgetFamily {
   /// Whether `error_vs_budget` times it: false for the SVD floor, a reference rather than a method to run (a dense
   /// SVD of all of P whatever the rank, the slowest call of the sweep), which the error-against-cost figure omits.
   bool measure_cost = true;
+  /// How much machinery the family adds (lower: simpler; Study::rank): the report's tie-break.
+  int simplicity = Study::kLast;
   /// The budget parameter: the method's own (its descriptor names it, see registry.hpp).
   std::string param() const {
     const std::string name = spec.substr(0, spec.find(':'));
@@ -33,22 +38,24 @@ struct BudgetFamily {
   }
 };
 
+/// Every registered method's declared families, in their declared places in the listing (Study::position; the
+/// CSVs' order and the figures' colours).
 inline std::vector<BudgetFamily> budget_families() {
-  const std::vector<Index> ranks = {8, 16, 32, 64, 128};
-  return {
-      {"svd", "svd", ranks, false, false},
-      {"nystrom", "nystrom", ranks},
-      {"nystrom_svd", "nystrom:pinv=svd", ranks},
-      {"linformer_pool", "linformer:projection=pool", ranks},
-      {"linformer_gaussian", "linformer:projection=gaussian", ranks},
-      {"cur", "cur", ranks, false},
-      {"performer", "performer", {16, 32, 64, 128, 256}},
-      {"vq", "vq", ranks},
-      {"local", "local", {4, 8, 16, 32, 64}},
-      {"reformer", "reformer:rounds=2", {8, 16, 32, 64, 128}},
-      {"probsparse", "probsparse", {1, 2, 5, 10, 20}},
-      {"scatterbrain", "scatterbrain:features=64", {4, 8, 16, 32, 64}},
-  };
+  std::vector<std::pair<int, BudgetFamily>> placed;
+  for (const MethodDescriptor& d : registered_methods())
+    for (const ParamSpec& p : d.params)
+      for (const Study& s : p.studies) {
+        for (const auto& [at, f] : placed)
+          require(f.label != s.label && at != s.position, "budget families {} and {} share a label or a place ({})",
+                  f.label, s.label, at);
+        BudgetFamily f{s.label, s.fixed.empty() ? d.name : d.name + ":" + s.fixed,
+                       std::vector<Index>(s.budgets.begin(), s.budgets.end()), s.deployable, s.measure_cost, s.rank};
+        placed.emplace_back(s.position, std::move(f));
+      }
+  std::stable_sort(placed.begin(), placed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<BudgetFamily> out;
+  for (auto& [at, f] : placed) out.push_back(std::move(f));
+  return out;
 }
 
 }  // namespace attnlab

@@ -6,10 +6,14 @@
 //     static constexpr const char* kName = "nystrom";
 //     Index landmarks = 64;
 //     template <class P> static void parameters(P& p) {
-//       p.integer("landmarks", &NystromOptions::landmarks, 1, 1 << 20, "number of landmarks m (≤ n)").budget();
+//       p.integer("landmarks", &NystromOptions::landmarks, 1, 1 << 20, "number of landmarks m (≤ n)")
+//           .budget(Study("nystrom", {8, 16, 32, 64, 128}).simplicity(3).listed(1))
+//           .within_min_n();
 //     }
 //   };
 //
+// The budget parameter carries the families the studies sweep it in (its grid, its simplicity rank, its place in the
+// listing) and an integer its limits in the problem's size (within_keys, within_min_n, ...), each with one message.
 // Everything else is derived from that one declaration by visiting it (as faiss's ParameterSpace or nlohmann's
 // field lists, without a macro): the registry's parameter list (names, types, defaults, ranges, help; `attnlab
 // methods`), reading a spec's validated values into the struct (the string factory), and writing the struct as a
@@ -176,14 +180,34 @@ class ParameterVisitor {
     }
     return *this;
   }
-  /// Marks the parameter just declared as the method's budget (MethodDescriptor::budget).
-  ParameterVisitor& budget() {
-    if (mode_ == Mode::Describe) specs_->back().is_budget = true;
+  /// Marks the parameter just declared as the method's budget (MethodDescriptor::budget), with the families the
+  /// studies sweep it in (core/spec.hpp's Study: label, grid, fixed options, simplicity rank, place in the listing).
+  template <typename... S>
+  ParameterVisitor& budget(S&&... studies) {
+    if (mode_ == Mode::Describe) {
+      specs_->back().is_budget = true;
+      (specs_->back().studies.emplace_back(std::forward<S>(studies)), ...);
+    }
+    return *this;
+  }
+  /// The integer just declared counts items taken from the keys: at most n_k (SizeLimit, with its one message).
+  ParameterVisitor& within_keys(const char* what = "n_k") { return within(SizeLimit::Bound::Keys, what); }
+  /// ... from the queries: at most n_q.
+  ParameterVisitor& within_queries(const char* what = "n_q") { return within(SizeLimit::Bound::Queries, what); }
+  /// ... rows and columns of P: at most min(n_q, n_k).
+  ParameterVisitor& within_min_n() { return within(SizeLimit::Bound::MinN, "min(n_q, n_k)"); }
+  /// The limit just declared applies only where parameter `name` holds `value` (vq: codebook=window).
+  ParameterVisitor& when(const char* name, const char* value) {
+    if (mode_ == Mode::Describe) specs_->back().limits.back().when.emplace_back(name, value);
     return *this;
   }
 
  private:
   void add(ParamSpec p) { specs_->push_back(std::move(p)); }
+  ParameterVisitor& within(SizeLimit::Bound b, const char* what) {
+    if (mode_ == Mode::Describe) specs_->back().limits.push_back({b, what, {}});
+    return *this;
+  }
   Mode mode_;
   O defaults_{};
   std::vector<ParamSpec>* specs_ = nullptr;

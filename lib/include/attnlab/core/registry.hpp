@@ -25,8 +25,8 @@ struct ProblemSize {
 
 /// Bytes a method allocates beyond its inputs in compute() and output(), from its parameters and the problem's size.
 using MemoryEstimate = std::function<std::uint64_t(const Params&, const ProblemSize&)>;
-/// Throws Error when the parameters cannot apply to a problem of this size (a budget beyond the sequence): the
-/// checks compute() makes, made before any work.
+/// Throws Error when the parameters cannot apply to a problem of this size, beyond their declared limits (vq: a
+/// codebook file's dimension against the keys'): the checks compute() makes, made before any work.
 using SizeCheck = std::function<void(const Params&, const ProblemSize&)>;
 
 struct Backward;
@@ -53,7 +53,8 @@ struct MethodDescriptor {
   }
   /// This descriptor with its backward pass declared: `.with_backward(Backward::yes("ω held fixed"))`.
   MethodDescriptor with_backward(const Backward& b) &&;
-  /// The parameters' limits in the problem's size (landmarks ≤ n, ...), for methods that have some.
+  /// Checks in the problem's size other than the parameters' declared limits (ParamSpec::limits), for methods that
+  /// have some.
   SizeCheck size_check;
   MethodDescriptor with_size_check(SizeCheck f) && {
     size_check = std::move(f);
@@ -75,17 +76,18 @@ const MethodDescriptor& find_method(const std::string& name);
 /// descriptor's estimate; 0 for the methods linear in n): known before any work, for the memory guard.
 std::uint64_t estimate_memory(const MethodDescriptor& d, const Params& params, const ProblemSize& size);
 /// Before any work: throws Error when the method cannot run on a problem of `size` — a parameter beyond the
-/// sequence (the descriptor's size check, as compute() would say later), or more memory than the guard allows
-/// (memory.hpp: available memory or --max-memory; the message names the method, the sizes and the bytes).
+/// sequence (its declared limits and the descriptor's size check, as compute() would say later), or more memory
+/// than the guard allows (memory.hpp: available memory or --max-memory; the message names the method, the sizes and
+/// the bytes).
 template <typename T>
 void check_method_fits(const Method<T>& m, const ProblemSize& size);
 
-/// A budget that counts items taken from the sequence (landmarks, rank, columns, codes, Linformer's projected
-/// length k) cannot exceed it: throws Error "METHOD: PARAM = VALUE exceeds the sequence (WHAT = N)". Budgets that
+/// The parameters' declared limits in the problem's size (ParamSpec::limits: `p.integer("k", ...).within_keys()`), on
+/// n_q queries and n_k keys: throws Error "METHOD: PARAM = VALUE exceeds the sequence (WHAT = N); give PARAM ≤ N",
+/// the one message of every limit, whether checked before any work (check_method_fits) or by compute(). Budgets that
 /// bound a neighbourhood (a window, a chunk) or a share (ProbSparse's factor) saturate at the whole sequence — exact
-/// attention — and random features (Performer) may outnumber the positions: neither is refused.
-void require_budget_within(const std::string& method, const std::string& param, Index value, Index n,
-                           const std::string& what = "n_k");
+/// attention — and random features (Performer) may outnumber the positions: they declare no limit.
+void check_limits(const MethodDescriptor& d, const Params& params, Index n_q, Index n_k);
 
 /// The spec as a user would write it: the name and the parameters that differ from their defaults, the seed left out
 /// when it is `default_seed` ("nystrom:landmarks=32" for nystrom:landmarks=32,pinv=iterative,iters=6,...).

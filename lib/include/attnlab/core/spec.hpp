@@ -10,6 +10,62 @@
 
 namespace attnlab {
 
+/// A limit of an integer parameter in the problem's size (a budget that counts items taken from the sequence:
+/// landmarks, rank, columns, codes, Linformer's k cannot exceed it), declared with the parameter
+/// (`p.integer("k", ...).within_keys()`) and checked, with its one message, before any work (check_method_fits) and
+/// by compute() on its inputs: "METHOD: PARAM = VALUE exceeds the sequence (WHAT = N); give PARAM ≤ N".
+struct SizeLimit {
+  enum class Bound { Keys, Queries, MinN };  // n_k, n_q, min(n_q, n_k)
+  Bound bound = Bound::Keys;
+  std::string what;  // how the message names the bound ("n_k", "min(n_q, n_k)", "n_k, the keys")
+  /// The limit applies only where each named parameter holds this value (vq: codebook=window).
+  std::vector<std::pair<std::string, std::string>> when;
+};
+
+/// A budget family of the studies (error_vs_budget, gradients, `attnlab report`, the drop-in and fine-tuning tools,
+/// through analysis/budget_families.hpp): the method at a grid of its budget parameter, under fixed options, declared
+/// with that parameter: `p.integer("landmarks", ...).budget(Study("nystrom", {8, 16, 32, 64, 128}).simplicity(3)
+/// .listed(1))`.
+struct Study {
+  std::string label;                // the family's name in every CSV and figure
+  std::string fixed;                // options fixed in its spec ("pinv=svd"); "" for none
+  std::vector<long long> budgets;   // the grid, in sweep order
+  /// How much machinery the family adds to attention (lower: simpler; the report's tie-break among equally fast
+  /// and accurate points): a fixed pattern, then one feature map, then landmark/projection methods, then
+  /// data-dependent hashing, selection and clustering, then combinations. Undeclared: last (the analysis baselines).
+  int rank = kLast;
+  int position = 0;                 // place in the families' listing: the CSVs' order, the figures' colours
+  bool deployable = true;           // false: an analysis baseline (forms or sweeps all of P)
+  bool measure_cost = true;         // false: not timed (the SVD floor, a reference rather than a method to run)
+  static constexpr int kLast = 1 << 20;
+
+  Study(std::string label_, std::vector<long long> budgets_)
+      : label(std::move(label_)), budgets(std::move(budgets_)) {}
+  /// Options fixed in the family's spec: Study("nystrom_svd", ...).with("pinv=svd").
+  Study with(std::string options) && {
+    fixed = std::move(options);
+    return std::move(*this);
+  }
+  Study simplicity(int r) && {
+    rank = r;
+    return std::move(*this);
+  }
+  Study listed(int p) && {
+    position = p;
+    return std::move(*this);
+  }
+  /// An analysis baseline, not a method one would deploy (the report and the drop-in tools leave it out by default).
+  Study baseline() && {
+    deployable = false;
+    return std::move(*this);
+  }
+  /// Not timed by error_vs_budget (nor drawn on the error-against-cost figure).
+  Study untimed() && {
+    measure_cost = false;
+    return std::move(*this);
+  }
+};
+
 /// One parameter a method accepts.
 struct ParamSpec {
   /// Path: one of a few keywords (`choices`, the first the default) or the path of a file whose name ends in
@@ -26,6 +82,8 @@ struct ParamSpec {
   long long int_min = 0;             // Integer: the same range, exactly (a double rounds 2⁶³ − 1)
   long long int_max = 0;
   bool is_budget = false;            // the parameter that trades accuracy for cost (MethodDescriptor::budget)
+  std::vector<Study> studies;        // the budget parameter's families in the studies
+  std::vector<SizeLimit> limits;     // Integer: its limits in the problem's size
 
   static ParamSpec integer(std::string name, long long def, long long lo, long long hi, std::string help);
   static ParamSpec real(std::string name, double def, double lo, double hi, std::string help);

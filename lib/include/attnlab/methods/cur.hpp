@@ -34,7 +34,9 @@ struct CurOptions : MethodOptions<CurOptions> {
 
   template <class P>
   static void parameters(P& p) {
-    p.integer("columns", &CurOptions::columns, 1, 1 << 20, "number of sampled columns (and rows) C").budget();
+    p.integer("columns", &CurOptions::columns, 1, 1 << 20, "number of sampled columns (and rows) C")
+        .budget(Study("cur", {8, 16, 32, 64, 128}).listed(5).baseline())  // classical CUR: reads all of P
+        .within_min_n();
     p.choice("select", &CurOptions::select, {{CurSelect::Uniform, "uniform"}, {CurSelect::Leverage, "leverage"}},
              "sampling of J (and I)");
     p.real("rcond", &CurOptions::rcond, 0, 1, "relative singular-value cutoff of pinv(P[I,J]) (0: eps·C)");

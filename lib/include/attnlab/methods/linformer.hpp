@@ -33,7 +33,10 @@ struct LinformerOptions : MethodOptions<LinformerOptions> {
 
   template <class P>
   static void parameters(P& p) {
-    p.integer("k", &LinformerOptions::k, 1, 1 << 20, "projected length k (≤ n_k)").budget();
+    p.integer("k", &LinformerOptions::k, 1, 1 << 20, "projected length k (≤ n_k)")
+        .budget(Study("linformer_pool", {8, 16, 32, 64, 128}).with("projection=pool").simplicity(2).listed(3),
+                Study("linformer_gaussian", {8, 16, 32, 64, 128}).with("projection=gaussian").simplicity(5).listed(4))
+        .within_keys();  // more than n_k is no longer a low-rank approximation, only a costlier one
     p.choice("projection", &LinformerOptions::projection,
              {{LinformerProjection::Gaussian, "gaussian"},
               {LinformerProjection::Uniform, "uniform"},

@@ -21,7 +21,8 @@ struct LocalOptions : MethodOptions<LocalOptions> {
 
   template <class P>
   static void parameters(P& p) {
-    p.integer("window", &LocalOptions::window, 0, 1 << 24, "half-width W of the band").budget();
+    p.integer("window", &LocalOptions::window, 0, 1 << 24, "half-width W of the band")
+        .budget(Study("local", {4, 8, 16, 32, 64}).simplicity(0).listed(8));
   }
   /// The method's entry in the registry (lib/src/methods/local.cpp), kept by descriptor().
   static MethodDescriptor registry_entry();

@@ -36,7 +36,10 @@ struct NystromOptions : MethodOptions<NystromOptions> {
 
   template <class P>
   static void parameters(P& p) {
-    p.integer("landmarks", &NystromOptions::landmarks, 1, 1 << 20, "number of landmarks m (≤ n)").budget();
+    p.integer("landmarks", &NystromOptions::landmarks, 1, 1 << 20, "number of landmarks m (≤ n)")
+        .budget(Study("nystrom", {8, 16, 32, 64, 128}).simplicity(3).listed(1),
+                Study("nystrom_svd", {8, 16, 32, 64, 128}).with("pinv=svd").simplicity(4).listed(2))
+        .within_min_n();
     p.choice("pinv", &NystromOptions::pinv,
              {{PinvMethod::Order3, "iterative"}, {PinvMethod::NewtonSchulz, "newton"}, {PinvMethod::Svd, "svd"}},
              "pseudo-inverse: order-3 iteration (Razavi et al. 2014, as Nyströmformer), Newton–Schulz, or SVD");

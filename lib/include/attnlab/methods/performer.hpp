@@ -38,7 +38,7 @@ struct PerformerOptions : MethodOptions<PerformerOptions>, CausalFormOptions {
   static void parameters(P& p) {
     p.integer("features", &PerformerOptions::features, 1, 1 << 16,
               "number of random projections M (trig/hyperbolic use 2M features)")
-        .budget();
+        .budget(Study("performer", {16, 32, 64, 128, 256}).simplicity(1).listed(6));  // M may exceed n
     p.choice("kernel", &PerformerOptions::kernel,
              {{PerformerKernel::Positive, "positive"}, {PerformerKernel::Trig, "trig"},
               {PerformerKernel::Hyperbolic, "hyperbolic"}},

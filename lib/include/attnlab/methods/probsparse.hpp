@@ -43,7 +43,7 @@ struct ProbSparseOptions : MethodOptions<ProbSparseOptions> {
   static void parameters(P& p) {
     p.real("factor", &ProbSparseOptions::factor, 1e-3, 1e9,
            "sampling factor c: u = c·⌈ln n_q⌉ queries, U = c·⌈ln n_k⌉ keys")
-        .budget();
+        .budget(Study("probsparse", {1, 2, 5, 10, 20}).simplicity(7).listed(10));
     p.integer("samples", &ProbSparseOptions::samples, 0, 1 << 30, "keys sampled per query for M̄ (0: c·⌈ln n_k⌉)");
     p.choice("sample", &ProbSparseOptions::sample,
              {{ProbSparseSample::Random, "random"}, {ProbSparseSample::Full, "full"}},

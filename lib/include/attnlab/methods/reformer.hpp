@@ -35,7 +35,7 @@ struct ReformerOptions : MethodOptions<ReformerOptions> {
     p.integer("rounds", &ReformerOptions::rounds, 1, 64, "hashing rounds");
     p.integer("chunk", &ReformerOptions::chunk, 1, 1 << 24,
               "keys per chunk (each query sees its chunk and the previous)")
-        .budget();
+        .budget(Study("reformer", {8, 16, 32, 64, 128}).with("rounds=2").simplicity(6).listed(9));
     p.seed(&ReformerOptions::seed);
   }
   /// The method's entry in the registry (lib/src/methods/reformer.cpp), kept by descriptor().

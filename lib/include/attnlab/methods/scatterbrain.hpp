@@ -36,7 +36,7 @@ struct ScatterbrainOptions : MethodOptions<ScatterbrainOptions> {
   static void parameters(P& p) {
     p.integer("features", &ScatterbrainOptions::features, 1, 1 << 16, "Performer features M (positive, orthogonal)");
     p.integer("window", &ScatterbrainOptions::window, 0, 1 << 24, "half-width of the band where entries are exact")
-        .budget();
+        .budget(Study("scatterbrain", {4, 8, 16, 32, 64}).with("features=64").simplicity(9).listed(11));
     p.seed(&ScatterbrainOptions::seed);
   }
   /// The method's entry in the registry (lib/src/methods/scatterbrain.cpp), kept by descriptor().

@@ -29,7 +29,9 @@ struct SvdOptions : MethodOptions<SvdOptions> {
 
   template <class P>
   static void parameters(P& p) {
-    p.integer("rank", &SvdOptions::rank, 1, 1 << 20, "rank R").budget();
+    p.integer("rank", &SvdOptions::rank, 1, 1 << 20, "rank R")
+        .budget(Study("svd", {8, 16, 32, 64, 128}).listed(0).baseline().untimed())  // the Eckart–Young floor
+        .within_min_n();
     p.integer("dense_limit", &SvdOptions::dense_limit, 1, 1 << 20,
               "n_k up to which a dense SVD is used; above, the matrix-free solver");
     p.choice("solver", &SvdOptions::solver,

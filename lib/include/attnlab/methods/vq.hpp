@@ -67,7 +67,10 @@ struct VqOptions : MethodOptions<VqOptions> {
 
   template <class P>
   static void parameters(P& p) {
-    p.integer("codes", &VqOptions::codes, 1, 1 << 20, "codebook size c").budget();
+    p.integer("codes", &VqOptions::codes, 1, 1 << 20, "codebook size c")
+        .budget(Study("vq", {8, 16, 32, 64, 128}).simplicity(8).listed(7))
+        .within_keys("n_k, the keys").when("codebook", "window")  // k-means on the keys of the call
+        .within_queries("n_q, the queries").when("codebook", "window").when("quantize", "both");
     p.integer("iters", &VqOptions::iters, 0, 10000, "Lloyd iterations after k-means++");
     p.choice("assign", &VqOptions::assign, {{VqAssign::Hard, "hard"}, {VqAssign::Soft, "soft"}},
              "nearest code, or GMM responsibilities at temperature T");

@@ -17,14 +17,6 @@
 
 namespace attnlab {
 
-/// The size check of a budget that counts rows and columns taken from P (Nyström's landmarks, CUR's columns, SVD's
-/// rank): it cannot exceed min(n_q, n_k); before any work, with require_budget_within's message
-/// (lib/src/methods/base/lowrank_method.cpp).
-SizeCheck budget_within_min_n(const std::string& method, const std::string& param);
-/// compute()'s check of the same limit on its inputs (CUR, SVD): throws Error "METHOD: PARAM = VALUE exceeds
-/// min(n_q, n_k) = N".
-void require_within_min_n(const std::string& method, const std::string& param, Index value, Index n_q, Index n_k);
-
 template <typename T>
 class LowRankMethod : public Method<T> {
  public:
