@@ -353,16 +353,19 @@ class Dropin:
 def _apply_heads(spec, q, k, v, causal, seed):
     """attnlab.apply over (B, H, n, d) arrays: every (batch entry, head) one attention, the same draw for all."""
     B, H, n, d = q.shape
-    flat = lambda x: np.ascontiguousarray(x.reshape(B * H, x.shape[2], x.shape[3]))  # noqa: E731
-    o = attnlab.apply(spec, flat(q), flat(k), flat(v), causal=causal, seed=seed)
+    o = attnlab.apply(spec, _flat(q), _flat(k), _flat(v), causal=causal, seed=seed)
     return o.reshape(B, H, n, v.shape[-1])
+
+
+def _flat(x):
+    """(B, H, n, d) as (B·H, n, d), contiguous: every (batch entry, head) one attention of attnlab.apply."""
+    return np.ascontiguousarray(x.reshape(-1, x.shape[2], x.shape[3]))
 
 
 def _matrix_heads(spec, q, k, causal, seed):
     """P̃ of every (batch entry, head) of (B, H, n, d) arrays: (B, H, n, n_k), the same draw for all."""
     B, H, n, d = q.shape
-    flat = lambda x: np.ascontiguousarray(x.reshape(B * H, x.shape[2], x.shape[3]))  # noqa: E731
-    _, p = attnlab.apply(spec, flat(q), flat(k), np.zeros((B * H, n, 1)), causal=causal, seed=seed, matrix=True)
+    _, p = attnlab.apply(spec, _flat(q), _flat(k), np.zeros((B * H, n, 1)), causal=causal, seed=seed, matrix=True)
     return p.reshape(B, H, n, k.shape[2])
 
 
