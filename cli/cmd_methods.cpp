@@ -1,9 +1,11 @@
 // `attnlab methods [NAME...]`: the registered methods (or those named) with their parameters, defaults, causal
 // support and backward pass.
+#include "attnlab/analysis/budget_families.hpp"
 #include "attnlab/core/registry.hpp"
 #include "commands.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace attnlab::cli {
 namespace {
@@ -12,6 +14,18 @@ std::string cell(std::string s) {
   std::string o;
   for (char c : s) o += c == '|' ? std::string("\\|") : std::string(1, c);
   return o;
+}
+
+/// The budget families the studies sweep (error_vs_budget, the report, the drop-in and fine-tuning studies), as
+/// CSV, read from the registry: each method's declaration with its budget parameter (core/spec.hpp's Study).
+/// A spec may fix several options ("a=1,b=2"): quoted.
+std::string families_csv() {
+  std::string t = "label,spec,param,budgets,simplicity,deployable,timed\n";
+  for (const BudgetFamily& f : budget_families())
+    t += fmt::format("{},\"{}\",{},{},{},{},{}\n", f.label, f.spec, f.param(), fmt::join(f.budgets, " "),
+                     f.simplicity == Study::kLast ? std::string("last") : std::to_string(f.simplicity),
+                     f.deployable ? "true" : "false", f.measure_cost ? "true" : "false");
+  return t;
 }
 
 }  // namespace
@@ -47,9 +61,17 @@ void add_methods(CLI::App& app) {
   sub->add_flag("--names", *names_only, "print the names only, one per line");
   auto markdown = std::make_shared<bool>(false);
   sub->add_flag("--markdown", *markdown, "print the README's methods table (a test checks README.md against it)");
-  sub->callback([names, names_only, markdown] {
+  auto families = std::make_shared<bool>(false);
+  sub->add_flag("--families", *families,
+                "print the budget families the studies sweep (label, spec, budget parameter, grid, simplicity rank: "
+                "the report's tie-break, lower is simpler; deployable, timed) as CSV");
+  sub->callback([names, names_only, markdown, families] {
     if (*markdown) {
       fmt::print("{}", methods_markdown());
+      return;
+    }
+    if (*families) {
+      fmt::print("{}", families_csv());
       return;
     }
     // The methods asked for, each looked up first: an unknown name is refused (with a did-you-mean) before any output.
@@ -67,6 +89,18 @@ void add_methods(CLI::App& app) {
       fmt::print("    causal: {}\n", d.causal_note);
       fmt::print("    backward: {}\n", d.backward_note);
       if (!d.budget.empty()) fmt::print("    budget: {}\n", d.budget);
+      for (const auto& p : d.params)
+        for (const Study& s : p.studies)
+          fmt::print("    studied as: {} ({}{} = {}; simplicity {})\n", s.label, s.fixed.empty() ? "" : s.fixed + ", ",
+                     p.name, fmt::join(s.budgets, ", "),
+                     s.rank == Study::kLast ? std::string("last") : std::to_string(s.rank));
+      for (const auto& p : d.params)
+        for (const SizeLimit& l : p.limits) {
+          std::string when;
+          for (const auto& [key, value] : l.when) when += fmt::format("{}{}={}", when.empty() ? ", where " : ", ", key,
+                                                                      value);
+          fmt::print("    limit: {} ≤ {}{}\n", p.name, l.what, when);
+        }
       fmt::print("    implements: {}\n", d.reference);
       for (const auto& p : d.params)
         fmt::print("    {}={}  ({}): {}\n", p.name, p.default_value, p.describe_type(), p.help);

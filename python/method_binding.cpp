@@ -438,7 +438,7 @@ class PyMethod {
     const ProblemSize size{q.rows, k.rows, q.cols, d_v, sizeof(T)};
     check_method_fits(m, size);
     if (kept > 1) {
-      const std::uint64_t one = estimate_memory(find_method(m.name()), m.params(), size);
+      const std::uint64_t one = m.memory_estimate(size);
       if (one > 0)
         check_memory(matrix_bytes(one, std::uint64_t(kept), 1),
                      "{} fitted on {} heads (each head's state is kept) of n_q = {}, n_k = {}, d = {} ({})",

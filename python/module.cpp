@@ -270,9 +270,7 @@ py::array_t<T> vq_codebook_t(const py::handle& keys, Index codes, Index iters, s
   o.iters = iters;
   o.seed = seed;
   o.params();
-  const Index rows = h.heads * h.rows;
-  if (codes > rows)
-    throw Error(fmt::format("vq_codebook: codes = {} exceeds the {} keys", codes, rows));
+  const Index rows = h.heads * h.rows;  // codes ≤ rows: vq_fit_codebook's check, before its work
   const Eigen::Map<const MatrixR<T>> all(h.data, rows, h.cols);
   MatrixR<T> c;
   run_released([&] { c = vq_fit_codebook<T>(all, codes, iters, seed).centroids; });

@@ -5,6 +5,7 @@
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/exact.hpp"
 #include "test_util.hpp"
 
 #include <fmt/format.h>
@@ -140,19 +141,19 @@ TEST(InputChecks, SaturatingBudgetsAndRandomFeaturesAreAccepted) {
 // path does not; svd's dense path holds P in T, in float64 and the SVD's copy.
 TEST(InputChecks, MemoryIsEstimatedAndRefusedBeforeAnyWork) {
   const ProblemSize s{100000, 100000, 8, 8, 8};
-  const auto& exact = find_method("exact");
-  EXPECT_EQ(estimate_memory(exact, make_method<double>("exact:impl=materialized")->params(), s),
-            100000ull * 100000 * 8);
-  EXPECT_EQ(estimate_memory(exact, make_method<double>("exact")->params(), s), 0u);
+  EXPECT_EQ(make_method<double>("exact:impl=materialized")->memory_estimate(s), 100000ull * 100000 * 8);
+  EXPECT_EQ(make_method<double>("exact")->memory_estimate(s), 0u);
   const ProblemSize f32{100000, 100000, 8, 8, 4};
-  EXPECT_EQ(estimate_memory(exact, make_method<float>("exact:impl=materialized")->params(), f32),
-            100000ull * 100000 * 4);
+  EXPECT_EQ(make_method<float>("exact:impl=materialized")->memory_estimate(f32), 100000ull * 100000 * 4);
+  // The typed method answers what the spec's does: the options struct declares it once.
+  ExactOptions materialized_options;
+  materialized_options.impl = ExactImpl::Materialized;
+  EXPECT_EQ(ExactMethod<double>(materialized_options).memory_estimate(s), 100000ull * 100000 * 8);
   // svd: dense up to dense_limit (n_k ≤ 512 by default) or when asked; matrix-free (linear) above.
-  const auto& svd = find_method("svd");
-  const auto p = make_method<double>("svd:rank=8")->params();
-  EXPECT_GE(estimate_memory(svd, p, {512, 512, 8, 8, 8}), 512ull * 512 * 24);
-  EXPECT_LT(estimate_memory(svd, p, {4096, 4096, 8, 8, 8}), 4096ull * 4096);
-  EXPECT_GE(estimate_memory(svd, make_method<double>("svd:rank=8,solver=dense")->params(), {4096, 4096, 8, 8, 8}),
+  const auto svd = make_method<double>("svd:rank=8");
+  EXPECT_GE(svd->memory_estimate({512, 512, 8, 8, 8}), 512ull * 512 * 24);
+  EXPECT_LT(svd->memory_estimate({4096, 4096, 8, 8, 8}), 4096ull * 4096);
+  EXPECT_GE(make_method<double>("svd:rank=8,solver=dense")->memory_estimate({4096, 4096, 8, 8, 8}),
             4096ull * 4096 * 24);
 
   // The guard refuses the 74.5 GiB matrix from the sizes alone (under a limit, so that it holds on any machine).

@@ -2,6 +2,7 @@
 its rule — among the candidates under the target, those within the timing noise of the fastest count as equally
 fast; of those the lowest error wins (then the simpler family, then the smaller budget); it must beat exact attention
 by more than the noise. The rule is checked against the report's own CSV, so any head's verdict can fail it."""
+import io
 import os
 
 import numpy as np
@@ -22,8 +23,14 @@ v = rng.standard_normal((h, n, d)).astype(np.float32)
 for name, a in (("q", q), ("k", k), ("v", v)):
     np.save(path(f"r{name}.npy"), a)
 
-SIMPLICITY = ["local", "linear", "performer", "linformer_pool", "nystrom", "nystrom_svd", "linformer_gaussian",
-              "reformer", "probsparse", "vq", "scatterbrain"]
+# The tie-break's simplicity ranks as the registry declares them (each method's Study, `attnlab methods --families`).
+families = pd.read_csv(io.StringIO(run("methods", "--families").stdout))
+RANK = {f.label: (int(f.simplicity) if f.simplicity != "last" else 1 << 20) for f in families.itertuples()}
+deployable = families[families.deployable]
+c.check(len(set(RANK[x] for x in deployable.label)) == len(deployable) and min(RANK, key=RANK.get) == "local"
+        and all(RANK[x] == 1 << 20 for x in families[~families.deployable].label),
+        "simplicity ranks: distinct for the deployable families (a total tie-break), a fixed window the simplest, the "
+        "analysis baselines last")
 out = path("report")
 cost_n, noise, target = 512, 0.25, 0.3
 r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", out,
@@ -58,7 +65,7 @@ if r.returncode == 0:
             continue
         fastest = under.iloc[0]
         near = under[under.time_s <= fastest.time_s * (1 + np.maximum(fastest.noise, under.noise))]
-        order = sorted(near.index, key=lambda fb: (near.loc[fb, "out_rel_fro"], SIMPLICITY.index(fb[0]), fb[1]))
+        order = sorted(near.index, key=lambda fb: (near.loc[fb, "out_rel_fro"], RANK[fb[0]], fb[1]))
         pick = near.loc[order[0]]
         exact_noise = max(noise, (exact_med - exact_t) / exact_t)
         beats = pick.time_s * (1 + max(pick.noise, exact_noise)) < exact_t

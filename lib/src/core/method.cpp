@@ -9,8 +9,7 @@
 namespace attnlab {
 
 template <typename T>
-Method<T>::Method(const MethodDescriptor& descriptor, Params params)
-    : descriptor_(descriptor), params_(std::move(params)) {}
+Method<T>::Method(const MethodDescriptor& descriptor) : descriptor_(descriptor) {}
 
 template <typename T>
 const std::string& Method<T>::name() const {
@@ -19,7 +18,7 @@ const std::string& Method<T>::name() const {
 
 template <typename T>
 std::string Method<T>::spec() const {
-  const std::string p = params_.to_string();
+  const std::string p = params().to_string();
   return p.empty() ? descriptor_.name : descriptor_.name + ":" + p;
 }
 
@@ -38,7 +37,7 @@ Method<T>& Method<T>::compute(const ConstRef<T>& q, const ConstRef<T>& k, const 
   AttentionOptions resolved = opts;
   resolved.scale = opts.resolved_scale(q.cols());
   status_ = Status::NotComputed;
-  check_limits(descriptor_, params_, q.rows(), k.rows());  // the parameters' declared limits, on these inputs
+  check_limits(descriptor_, params(), q.rows(), k.rows());  // the parameters' declared limits, on these inputs
   status_ = do_compute(q, k, resolved);
   opts_ = resolved;
   n_q_ = q.rows();

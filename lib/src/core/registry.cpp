@@ -55,18 +55,14 @@ const MethodDescriptor& find_method(const std::string& name) {
   throw Error(fmt::format("no method '{}'; registered methods: {}", name, registered_method_names()));
 }
 
-std::uint64_t estimate_memory(const MethodDescriptor& d, const Params& params, const ProblemSize& s) {
-  return d.memory ? d.memory(params, s) : 0;
-}
-
 template <typename T>
 void check_method_fits(const Method<T>& m, const ProblemSize& size) {
   ProblemSize s = size;
   s.elem = sizeof(T);
   const MethodDescriptor& d = find_method(m.name());
   check_limits(d, m.params(), s.n_q, s.n_k);
-  if (d.size_check) d.size_check(m.params(), s);
-  check_memory(estimate_memory(d, m.params(), s),
+  m.check_size(s);
+  check_memory(m.memory_estimate(s),
                "{} on n_q = {}, n_k = {}, d = {}, d_v = {} ({})", m.spec(), s.n_q, s.n_k, s.d, s.d_v,
                dtype_name(dtype_of<T>()));
 }
@@ -113,8 +109,8 @@ std::unique_ptr<Method<T>> make_method(const std::string& spec_text, std::option
     if (has_seed_param && !seed_given) spec.values.emplace_back("seed", std::to_string(*default_seed));
   }
   Params params = resolve_params(d.name, d.params, spec);
-  if constexpr (std::is_same_v<T, float>) return d.make_f32(d, std::move(params));
-  else return d.make_f64(d, std::move(params));
+  if constexpr (std::is_same_v<T, float>) return d.make_f32(params);
+  else return d.make_f64(params);
 }
 
 template std::unique_ptr<Method<float>> make_method<float>(const std::string&, std::optional<std::uint64_t>);

@@ -46,19 +46,20 @@ MethodDescriptor CurOptions::registry_entry() {
       "2021",
       Causal::refused("columns and rows of all of P"))
       .with_backward(Backward::yes("J, I (uniform or leverage draws) and the kept singular values of P[I,J] held "
-                                   "fixed; an analysis floor that reads all of P"))
-      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
-        // Leverage scores come from the top C singular vectors: a dense SVD of P (in T, float64 and the SVD's
-        // copy) where top_singular's defaults choose it (n_k ≤ 512, or C > n_k/2). The factors are n × C.
-        const Index c = p.integer("columns");
-        const bool dense = p.choice("select") == "leverage" && (s.n_k <= 512 || c > s.n_k / 2);
-        // Kept for the backward: copies of Q and K, and C (n_q × C).
-        const std::uint64_t kept = add_bytes(matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(s.d), s.elem),
-                                             matrix_bytes(s.n_q, std::uint64_t(c), s.elem));
-        return add_bytes(add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
-                                   matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem)),
-                         kept);
-      });
+                                   "fixed; an analysis floor that reads all of P"));
+}
+
+std::uint64_t CurOptions::memory(const ProblemSize& s) const {
+  // Leverage scores come from the top C singular vectors: a dense SVD of P (in T, float64 and the SVD's copy) where
+  // top_singular's defaults choose it (n_k ≤ 512, or C > n_k/2). The factors are n × C.
+  const Index c = columns;
+  const bool dense = select == CurSelect::Leverage && (s.n_k <= 512 || c > s.n_k / 2);
+  // Kept for the backward: copies of Q and K, and C (n_q × C).
+  const std::uint64_t kept = add_bytes(matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(s.d), s.elem),
+                                       matrix_bytes(s.n_q, std::uint64_t(c), s.elem));
+  return add_bytes(add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0,
+                             matrix_bytes(std::uint64_t(2 * (s.n_q + s.n_k)), std::uint64_t(c), s.elem)),
+                   kept);
 }
 
 template <typename T>

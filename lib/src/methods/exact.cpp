@@ -17,11 +17,11 @@ MethodDescriptor ExactOptions::registry_entry() {
       "softmax attention, streaming (online softmax) or materialized",
       "P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. 1); online softmax (Milakov & Gimelshein 2018)",
       Causal::yes())
-      .with_backward(Backward::yes("O(n) memory, FlashAttention-2 Alg. 2 (Dao 2023)"))
-      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
-        return ExactOptions::from(p).impl == ExactImpl::Materialized ? matrix_bytes(s.n_q, s.n_k, s.elem)
-                                                                     : 0;  // P itself
-      });
+      .with_backward(Backward::yes("O(n) memory, FlashAttention-2 Alg. 2 (Dao 2023)"));
+}
+
+std::uint64_t ExactOptions::memory(const ProblemSize& s) const {
+  return impl == ExactImpl::Materialized ? matrix_bytes(s.n_q, s.n_k, s.elem) : 0;  // P itself
 }
 
 template <typename T>

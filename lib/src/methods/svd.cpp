@@ -32,16 +32,15 @@ MethodDescriptor SvdOptions::registry_entry() {
       "Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ", Causal::refused("a rank-R approximation of all of P"))
       .with_backward(Backward::refused(
           "an analysis floor, not a trainable method: the derivative of the rank-R truncation needs every singular "
-          "pair of P (terms 1/(σ_i² − σ_j²), i ≤ R < j) and is unbounded where σ_R ≈ σ_{R+1}"))
-      .with_memory([](const Params& p, const ProblemSize& s) -> std::uint64_t {
-        const std::string& solver = p.choice("solver");
-        const bool dense = solver == "dense" || (solver == "auto" && (s.n_k <= p.integer("dense_limit") ||
-                                                                      p.integer("rank") > s.n_k / 2));
-        // The dense path: P in T, its float64 copy and the SVD's working copy; the factors are n × R.
-        const std::uint64_t factors =
-            matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(p.integer("rank")), s.elem);
-        return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0, factors);
-      });
+          "pair of P (terms 1/(σ_i² − σ_j²), i ≤ R < j) and is unbounded where σ_R ≈ σ_{R+1}"));
+}
+
+std::uint64_t SvdOptions::memory(const ProblemSize& s) const {
+  const bool dense =
+      solver == SvdSolver::Dense || (solver == SvdSolver::Auto && (s.n_k <= dense_limit || rank > s.n_k / 2));
+  // The dense path: P in T, its float64 copy and the SVD's working copy; the factors are n × R.
+  const std::uint64_t factors = matrix_bytes(std::uint64_t(s.n_q + s.n_k), std::uint64_t(rank), s.elem);
+  return add_bytes(dense ? matrix_bytes(s.n_q, s.n_k, s.elem + 16) : 0, factors);
 }
 
 template <typename T>

@@ -102,13 +102,12 @@ MethodDescriptor VqOptions::registry_entry() {
                           "look-ahead in the codebook, stated by lookahead(): not a causal verdict)"))
       .with_backward(Backward::yes(
           "codebook and assignments held fixed; dK = dK̂ by the straight-through estimator (Lingle 2023); "
-          "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"))
-      .with_size_check([](const Params& p, const ProblemSize& s) {
-        // codes ≤ n_k (and n_q) with codebook=window: declared with the parameter (vq.hpp). A fixed codebook: any
-        // number of keys, but the keys' dimension.
-        const std::string& file = p.text("codebook");
-        if (file != "window") require_codebook_d(file, vq_codebook_file(file)->cols(), s.d);
-      });
+          "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"));
+}
+
+void VqOptions::check_size(const ProblemSize& s) const {
+  // A fixed codebook: any number of keys, but the keys' dimension.
+  if (fixed_codebook()) require_codebook_d(codebook, vq_codebook_file(codebook)->cols(), s.d);
 }
 
 template <typename T>

@@ -15,6 +15,7 @@
 #include "attnlab/core/spec.hpp"
 #include "attnlab/core/types.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,16 +25,19 @@ namespace attnlab {
 
 struct MethodDescriptor;
 
+/// The base of every method: the protocol (checks, the causal refusal, compute()/info()) over the method's typed
+/// options, which only the method's class holds (ConfiguredMethod, methods/base/configured_method.hpp).
 template <typename T>
 class Method {
  public:
-  Method(const MethodDescriptor& descriptor, Params params);
+  explicit Method(const MethodDescriptor& descriptor);
   virtual ~Method() = default;
   Method(const Method&) = delete;
   Method& operator=(const Method&) = delete;
 
   const std::string& name() const;
-  const Params& params() const { return params_; }
+  /// The parameters' values as a spec holds them, written from the method's typed options (the one copy).
+  virtual Params params() const = 0;
   /// The canonical specification, every parameter written out: replays the same method.
   std::string spec() const;
   /// Whether this instance honours a causal mask (the descriptor's flag unless a method narrows it by parameter).
@@ -63,6 +67,12 @@ class Method {
   virtual std::string lookahead() const { return ""; }
   /// Method-specific numbers worth recording beside the errors (e.g. Nyström's ‖I − AZ‖_F), as (name, value).
   virtual std::vector<std::pair<std::string, double>> diagnostics() const { return {}; }
+  /// Bytes this method forms on a problem of `size` beyond its inputs and its output, known before any work (its
+  /// options' memory(): exact:impl=materialized, svd's dense path, ...; 0 for the methods linear in n).
+  virtual std::uint64_t memory_estimate(const ProblemSize& size) const = 0;
+  /// Throws Error when the method cannot apply to a problem of `size` for a reason beyond its parameters' declared
+  /// limits (its options' check_size(): vq's codebook file against the keys' dimension), before any work.
+  virtual void check_size(const ProblemSize& size) const = 0;
   /// An upper bound on rank(P̃) (landmarks, features, ...), or -1 when the method is not rank-limited.
   virtual Index rank_bound() const { return -1; }
 
@@ -86,7 +96,6 @@ class Method {
  private:
   void require_computed(const char* what) const;
   const MethodDescriptor& descriptor_;
-  Params params_;
   Status status_ = Status::NotComputed;
   AttentionOptions opts_;
   Index n_q_ = 0, n_k_ = 0;

@@ -254,6 +254,13 @@ struct MethodOptions {
     O::parameters(v);
     return detail::make_params(std::move(values));
   }
+  /// Bytes the method forms on a problem of `size` beyond its inputs and its output: 0, for the methods linear in n.
+  /// A method that can form something quadratic declares its own `std::uint64_t memory(const ProblemSize&) const`
+  /// in O (exact:impl=materialized, svd, cur), which hides this one: the memory guard's estimate, before any work.
+  std::uint64_t memory(const ProblemSize& /*size*/) const { return 0; }
+  /// Checks in a problem's size beyond the parameters' declared limits (`within_keys()`, ...): none. O declares its
+  /// own `void check_size(const ProblemSize&) const` where it has one (vq: a codebook file's dimension).
+  void check_size(const ProblemSize& /*size*/) const {}
   /// The canonical spec, every parameter written out: "nystrom:landmarks=64,pinv=iterative,...".
   std::string spec() const {
     const std::string p = params().to_string();

@@ -16,19 +16,6 @@
 
 namespace attnlab {
 
-/// The size of a problem, known before any work: n_q queries and n_k keys of dimension d, values of dimension d_v,
-/// `elem` bytes per value (4: float32, 8: float64).
-struct ProblemSize {
-  Index n_q = 0, n_k = 0, d = 0, d_v = 0;
-  std::uint64_t elem = 8;
-};
-
-/// Bytes a method allocates beyond its inputs in compute() and output(), from its parameters and the problem's size.
-using MemoryEstimate = std::function<std::uint64_t(const Params&, const ProblemSize&)>;
-/// Throws Error when the parameters cannot apply to a problem of this size, beyond their declared limits (vq: a
-/// codebook file's dimension against the keys'): the checks compute() makes, made before any work.
-using SizeCheck = std::function<void(const Params&, const ProblemSize&)>;
-
 struct Backward;
 
 struct MethodDescriptor {
@@ -43,25 +30,13 @@ struct MethodDescriptor {
   bool backward = false;
   std::string backward_note = "refused: not defined";
   std::vector<ParamSpec> params;
-  /// What the method forms beyond its inputs and its output: given for the methods that can form something
-  /// quadratic (exact:impl=materialized, svd's dense path, ...), empty for the others (linear in n).
-  MemoryEstimate memory;
-  /// This descriptor with its memory estimate: `return describe<M>(...).with_memory([](const Params&, ...) {...});`
-  MethodDescriptor with_memory(MemoryEstimate f) && {
-    memory = std::move(f);
-    return std::move(*this);
-  }
   /// This descriptor with its backward pass declared: `.with_backward(Backward::yes("ω held fixed"))`.
   MethodDescriptor with_backward(const Backward& b) &&;
-  /// Checks in the problem's size other than the parameters' declared limits (ParamSpec::limits), for methods that
-  /// have some.
-  SizeCheck size_check;
-  MethodDescriptor with_size_check(SizeCheck f) && {
-    size_check = std::move(f);
-    return std::move(*this);
-  }
-  std::function<std::unique_ptr<Method<float>>(const MethodDescriptor&, Params)> make_f32;
-  std::function<std::unique_ptr<Method<double>>(const MethodDescriptor&, Params)> make_f64;
+  /// The string factory: the method from a spec's validated values (its options struct read from them). What a method
+  /// forms in memory and the checks in a problem's size other than the declared limits are the options struct's
+  /// (MethodOptions::memory, ::check_size), read through the built method (Method::memory_estimate, ::check_size).
+  std::function<std::unique_ptr<Method<float>>(const Params&)> make_f32;
+  std::function<std::unique_ptr<Method<double>>(const Params&)> make_f64;
 };
 
 /// Every registered method, in a fixed order (attnlab/methods/all.hpp's list; defined in lib/src/methods/all.cpp).
@@ -72,11 +47,8 @@ std::string registered_method_names();
 /// close_matches), or listing every registered name when none is close.
 const MethodDescriptor& find_method(const std::string& name);
 
-/// Bytes the method built from `params` will form on a problem of `size` beyond its inputs and its output (the
-/// descriptor's estimate; 0 for the methods linear in n): known before any work, for the memory guard.
-std::uint64_t estimate_memory(const MethodDescriptor& d, const Params& params, const ProblemSize& size);
 /// Before any work: throws Error when the method cannot run on a problem of `size` — a parameter beyond the
-/// sequence (its declared limits and the descriptor's size check, as compute() would say later), or more memory
+/// sequence (its declared limits and its options' size check, as compute() would say later), or more memory
 /// than the guard allows (memory.hpp: available memory or --max-memory; the message names the method, the sizes and
 /// the bytes).
 template <typename T>
@@ -137,23 +109,6 @@ MethodDescriptor describe(std::string name, std::string summary, std::string ref
                           std::vector<ParamSpec> params);
 }  // namespace detail
 
-/// The descriptor of method template M, built as M<T>(descriptor, params): its name (the options struct's kName),
-/// a one-line summary, the equations it implements, its causal support and its parameters in spec order, the budget
-/// parameter marked (ParamSpec::budget()).
-template <template <typename> class M>
-MethodDescriptor describe(std::string name, std::string summary, std::string reference, Causal causal,
-                          std::vector<ParamSpec> params = {}) {
-  MethodDescriptor d = detail::describe(std::move(name), std::move(summary), std::move(reference), std::move(causal),
-                                        std::move(params));
-  d.make_f32 = [](const MethodDescriptor& desc, Params p) -> std::unique_ptr<Method<float>> {
-    return std::make_unique<M<float>>(desc, std::move(p));
-  };
-  d.make_f64 = [](const MethodDescriptor& desc, Params p) -> std::unique_ptr<Method<double>> {
-    return std::make_unique<M<double>>(desc, std::move(p));
-  };
-  return d;
-}
-
 /// The descriptor of the method class template M, built from its options struct O (M<T>(const O&)): its name
 /// (O::kName) and parameters (O's declaration, core/parameters.hpp), a one-line summary, the paper and equations it
 /// implements, and its causal support. Each method's `NameOptions::registry_entry()` is one such call; the
@@ -162,10 +117,10 @@ template <template <typename> class M, typename O>
 MethodDescriptor describe(std::string summary, std::string reference, Causal causal) {
   MethodDescriptor d = detail::describe(O::kName, std::move(summary), std::move(reference), std::move(causal),
                                         O::parameter_specs());
-  d.make_f32 = [](const MethodDescriptor&, Params p) -> std::unique_ptr<Method<float>> {
+  d.make_f32 = [](const Params& p) -> std::unique_ptr<Method<float>> {
     return std::make_unique<M<float>>(O::from(p));
   };
-  d.make_f64 = [](const MethodDescriptor&, Params p) -> std::unique_ptr<Method<double>> {
+  d.make_f64 = [](const Params& p) -> std::unique_ptr<Method<double>> {
     return std::make_unique<M<double>>(O::from(p));
   };
   return d;

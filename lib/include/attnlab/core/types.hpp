@@ -32,6 +32,13 @@ constexpr DType dtype_of<float>() { return DType::f32; }
 template <>
 constexpr DType dtype_of<double>() { return DType::f64; }
 
+/// The size of a problem, known before any work: n_q queries and n_k keys of dimension d, values of dimension d_v,
+/// `elem` bytes per value (4: float32, 8: float64).
+struct ProblemSize {
+  Index n_q = 0, n_k = 0, d = 0, d_v = 0;
+  std::uint64_t elem = 8;
+};
+
 /// Outcome of a compute() call, as Eigen's ComputationInfo.
 enum class Status { Success, NotComputed, NoConvergence, NumericalIssue };
 const char* status_name(Status s);

@@ -42,6 +42,9 @@ struct CurOptions : MethodOptions<CurOptions> {
     p.real("rcond", &CurOptions::rcond, 0, 1, "relative singular-value cutoff of pinv(P[I,J]) (0: eps·C)");
     p.seed(&CurOptions::seed);
   }
+  /// Leverage scores' dense SVD of P where chosen, the factors and what the backward keeps: the memory guard's
+  /// estimate (MethodOptions::memory), in lib/src/methods/cur.cpp.
+  std::uint64_t memory(const ProblemSize& size) const;
   /// The method's entry in the registry (lib/src/methods/cur.cpp), kept by descriptor().
   static MethodDescriptor registry_entry();
 };

@@ -29,6 +29,9 @@ struct ExactOptions : MethodOptions<ExactOptions> {
              "output path: tiled online softmax (O(n·d) memory) or the full matrix P");
     p.integer("tile", &ExactOptions::tile, 8, 8192, "tile edge of the streaming kernels");
   }
+  /// impl=materialized forms P itself (n_q × n_k), streaming nothing quadratic: the memory guard's estimate
+  /// (MethodOptions::memory), in lib/src/methods/exact.cpp.
+  std::uint64_t memory(const ProblemSize& size) const;
   /// The method's entry in the registry (lib/src/methods/exact.cpp), kept by descriptor().
   static MethodDescriptor registry_entry();
 };

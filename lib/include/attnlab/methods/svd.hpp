@@ -39,6 +39,9 @@ struct SvdOptions : MethodOptions<SvdOptions> {
               {SvdSolver::Dense, "dense"}},
              "top-R solver: auto (dense up to dense_limit, else block Krylov), block, lanczos (Spectra on PᵀP), dense");
   }
+  /// The dense path's copies of P, and the factors: the memory guard's estimate (MethodOptions::memory), in
+  /// lib/src/methods/svd.cpp.
+  std::uint64_t memory(const ProblemSize& size) const;
   /// The method's entry in the registry (lib/src/methods/svd.cpp), kept by descriptor().
   static MethodDescriptor registry_entry();
 };

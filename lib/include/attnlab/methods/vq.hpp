@@ -84,6 +84,9 @@ struct VqOptions : MethodOptions<VqOptions> {
   }
   /// Whether the codebook is given (a file), not fitted on the call's keys.
   bool fixed_codebook() const { return codebook != "window"; }
+  /// A fixed codebook's dimension against the keys' (MethodOptions::check_size; codes ≤ n_k with codebook=window is
+  /// a declared limit), in lib/src/methods/vq.cpp.
+  void check_size(const ProblemSize& size) const;
   /// The method's entry in the registry (lib/src/methods/vq.cpp), kept by descriptor().
   static MethodDescriptor registry_entry();
 };

@@ -41,8 +41,7 @@ class KernelMethod : public LazyOperatorMethod<T> {
   Index rank_bound() const override {
     return this->info() != Status::NotComputed && !this->options().causal ? features_ : Index(-1);
   }
-  KernelMethod(const MethodDescriptor& d, Params p, const CausalFormOptions& form)
-      : LazyOperatorMethod<T>(d, std::move(p)), form_(form) {}
+  KernelMethod(const MethodDescriptor& d, const CausalFormOptions& form) : LazyOperatorMethod<T>(d), form_(form) {}
 
  protected:
   /// Parameters that depend on the input's shape (Performer's ω), drawn before any feature is computed.
