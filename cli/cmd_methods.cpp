@@ -88,6 +88,11 @@ void add_methods(CLI::App& app) {
       fmt::print("{}  —  {}\n", d.name, d.summary);
       fmt::print("    causal: {}\n", d.causal_note);
       fmt::print("    backward: {}\n", d.backward_note);
+      fmt::print("    bf16/fp16 storage: {}{}\n",
+                 d.storage.eager && d.storage.careful ? "eager, careful: "
+                 : d.storage.careful                  ? "careful: "
+                                                      : "",
+                 d.storage.note);
       if (!d.budget.empty()) fmt::print("    budget: {}\n", d.budget);
       for (const auto& p : d.params)
         for (const Study& s : p.studies)

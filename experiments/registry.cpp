@@ -13,6 +13,7 @@ std::unique_ptr<Experiment> make_regimes_experiment();
 std::unique_ptr<Experiment> make_probsparse_experiment();
 std::unique_ptr<Experiment> make_scaling_experiment();
 std::unique_ptr<Experiment> make_gradients_experiment();
+std::unique_ptr<Experiment> make_precision_experiment();
 
 std::vector<std::unique_ptr<Experiment>> all_experiments() {
   // name (`attnlab run NAME`, results/NAME.csv.gz) and the question it answers (its --help line).
@@ -35,6 +36,8 @@ std::vector<std::unique_ptr<Experiment>> all_experiments() {
       {"regimes", "which of low-rank, sparse, sparse+low-rank wins at which entropy", make_regimes_experiment},
       {"gradients", "how far each method's dQ, dK, dV are from exact attention's, beside its output error",
        make_gradients_experiment},
+      {"precision", "each method in fp32 and in emulated bf16 and fp16 (eager and careful): rounding against "
+       "approximation error, overflow, the first failing length and temperature", make_precision_experiment},
   };
   std::vector<std::unique_ptr<Experiment>> v;
   for (const auto& e : table) {

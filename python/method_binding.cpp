@@ -77,8 +77,11 @@ class PyMethod {
   /// strict: a seed given both in the spec and as `seed` is refused too (attnlab.Method), else the spec's wins
   /// (attnlab.apply, as it always has).
   PyMethod(const std::string& spec, const std::vector<std::pair<std::string, std::string>>& options, bool causal,
-           std::optional<double> scale, std::optional<std::uint64_t> seed, bool strict)
+           std::optional<double> scale, std::optional<std::uint64_t> seed, bool strict, const std::string& precision,
+           const std::string& policy)
       : text_(spec), seed_(seed), causal_(causal), scale_(scale) {
+    opts_.storage = parse_storage(precision);
+    opts_.policy = parse_policy(policy);
     Spec parsed = parse_spec(spec);
     const MethodDescriptor& d = find_method(parsed.name);  // an unknown name first: "did you mean"
     const auto given = [&](const std::string& key) {
@@ -121,6 +124,11 @@ class PyMethod {
     supports_causal_ = proto->supports_causal();
     opts_.causal = causal;
     opts_.scale = scale ? *scale : std::numeric_limits<double>::quiet_NaN();
+    // A reduced storage the method does not emulate under this policy: refused here, before any data.
+    if (opts_.storage != Storage::native &&
+        !(opts_.policy == Policy::eager ? d.storage.eager : d.storage.careful))
+      throw Error(fmt::format("method '{}' does not emulate {} storage under the {} policy ({})", d.name,
+                              storage_name(opts_.storage), policy_name(opts_.policy), d.storage.note));
   }
 
   const std::string& spec() const { return canonical_; }
@@ -313,6 +321,21 @@ class PyMethod {
         std::lock_guard<std::mutex> lock(f->mutex);
         for (const auto& m : f->heads) all.push_back(m->diagnostics());
       });
+      // Under a reduced storage: what rounding did per intermediate, and the output's check (core/method.hpp).
+      if (opts_.storage != Storage::native) {
+        std::size_t h = 0;
+        for (const auto& m : f->heads) {
+          for (const auto& e : m->rounding()) {
+            all[h].emplace_back("overflow[" + e.what + "]", double(e.tally.overflow));
+            all[h].emplace_back("underflow[" + e.what + "]", double(e.tally.underflow));
+            all[h].emplace_back("nan[" + e.what + "]", double(e.tally.nan));
+          }
+          const auto c = m->output_check();
+          all[h].emplace_back("output_nonfinite", double(c.nonfinite));
+          all[h].emplace_back("output_zero_rows", double(c.zero_rows));
+          ++h;
+        }
+      }
       py::list heads;
       for (const auto& one : all) {
         py::dict d;
@@ -464,8 +487,10 @@ class PyMethod {
       for (Index h = 0; h < heads; ++h) {
         throw_if_cancelled();
         // A numerical failure (e.g. float64 inputs of 1e300 overflow the scores) is an error, never a silent NaN.
+        // Under a reduced storage the failure is the finding: returned, and said by diagnostics (output_nonfinite,
+        // output_zero_rows) and by the Python layer's warning.
         const MatrixR<T> o = f.heads[h]->output(v.head(h));
-        require_finite_output(o, head_label(label, f.batched, h));
+        if (opts_.storage == Storage::native) require_finite_output(o, head_label(label, f.batched, h));
         Eigen::Map<MatrixR<T>>(dst + h * f.n_q * v.cols, f.n_q, v.cols) = o;
       }
     });
@@ -504,9 +529,10 @@ void bind_method(py::module_& m) {
   // The docstrings users read are the Python layer's (attnlab.Method); these name what each member takes.
   py::class_<PyMethod>(m, "Method", "attnlab's compiled Method; use attnlab.Method (it checks its arguments).")
       .def(py::init<const std::string&, const std::vector<std::pair<std::string, std::string>>&, bool,
-                    std::optional<double>, std::optional<std::uint64_t>, bool>(),
+                    std::optional<double>, std::optional<std::uint64_t>, bool, const std::string&,
+                    const std::string&>(),
            py::arg("spec"), py::arg("options"), py::arg("causal"), py::arg("scale"), py::arg("seed"),
-           py::arg("strict"))
+           py::arg("strict"), py::arg("precision") = "native", py::arg("policy") = "eager")
       .def_property_readonly("spec", &PyMethod::spec)
       .def_property_readonly("short_spec", &PyMethod::short_form)
       .def_property_readonly("name", &PyMethod::name)

@@ -81,6 +81,12 @@ py::list methods_list() {
     m["causal_note"] = d.causal_note;
     m["backward"] = d.backward;
     m["backward_note"] = d.backward_note;
+    // Reduced storage (bf16, fp16): the policies it emulates and which intermediates each stores in the format.
+    py::list policies;
+    if (d.storage.eager) policies.append("eager");
+    if (d.storage.careful) policies.append("careful");
+    m["storage_policies"] = policies;
+    m["storage"] = d.storage.note;
     m["params"] = params;
     out.append(m);
   }

@@ -829,11 +829,64 @@ def gpu(F, results):
               f"{m}: the length from which it is faster than fused exact attention on the GPU, bf16 (timing)", "gpu")
 
 
+def precision(F, R):
+    """The `precision` experiment: each method in emulated bf16 / fp16 storage, eager and careful (CPU emulation:
+    core/precision.hpp; the same values on every x86-64 CPU)."""
+    d = load(R, "precision")
+    m = d["variant"].fillna("").str.extract(r"T=([0-9.eE+-]+)\s*(\w*)")
+    d = d.assign(t=m[0].astype(float), policy=m[1].fillna(""))
+    n = int(d.n.max())
+    g = d[(d.source == "gaussian") & (d.seed == 0)]
+    names = {"exact:impl=materialized": "exact_mat", "exact:impl=streaming": "exact_stream", "linear": "linear",
+             "performer:features=256": "performer256", "performer:features=64": "performer64"}
+
+    def short(spec):
+        for k, v in names.items():
+            if spec.startswith(k):
+                return v
+        return None
+
+    g = g.assign(short=g.spec.map(short))
+    for s in names.values():
+        c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
+        if c.empty:
+            continue
+        if not s.startswith("exact"):
+            F.add(f"precision.{s}_approx", pick(c, dtype="fp64", metric="err_total").iloc[0], lambda x: sig(x, 2),
+                  f"{s}: approximation error against exact attention in float64, gaussian, n = {n}, t = 1",
+                  "precision")
+        for fmt in ("bf16", "fp16"):
+            for pol in ("eager", "careful"):
+                e = c[(c.dtype == fmt) & (c.policy == pol)]
+                if (e.metric == "refused").any():
+                    text, value = "not emulated", "not emulated"
+                elif (e[e.metric.isin(["nonfinite", "zero_rows"])].value > 0).any():
+                    nf = int(pick(e, metric="nonfinite").iloc[0])
+                    zr = int(pick(e, metric="zero_rows").iloc[0])
+                    value = f"fails ({nf} non-finite entries, {zr} zero rows)"
+                else:
+                    value = sig(pick(e, metric="err_rounding").iloc[0], 2)
+                F.add(f"precision.{s}_{fmt}_{pol}", value, str,
+                      f"{s} in emulated {fmt} storage, {pol} policy: rounding error against its own float64 output "
+                      f"(or the failure), gaussian, n = {n}, d = 64, t = 1", "precision")
+                # The first temperature (at the longest n) and the first n (at t = 1) at which the output fails.
+                a = g[(g.short == s) & (g.dtype == fmt) & (g.policy == pol)]
+                bad = a[a.metric.isin(["nonfinite", "zero_rows"]) & (a.value > 0)]
+                at_n = bad[bad.n == n].t
+                F.add(f"precision.{s}_{fmt}_{pol}_fails_t", f"t = {at_n.min():g}" if len(at_n) else "none", str,
+                      f"{s}, {fmt}, {pol}: the smallest temperature (of {sorted(set(a.t))}) at which the output has "
+                      f"non-finite entries or all-zero rows, gaussian, n = {n}", "precision")
+                at_t = bad[bad.t == 1].n
+                F.add(f"precision.{s}_{fmt}_{pol}_fails_n", f"n = {at_t.min()}" if len(at_t) else "none", str,
+                      f"{s}, {fmt}, {pol}: the shortest length (of {sorted(set(a.n))}) at which the output has "
+                      "non-finite entries or all-zero rows, gaussian, t = 1", "precision")
+
+
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
                bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients, pretrained,
-               gpu):
+               gpu, precision):
         fn(F, results)
     model(F)
     return F.items

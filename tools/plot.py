@@ -21,6 +21,7 @@ from figures.gradients import plot_gradients  # noqa: E402
 from figures.length import plot_error_vs_length  # noqa: E402
 from figures.performer import plot_performer_mse  # noqa: E402
 from figures.pinv import plot_pinv  # noqa: E402
+from figures.precision import plot_precision  # noqa: E402
 from figures.pretrained import plot_pretrained  # noqa: E402
 from figures.probsparse import plot_probsparse  # noqa: E402
 from figures.regimes import plot_regimes  # noqa: E402
@@ -31,7 +32,7 @@ from figures.vq import plot_vq  # noqa: E402
 PLOTS = {"spectrum": plot_spectrum, "pinv": plot_pinv, "error_vs_budget": plot_error_vs_budget,
          "error_vs_length": plot_error_vs_length, "performer_mse": plot_performer_mse, "vq": plot_vq,
          "regimes": plot_regimes, "probsparse": plot_probsparse, "scaling": plot_scaling, "dropin": plot_dropin,
-         "finetune": plot_finetune, "gradients": plot_gradients,
+         "finetune": plot_finetune, "gradients": plot_gradients, "precision": plot_precision,
          "pretrained_dropin": plot_pretrained}   # tools/pretrained_study.py's (and its fine-tuning's)
 SLOW = ("error_vs_budget", "dropin")
 

@@ -189,6 +189,47 @@ def _inputs(dtype, **arrays):
     return list(out.values())
 
 
+# Emulated storage precision (the library's core/precision.hpp): fp64 and fp32 compute natively in float64 and
+# float32; bf16 and fp16 store the method's tensors in that format over float32 accumulation, the intermediates the
+# policy names included (attnlab.methods()' 'storage').
+_PRECISIONS = {"fp64": ("native", np.float64), "fp32": ("native", np.float32),
+               "bf16": ("bf16", np.float32), "fp16": ("fp16", np.float32)}
+_POLICIES = ("eager", "careful")
+
+
+def _precision(precision, policy, dtype):
+    """(storage, policy, dtype) for the core: precision None keeps the inputs' dtype (dtype=, if given)."""
+    if policy not in _POLICIES:
+        raise ValueError(f"policy: {policy!r} is not one of {', '.join(_POLICIES)} (eager: every intermediate stored "
+                         "in the format, as a straightforward transcription; careful: accumulators, normalisers, "
+                         "softmax statistics and states kept in float32)")
+    if precision is None:
+        return "native", policy, dtype
+    if precision not in _PRECISIONS:
+        raise ValueError(f"precision: {precision!r} is not one of {', '.join(_PRECISIONS)}")
+    storage, dt = _PRECISIONS[precision]
+    if dtype is not None and _dtype(dtype) != np.dtype(dt):
+        raise ValueError(f"dtype={dtype!r} contradicts precision={precision!r}, which computes in {np.dtype(dt)}; "
+                         "give one of them")
+    return storage, policy, dt
+
+
+def _warn_reduced(m, what):
+    """Under bf16/fp16 a non-finite or all-zero output is the finding: returned, and said (never silent)."""
+    if m._storage == "native":
+        return
+    diags = m._m.diagnostics
+    heads = diags if isinstance(diags, list) else [diags]
+    nonfinite = int(sum(d.get("output_nonfinite", 0) for d in heads))
+    zero = int(sum(d.get("output_zero_rows", 0) for d in heads))
+    if nonfinite or zero:
+        import warnings
+        over = sorted({k[9:-1] for d in heads for k, x in d.items() if k.startswith("overflow[") and x > 0})
+        warnings.warn(f"{what}: {m._m.spec} under {m._storage} storage ({m._policy}): {nonfinite} non-finite output "
+                      f"entries, {zero} all-zero output rows" + (f"; overflowed: {', '.join(over)}" if over else "")
+                      + " (Method.diagnostics has the counts per intermediate)", RuntimeWarning, stacklevel=3)
+
+
 # ---- the functions ------------------------------------------------------------------------------------------------
 
 def methods():
@@ -216,7 +257,8 @@ def sources():
     return _core.sources()
 
 
-def apply(spec, q, k, v, *, causal=False, scale=None, seed=None, matrix=False, dtype=None):
+def apply(spec, q, k, v, *, causal=False, scale=None, seed=None, matrix=False, dtype=None, precision=None,
+          policy="eager"):
     """The output of method `spec` (e.g. 'nystrom:landmarks=32') on Q, K, V: softmax attention's approximation
     P̃·V, shaped like Q with V's last dimension, in the inputs' dtype (or `dtype`).
 
@@ -225,12 +267,19 @@ def apply(spec, q, k, v, *, causal=False, scale=None, seed=None, matrix=False, d
 
     Method(spec).fit(q, k).output(v) in one call, the fit not kept (heads one at a time: memory holds one head's
     work); to apply one fit to many V, or to get its operator, diagnostics or spectrum, use Method.
+
+    precision ('fp64', 'fp32', 'bf16', 'fp16') and policy ('eager', 'careful'): as for Method. Under bf16/fp16 a
+    non-finite or all-zero output is returned with a RuntimeWarning (it is the finding), not raised.
     """
     spec = _str("spec", spec, "nystrom:landmarks=64")
     causal, matrix = _bool("causal", causal), _bool("matrix", matrix)
     scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
+    storage, policy, dtype = _precision(precision, policy, dtype)
     q, k, v = _inputs(dtype, q=q, k=k, v=v)
-    return Method._once(spec, causal, scale, seed)._m.call(q, k, v, matrix, False)
+    m = Method._once(spec, causal, scale, seed, storage, policy)
+    out = m._m.call(q, k, v, matrix, storage != "native")
+    _warn_reduced(m, "apply")
+    return out
 
 
 def backward(spec, q, k, v, do, *, causal=False, scale=None, seed=None, dtype=None):
@@ -437,19 +486,32 @@ class Method:
     a call keeps the fit it started with even if another thread refits.
     """
 
-    def __init__(self, spec, *, causal=False, scale=None, seed=None, **options):
-        """Builds the method from `spec` and the keyword parameters, checking them (nothing is fitted yet)."""
+    def __init__(self, spec, *, causal=False, scale=None, seed=None, precision=None, policy="eager", **options):
+        """Builds the method from `spec` and the keyword parameters, checking them (nothing is fitted yet).
+
+        precision: None (compute in the inputs' dtype), 'fp64', 'fp32' (natively in float64, float32: the inputs
+        converted), or 'bf16', 'fp16': the method run as users run it in bfloat16 or float16, emulated exactly — its
+        inputs and the tensors it materialises rounded to the format, products and sums accumulated in float32 —
+        under `policy`: 'eager' (every intermediate stored in the format, as a straightforward transcription under
+        .half() stores it) or 'careful' (accumulators, normalisers, softmax statistics and states kept in float32, as
+        FlashAttention keeps them). Which intermediates each policy rounds: attnlab.methods()' 'storage'; a method
+        that does not emulate one refuses it here (ValueError). Results come back in float32, their values exact in
+        the format; diagnostics gains per intermediate the entries that overflowed, underflowed to 0 or were NaN,
+        and the output's non-finite entries and all-zero rows (a non-finite or zero output is returned with a
+        RuntimeWarning, not raised: it is the finding)."""
         spec = _str("spec", spec, "nystrom:landmarks=64")
         causal = _bool("causal", causal)
         scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
+        self._storage, self._policy, self._dtype = _precision(precision, policy, None)
         opts = [(name, _option(name, value)) for name, value in options.items()]
-        self._m = _core.Method(spec, opts, causal, scale, seed, True)
+        self._m = _core.Method(spec, opts, causal, scale, seed, True, self._storage, self._policy)
 
     @classmethod
-    def _once(cls, spec, causal, scale, seed):
+    def _once(cls, spec, causal, scale, seed, storage="native", policy="eager"):
         """attnlab.apply's method: seed fills the spec's seed when it gives none (the spec's wins otherwise)."""
         self = cls.__new__(cls)
-        self._m = _core.Method(spec, [], causal, scale, seed, False)
+        self._storage, self._policy, self._dtype = storage, policy, None
+        self._m = _core.Method(spec, [], causal, scale, seed, False, storage, policy)
         return self
 
     # ---- what it is --------------------------------------------------------------------------------------------
@@ -532,14 +594,25 @@ class Method:
         self. Refits when called again (the previous fit is dropped). Refused before any work, as a ValueError:
         shapes that disagree, NaN or infinite inputs, a budget beyond the sequence (landmarks > n, ...), more
         memory than is available. Computes in q's dtype; dtype= ('float32', 'float64') converts both."""
-        q, k = _inputs(dtype, q=q, k=k)
+        q, k = _inputs(self._dtype_for(dtype), q=q, k=k)
         self._m.fit(q, k)
         return self
 
     def __call__(self, q, k, v, *, dtype=None):
         """fit(q, k), then output(v): P̃·V, every input checked before the work. The fit stays for more V."""
-        q, k, v = _inputs(dtype, q=q, k=k, v=v)
-        return self._m.call(q, k, v, False, True)
+        q, k, v = _inputs(self._dtype_for(dtype), q=q, k=k, v=v)
+        out = self._m.call(q, k, v, False, True)
+        _warn_reduced(self, "Method")
+        return out
+
+    def _dtype_for(self, dtype):
+        """The dtype the constructor's precision fixes (dtype= must agree), else dtype=."""
+        if self._dtype is None:
+            return dtype
+        if dtype is not None and _dtype(dtype) != np.dtype(self._dtype):
+            raise ValueError(f"dtype={dtype!r} contradicts the method's precision, which computes in "
+                             f"{np.dtype(self._dtype)}; leave dtype out")
+        return self._dtype
 
     # ---- the fitted method -------------------------------------------------------------------------------------
 
@@ -550,6 +623,8 @@ class Method:
             raise ValueError(f"{what}: the method is not fitted; call fit(q, k) first")
         a = _array(x, name)
         dt = np.dtype(self._m.dtype)
+        if self._dtype is not None and a.dtype in _FLOATS:
+            a = a.astype(dt, copy=False)  # the precision says how it is stored
         if a.dtype != dt:
             raise ValueError(f"{what}: {name} is {a.dtype} but the method was fitted in {dt}; pass "
                              f"{name}.astype('{dt}'), or fit on {a.dtype} q and k")
@@ -560,7 +635,9 @@ class Method:
     def output(self, v):
         """The output for values V: P̃·V by the method's fast path, (n_q, d_v) from V (n_k, d_v) — (heads, n_q,
         d_v) after a batched fit — in the fitted dtype. V needs n_k rows and the fitted dtype. Needs fit()."""
-        return self._on_operand(v, "v", "output(v)", self._m.output)
+        out = self._on_operand(v, "v", "output(v)", self._m.output)
+        _warn_reduced(self, "output(v)")
+        return out
 
     def backward(self, v, do):
         """The backward pass of output(v): for the upstream gradient do = ∂L/∂O (n_q, d_v), the vector–Jacobian

@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <type_traits>
+
 namespace attnlab {
 
 template <typename T>
@@ -34,12 +37,32 @@ Method<T>& Method<T>::compute(const ConstRef<T>& q, const ConstRef<T>& k, const 
     throw Error(fmt::format("method '{}' cannot honour a causal mask ({}); use a method that supports "
                             "causal attention (see `attnlab methods`)",
                             descriptor_.name, descriptor_.summary));
+  if (opts.storage != Storage::native) {
+    require(std::is_same_v<T, float>,
+            "method '{}': {} storage is emulated over float32 accumulation; give float32 inputs (Method<float>)",
+            descriptor_.name, storage_name(opts.storage));
+    const StorageEmulation& e = descriptor_.storage;
+    require(opts.policy == Policy::eager ? e.eager : e.careful,
+            "method '{}' does not emulate {} storage under the {} policy ({})", descriptor_.name,
+            storage_name(opts.storage), policy_name(opts.policy), e.note);
+  }
   AttentionOptions resolved = opts;
   resolved.scale = opts.resolved_scale(q.cols());
   status_ = Status::NotComputed;
   check_limits(descriptor_, params(), q.rows(), k.rows());  // the parameters' declared limits, on these inputs
-  status_ = do_compute(q, k, resolved);
-  opts_ = resolved;
+  opts_ = resolved;  // before do_compute: its rounding hook reads the storage and the policy
+  rounding_.clear();
+  output_check_ = {};
+  if (resolved.storage == Storage::native) {
+    status_ = do_compute(q, k, resolved);
+  } else {
+    // The inputs as the user stores them: in the format.
+    MatrixR<T> qs = q, ks = k;
+    const Rounding r = rounding_hook();
+    r(qs, Held::tensor, "inputs Q, K");
+    r(ks, Held::tensor, "inputs Q, K");
+    status_ = do_compute(qs, ks, resolved);
+  }
   n_q_ = q.rows();
   n_k_ = k.rows();
   return *this;
@@ -55,7 +78,27 @@ template <typename T>
 MatrixR<T> Method<T>::output(const ConstRef<T>& v) const {
   require_computed("output()");
   validate_v(n_k_, v.rows());
-  return do_output(v);
+  if (opts_.storage == Storage::native) return do_output(v);
+  const Rounding r = rounding_hook();
+  MatrixR<T> vs = v;
+  r(vs, Held::tensor, "input V");
+  MatrixR<T> out = do_output(vs);
+  r(out, Held::tensor, "output O");
+  // The output checked: the no-silent-NaN rule (output_check()).
+  OutputCheck c;
+  c.entries = std::uint64_t(out.size());
+  c.rows = std::uint64_t(out.rows());
+  for (Index i = 0; i < out.rows(); ++i) {
+    bool zero = true;
+    for (Index j = 0; j < out.cols(); ++j) {
+      const T x = out(i, j);
+      if (!std::isfinite(x)) ++c.nonfinite;
+      if (x != T(0)) zero = false;
+    }
+    if (zero && out.cols() > 0) ++c.zero_rows;
+  }
+  output_check_ = c;
+  return out;
 }
 
 template <typename T>
@@ -73,6 +116,9 @@ MatrixR<T> Method<T>::matrix() const {
 template <typename T>
 Gradients<T> Method<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
   require_computed("backward()");
+  require(opts_.storage == Storage::native,
+          "method '{}': the backward pass under {} storage is not emulated yet (the forward is)", descriptor_.name,
+          storage_name(opts_.storage));
   validate_v(n_k_, v.rows());
   require(d_out.rows() == n_q_ && d_out.cols() == v.cols(),
           "method '{}': backward: dO is {}×{}, the output is {}×{} (n_q × d_v)", descriptor_.name,

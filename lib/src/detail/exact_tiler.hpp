@@ -23,6 +23,9 @@ struct Tiler {
   bool causal;
   Index offset;                // query at position p sees keys j <= p + offset when causal
   const std::vector<Index>* pos;  // positions of the rows in the full query sequence (null: row = position)
+  /// A reduced storage's rounding of the logits (eager: the product QKᵀ and the scaled product, each stored as an
+  /// eager `q @ k.T * s` stores them); native by default.
+  Rounding rounding{};
 
   Tiler(const ConstRef<T>& q_, const ConstRef<T>& k_, const AttentionOptions& o, const QueryLayout& layout = {})
       : q(q_), k(k_), scale(T(o.resolved_scale(q_.cols()))), causal(o.causal),
@@ -45,7 +48,9 @@ struct Tiler {
   void logits(Index i0, Index bi, Index j0, Index bj, MatrixR<T>& s) const {
     s.resize(bi, bj);
     s.noalias() = q.middleRows(i0, bi) * k.middleRows(j0, bj).transpose();
+    rounding(s, Held::accumulator, "logits QKᵀ");
     s *= scale;
+    rounding(s, Held::accumulator, "logits s·QKᵀ");
   }
   /// How many of the keys [j0, j0 + bj) query i sees: the mask keeps a prefix of every row.
   Index visible(Index i, Index j0, Index bj) const {

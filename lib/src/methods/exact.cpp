@@ -17,7 +17,12 @@ MethodDescriptor ExactOptions::registry_entry() {
       "softmax attention, streaming (online softmax) or materialized",
       "P = softmax(s·QKᵀ + M), O = P·V (Vaswani et al. 2017, eq. 1); online softmax (Milakov & Gimelshein 2018)",
       Causal::yes())
-      .with_backward(Backward::yes("O(n) memory, FlashAttention-2 Alg. 2 (Dao 2023)"));
+      .with_backward(Backward::yes("O(n) memory, FlashAttention-2 Alg. 2 (Dao 2023)"))
+      .with_storage(StorageEmulation::both(
+          "both policies: Q, K, V, P (materialized: all of it; streaming: each tile before its product with V, as "
+          "FlashAttention-2 converts it) and O; eager also the logits (QKᵀ, then s·QKᵀ) and, streaming, the running "
+          "sums ℓ and the running accumulator after every tile; careful keeps those in float32; the softmax's max, "
+          "exponentials and sums (materialized) in float32 under both, as torch.softmax takes them"));
 }
 
 std::uint64_t ExactOptions::memory(const ProblemSize& s) const {
@@ -28,7 +33,7 @@ template <typename T>
 Status ExactMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   this->keep(q, k);
   forward_.valid = false;  // new Q, K: the last output's ℓ no longer applies
-  if (this->o_.impl == ExactImpl::Materialized) p_ = exact_matrix<T>(q, k, opts);
+  if (this->o_.impl == ExactImpl::Materialized) p_ = exact_matrix<T>(q, k, opts, this->rounding_hook());
   return Status::Success;
 }
 
@@ -43,7 +48,8 @@ MatrixR<T> ExactMethod<T>::do_output(const ConstRef<T>& v) const {
   // The forward keeps what its backward needs (FlashAttention-2 saves O and ℓ the same way): a training step's
   // backward then costs one pass over the tiles, not a second forward.
   // Copies into storage kept across calls (no fresh buffers, hence no page faults, in steady state).
-  MatrixR<T> out = exact_output<T>(this->queries(), this->keys(), v, this->options(), this->o_.tile, {}, &forward_.lse);
+  MatrixR<T> out = exact_output<T>(this->queries(), this->keys(), v, this->options(), this->o_.tile, {}, &forward_.lse,
+                                   this->rounding_hook());
   forward_.v = v;
   forward_.out = out;
   forward_.valid = true;

@@ -10,7 +10,11 @@ MethodDescriptor LinearOptions::registry_entry() {
       "linear attention with a feature map, φ(q)ᵀΣφ(k)vᵀ / φ(q)ᵀΣφ(k)",
       "Katharopoulos et al. 2020 (Transformers are RNNs) §3.2, φ(x) = elu(x) + 1; causal masking §3.3 (prefix sums)",
       LinearOptions::causal_support())
-      .with_backward(Backward::yes("nothing (exact; relu'(0) = 0); causal by reverse prefix sums"));
+      .with_backward(Backward::yes("nothing (exact; relu'(0) = 0); causal by reverse prefix sums"))
+      .with_storage(StorageEmulation::both(
+          "non-causal; both policies: Q, K, V, the features φ(q), φ(k) and O; eager also the key–value state "
+          "Σφ(k)vᵀ, the key sum Σφ(k), the numerators and the normalisers φ(q)ᵀΣφ(k), divided unguarded as "
+          "(fq @ (fk.T @ v)) / (fq @ fk.sum(0)) divides; careful keeps those in float32, guarded"));
 }
 
 template <typename T>

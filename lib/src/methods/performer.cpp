@@ -21,11 +21,19 @@ MethodDescriptor PerformerOptions::registry_entry() {
              "Choromanski et al. 2021 (Performer) Lemma 1, eq. (7); Lemma 2 for the variances",
              PerformerOptions::causal_support())
       .with_backward(
-          Backward::yes("ω held fixed (stabilizers cancel: exact otherwise); causal by reverse prefix sums"));
+          Backward::yes("ω held fixed (stabilizers cancel: exact otherwise); causal by reverse prefix sums"))
+      .with_storage(StorageEmulation::both(
+          "non-causal, positive kernel under eager; careful: Q, K, V, the features (each query's divided by its "
+          "largest, each key's with its log-scale apart: attnlab's own stabilisation) and O in the format, the "
+          "log-scales, stabilisers, key–value state, key sum, numerators and normalisers in float32, guarded; eager: "
+          "the reference code's features, every step stored — ω, s^½x, ωᵀx, x∘x, ‖x‖²/2, the exponent less the "
+          "query's row maximum (keys: the largest projection of all keys), its exp (e^{−‖x‖²/2} inside the feature: "
+          "it underflows for long queries, and 0/0 is NaN) — then the key–value state, key sum, numerators and "
+          "normalisers, divided unguarded"));
 }
 
 template <typename T>
-void PerformerMethod<T>::prepare(const ConstRef<T>& q, const ConstRef<T>&, const AttentionOptions&) {
+void PerformerMethod<T>::prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   scratch_.resize(std::size_t(std::max(1, omp_get_max_threads())));
   // ω is the method's parameter: drawn once per d (QR of Gaussian blocks) and reused by later calls.
   if (q.cols() != omega_d_) {
@@ -34,6 +42,49 @@ void PerformerMethod<T>::prepare(const ConstRef<T>& q, const ConstRef<T>&, const
     omega_ = performer_projection<T>(o.features, q.cols(), o.orthogonal, o.norms == PerformerNorms::Chi, rng);
     omega_d_ = q.cols();
   }
+  if (opts.storage != Storage::native && opts.policy == Policy::eager) {
+    require(this->o_.kernel == PerformerKernel::Positive,
+            "performer: the eager {} emulation follows the reference code's positive features; kernel=positive, or "
+            "policy careful", storage_name(opts.storage));
+    omega_stored_ = omega_;
+    this->rounding_hook()(omega_stored_, Held::tensor, "ω");
+    // The reference code's key stabiliser: the largest projection over every key and feature, stored as computed.
+    MatrixR<T> xs = k * T(std::sqrt(opts.scale));
+    const Rounding r{opts.storage, opts.policy, nullptr};
+    r(xs, Held::tensor, "");
+    MatrixR<T> proj = xs * omega_stored_.transpose();
+    r(proj, Held::tensor, "");
+    key_max_ = proj.maxCoeff();
+  }
+}
+
+template <typename T>
+void PerformerMethod<T>::eager_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts,
+                                        MatrixR<T>& f) const {
+  // Transcribed from the reference code (and tools/eager_attention.py's performer), each operation's result stored in
+  // the format: x·s^½; proj = (x·s^½)ωᵀ; ‖x·s^½‖²/2 as (x∘x).sum / 2; exp(proj − ‖x‖²/2 − max), the max per query
+  // row, and over all keys and features for keys (prepare()). No 1/√M: a constant, it cancels, as the code omits it.
+  const Rounding r = this->rounding_hook();
+  MatrixR<T> xs = x * T(std::sqrt(opts.scale));
+  r(xs, Held::tensor, "features: s^½x");
+  MatrixR<T> proj = xs * omega_stored_.transpose();
+  r(proj, Held::tensor, "features: ωᵀx");
+  MatrixR<T> sq = xs.array().square().matrix();
+  r(sq, Held::tensor, "features: x∘x");
+  VectorX<T> half = sq.rowwise().sum();
+  r(half, Held::tensor, "features: ‖x‖²");
+  half /= T(2);
+  r(half, Held::tensor, "features: ‖x‖²/2");
+  f = proj.colwise() - half;
+  r(f, Held::tensor, "features: ωᵀx − ‖x‖²/2");
+  if (keys) {
+    f.array() -= key_max_;
+  } else {
+    const VectorX<T> mx = proj.rowwise().maxCoeff();
+    f.colwise() -= mx;
+  }
+  r(f, Held::tensor, "features: exponent less the maximum");
+  f = f.array().exp().matrix();
 }
 
 template <typename T>
@@ -42,6 +93,11 @@ void PerformerMethod<T>::block_features(const ConstRef<T>& x, bool keys, const A
   // q and k are each multiplied by s^½ so that the features estimate exp(s·qᵀk). The query's log-scale is a
   // per-query factor: it cancels.
   // The buffers of this thread, kept across calls (f and g are the caller's: swapped in and out, not copied).
+  if (opts.storage != Storage::native && opts.policy == Policy::eager) {
+    eager_features(x, keys, opts, f);  // stored in the format by the kernel engine, as every feature is
+    g.resize(0);
+    return;
+  }
   const std::size_t t = std::size_t(omp_get_thread_num());
   Scratch local;
   Scratch& sc = t < scratch_.size() ? scratch_[t] : local;

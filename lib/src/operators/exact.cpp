@@ -20,11 +20,13 @@ using detail::Tiler;
 using detail::validate;
 
 template <typename T>
-MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
+MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                        const Rounding& rounding) {
   validate(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   check_memory(matrix_bytes(q.rows(), k.rows(), sizeof(T)),
                "the {}×{} {} attention matrix", q.rows(), k.rows(), dtype_name(dtype_of<T>()));
   Tiler<T> t(q, k, opts);
+  t.rounding = rounding;
   MatrixR<T> p;
   t.logits(0, q.rows(), 0, k.rows(), p);
   // Row softmax with the max subtracted first: exp never overflows, and the row's max becomes exp(0) = 1,
@@ -34,6 +36,7 @@ MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const Attent
     t.exp_row(p, i, i, 0, t.row_max(p, i, i, 0));
     p.row(i) /= p.row(i).sum();
   }
+  rounding(p, Held::tensor, "probabilities P");
   return p;
 }
 
@@ -58,11 +61,13 @@ struct OnlineRows {
 
 template <typename T>
 MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
-                        const AttentionOptions& opts, Index tile, const QueryLayout& layout, VectorX<T>* row_lse) {
+                        const AttentionOptions& opts, Index tile, const QueryLayout& layout, VectorX<T>* row_lse,
+                        const Rounding& rounding) {
   validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout);
   validate_v(k.rows(), v.rows());
   checked_tile(tile);
-  const Tiler<T> t(q, k, opts, layout);
+  Tiler<T> t(q, k, opts, layout);
+  t.rounding = rounding;
   const Index nq = q.rows(), dv = v.cols();
   MatrixR<T> out(nq, dv);
   if (row_lse) row_lse->resize(nq);
@@ -76,11 +81,15 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
         const T mnew = std::max(w.m(r), t.row_max(s, r, i0 + r, j0));
         const T alpha = std::exp(w.m(r) - mnew);
         t.exp_row(s, r, i0 + r, j0, mnew);
+        if (rounding.active()) rounding.span(s.row(r).data(), std::size_t(bj), Held::tensor, "probabilities P");
         w.l(r) = alpha * w.l(r) + s.row(r).sum();
+        if (rounding.active()) rounding.span(&w.l(r), 1, Held::accumulator, "running sums ℓ");
         w.acc.row(r) *= alpha;
         w.m(r) = mnew;
       }
       w.acc.topRows(bi).noalias() += s * v.middleRows(j0, bj);
+      if (rounding.active())
+        rounding.span(w.acc.data(), std::size_t(bi * w.acc.cols()), Held::accumulator, "running accumulator");
     });
     out.middleRows(i0, bi) = w.acc.topRows(bi).array().colwise() / w.l.head(bi).array();
     if (row_lse) row_lse->segment(i0, bi) = w.m.head(bi).array() + w.l.head(bi).array().log();
@@ -184,9 +193,11 @@ void ExactOperator<T>::row_block_into(Index first, Index count, MatrixR<T>& s) c
 }
 
 #define ATTNLAB_INSTANTIATE_EXACT(T)                                                                     \
-  template MatrixR<T> exact_matrix<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&); \
+  template MatrixR<T> exact_matrix<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&, \
+                                      const Rounding&);                                                 \
   template MatrixR<T> exact_output<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&,       \
-                                      const AttentionOptions&, Index, const QueryLayout&, VectorX<T>*); \
+                                      const AttentionOptions&, Index, const QueryLayout&, VectorX<T>*,  \
+                                      const Rounding&);                                                 \
   template VectorX<T> exact_row_lse<T>(const ConstRef<T>&, const ConstRef<T>&, const AttentionOptions&, \
                                        Index, const QueryLayout&);                                      \
   template class ExactOperator<T>;

@@ -444,7 +444,8 @@ bool block_features_checked(const BlockFeatures<T>& features, const ConstRef<T>&
 
 template <typename T>
 MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
-                                  const BlockFeatures<T>& features, bool nonnegative, KernelWorkspace<T>* ws_in) {
+                                  const BlockFeatures<T>& features, bool nonnegative, KernelWorkspace<T>* ws_in,
+                                  const Rounding& rounding) {
   const Index chunk = 2048, nk = k.rows(), nq = q.rows(), dv = v.cols();
   const Index chunks = (nk + chunk - 1) / chunk;
   KernelWorkspace<T> local;
@@ -466,6 +467,7 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     VectorX<T>& g = t.g;
     finite = block_features_checked<T>(features, k.middleRows(r0, len), true, f, g) && finite;
     if (!finite) continue;
+    rounding(f, Held::tensor, "features φ(q), φ(k)");
     const T mc = g.maxCoeff();
     // e^{g_j − m_c} ψ(k_j), ≤ 1 per weight. The scalar exp per row, as the diagonal product this replaces took it
     // (Eigen's vectorized exp differs in the last bit): the committed values stay bit for bit.
@@ -488,6 +490,9 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     zsum += z[std::size_t(c)] * w;
     if (!nonnegative) zmag += zabs[std::size_t(c)] * w;
   }
+  rounding(state, Held::accumulator, "key–value state Σφ(k)vᵀ");
+  rounding(zsum, Held::accumulator, "key sum Σφ(k)");
+  const bool guarded = !rounding.rounds(Held::accumulator);  // eager divides as the transcription does
   MatrixR<T> out(nq, dv);
   const Index qchunks = (nq + chunk - 1) / chunk;
   bool qfinite = true;
@@ -498,10 +503,17 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     MatrixR<T>& f = t.f;
     qfinite = block_features_checked<T>(features, q.middleRows(r0, len), false, f, t.g) && qfinite;
     if (!qfinite) continue;
+    rounding(f, Held::tensor, "features φ(q), φ(k)");
     t.den.noalias() = f * zsum;
     if (!nonnegative) t.mag.noalias() = f.cwiseAbs() * zmag;
     const VectorX<T>& mag = nonnegative ? t.den : t.mag;
     out.middleRows(r0, len).noalias() = f * state;
+    if (!guarded) {
+      rounding(t.den, Held::accumulator, "normalisers φ(q)ᵀΣφ(k)");
+      rounding.span(out.row(r0).data(), std::size_t(len * dv), Held::accumulator, "numerators φ(q)ᵀΣφ(k)vᵀ");
+      for (Index r = 0; r < len; ++r) out.row(r0 + r) /= t.den(r);
+      continue;
+    }
     for (Index r = 0; r < len; ++r) out.row(r0 + r) *= safe_inverse(t.den(r), mag(r));
   }
   require(qfinite, "kernel attention: non-finite features");
@@ -673,10 +685,10 @@ template class KernelOperator<float>;
 template class KernelOperator<double>;
 template MatrixR<float> streamed_kernel_output<float>(const ConstRef<float>&, const ConstRef<float>&,
                                                       const ConstRef<float>&, const BlockFeatures<float>&, bool,
-                                                      KernelWorkspace<float>*);
+                                                      KernelWorkspace<float>*, const Rounding&);
 template MatrixR<double> streamed_kernel_output<double>(const ConstRef<double>&, const ConstRef<double>&,
                                                         const ConstRef<double>&, const BlockFeatures<double>&, bool,
-                                                        KernelWorkspace<double>*);
+                                                        KernelWorkspace<double>*, const Rounding&);
 
 template Gradients<float> streamed_kernel_backward<float>(const ConstRef<float>&, const ConstRef<float>&,
                                                           const ConstRef<float>&, const ConstRef<float>&,

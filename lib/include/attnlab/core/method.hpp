@@ -65,6 +65,16 @@ class Method {
   /// attention itself, described here ("" when there is none). With a causal mask the attention given that state
   /// is causal; the state is not.
   virtual std::string lookahead() const { return ""; }
+  /// Under a reduced storage (AttentionOptions::storage): what rounding did to each intermediate of the last compute()
+  /// and output() (core/precision.hpp), in the order they were stored. Empty when native.
+  std::vector<RoundingLog::Entry> rounding() const { return rounding_.entries(); }
+  /// What the last output() returned, checked under a reduced storage: non-finite entries and rows of zeros (a row of
+  /// zeros where attention averages values is the silent failure: x/inf = 0). The no-silent-NaN rule: the caller
+  /// reports these; `--fail-on-nonfinite` makes the command fail on them.
+  struct OutputCheck {
+    std::uint64_t entries = 0, nonfinite = 0, rows = 0, zero_rows = 0;
+  };
+  OutputCheck output_check() const { return output_check_; }
   /// Method-specific numbers worth recording beside the errors (e.g. Nyström's ‖I − AZ‖_F), as (name, value).
   virtual std::vector<std::pair<std::string, double>> diagnostics() const { return {}; }
   /// Bytes this method forms on a problem of `size` beyond its inputs and its output, known before any work (its
@@ -92,6 +102,8 @@ class Method {
   virtual MatrixR<T> do_matrix() const { return materialize(do_op()); }
   /// The backward pass (shapes already checked); the default refuses with the descriptor's reason.
   virtual Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
+  /// The rounding of this call's storage and policy, tallied into rounding(): the kernels' hook (a no-op when native).
+  Rounding rounding_hook() const { return {opts_.storage, opts_.policy, &rounding_}; }
 
  private:
   void require_computed(const char* what) const;
@@ -99,6 +111,8 @@ class Method {
   Status status_ = Status::NotComputed;
   AttentionOptions opts_;
   Index n_q_ = 0, n_k_ = 0;
+  mutable RoundingLog rounding_;
+  mutable OutputCheck output_check_;
 };
 
 extern template class Method<float>;

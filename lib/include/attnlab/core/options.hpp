@@ -1,6 +1,7 @@
 // What defines an attention problem apart from the arrays: the logit scale and the causal mask.
 #pragma once
 
+#include "attnlab/core/precision.hpp"
 #include "attnlab/core/types.hpp"
 
 #include <cmath>
@@ -17,6 +18,11 @@ struct AttentionOptions {
   /// decoding with a key cache): query i sees keys j ≤ i + (n_k − n_q). This needs n_k ≥ n_q so that every
   /// query sees at least one key.
   bool causal = false;
+  /// Emulated storage precision (core/precision.hpp): native computes in the method's type and rounds nothing; bf16
+  /// and fp16 store the method's tensors in that format over float32 accumulation (Method<float> only), the
+  /// intermediates the policy names included. A method that does not emulate it refuses it (`attnlab methods`).
+  Storage storage = Storage::native;
+  Policy policy = Policy::eager;
 
   double resolved_scale(Index d) const { return std::isnan(scale) ? 1.0 / std::sqrt(double(d)) : scale; }
 };

@@ -18,6 +18,16 @@ namespace attnlab {
 
 struct Backward;
 
+/// Whether a method emulates a reduced storage precision (core/precision.hpp) under each policy, and which of its
+/// intermediates each policy stores in the format (`attnlab methods`' "precision" line; the method's header says the
+/// same). A method that declares none refuses bf16 and fp16 with the note.
+struct StorageEmulation {
+  bool eager = false, careful = false;
+  std::string note = "refused: not emulated yet";
+  static StorageEmulation both(const std::string& note) { return {true, true, note}; }
+  static StorageEmulation careful_only(const std::string& note) { return {false, true, note}; }
+};
+
 struct MethodDescriptor {
   std::string name;
   std::string summary;    // one line
@@ -32,6 +42,12 @@ struct MethodDescriptor {
   std::vector<ParamSpec> params;
   /// This descriptor with its backward pass declared: `.with_backward(Backward::yes("ω held fixed"))`.
   MethodDescriptor with_backward(const Backward& b) &&;
+  /// Its reduced-precision emulation: `.with_storage(StorageEmulation::both("eager: ...; careful: ..."))`.
+  StorageEmulation storage;
+  MethodDescriptor with_storage(StorageEmulation s) && {
+    storage = std::move(s);
+    return std::move(*this);
+  }
   /// The string factory: the method from a spec's validated values (its options struct read from them). What a method
   /// forms in memory and the checks in a problem's size other than the declared limits are the options struct's
   /// (MethodOptions::memory, ::check_size), read through the built method (Method::memory_estimate, ::check_size).

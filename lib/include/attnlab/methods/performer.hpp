@@ -69,8 +69,16 @@ class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMe
     return this->o_.kernel == PerformerKernel::Positive ? this->o_.features : 2 * this->o_.features;
   }
 
+  /// Under a reduced storage with the eager policy: the features as the reference code forms them, every step stored
+  /// in the format (performer.cpp).
+  void eager_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f) const;
+
   Index omega_d_ = -1;  // the dimension ω was drawn for
   MatrixR<T> omega_;
+  /// Eager reduced storage: ω as stored in the format, and the keys' largest projection (the reference code's one
+  /// stabiliser for every key), from prepare().
+  MatrixR<T> omega_stored_;
+  T key_max_ = 0;
   /// Per-thread scratch of block_features (scaled rows, projections, log-scales) and of block_features_backward
   /// (∂L/∂(x_s ωᵀ)), reused by every call.
   struct Scratch {

@@ -54,15 +54,21 @@ extern template class ExactOperator<double>;
 
 // ---- Exact softmax attention, three ways, all with a stable log-sum-exp:
 /// P = softmax(scale·QKᵀ [+ mask]), materialized (memory-guarded).
+/// With a reduced storage's `rounding` (core/precision.hpp): the logits as Tiler::logits stores them (eager) and P
+/// (both policies) in the format; the softmax's max, exponentials and sum in float32, as torch.softmax takes them.
 template <typename T>
-MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts);
+MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
+                        const Rounding& rounding = {});
 
 /// O = softmax(scale·QKᵀ [+ mask])·V, streaming over key tiles with an online softmax. With `row_lse`, also the
 /// rows' log-sum-exp ℓ_i that the pass forms anyway (what the backward needs: Dao 2023, FlashAttention-2, Alg. 1).
+/// With a reduced storage's `rounding`: each tile of P in the format before its product with V (both policies, as
+/// FlashAttention-2 converts P for its second product); under eager also the logits, the running sums ℓ and the
+/// running accumulator after every tile; under careful those stay in float32. The final O is the caller's to round.
 template <typename T>
 MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
                         const AttentionOptions& opts, Index tile = kDefaultTile, const QueryLayout& layout = {},
-                        VectorX<T>* row_lse = nullptr);
+                        VectorX<T>* row_lse = nullptr, const Rounding& rounding = {});
 
 /// Row log-sum-exp ℓ_i of the (masked) logits, streaming.
 template <typename T>

@@ -165,10 +165,14 @@ struct KernelWorkspace {
 /// summed in chunk order, so the bits do not depend on the thread count), then queries in chunks. O((n_q + n_k)·M·d)
 /// work, O(threads · 2048 · M) memory for features.
 /// `ws`, when given, holds the buffers across calls (else they are made for this call).
+/// With a reduced storage's `rounding` (core/precision.hpp): the features in the format (both policies); under eager
+/// also the key–value state ΦᵀV, the key sum Φᵀ1, the numerators and the normalisers, divided without the guard (as
+/// `(fq @ (fk.T @ v)) / (fq @ fk.sum(0))` divides: x/inf = 0, 0/0 = NaN); under careful those stay in float32 and the
+/// guard stands.
 template <typename T>
 MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
                                   const BlockFeatures<T>& features, bool nonnegative,
-                                  KernelWorkspace<T>* ws = nullptr);
+                                  KernelWorkspace<T>* ws = nullptr, const Rounding& rounding = {});
 
 /// The VJP of a BlockFeatures map on a block of rows: given the rows x, the features f they map to (as BlockFeatures
 /// made them), df = ∂L/∂f and, for keys, dg = ∂L/∂g (empty for queries), writes dx = ∂L/∂x (rows × d). Called from

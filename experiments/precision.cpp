@@ -1,0 +1,126 @@
+// `precision` — the methods as users run them in bfloat16 and float16 (issue "Reduced precision"): each method's
+// output in fp32 and in emulated bf16 / fp16 storage (core/precision.hpp) under the eager and the careful policy, on
+// generated problems whose logits are sharpened by a temperature t (Q·t, softmax(t·s·QKᵀ): the GPU transcriptions'
+// convention, tools/gpu_precision.py). Per cell: the rounding error against the method's own float64 output, the
+// total error against exact attention in float64, the non-finite output entries, the all-zero output rows, and what
+// the rounding overflowed, underflowed to zero or met as NaN. The fp64 rows give each method's approximation error,
+// the yardstick the rounding error is read against. A method or policy the library does not emulate yet is a
+// `refused` row, not a silent gap.
+#include "attnlab/core/precision.hpp"
+#include "common.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace attnlab::experiments {
+namespace {
+
+class Precision final : public Experiment {
+ public:
+  void declare(Options& o) override {
+    o.add("--n", n_, "sequence lengths").preset({256, 512, 1024, 4096}, {256, 512, 1024, 4096, 16384});
+    o.add("--d", d_, "head dimension");
+    o.add("--temperatures", temps_, "logit temperatures t (Q·t)").preset({0.5, 1, 2, 4});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank").preset({"gaussian", "clustered"});
+    o.add("--methods", methods_, "method specs")
+        .separator(';')
+        .preset({"exact:impl=materialized", "exact", "linear", "performer:features=256", "performer:features=64"});
+    o.add("--formats", formats_, "storage formats beside fp64: fp32, bf16, fp16").preset({"fp32", "bf16", "fp16"});
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+  }
+  std::vector<Point> grid() override {
+    for (const auto& f : formats_) parse_storage(f);  // an unknown format fails before any point
+    std::vector<Point> pts;
+    for (const auto& src : sources_)
+      for (Index n : n_)
+        for (double t : temps_)
+          add_seed_points(pts, seeds_, fmt::format("source={} n={} d={} T={}", src, n, d_, t),
+                          [=](std::uint64_t s) { return run(src, n, t, s); });
+    return pts;
+  }
+
+ private:
+  std::vector<Row> run(const std::string& src, Index n, double t, std::uint64_t seed) const {
+    Qkv<double> p = generated(src, n, d_, seed);
+    p.q *= t;
+    const Reference<double> exact(p.q, p.k, p.v);
+    const double exact_norm = exact.output().norm();
+    const MatrixR<float> q32 = p.q.cast<float>(), k32 = p.k.cast<float>(), v32 = p.v.cast<float>();
+    std::vector<Row> rows;
+    const std::string temp = fmt::format("T={}", t);
+    for (const auto& spec : methods_) {
+      auto m64 = make_method<double>(spec, seed);
+      m64->compute(p.q, p.k);
+      const MatrixR<double> own = m64->output(p.v);
+      const double own_norm = own.norm();
+      Row key = row_key(src, n, d_, seed, temp);
+      key.method = m64->name();
+      key.spec = m64->spec();
+      const auto add = [&](const std::string& dtype, const std::string& policy, const char* metric, double value) {
+        Row r = key;
+        r.dtype = dtype;
+        if (!policy.empty()) r.variant += " " + policy;
+        r.metric = metric;
+        r.value = value;
+        rows.push_back(r);
+      };
+      add("fp64", "", "err_total", (own - exact.output()).norm() / exact_norm);
+      for (const auto& format : formats_) {
+        const Storage storage = parse_storage(format);
+        const bool native = storage == Storage::native;
+        for (const Policy policy : {Policy::eager, Policy::careful}) {
+          if (native && policy == Policy::careful) continue;  // nothing is rounded: one row
+          const std::string pol = native ? "" : policy_name(policy);
+          AttentionOptions opts;
+          opts.storage = storage;
+          opts.policy = policy;
+          auto m = make_method<float>(spec, seed);
+          MatrixR<float> o;
+          try {
+            m->compute(q32, k32, opts);
+            o = m->output(v32);
+          } catch (const Error&) {
+            add(format, pol, "refused", 1);  // not emulated (yet) for this method or policy: said, not skipped
+            continue;
+          }
+          const MatrixR<double> od = o.cast<double>();
+          std::uint64_t nonfinite = 0, zero = 0;
+          for (Index i = 0; i < od.rows(); ++i) {
+            bool all_zero = true;
+            for (Index j = 0; j < od.cols(); ++j) {
+              nonfinite += !std::isfinite(od(i, j));
+              all_zero = all_zero && od(i, j) == 0;
+            }
+            zero += all_zero;
+          }
+          add(format, pol, "nonfinite", double(nonfinite));
+          add(format, pol, "zero_rows", double(zero));
+          if (nonfinite == 0) {
+            add(format, pol, "err_rounding", (od - own).norm() / own_norm);
+            add(format, pol, "err_total", (od - exact.output()).norm() / exact_norm);
+          }
+          RoundingTally sum;
+          for (const auto& e : m->rounding()) sum += e.tally;
+          if (!native) {
+            add(format, pol, "overflow", double(sum.overflow));
+            add(format, pol, "underflow", double(sum.underflow));
+            add(format, pol, "nan_stored", double(sum.nan));
+          }
+        }
+      }
+    }
+    return rows;
+  }
+
+  std::vector<Index> n_;
+  Index d_ = 64, seeds_ = 1;
+  std::vector<double> temps_;
+  std::vector<std::string> sources_, methods_, formats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Experiment> make_precision_experiment() { return std::make_unique<Precision>(); }
+
+}  // namespace attnlab::experiments

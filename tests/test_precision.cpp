@@ -1,0 +1,172 @@
+// Emulated storage precision (core/precision.hpp): the float32 → bf16 / fp16 rounding against the exact rounding from
+// double (core/formats.hpp, itself tested bit for bit against numpy and an exact-fraction reference), the tallies, the
+// methods' refusals, and the failure linear attention shows in float16 (its normaliser overflows: x/inf = 0).
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/formats.hpp"
+#include "attnlab/core/precision.hpp"
+#include "attnlab/core/random.hpp"
+#include "attnlab/core/registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+using namespace attnlab;
+
+namespace {
+
+std::uint32_t bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+float from_bits(std::uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/// round_stored's bits equal round_to's (the exact rounding from double) for x, NaN for NaN.
+void expect_same(Storage s, float x) {
+  const float got = round_stored(s, x);
+  const double want = round_to(storage_format(s), double(x));
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << x;
+    return;
+  }
+  ASSERT_EQ(bits(got), bits(float(want))) << storage_name(s) << ": x = " << x << " (bits " << std::hex << bits(x)
+                                          << ")";
+}
+
+MatrixR<float> gaussian(Index n, Index d, std::uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  MatrixR<float> x(n, d);
+  for (Index i = 0; i < x.size(); ++i) x.data()[i] = scale * float(rng.normal());
+  return x;
+}
+
+}  // namespace
+
+// Every value of each format, the midpoints between neighbours (ties: to even) and the floats either side of them,
+// the overflow threshold, float32's subnormals, and a million random float32 bit patterns.
+TEST(Precision, RoundStoredEqualsExactRounding) {
+  for (Storage s : {Storage::bf16, Storage::fp16}) {
+    const Format f = storage_format(s);
+    for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+      const double a = from_half_bits(f, std::uint16_t(b));
+      if (!std::isfinite(a)) continue;
+      expect_same(s, float(a));
+      const double next = from_half_bits(f, std::uint16_t(b + 1));
+      if ((b & 0x7fffu) == 0x7fffu || !std::isfinite(next)) continue;
+      const float mid = float((a + next) / 2);  // exact: one bit more than the format holds
+      expect_same(s, mid);
+      expect_same(s, std::nextafter(mid, std::numeric_limits<float>::infinity()));
+      expect_same(s, std::nextafter(mid, -std::numeric_limits<float>::infinity()));
+    }
+    for (std::uint32_t u = 1; u < 0x800000u; u += 4099) expect_same(s, from_bits(u));  // float32 subnormals
+    expect_same(s, std::numeric_limits<float>::max());
+    expect_same(s, -std::numeric_limits<float>::infinity());
+    Rng rng(11);
+    for (int i = 0; i < 1000000; ++i) {
+      const auto u = std::uint32_t(rng.next_u64() >> 32);
+      expect_same(s, from_bits(u));
+    }
+  }
+  // fp16's overflow threshold: 65520, the midpoint of 65504 and 2^16, ties to the even 2^16, past the largest.
+  EXPECT_EQ(round_stored(Storage::fp16, 65519.99f), 65504.0f);
+  EXPECT_TRUE(std::isinf(round_stored(Storage::fp16, 65520.0f)));
+  EXPECT_EQ(round_stored(Storage::native, 0.1f), 0.1f);
+}
+
+TEST(Precision, TalliesCountOverflowUnderflowAndNaN) {
+  std::vector<float> x = {1.0f, 1e5f, -7e4f, 1e-9f, 0.0f, std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity(), 2e-8f};
+  const RoundingTally t = round_in_place(Storage::fp16, x.data(), x.size());
+  EXPECT_EQ(t.entries, 8u);
+  EXPECT_EQ(t.overflow, 2u);   // 1e5 and −7e4 (inf was already inf)
+  EXPECT_EQ(t.underflow, 2u);  // 1e-9 and 2e-8: below half of 2^−24 (2.98e-8)
+  EXPECT_EQ(t.nan, 1u);
+  EXPECT_TRUE(std::isinf(x[1]) && x[2] < 0 && std::isinf(x[2]) && x[3] == 0.0f);
+  // bfloat16 has float32's range: nothing of these overflows or underflows.
+  std::vector<float> y = {1e5f, 1e-9f, 3e-38f};
+  const RoundingTally b = round_in_place(Storage::bf16, y.data(), y.size());
+  EXPECT_EQ(b.overflow + b.underflow, 0u);
+}
+
+// Issue 39's first GPU observation, emulated: linear attention (elu + 1) in float16, eager, at n = 1024, d = 64 on
+// Gaussian inputs: φ(q)ᵀΣφ(k) ≈ 64 · 1024 · E[φ]² passes 65504, the normalisers overflow to inf and the rows are zeros
+// — no NaN, no error: the output check and the tallies say it. The careful policy keeps the normalisers in float32.
+TEST(Precision, LinearFloat16EagerReturnsZeroRowsAndSaysSo) {
+  const Index n = 1024, d = 64;
+  const MatrixR<float> q = gaussian(n, d, 1), k = gaussian(n, d, 2), v = gaussian(n, d, 3);
+  AttentionOptions eager;
+  eager.storage = Storage::fp16;
+  auto m = make_method<float>("linear");
+  m->compute(q, k, eager);
+  const MatrixR<float> o = m->output(v);
+  const auto c = m->output_check();
+  EXPECT_GT(c.zero_rows, std::uint64_t(n) * 9 / 10);
+  EXPECT_EQ(c.nonfinite, 0u);
+  bool normalisers_overflowed = false;
+  for (const auto& e : m->rounding())
+    if (e.what == "normalisers φ(q)ᵀΣφ(k)") normalisers_overflowed = e.tally.overflow > std::uint64_t(n) * 9 / 10;
+  EXPECT_TRUE(normalisers_overflowed);
+
+  AttentionOptions careful = eager;
+  careful.policy = Policy::careful;
+  m->compute(q, k, careful);
+  const MatrixR<float> oc = m->output(v);
+  EXPECT_EQ(m->output_check().zero_rows, 0u);
+  EXPECT_EQ(m->output_check().nonfinite, 0u);
+  for (const auto& e : m->rounding()) EXPECT_EQ(e.held, Held::tensor) << e.what;  // careful rounds tensors only
+  // Within a few fp16 units of the float32 output.
+  auto native = make_method<float>("linear");
+  native->compute(q, k);
+  const MatrixR<float> on = native->output(v);
+  EXPECT_LT((oc - on).norm() / on.norm(), 8 * std::ldexp(1.0, -11));
+}
+
+// What a reduced storage is refused for, before any work, with the reason.
+TEST(Precision, RefusalsSayWhy) {
+  const MatrixR<float> q = gaussian(64, 8, 1), k = gaussian(64, 8, 2), v = gaussian(64, 8, 3);
+  AttentionOptions o;
+  o.storage = Storage::bf16;
+  const auto message = [&](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // Float64 inputs: the emulation accumulates in float32.
+  EXPECT_NE(message([&] { make_method<double>("exact")->compute(q.cast<double>(), k.cast<double>(), o); })
+                .find("float32"),
+            std::string::npos);
+  // A method that does not emulate it yet.
+  EXPECT_NE(message([&] { make_method<float>("nystrom:landmarks=8")->compute(q, k, o); }).find("does not emulate"),
+            std::string::npos);
+  // Performer's eager emulation transcribes the reference code's positive features only.
+  EXPECT_NE(message([&] { make_method<float>("performer:features=16,kernel=trig")->compute(q, k, o); })
+                .find("positive"),
+            std::string::npos);
+  // The causal kernel form, and the backward pass.
+  AttentionOptions causal = o;
+  causal.causal = true;
+  EXPECT_NE(message([&] { make_method<float>("linear")->compute(q, k, causal); }).find("causal form"),
+            std::string::npos);
+  auto m = make_method<float>("exact");
+  m->compute(q, k, o);
+  EXPECT_NE(message([&] { m->backward(v, v); }).find("backward"), std::string::npos);
+  // Native storage: nothing tallied, nothing rounded.
+  m->compute(q, k);
+  m->output(v);
+  EXPECT_TRUE(m->rounding().empty());
+  EXPECT_THROW(parse_storage("fp8"), Error);
+  EXPECT_THROW(parse_policy("lazy"), Error);
+}

@@ -1,0 +1,77 @@
+"""The methods in emulated bfloat16 and float16 (the `precision` experiment): rounding error against temperature, per
+method, beside the method's own approximation error; failures (non-finite or all-zero outputs) marked."""
+import re
+
+import numpy as np
+
+from .common import finish, panels, plt
+from .data import load
+
+STYLE = {("bf16", "eager"): dict(color="#1f77b4", ls="-", marker="o"),
+         ("bf16", "careful"): dict(color="#1f77b4", ls="--", marker="s", mfc="none"),
+         ("fp16", "eager"): dict(color="#d62728", ls="-", marker="o"),
+         ("fp16", "careful"): dict(color="#d62728", ls="--", marker="s", mfc="none")}
+TITLES = {"exact:impl=materialized": "exact, materialised P",
+          "exact:impl=streaming": "exact, streaming (online softmax)"}
+
+
+def split_variant(df):
+    """The variant 'T=4 eager' → temperature 4.0, policy 'eager' ('' for the native formats)."""
+    m = df["variant"].fillna("").str.extract(r"T=([0-9.eE+-]+)\s*(\w*)")
+    df = df.assign(temperature=m[0].astype(float), policy=m[1].fillna(""))
+    return df
+
+
+def short(spec):
+    for k, v in TITLES.items():
+        if spec.startswith(k):
+            return v
+    name, _, params = spec.partition(":")
+    feats = re.search(r"features=(\d+)", params)
+    return f"{name} ({feats.group(1)} features)" if feats and name == "performer" else name
+
+
+def plot_precision(results, out):
+    df = split_variant(load(results, "precision"))
+    n = int(df["n"].max())
+    src = "gaussian" if (df.source == "gaussian").any() else df.source.iloc[0]
+    d = df[(df.n == n) & (df.source == src)]
+    specs = list(dict.fromkeys(d["spec"]))
+    fig, axes = panels(len(specs), 4.4, 3.6)
+    for ax, spec in zip(axes, specs):
+        g = d[d.spec == spec]
+        approx = g[(g.dtype == "fp64") & (g.metric == "err_total")].groupby("temperature")["value"].mean()
+        if spec.startswith("exact"):
+            approx = None   # exact attention's own error in float64 is its rounding (~1e-16): nothing to draw
+        else:
+            ax.semilogy(approx.index, approx.values, color="0.3", ls=":", lw=1.5, label="approximation (fp64)")
+        top = 1.0
+        for (fmt, pol), st in STYLE.items():
+            c = g[(g.dtype == fmt) & (g.policy == pol)]
+            err = c[c.metric == "err_rounding"].groupby("temperature")["value"].mean()
+            bad = c[c.metric.isin(["nonfinite", "zero_rows"]) & (c.value > 0)].temperature.unique()
+            if not err.empty:
+                ok = err[~err.index.isin(bad)]
+                ax.semilogy(ok.index, ok.values, ms=4, lw=1.3, label=f"{fmt} {pol}", **st)
+                top = max(top, float(np.nanmax(ok.values)) if len(ok) else top)
+            if len(bad):
+                ax.plot(sorted(bad), [top * 3] * len(bad), ls="none", marker="x", ms=8, mew=2, color=st["color"])
+            if c[c.metric == "refused"].shape[0]:
+                ax.text(0.02, 0.02 + 0.07 * list(STYLE).index((fmt, pol)), f"{fmt} {pol}: not emulated",
+                        transform=ax.transAxes, fontsize=7, color=st["color"])
+        ax.set_xscale("log", base=2)
+        ax.set(title=short(spec), xlabel="logit temperature t (Q·t)", ylabel="‖Õ_fmt − Õ_fp64‖ / ‖Õ_fp64‖")
+        ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    handles, labels = axes[-1].get_legend_handles_labels()
+    handles.append(plt.Line2D([], [], ls="none", marker="x", ms=8, mew=2, color="0.3"))
+    labels.append("failed: non-finite\nor all-zero rows")
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(w + 2.4, h)
+    right = w / (w + 2.4)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right + 0.005, 0.55), frameon=False)
+    return [finish(fig, out, "precision",
+                   f"Each method in emulated bfloat16 and float16 storage ({src} Q, K, V, n = {n}, d = "
+                   f"{int(d.d.iloc[0])}; eager: every intermediate stored in the format; careful: accumulators and "
+                   "statistics in float32): relative rounding error against the method's own float64 output, beside "
+                   "its approximation error; x: the output had non-finite entries or all-zero rows (at the top).",
+                   right=right)]
