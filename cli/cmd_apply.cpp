@@ -119,7 +119,8 @@ void add_apply(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--precision", o->precision,
                   "emulated storage precision: fp64 or fp32 (native, in that type), bf16 or fp16 (the method's tensors "
-                  "stored in the format over float32 accumulation; see `attnlab methods` for which)")
+                  "stored in the format over float32 accumulation; see `attnlab methods` for which); float16 files "
+                  "('<f2') default to fp16")
       ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp16"}));
   sub->add_option("--policy", o->policy,
                   "with --precision bf16|fp16: eager (every intermediate stored in the format) or careful "
@@ -145,6 +146,13 @@ void add_apply(CLI::App& app) {
                                 o->precision, o->policy, e.note));
     }
     const QkvFiles f = load_qkv(o->q, o->k, o->v, dtype, "--dtype f32|f64");
+    if (o->precision.empty() && dtype == "auto" && f.q.float16()) {
+      // float16 files: computed as they are stored, in emulated float16 (--precision fp32 or --dtype computes natively)
+      ApplyOptions half = *o;
+      half.precision = "fp16";
+      run<float>(half, f);
+      return;
+    }
     if (resolve_dtype(dtype, f.q) == DType::f32) run<float>(*o, f);
     else run<double>(*o, f);
   });

@@ -25,7 +25,8 @@ class Precision final : public Experiment {
     o.add("--sources", sources_, "gaussian, clustered, lowrank").preset({"gaussian", "clustered"});
     o.add("--methods", methods_, "method specs")
         .separator(';')
-        .preset({"exact:impl=materialized", "exact", "linear", "performer:features=256", "performer:features=64"});
+        .preset({"exact:impl=materialized", "exact", "linear", "performer:features=256", "performer:features=64",
+                 "linformer:k=256", "linformer:k=64", "local:window=64", "local:window=16"});
     o.add("--formats", formats_, "storage formats beside fp64: fp32, bf16, fp16").preset({"fp32", "bf16", "fp16"});
     o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
   }

@@ -120,9 +120,24 @@ TEST(Npy, RefusesMalformedFiles) {
   expect_refused(raw_npy("int.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }",
                          std::string(24, '\0')),
                  "'<i4' is not supported");
-  expect_refused(raw_npy("f2.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }",
+  {
+    // float16 ('<f2') is read, each value exact in float32: 1, −2, 0.5, 65504, 2^−24 (the smallest subnormal), 0.
+    const std::uint16_t bits[6] = {0x3C00, 0xC000, 0x3800, 0x7BFF, 0x0001, 0x0000};
+    const NpyArray h = NpyArray::read(raw_npy("f2.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }",
+                                              std::string(reinterpret_cast<const char*>(bits), sizeof bits)));
+    EXPECT_TRUE(h.float16());
+    EXPECT_EQ(h.dtype(), DType::f32);
+    const MatrixR<float> m = h.head_as<float>(0);
+    EXPECT_EQ(m(0, 0), 1.0f);
+    EXPECT_EQ(m(0, 1), -2.0f);
+    EXPECT_EQ(m(0, 2), 0.5f);
+    EXPECT_EQ(m(1, 0), 65504.0f);
+    EXPECT_EQ(m(1, 1), std::ldexp(1.0f, -24));
+    EXPECT_EQ(m(1, 2), 0.0f);
+  }
+  expect_refused(raw_npy("f2b.npy", "{'descr': '>f2', 'fortran_order': False, 'shape': (2, 3), }",
                          std::string(12, '\0')),
-                 "not supported");
+                 "big-endian");
   expect_refused(raw_npy("be.npy", "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", payload(six)),
                  "big-endian");
   expect_refused(raw_npy("struct.npy", "{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (6,), }",

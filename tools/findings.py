@@ -838,7 +838,9 @@ def precision(F, R):
     n = int(d.n.max())
     g = d[(d.source == "gaussian") & (d.seed == 0)]
     names = {"exact:impl=materialized": "exact_mat", "exact:impl=streaming": "exact_stream", "linear": "linear",
-             "performer:features=256": "performer256", "performer:features=64": "performer64"}
+             "performer:features=256": "performer256", "performer:features=64": "performer64",
+             "linformer:k=256": "linformer256", "linformer:k=64": "linformer64", "local:window=64": "local64",
+             "local:window=16": "local16"}
 
     def short(spec):
         for k, v in names.items():
@@ -882,11 +884,39 @@ def precision(F, R):
                       "non-finite entries or all-zero rows, gaussian, t = 1", "precision")
 
 
+def precision_model(F, R):
+    """tools/precision_model.py: the trained models with their attention in emulated bf16 / fp16 storage."""
+    path = os.path.join(R, "precision_model.csv.gz")
+    d = pd.read_csv(path)
+    for model in ("mlm", "causal"):
+        m = d[d.model == model]
+        for fmt in ("bf16", "fp16"):
+            for pol in ("eager", "careful"):
+                e = m[(m.spec == "exact") & (m.precision == fmt) & (m.policy == pol)].iloc[0]
+                F.add(f"pmodel.{model}_exact_{fmt}_{pol}", abs(e.dloss), lambda x: sig(x, 1),
+                      f"{model} model, every attention exact in emulated {fmt} storage ({pol}): |loss change| against "
+                      "exact float64 attention (nats/byte; 8 held-out windows)", "precision_model")
+    m = d[d.model == "mlm"]
+    for spec, name in (("linear", "linear"), ("performer:features=64", "performer64")):
+        rows = m[m.spec.str.startswith(spec)]
+        f64 = rows[rows.precision == "fp64"].iloc[0]
+        F.add(f"pmodel.mlm_{name}_fp64", f64.dloss, lambda x: sig(x, 2),
+              f"mlm model, {spec} in every attention, float64: loss change against exact (nats/byte)",
+              "precision_model")
+        for fmt in ("bf16", "fp16"):
+            for pol in ("eager", "careful"):
+                r = rows[(rows.precision == fmt) & (rows.policy == pol)].iloc[0]
+                value = sig(r.dloss, 2) if r.status == "ok" else r.status.split(":")[0]
+                F.add(f"pmodel.mlm_{name}_{fmt}_{pol}", value, str,
+                      f"mlm model, {spec} in every attention, emulated {fmt} ({pol}): loss change against exact "
+                      "float64 (nats/byte), or the failure", "precision_model")
+
+
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
                bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients, pretrained,
-               gpu, precision):
+               gpu, precision, precision_model):
         fn(F, results)
     model(F)
     return F.items

@@ -89,6 +89,12 @@ if ! [ -e "$out_dir/finetune.csv.gz" ]; then
     --out "$out_dir/finetune.csv.gz"
   echo "finetune,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
 fi
+# The models with their attention in emulated bf16 / fp16 storage (eager and careful): ~15 s.
+if ! [ -e "$out_dir/precision_model.csv.gz" ]; then
+  t_exp=$(date +%s)
+  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/precision_model.py --out "$out_dir/precision_model.csv.gz"
+  echo "precision_model,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
+fi
 rm -f "$marker"
 # The figures and the findings read the same CSVs and nothing of each other: drawn side by side.
 "$(attnlab_python)" tools/plot.py --results "$out_dir" &

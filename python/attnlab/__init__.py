@@ -214,6 +214,22 @@ def _precision(precision, policy, dtype):
     return storage, policy, dt
 
 
+def _split_precision(spec, precision, policy):
+    """A spec may end in '@bf16', '@fp16', '@bf16-careful', '@fp16-eager' (...): the method in that emulated storage
+    (eager unless named), the form a swap spec or a drop-in row carries. (spec without it, precision, policy); giving
+    the precision both ways is refused."""
+    if not isinstance(spec, str) or "@" not in spec:
+        return spec, precision, policy
+    base, _, tail = spec.rpartition("@")
+    fmt, _, pol = tail.partition("-")
+    if fmt not in _PRECISIONS or (pol and pol not in _POLICIES):
+        raise ValueError(f"spec {spec!r}: '@{tail}' is not a precision; write SPEC@FORMAT or SPEC@FORMAT-POLICY with "
+                         f"FORMAT one of {', '.join(_PRECISIONS)} and POLICY one of {', '.join(_POLICIES)}")
+    if precision is not None:
+        raise ValueError(f"spec {spec!r} names its precision, and precision={precision!r} is given too; give it once")
+    return base, fmt, pol or "eager"
+
+
 def _warn_reduced(m, what):
     """Under bf16/fp16 a non-finite or all-zero output is the finding: returned, and said (never silent)."""
     if m._storage == "native":
@@ -242,7 +258,14 @@ def canonical(spec, *, causal=False):
     """`spec` in canonical form (every parameter, defaults filled in), e.g. 'nystrom' -> 'nystrom:landmarks=64,...':
     checks it without running anything. ValueError for an unknown method or parameter, a value out of range, or
     (causal=True) a method that cannot honour the causal mask."""
-    return _core.canonical(_str("spec", spec, "nystrom:landmarks=64"), _bool("causal", causal))
+    spec = _str("spec", spec, "nystrom:landmarks=64")
+    base, precision, policy = _split_precision(spec, None, "eager")
+    text = _core.canonical(base, _bool("causal", causal))
+    if precision is None:
+        return text
+    storage, policy, _ = _precision(precision, policy, None)
+    _core.Method(base, [], False, None, None, False, storage, policy)   # refused where the method does not emulate it
+    return f"{text}@{precision}-{policy}"
 
 
 def budget_families():
@@ -272,6 +295,7 @@ def apply(spec, q, k, v, *, causal=False, scale=None, seed=None, matrix=False, d
     non-finite or all-zero output is returned with a RuntimeWarning (it is the finding), not raised.
     """
     spec = _str("spec", spec, "nystrom:landmarks=64")
+    spec, precision, policy = _split_precision(spec, precision, policy)
     causal, matrix = _bool("causal", causal), _bool("matrix", matrix)
     scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
     storage, policy, dtype = _precision(precision, policy, dtype)
@@ -500,6 +524,7 @@ class Method:
         and the output's non-finite entries and all-zero rows (a non-finite or zero output is returned with a
         RuntimeWarning, not raised: it is the finding)."""
         spec = _str("spec", spec, "nystrom:landmarks=64")
+        spec, precision, policy = _split_precision(spec, precision, policy)
         causal = _bool("causal", causal)
         scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
         self._storage, self._policy, self._dtype = _precision(precision, policy, None)
@@ -510,7 +535,11 @@ class Method:
     def _once(cls, spec, causal, scale, seed, storage="native", policy="eager"):
         """attnlab.apply's method: seed fills the spec's seed when it gives none (the spec's wins otherwise)."""
         self = cls.__new__(cls)
-        self._storage, self._policy, self._dtype = storage, policy, None
+        spec, precision, spec_policy = _split_precision(spec, None, policy)
+        if precision is not None:   # a spec with '@FORMAT[-POLICY]' (attnlab.torch's swaps)
+            storage, policy, _ = _precision(precision, spec_policy, None)
+        self._storage, self._policy = storage, policy
+        self._dtype = np.float32 if storage != "native" else None   # the emulation accumulates in float32
         self._m = _core.Method(spec, [], causal, scale, seed, False, storage, policy)
         return self
 

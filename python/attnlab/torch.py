@@ -52,6 +52,7 @@ from . import sdpa as _sdpa_ref
 __all__ = ["attention", "attention_calls", "attention_layers", "swap", "capture", "Capture", "check_report"]
 
 _DTYPES = (torch.float32, torch.float64)
+_HALF = {torch.bfloat16: "bf16", torch.float16: "fp16"}   # computed by the emulation of that storage
 
 
 # ---- attention on tensors ----------------------------------------------------------------------------------------
@@ -62,8 +63,9 @@ def _tensor(x, name):
                          "attnlab.apply)")
     if x.device.type != "cpu":
         raise ValueError(f"{name}: a tensor on {x.device}; attnlab computes on the CPU: pass {name}.cpu()")
-    if x.dtype not in _DTYPES:
-        raise ValueError(f"{name}: dtype {x.dtype} is not supported; give torch.float32 or torch.float64")
+    if x.dtype not in _DTYPES and x.dtype not in _HALF:
+        raise ValueError(f"{name}: dtype {x.dtype} is not supported; give torch.float32, torch.float64, "
+                         "torch.bfloat16 or torch.float16")
     if x.dim() < 2:
         raise ValueError(f"{name} must be (..., n, d), got shape {tuple(x.shape)}")
     return x
@@ -74,14 +76,26 @@ def attention(q, k, v, spec="exact", causal=False, scale=None, seed=None):
     on CPU tensors q (..., n, d), k (..., n_k, d), v (..., n_k, d_v) with the same leading (batch, head) dims.
 
     float32 and float64 are kept (one dtype for all three). Contiguous inputs are not copied: their memory is read
-    in place through numpy views; a non-contiguous one is copied once. Every (n, d) slice is one head: the method
-    is fitted on each separately (random methods draw with the same `seed` on every head). scale defaults to
-    1/sqrt(d). Returns a new tensor (..., n, d_v). Errors (bad spec, shapes, a method that cannot be causal) are
-    ValueErrors with the library's message.
+    in place through numpy views; a non-contiguous one is copied once. bfloat16 and float16 tensors are computed by
+    the library's exact emulation of that storage (spec + '@bf16' / '@fp16', eager unless the spec names
+    '@FORMAT-careful'; attnlab.Method's precision=) and returned in their dtype. A spec ending in '@bf16', '@fp16',
+    '@bf16-careful', ... runs emulated half storage on float32/float64 tensors too (the result in their dtype).
+    Every (n, d) slice is one head: the method is fitted on each separately (random methods draw with the same
+    `seed` on every head). scale defaults to 1/sqrt(d). Returns a new tensor (..., n, d_v). Errors (bad spec,
+    shapes, a method that cannot be causal) are ValueErrors with the library's message.
     """
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
     if len({q.dtype, k.dtype, v.dtype}) > 1:
         raise ValueError(f"q, k, v: different dtypes ({q.dtype}, {k.dtype}, {v.dtype}); give one")
+    if q.dtype in _HALF:
+        # Half tensors: their values are exact in float32; the emulation stores every tensor in their format.
+        if "@" not in spec:
+            spec = f"{spec}@{_HALF[q.dtype]}"
+        elif attnlab._split_precision(spec, None, "eager")[1] != _HALF[q.dtype]:
+            raise ValueError(f"spec {spec!r}: its precision differs from the tensors' {q.dtype}; give one")
+        half = q.dtype
+        out = attention(q.float(), k.float(), v.float(), spec, causal=causal, scale=scale, seed=seed)
+        return out.to(half)
     lead = tuple(q.shape[:-2])
     if tuple(k.shape[:-2]) != lead or tuple(v.shape[:-2]) != lead:
         raise ValueError(f"q, k, v: leading dimensions differ ({tuple(q.shape)}, {tuple(k.shape)}, "
@@ -96,10 +110,11 @@ def attention(q, k, v, spec="exact", causal=False, scale=None, seed=None):
         return torch.empty(*lead, n, d_v, dtype=q.dtype)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out = _Attention.apply(flat(q), flat(k), flat(v), spec, causal, scale, seed)
-        return out.reshape(*lead, n, d_v)
+        return out.reshape(*lead, n, d_v).to(q.dtype)
     out = attnlab.apply(spec, flat(q).detach().numpy(), flat(k).detach().numpy(), flat(v).detach().numpy(),
                         causal=causal, scale=scale, seed=seed)
-    return torch.from_numpy(out).reshape(*lead, n, d_v)
+    # A spec '...@bf16' / '@fp16' computes in emulated half storage and answers in float32: given back in q's dtype.
+    return torch.from_numpy(out).reshape(*lead, n, d_v).to(q.dtype)
 
 
 def _array(t):

@@ -27,8 +27,12 @@ def short(spec):
         if spec.startswith(k):
             return v
     name, _, params = spec.partition(":")
-    feats = re.search(r"features=(\d+)", params)
-    return f"{name} ({feats.group(1)} features)" if feats and name == "performer" else name
+    for method, key, form in (("performer", "features", "{} features"), ("linformer", "k", "k = {}"),
+                              ("local", "window", "window {}")):
+        b = re.search(rf"(?:^|,){key}=(\d+)", params)
+        if name == method and b:
+            return f"{name} ({form.format(b.group(1))})"
+    return name
 
 
 def plot_precision(results, out):

@@ -4,6 +4,7 @@
 #include "attnlab/io/npy.hpp"
 
 #include "attnlab/core/error.hpp"
+#include "attnlab/core/formats.hpp"
 #include "attnlab/core/memory.hpp"
 
 #include <fmt/format.h>
@@ -199,11 +200,13 @@ NpyArray NpyArray::read(const std::string& path) {
   a.path_ = path;
   if (descr == "<f4") a.dtype_ = DType::f32;
   else if (descr == "<f8") a.dtype_ = DType::f64;
-  else if (descr == ">f4" || descr == ">f8")
+  else if (descr == "<f2") a.dtype_ = DType::f32, a.float16_ = true;  // every float16 value is exact in float32
+  else if (descr == ">f4" || descr == ">f8" || descr == ">f2")
     throw Error(fmt::format("{}: big-endian dtype '{}' is not supported; save with arr.astype('<{}')", path, descr,
                             descr.substr(1)));
   else
-    throw Error(fmt::format("{}: dtype '{}' is not supported; attnlab reads float32 ('<f4') and float64 ('<f8'), "
+    throw Error(fmt::format("{}: dtype '{}' is not supported; attnlab reads float16 ('<f2'), float32 ('<f4') and "
+                            "float64 ('<f8'), "
                             "convert with arr.astype(np.float32)",
                             path, descr));
   if (shape.size() != 2 && shape.size() != 3)
@@ -214,14 +217,20 @@ NpyArray NpyArray::read(const std::string& path) {
     if (dim == 0) throw Error(fmt::format("{}: shape {} is empty", path, shape_str(shape)));
     count = matrix_bytes(count, std::uint64_t(dim), 1);
   }
-  const std::uint64_t bytes = matrix_bytes(count, 1, dtype_size(a.dtype_));
+  const std::uint64_t bytes = matrix_bytes(count, 1, a.float16_ ? 2 : dtype_size(a.dtype_));
   const std::uint64_t have = std::uint64_t(file_size - offset);
   if (bytes != have)
     throw Error(fmt::format("{}: shape {} of {} needs {} bytes of data but the file has {}{}", path,
                             shape_str(shape), descr, bytes, have, bytes > have ? " (truncated?)" : ""));
   check_memory(bytes, "reading {}", path);
   a.shape_ = shape;
-  if (a.dtype_ == DType::f32) read_data(in, a.f32_, std::size_t(count), fortran, shape, path);
+  if (a.float16_) {
+    check_memory(matrix_bytes(count, 1, 4), "reading {} (float16 held as float32)", path);
+    std::vector<std::uint16_t> bits;
+    read_data(in, bits, std::size_t(count), fortran, shape, path);
+    a.f32_.resize(bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) a.f32_[i] = float(from_half_bits(Format::fp16, bits[i]));
+  } else if (a.dtype_ == DType::f32) read_data(in, a.f32_, std::size_t(count), fortran, shape, path);
   else read_data(in, a.f64_, std::size_t(count), fortran, shape, path);
   return a;
 }

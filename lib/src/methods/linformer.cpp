@@ -23,7 +23,11 @@ MethodDescriptor LinformerOptions::registry_entry() {
   return describe<LinformerMethod, LinformerOptions>(
       "Linformer: softmax(Q(EK)ᵀ)·(FV) with k×n projections E, F (non-causal)",
       "Wang et al. 2020 (Linformer) eq. (7), Theorem 2", Causal::refused("E and F mix every position"))
-      .with_backward(Backward::yes("E, F held fixed"));
+      .with_backward(Backward::yes("E, F held fixed"))
+      .with_storage(StorageEmulation::both(
+          "as the eager transcription softmax(q @ (E @ k).T · s) @ (F @ v): Q, K, V, E, F, EK, FV, P (n × k, "
+          "materialised) and O in the format under both policies; eager also the logits (the product and the scaled "
+          "product), careful keeps those in float32; the softmax's internals in float32"));
 }
 
 template <typename T>
@@ -58,7 +62,18 @@ Status LinformerMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k
     drawn_n_ = n;
   }
   const MatrixR<T>& e_ = ef_->first;
-  ek_ = detail::tall_transpose_product<T>(e_.transpose(), k);  // E·K, k × d, summed over n
+  if (opts.storage != Storage::native) {
+    // The parameters as stored in the format, then E·K stored as formed (eager and careful alike: a tensor).
+    const Rounding r = this->rounding_hook();
+    MatrixR<T> e = e_;
+    r(e, Held::tensor, "projections E, F");
+    f_stored_ = ef_->second;
+    r(f_stored_, Held::tensor, "projections E, F");
+    ek_ = detail::tall_transpose_product<T>(e.transpose(), k);
+    r(ek_, Held::tensor, "projected keys EK, values FV");
+  } else {
+    ek_ = detail::tall_transpose_product<T>(e_.transpose(), k);  // E·K, k × d, summed over n
+  }
   q_ = q;
   plain_ = opts;
   plain_.causal = false;
@@ -72,6 +87,13 @@ Status LinformerMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k
 template <typename T>
 MatrixR<T> LinformerMethod<T>::do_output(const ConstRef<T>& v) const {
   const MatrixR<T>& f_ = ef_->second;
+  if (plain_.storage != Storage::native) {
+    // Emulated half storage: the eager transcription's form, P (n × k) materialised and stored, then P·(FV).
+    const Rounding r = this->rounding_hook();
+    MatrixR<T> fv = detail::tall_transpose_product<T>(f_stored_.transpose(), v);
+    r(fv, Held::tensor, "projected keys EK, values FV");
+    return exact_matrix<T>(q_, ek_, plain_, r) * fv;
+  }
   const MatrixR<T> fv = detail::tall_transpose_product<T>(f_.transpose(), v);  // k × d
   return exact_output<T>(q_, ek_, fv, plain_);
 }

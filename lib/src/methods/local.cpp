@@ -9,7 +9,11 @@ namespace attnlab {
 MethodDescriptor LocalOptions::registry_entry() {
   return describe<LocalMethod, LocalOptions>(
       "sliding-window attention, |j − i| ≤ W", "Beltagy et al. 2020 (Longformer) §3.1, sliding window", Causal::yes())
-      .with_backward(Backward::yes("softmax over each query's band, O(n·W·d) in blocks"));
+      .with_backward(Backward::yes("softmax over each query's band, O(n·W·d) in blocks"))
+      .with_storage(StorageEmulation::both(
+          "causal too; blocks of 64 queries against the keys their bands span: Q, K, V, each block's band softmax P "
+          "and O in the format under both policies; eager also the block's logits (QKᵀ, then s·QKᵀ), careful keeps "
+          "them in float32; the softmax's internals in float32"));
 }
 
 namespace {
@@ -37,7 +41,7 @@ void band_softmax(MatrixR<T>& logits, Index i0, Index lo, Index off, Index nk, I
 /// softmax, one GEMM with V. O(n·(B + 2W)·d) work, O(B·(B + 2W)) memory per thread; the same P̃ as the pattern.
 template <typename T>
 MatrixR<T> local_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef<T>& v, const AttentionOptions& opts,
-                        Index w) {
+                        Index w, const Rounding& rounding = {}) {
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq, dv = v.cols();
   const Index block = 64, blocks = (nq + block - 1) / block;
   const T s = T(opts.scale);
@@ -51,8 +55,17 @@ MatrixR<T> local_output(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef
       const Index lo = std::max<Index>(0, i0 + off - w);
       const Index hi = opts.causal ? std::min(nk - 1, i0 + bi - 1 + off) : std::min(nk - 1, i0 + bi - 1 + off + w);
       const Index bj = hi - lo + 1;
-      logits.noalias() = (q.middleRows(i0, bi) * s) * k.middleRows(lo, bj).transpose();
+      if (rounding.active()) {
+        // Emulated half storage: the logits in the eager transcription's order, q @ k.T then · s, each stored.
+        logits.noalias() = q.middleRows(i0, bi) * k.middleRows(lo, bj).transpose();
+        rounding(logits, Held::accumulator, "logits QKᵀ");
+        logits *= s;
+        rounding(logits, Held::accumulator, "logits s·QKᵀ");
+      } else {
+        logits.noalias() = (q.middleRows(i0, bi) * s) * k.middleRows(lo, bj).transpose();
+      }
       band_softmax(logits, i0, lo, off, nk, w, opts.causal);
+      rounding(logits, Held::tensor, "probabilities P");
       out.middleRows(i0, bi).noalias() = logits * v.middleRows(lo, bj);
     }
   }
@@ -111,7 +124,7 @@ Gradients<T> LocalMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>
 
 template <typename T>
 MatrixR<T> LocalMethod<T>::do_output(const ConstRef<T>& v) const {
-  return local_output<T>(this->queries(), this->keys(), v, this->options(), this->o_.window);
+  return local_output<T>(this->queries(), this->keys(), v, this->options(), this->o_.window, this->rounding_hook());
 }
 
 template <typename T>

@@ -25,6 +25,9 @@ class NpyArray {
   Index rows() const { return shape_[ndim() - 2]; }
   Index cols() const { return shape_[ndim() - 1]; }
   const std::string& path() const { return path_; }
+  /// Whether the file held float16 ('<f2'): its values, exact in float32, are held as float32 (dtype() f32) and the
+  /// command computes them in emulated float16 storage unless told otherwise.
+  bool float16() const { return float16_; }
 
   /// Head h as a matrix in type T (no copy when T is the file's dtype).
   template <typename T>
@@ -41,6 +44,7 @@ class NpyArray {
  private:
   std::string path_;
   DType dtype_ = DType::f64;
+  bool float16_ = false;
   std::vector<Index> shape_;
   std::vector<float> f32_;
   std::vector<double> f64_;

@@ -68,6 +68,7 @@ class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankM
   std::shared_ptr<const std::pair<MatrixR<T>, MatrixR<T>>> ef_;  // the parameters E, F, k × n_k (shared_draw)
   MatrixR<T> q_, ek_;   // the queries (kept for the output) and E·K
   AttentionOptions plain_;
+  MatrixR<T> f_stored_;  // under a reduced storage: F as stored in the format (E is used once, in do_compute)
   /// The backward's buffers, kept across calls (a cache behind const calls: one method object is not to be used
   /// from several threads at once).
   struct BackwardWorkspace {
