@@ -5,6 +5,7 @@
 #include "attnlab/core/operator.hpp"
 #include "attnlab/core/gradients.hpp"
 #include "attnlab/core/options.hpp"
+#include "attnlab/core/precision.hpp"
 #include "attnlab/core/types.hpp"
 #include <mutex>
 #include <vector>

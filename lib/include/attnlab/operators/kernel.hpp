@@ -25,6 +25,7 @@
 
 #include "attnlab/core/gradients.hpp"
 #include "attnlab/core/operator.hpp"
+#include "attnlab/core/precision.hpp"
 #include <vector>
 
 namespace attnlab {
