@@ -139,11 +139,7 @@ void add_apply(CLI::App& app) {
         throw Error(fmt::format("--dtype {} contradicts --precision {}, which computes in {}; give one of them",
                                 dtype, o->precision, want));
       dtype = want;
-      const Storage s = parse_storage(o->precision);
-      const StorageEmulation& e = find_method(proto->name()).storage;
-      if (s != Storage::native && !(o->policy == "eager" ? e.eager : e.careful))
-        throw Error(fmt::format("method '{}' does not emulate {} storage under the {} policy ({})", proto->name(),
-                                o->precision, o->policy, e.note));
+      check_storage(find_method(proto->name()), parse_storage(o->precision), parse_policy(o->policy));
     }
     const QkvFiles f = load_qkv(o->q, o->k, o->v, dtype, "--dtype f32|f64");
     if (o->precision.empty() && dtype == "auto" && f.q.float16()) {

@@ -86,15 +86,8 @@ class Precision final : public Experiment {
             continue;
           }
           const MatrixR<double> od = o.cast<double>();
-          std::uint64_t nonfinite = 0, zero = 0;
-          for (Index i = 0; i < od.rows(); ++i) {
-            bool all_zero = true;
-            for (Index j = 0; j < od.cols(); ++j) {
-              nonfinite += !std::isfinite(od(i, j));
-              all_zero = all_zero && od(i, j) == 0;
-            }
-            zero += all_zero;
-          }
+          const OutputCheck check = check_output<float>(o);  // as Method::output takes it under a reduced storage
+          const std::uint64_t nonfinite = check.nonfinite, zero = check.zero_rows;
           add(format, pol, "nonfinite", double(nonfinite));
           add(format, pol, "zero_rows", double(zero));
           if (nonfinite == 0) {

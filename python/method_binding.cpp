@@ -125,10 +125,7 @@ class PyMethod {
     opts_.causal = causal;
     opts_.scale = scale ? *scale : std::numeric_limits<double>::quiet_NaN();
     // A reduced storage the method does not emulate under this policy: refused here, before any data.
-    if (opts_.storage != Storage::native &&
-        !(opts_.policy == Policy::eager ? d.storage.eager : d.storage.careful))
-      throw Error(fmt::format("method '{}' does not emulate {} storage under the {} policy ({})", d.name,
-                              storage_name(opts_.storage), policy_name(opts_.policy), d.storage.note));
+    check_storage(d, opts_.storage, opts_.policy);
   }
 
   const std::string& spec() const { return canonical_; }

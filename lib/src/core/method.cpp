@@ -41,10 +41,7 @@ Method<T>& Method<T>::compute(const ConstRef<T>& q, const ConstRef<T>& k, const 
     require(std::is_same_v<T, float>,
             "method '{}': {} storage is emulated over float32 accumulation; give float32 inputs (Method<float>)",
             descriptor_.name, storage_name(opts.storage));
-    const StorageEmulation& e = descriptor_.storage;
-    require(opts.policy == Policy::eager ? e.eager : e.careful,
-            "method '{}' does not emulate {} storage under the {} policy ({})", descriptor_.name,
-            storage_name(opts.storage), policy_name(opts.policy), e.note);
+    check_storage(descriptor_, opts.storage, opts.policy);
   }
   AttentionOptions resolved = opts;
   resolved.scale = opts.resolved_scale(q.cols());
@@ -84,20 +81,7 @@ MatrixR<T> Method<T>::output(const ConstRef<T>& v) const {
   r(vs, Held::tensor, "input V");
   MatrixR<T> out = do_output(vs);
   r(out, Held::tensor, "output O");
-  // The output checked: the no-silent-NaN rule (output_check()).
-  OutputCheck c;
-  c.entries = std::uint64_t(out.size());
-  c.rows = std::uint64_t(out.rows());
-  for (Index i = 0; i < out.rows(); ++i) {
-    bool zero = true;
-    for (Index j = 0; j < out.cols(); ++j) {
-      const T x = out(i, j);
-      if (!std::isfinite(x)) ++c.nonfinite;
-      if (x != T(0)) zero = false;
-    }
-    if (zero && out.cols() > 0) ++c.zero_rows;
-  }
-  output_check_ = c;
+  output_check_ = check_output<T>(out);  // the no-silent-NaN rule (output_check())
   return out;
 }
 

@@ -70,6 +70,13 @@ void check_method_fits(const Method<T>& m, const ProblemSize& size) {
 template void check_method_fits<float>(const Method<float>&, const ProblemSize&);
 template void check_method_fits<double>(const Method<double>&, const ProblemSize&);
 
+void check_storage(const MethodDescriptor& d, Storage storage, Policy policy) {
+  if (storage == Storage::native) return;
+  require(policy == Policy::eager ? d.storage.eager : d.storage.careful,
+          "method '{}' does not emulate {} storage under the {} policy ({})", d.name, storage_name(storage),
+          policy_name(policy), d.storage.note);
+}
+
 void check_limits(const MethodDescriptor& d, const Params& params, Index n_q, Index n_k) {
   for (const ParamSpec& p : d.params)
     for (const SizeLimit& l : p.limits) {

@@ -15,6 +15,7 @@
 #include "attnlab/core/spec.hpp"
 #include "attnlab/core/types.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,27 @@
 namespace attnlab {
 
 struct MethodDescriptor;
+
+/// An output checked for the failures reduced precision brings: non-finite entries and rows of zeros (a row of zeros
+/// where attention averages values is the silent failure: x/inf = 0).
+struct OutputCheck {
+  std::uint64_t entries = 0, nonfinite = 0, rows = 0, zero_rows = 0;
+};
+template <typename T>
+OutputCheck check_output(const ConstRef<T>& out) {
+  OutputCheck c;
+  c.entries = std::uint64_t(out.size());
+  c.rows = std::uint64_t(out.rows());
+  for (Index i = 0; i < out.rows(); ++i) {
+    bool zero = out.cols() > 0;
+    for (Index j = 0; j < out.cols(); ++j) {
+      if (!std::isfinite(out(i, j))) ++c.nonfinite;
+      if (out(i, j) != T(0)) zero = false;
+    }
+    c.zero_rows += zero;
+  }
+  return c;
+}
 
 /// The base of every method: the protocol (checks, the causal refusal, compute()/info()) over the method's typed
 /// options, which only the method's class holds (ConfiguredMethod, methods/base/configured_method.hpp).
@@ -68,12 +90,8 @@ class Method {
   /// Under a reduced storage (AttentionOptions::storage): what rounding did to each intermediate of the last compute()
   /// and output() (core/precision.hpp), in the order they were stored. Empty when native.
   std::vector<RoundingLog::Entry> rounding() const { return rounding_.entries(); }
-  /// What the last output() returned, checked under a reduced storage: non-finite entries and rows of zeros (a row of
-  /// zeros where attention averages values is the silent failure: x/inf = 0). The no-silent-NaN rule: the caller
-  /// reports these; `--fail-on-nonfinite` makes the command fail on them.
-  struct OutputCheck {
-    std::uint64_t entries = 0, nonfinite = 0, rows = 0, zero_rows = 0;
-  };
+  /// What the last output() returned, checked under a reduced storage (check_output). The no-silent-NaN rule: the
+  /// caller reports these; `--fail-on-nonfinite` makes the command fail on them.
   OutputCheck output_check() const { return output_check_; }
   /// Method-specific numbers worth recording beside the errors (e.g. Nyström's ‖I − AZ‖_F), as (name, value).
   virtual std::vector<std::pair<std::string, double>> diagnostics() const { return {}; }

@@ -93,11 +93,7 @@ struct Rounding {
   /// accumulates in float32: Method refuses a reduced storage on float64 before any work).
   template <typename Derived>
   void operator()(Eigen::PlainObjectBase<Derived>& x, Held h, const char* what) const {
-    if constexpr (std::is_same_v<typename Derived::Scalar, float>) {
-      if (!rounds(h)) return;
-      const RoundingTally t = round_in_place(storage, x.data(), std::size_t(x.size()));
-      if (log) log->add(what, h, t);
-    }
+    span(x.data(), std::size_t(x.size()), h, what);
   }
   /// n contiguous values (a block of rows of a row-major matrix), as operator().
   template <typename S>

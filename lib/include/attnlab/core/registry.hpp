@@ -70,6 +70,11 @@ const MethodDescriptor& find_method(const std::string& name);
 template <typename T>
 void check_method_fits(const Method<T>& m, const ProblemSize& size);
 
+/// Throws Error "method 'X' does not emulate bf16 storage under the eager policy (NOTE)" when the method does not
+/// declare that emulation (MethodDescriptor::storage); native storage always passes. compute() checks it, and the
+/// module and the command before any data is read.
+void check_storage(const MethodDescriptor& d, Storage storage, Policy policy);
+
 /// The parameters' declared limits in the problem's size (ParamSpec::limits: `p.integer("k", ...).within_keys()`), on
 /// n_q queries and n_k keys: throws Error "METHOD: PARAM = VALUE exceeds the sequence (WHAT = N); give PARAM ≤ N",
 /// the one message of every limit, whether checked before any work (check_method_fits) or by compute(). Budgets that
