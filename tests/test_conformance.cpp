@@ -1,8 +1,10 @@
 // The one conformance test every registered method runs (the RandLAPACK pattern): in float32 and float64,
 // causal where supported, the materialized P̃ times V equals the fast output; the operator agrees with the
 // matrix both ways; outputs stay finite for logits scaled by 100; a causal method never reads the future;
-// a non-causal method refuses the mask; every backward pass agrees with central differences of its forward.
+// a non-causal method refuses the mask; every backward pass agrees with central differences of its forward; under
+// bf16 and fp16 storage, eager and careful, every method is emulated or refused with the reason (ReducedStorage).
 #include "attnlab/core/error.hpp"
+#include "attnlab/core/precision.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/io/npy.hpp"
 #include "gradient_check.hpp"
@@ -10,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -187,11 +190,75 @@ void check_backward(const std::string& test_name) {
   }
 }
 
+/// Every method under every reduced storage and policy (issue "Reduced precision"): either refused before any work,
+/// with a message that says it is not emulated (the registry's declaration, or a variant the method's note excludes),
+/// or run — and then the rounding is tallied (the inputs at least), a non-finite output entry or all-zero row is
+/// never silent (output_check() counts exactly what the output holds), and on these moderate logits nothing overflows:
+/// the output is finite. Exact attention is held to its derived worst-case bound (analysis/rounding_bound.hpp) entry
+/// by entry in tests/test_rounding_bound.cpp; here every method's rounding error against its own float64 output is
+/// printed (the precision experiment measures it at scale).
+void check_reduced_storage(const std::string& test_name) {
+  const std::string name = spec_of(test_name);
+  const MethodDescriptor& d = find_method(name.substr(0, name.find(':')));
+  const Index n = 96, dim = 16;
+  const MatrixR<float> q = randn<float>(n, dim, 1), k = randn<float>(n, dim, 2), v = randn<float>(n, dim, 3);
+  for (const Storage st : {Storage::bf16, Storage::fp16})
+    for (const Policy pol : {Policy::eager, Policy::careful})
+      for (const bool causal : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << name << " " << storage_name(st) << " " << policy_name(pol)
+                                          << (causal ? " causal" : ""));
+        AttentionOptions o;
+        o.storage = st;
+        o.policy = pol;
+        o.causal = causal;
+        auto m = make_method<float>(name, 11);
+        if (causal && !m->supports_causal()) continue;  // refused with or without a storage: check_method's test
+        const bool declared = pol == Policy::eager ? d.storage.eager : d.storage.careful;
+        std::string refusal;
+        MatrixR<float> out;
+        try {
+          m->compute(q, k, o);
+          out = m->output(v);
+        } catch (const Error& e) {
+          refusal = e.what();
+        }
+        if (!declared) {
+          EXPECT_NE(refusal.find("does not emulate"), std::string::npos) << "refusal: '" << refusal << "'";
+          continue;
+        }
+        if (!refusal.empty()) {  // a variant outside the declared emulation: said so
+          EXPECT_NE(refusal.find("emulat"), std::string::npos) << "refusal: '" << refusal << "'";
+          continue;
+        }
+        ASSERT_EQ(out.rows(), n);
+        std::uint64_t nonfinite = 0, zero_rows = 0;
+        for (Index i = 0; i < out.size(); ++i) nonfinite += !std::isfinite(out.data()[i]);
+        for (Index i = 0; i < n; ++i) zero_rows += (out.row(i).array() == 0.0f).all();
+        EXPECT_EQ(m->output_check().nonfinite, nonfinite);
+        EXPECT_EQ(m->output_check().zero_rows, zero_rows);
+        EXPECT_EQ(nonfinite, 0u) << "moderate logits: nothing should overflow";
+        bool inputs = false;
+        for (const auto& e : m->rounding()) {
+          inputs = inputs || e.what == "inputs Q, K";
+          if (pol == Policy::careful) EXPECT_EQ(e.held, Held::tensor) << e.what << ": careful rounds tensors only";
+        }
+        EXPECT_TRUE(inputs) << "the stored inputs were not tallied";
+        auto m64 = make_method<double>(name, 11);
+        AttentionOptions o64;
+        o64.causal = causal;
+        m64->compute(q.cast<double>(), k.cast<double>(), o64);
+        const MatrixR<double> own = m64->output(v.cast<double>());
+        std::printf("  %-44s %s %-7s %-6s rounding error %.2e\n", name.c_str(), storage_name(st).c_str(),
+                    policy_name(pol).c_str(), causal ? "causal" : "", rel_err(out.cast<double>().eval(), own));
+      }
+}
+
 class Conformance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Conformance, Float32) { check_method<float>(GetParam()); }
 TEST_P(Conformance, Float64) { check_method<double>(GetParam()); }
 TEST_P(Conformance, Backward) { check_backward(GetParam()); }
+TEST_P(Conformance, ReducedStorage) { check_reduced_storage(GetParam()); }
 
 std::vector<std::string> method_names() {
   std::vector<std::string> v;

@@ -141,7 +141,7 @@ def test_arguments_are_checked():
     with pytest.raises(ValueError, match="policy"):
         attnlab.Method("exact", precision="bf16", policy="lazy")
     with pytest.raises(ValueError, match="does not emulate"):
-        attnlab.Method("nystrom:landmarks=8", precision="bf16")
+        attnlab.Method("scatterbrain:window=4", precision="bf16")
     with pytest.raises(ValueError, match="positive"):
         attnlab.Method("performer:kernel=trig", precision="fp16").fit(q, q)
     with pytest.raises(ValueError, match="contradicts"):
@@ -186,7 +186,7 @@ def test_spec_suffix_and_half_tensors():
     assert np.array_equal(a, attnlab.apply("linear", q, k, v, precision="bf16", policy="careful"))
     assert np.array_equal(attnlab.apply("exact@fp16", q, k, v), attnlab.apply("exact", q, k, v, precision="fp16"))
     assert attnlab.canonical("exact@fp16").endswith("@fp16-eager")
-    for bad, match in (("exact@fp8", "not a precision"), ("nystrom@bf16", "does not emulate")):
+    for bad, match in (("exact@fp8", "not a precision"), ("scatterbrain@bf16", "does not emulate")):
         with pytest.raises(ValueError, match=match):
             attnlab.canonical(bad)
     with pytest.raises(ValueError, match="give it once"):

@@ -63,27 +63,51 @@ Pseudoinverse<T>& Pseudoinverse<T>::compute(const ConstRef<T>& a) {
   const double norminf = a.cwiseAbs().rowwise().sum().maxCoeff();
   require(norm1 > 0 && norminf > 0, "pseudo-inverse of the zero matrix");
   z_ = a.transpose() / T(norm1 * norminf);
+  // Under an emulated reduced storage every product and iterate is stored as formed (rounding_ rounds them under the
+  // eager policy only: accumulators); the norms are float32 reductions.
+  const Rounding& r = rounding_;
+  const char* what = "pseudo-inverse iterates";
+  r(z_, Held::accumulator, what);
   const Index m = a.rows();
   const MatrixR<T> I = MatrixR<T>::Identity(m, m);
   MatrixR<T> az = a * z_, t(m, m), zn;
+  r(az, Held::accumulator, what);
   record(az);
   status_ = Status::Success;
   for (Index k = 0; k < iters_; ++k) {
     if (tol_ > 0 && square && residuals_.back() <= tol_) break;
     if (method_ == PinvMethod::Order3) {
       // Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ)))
-      t = T(7) * I - az;
-      t = T(15) * I - az * t;
-      t = T(13) * I - az * t;
+      if (!r.active()) {
+        t = T(7) * I - az;
+        t = T(15) * I - az * t;
+        t = T(13) * I - az * t;
+      } else {
+        // Each parenthesis and product stored as formed (the reference's iterative_inv under .half()).
+        t = T(7) * I - az;
+        r(t, Held::accumulator, what);
+        t = az * t;
+        r(t, Held::accumulator, what);
+        t = T(15) * I - t;
+        r(t, Held::accumulator, what);
+        t = az * t;
+        r(t, Held::accumulator, what);
+        t = T(13) * I - t;
+        r(t, Held::accumulator, what);
+      }
       zn.noalias() = z_ * t;
+      r(zn, Held::accumulator, what);
       z_ = T(0.25) * zn;
     } else {
       // Z ← Z (2I − AZ)
       t = T(2) * I - az;
+      r(t, Held::accumulator, what);
       zn.noalias() = z_ * t;
       z_.swap(zn);
     }
+    r(z_, Held::accumulator, what);
     az.noalias() = a * z_;
+    r(az, Held::accumulator, what);
     record(az);
     if (!std::isfinite(residuals_.back()) && square) {
       status_ = Status::NumericalIssue;

@@ -21,7 +21,7 @@ Index probsparse_default_samples(Index n_k, double factor) {
 
 template <typename T>
 VectorX<double> sparsity_measure(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
-                                 SparsityMeasure kind, Index samples, Rng& rng) {
+                                 SparsityMeasure kind, Index samples, Rng& rng, const Rounding& rounding) {
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   const double s = opts.resolved_scale(q.cols());
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
@@ -46,6 +46,21 @@ VectorX<double> sparsity_measure(const ConstRef<T>& q, const ConstRef<T>& k, con
         logits(t) = s * double(q.row(i).dot(k.row(idx[std::size_t(i * samples + t)])));
     } else {
       logits = (k.topRows(visible) * q.row(i).transpose()).template cast<double>() * s;
+    }
+    if (rounding.rounds(Held::accumulator)) {
+      // Emulated: qᵀk and s·qᵀk stored in the format (float32 products), the measure from the stored values in
+      // float32 and stored too; tallied once per query.
+      RoundingTally t;
+      Eigen::Matrix<T, Eigen::Dynamic, 1> f(logits.size());
+      for (Index j = 0; j < f.size(); ++j) {
+        const T raw = rounding.scalar(T(logits(j) / s), Held::accumulator, t);
+        f(j) = rounding.scalar(T(s) * raw, Held::accumulator, t);
+      }
+      const T mx = f.maxCoeff(), mean = f.mean();
+      const T mi = kind == SparsityMeasure::MaxMean ? mx - mean : mx + std::log((f.array() - mx).exp().sum()) - mean;
+      m(i) = double(rounding.scalar(mi, Held::accumulator, t));
+      if (rounding.log) rounding.log->add("logits and measure M", Held::accumulator, t);
+      continue;
     }
     const double mx = logits.maxCoeff(), mean = logits.mean();
     m(i) = kind == SparsityMeasure::MaxMean ? mx - mean : mx + std::log((logits.array() - mx).exp().sum()) - mean;
@@ -76,8 +91,10 @@ std::vector<Index> select_queries(const VectorX<double>& measure, Index u, bool 
 }
 
 template VectorX<double> sparsity_measure<float>(const ConstRef<float>&, const ConstRef<float>&,
-                                                 const AttentionOptions&, SparsityMeasure, Index, Rng&);
+                                                 const AttentionOptions&, SparsityMeasure, Index, Rng&,
+                                                 const Rounding&);
 template VectorX<double> sparsity_measure<double>(const ConstRef<double>&, const ConstRef<double>&,
-                                                  const AttentionOptions&, SparsityMeasure, Index, Rng&);
+                                                  const AttentionOptions&, SparsityMeasure, Index, Rng&,
+                                                  const Rounding&);
 
 }  // namespace attnlab

@@ -46,7 +46,10 @@ MethodDescriptor CurOptions::registry_entry() {
       "2021",
       Causal::refused("columns and rows of all of P"))
       .with_backward(Backward::yes("J, I (uniform or leverage draws) and the kept singular values of P[I,J] held "
-                                   "fixed; an analysis floor that reads all of P"));
+                                   "fixed; an analysis floor that reads all of P"))
+      .with_storage(StorageEmulation::both(
+          "an analysis floor: its factors C·U and R as formed in float32 from the stored Q, K, then stored in the "
+          "format (both policies), O too; eager also the state R·V; careful keeps it in float32"));
 }
 
 std::uint64_t CurOptions::memory(const ProblemSize& s) const {

@@ -16,7 +16,11 @@ MethodDescriptor EfficientOptions::registry_entry() {
       "efficient attention softmax₂(Q)·softmax₁(K)ᵀ·V (non-causal)",
       "Shen et al. 2021 (Efficient Attention: Attention with Linear Complexities)",
       Causal::refused("the softmax over keys mixes every position"))
-      .with_backward(Backward::yes("nothing held fixed (no parameters)"));
+      .with_backward(Backward::yes("nothing held fixed (no parameters)"))
+      .with_storage(StorageEmulation::both(
+          "both policies: Q, K, V, the factors softmax₂(Q), softmax₁(K) (each softmax's max, exponentials and sums "
+          "in float32, as torch.softmax takes them) and O; eager also the state softmax₁(K)ᵀV; careful keeps it in "
+          "float32"));
 }
 
 template <typename T>

@@ -28,7 +28,13 @@ MethodDescriptor NystromOptions::registry_entry() {
       Causal::refused("landmarks pool every position"))
       .with_backward(Backward::yes(
           "random landmarks' rows held fixed; through the segment means, the softmaxes and every pinv iteration "
-          "(incl. Z0's scaling, its argmax column/row held fixed); pinv=svd: d(A⁻¹)"));
+          "(incl. Z0's scaling, its argmax column/row held fixed); pinv=svd: d(A⁻¹)"))
+      .with_storage(StorageEmulation::both(
+          "as the reference code's form (softmax(QK̃ᵀ) @ iterative_inv(softmax(Q̃K̃ᵀ))) @ (softmax(Q̃Kᵀ) @ V): both "
+          "policies store Q, K, V, the landmarks Q̃, K̃, the three kernels F, A, B (n × m, m × m, m × n, "
+          "materialised), F·Z, B·V and O in the format; eager also every kernel's logits and Z₀, every product and "
+          "iterate of the pseudo-inverse iteration (pinv=svd: Z, from a float32 SVD, as a transcription casts for "
+          "torch.linalg.pinv); careful keeps the logits and the pseudo-inverse in float32"));
 }
 
 template <typename T>
@@ -38,9 +44,12 @@ Status NystromMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, 
   MatrixR<T> kl;
   iq_.clear();
   ik_.clear();
+  const Rounding r = this->rounding_hook();  // a no-op unless a reduced storage is emulated
   if (this->o_.select == LandmarkSelect::Segments) {
     ql = segment_means<T>(q, m);
     kl = segment_means<T>(k, m);
+    r(ql, Held::tensor, "landmarks Q̃, K̃");
+    r(kl, Held::tensor, "landmarks Q̃, K̃");
   } else {
     Rng rng(this->o_.seed);
     iq_ = sample_without_replacement(q.rows(), m, rng);
@@ -54,14 +63,15 @@ Status NystromMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, 
   k_ = k;
   kl_ = kl;
   plain_ = plain;
-  a_ = exact_matrix<T>(ql, kl, plain);  // m × m
+  a_ = exact_matrix<T>(ql, kl, plain, r);  // m × m
   const MatrixR<T>& a = a_;
-  b_ = exact_matrix<T>(ql, k, plain);   // m × n_k
+  b_ = exact_matrix<T>(ql, k, plain, r);   // m × n_k
   Pseudoinverse<T> pinv;
-  pinv.setMethod(this->o_.pinv).setIterations(this->o_.iters).compute(a);
+  pinv.setMethod(this->o_.pinv).setIterations(this->o_.iters).setRounding(r).compute(a);
   residual_ = pinv.residuals().back();
   pinv_iterations_ = pinv.iterations();
   z_ = pinv.pseudoinverse();
+  if (this->o_.pinv == PinvMethod::Svd) r(z_, Held::accumulator, "pseudo-inverse iterates");
   this->defer_factors(m, false);  // F·Z has negative entries
   return pinv.info() == Status::NumericalIssue ? Status::NumericalIssue : Status::Success;
 }
@@ -71,6 +81,15 @@ Status NystromMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, 
 /// computes it tile by tile without forming F.
 template <typename T>
 MatrixR<T> NystromMethod<T>::do_output(const ConstRef<T>& v) const {
+  if (plain_.storage != Storage::native) {
+    // Emulated half storage: the reference's association (F·Z)·(B·V), F materialised, each product stored.
+    const Rounding r = this->rounding_hook();
+    MatrixR<T> fz = exact_matrix<T>(q_, kl_, plain_, r) * z_;
+    r(fz, Held::tensor, "products F·Z, B·V");
+    MatrixR<T> bv = b_ * v;
+    r(bv, Held::tensor, "products F·Z, B·V");
+    return fz * bv;
+  }
   const MatrixR<T> bv = detail::tall_transpose_product<T>(b_.transpose(), v);  // m × d, summed over n
   const MatrixR<T> w = z_ * bv;
   return exact_output<T>(q_, kl_, w, plain_);

@@ -14,7 +14,12 @@ MethodDescriptor ProbSparseOptions::registry_entry() {
       "Zhou et al. 2021 (Informer) eqs. (2)-(4), Lemma 1",
       Causal::yes("online top-u selection (query i is exact when its measure is among the u largest so far)"))
       .with_backward(Backward::yes("top-u selection and sampled keys held fixed, measure not differentiated; "
-                                   "lazy rows: dV only"));
+                                   "lazy rows: dV only"))
+      .with_storage(StorageEmulation::both(
+          "both policies: Q, K, V, the exact rows as exact's streaming emulation stores them (each tile of P; eager "
+          "also their logits, running sums and accumulator), the lazy rows' mean(V) (causal: each prefix mean or "
+          "cumsum row) and O; eager also each query's sampled logits qᵀk, s·qᵀk and its measure M (the reference's "
+          "Q_K_sample and M), which choose the top-u queries; careful keeps those in float32"));
 }
 
 template <typename T>
@@ -27,7 +32,7 @@ Status ProbSparseMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& 
     if (samples == 0) samples = probsparse_default_samples(k.rows(), c);
   }
   Rng rng(this->o_.seed);
-  const VectorX<double> m = sparsity_measure<T>(q, k, opts, this->o_.measure, samples, rng);
+  const VectorX<double> m = sparsity_measure<T>(q, k, opts, this->o_.measure, samples, rng, this->rounding_hook());
   ws_.kept = false;  // a new selection: the last output()'s forward no longer applies
   op_.emplace(q, k, opts, select_queries(m, probsparse_u(q.rows(), c), opts.causal),
               this->o_.lazy == ProbSparseLazy::Cumsum);

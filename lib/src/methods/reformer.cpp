@@ -28,7 +28,13 @@ MethodDescriptor ReformerOptions::registry_entry() {
       "Kitaev et al. 2020 (Reformer) §2: angular LSH, sorted chunks, multi-round",
       Causal::yes("the most recent same-bucket keys"))
       .with_backward(Backward::yes("rotations, buckets, sort and chunks held fixed: softmax over each query's union "
-                                   "of key sets (duplicates counted once), O(nnz·d)"));
+                                   "of key sets (duplicates counted once), O(nnz·d)"))
+      .with_storage(StorageEmulation::both(
+          "non-causal (causal: the pattern softmax's emulation, as sparse); both policies: Q, K, V, each chunk's "
+          "probabilities before their product with V and O; eager "
+          "also each chunk's logits s·QKᵀ and the running softmax sums and accumulators merged across chunks and "
+          "rounds (the reference's per-round outputs and log-sum-exps); careful keeps those in float32; the hashes "
+          "from float32 rotations of the stored Q, K"));
 }
 
 namespace {
@@ -146,7 +152,8 @@ Pattern ReformerMethod<T>::pattern(const ConstRef<T>& q, const ConstRef<T>& k, c
 template <typename T>
 MatrixR<T> ReformerMethod<T>::do_output(const ConstRef<T>& v) const {
   const auto& opts = this->options();
-  if (opts.causal) return this->do_op().apply(v);
+  const Rounding rd_hook = this->rounding_hook();  // a no-op unless a reduced storage is emulated
+  if (opts.causal) return PatternMethod<T>::do_output(v);  // the pattern softmax (emulated there)
   const MatrixR<T>& q = this->queries();
   const MatrixR<T>& k = this->keys();
   const Index nq = q.rows(), dv = v.cols();
@@ -182,6 +189,7 @@ MatrixR<T> ReformerMethod<T>::do_output(const ConstRef<T>& v) const {
         vb.row(b) = v.row(j);
       }
       MatrixR<T> logits = (qb * s) * kb.transpose();
+      rd_hook(logits, Held::accumulator, "logits s·QKᵀ");
       for (Index a = 0; a < bi; ++a) {
         const Index i = rd.query_order[std::size_t(t0 + a)];
         for (Index b = 0; b < bj; ++b)  // seen in an earlier round: counted there
@@ -200,12 +208,19 @@ MatrixR<T> ReformerMethod<T>::do_output(const ConstRef<T>& v) const {
         const T mnew = std::max(m(i), mx);
         const T old = m(i) == neg_inf ? T(0) : std::exp(m(i) - mnew);
         logits.row(a) = (logits.row(a).array() - mnew).exp();
+        if (rd_hook.active()) rd_hook.span(logits.row(a).data(), std::size_t(bj), Held::tensor, "probabilities P");
         l(i) = l(i) * old + logits.row(a).sum();
+        if (rd_hook.active()) rd_hook.span(&l(i), 1, Held::accumulator, "running sums ℓ");
         acc.row(i) *= old;
         m(i) = mnew;
       }
       const MatrixR<T> contrib = logits * vb;
-      for (Index a = 0; a < bi; ++a) acc.row(rd.query_order[std::size_t(t0 + a)]) += contrib.row(a);
+      for (Index a = 0; a < bi; ++a) {
+        const Index i = rd.query_order[std::size_t(t0 + a)];
+        acc.row(i) += contrib.row(a);
+        if (rd_hook.active())
+          rd_hook.span(acc.row(i).data(), std::size_t(dv), Held::accumulator, "running accumulator");
+      }
     }
   }
   for (Index i = 0; i < nq; ++i) {

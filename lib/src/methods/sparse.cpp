@@ -18,7 +18,11 @@ MethodDescriptor SparseOptions::registry_entry() {
   return describe<SparseMethod, SparseOptions>(
       "fixed sparse patterns: band + strided + global tokens + random keys",
       "Child et al. 2019 (strided); Zaheer et al. 2020 (BigBird: window, global, random)", Causal::yes())
-      .with_backward(Backward::yes("random keys held fixed: softmax over each query's pattern, O(nnz·d)"));
+      .with_backward(Backward::yes("random keys held fixed: softmax over each query's pattern, O(nnz·d)"))
+      .with_storage(StorageEmulation::both(
+          "causal too; the pattern softmax: both policies store Q, K, V, each query's probabilities on its pattern "
+          "and O; eager also its logits qᵀk and s·qᵀk; careful keeps those in float32; the softmax's max, "
+          "exponentials and sums and the product's sums in float32"));
 }
 
 namespace {
@@ -202,7 +206,8 @@ MatrixR<T> SparseMethod<T>::do_output(const ConstRef<T>& v) const {
   const MatrixR<T>& k = this->keys();
   // With more queries than keys (non-causal), early queries' aligned positions fall before the first key: the
   // pattern path handles (and refuses) those; the blocked kernel assumes c_i ≥ 0.
-  if (q.rows() > k.rows()) return PatternMethod<T>::do_output(v);
+  // Under an emulated reduced storage: the pattern softmax with its rounding (PatternMethod::do_output).
+  if (q.rows() > k.rows() || this->rounding_hook().active()) return PatternMethod<T>::do_output(v);
   const SparseOptions& o = this->o_;
   return sparse_output<T>(q, k, v, this->options(), o.window, o.stride, o.globals, o.random, o.seed);
 }

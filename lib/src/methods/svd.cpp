@@ -32,7 +32,10 @@ MethodDescriptor SvdOptions::registry_entry() {
       "Eckart & Young 1936; P_R = U_RΣ_RV_Rᵀ", Causal::refused("a rank-R approximation of all of P"))
       .with_backward(Backward::refused(
           "an analysis floor, not a trainable method: the derivative of the rank-R truncation needs every singular "
-          "pair of P (terms 1/(σ_i² − σ_j²), i ≤ R < j) and is unbounded where σ_R ≈ σ_{R+1}"));
+          "pair of P (terms 1/(σ_i² − σ_j²), i ≤ R < j) and is unbounded where σ_R ≈ σ_{R+1}"))
+      .with_storage(StorageEmulation::both(
+          "an analysis floor: its factors (P·V_R, V_R from the SVD of P in float32 from the stored Q, K) stored in "
+          "the format (both policies), O too; eager also the state V_Rᵀ·V; careful keeps it in float32"));
 }
 
 std::uint64_t SvdOptions::memory(const ProblemSize& s) const {

@@ -12,7 +12,11 @@ MethodDescriptor TaylorOptions::registry_entry() {
       "Su 2020, blog 'Exploring Linear Attention: Must Attention Have a Softmax?' "
       "(e^{qᵀk} ≈ 1 + qᵀk on normalized q, k)",
       TaylorOptions::causal_support())
-      .with_backward(Backward::yes("nothing (exact, through x/‖x‖); causal by reverse prefix sums"));
+      .with_backward(Backward::yes("nothing (exact, through x/‖x‖); causal by reverse prefix sums"))
+      .with_storage(StorageEmulation::both(
+          "non-causal; as linear: both policies store Q, K, V, the features φ(x) = [1, x/‖x‖] and O; eager also the "
+          "key–value state, the key sum, the numerators and the normalisers, divided unguarded; careful keeps those "
+          "in float32, guarded"));
 }
 
 template <typename T>

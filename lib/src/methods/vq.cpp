@@ -102,7 +102,13 @@ MethodDescriptor VqOptions::registry_entry() {
                           "look-ahead in the codebook, stated by lookahead(): not a causal verdict)"))
       .with_backward(Backward::yes(
           "codebook and assignments held fixed; dK = dK̂ by the straight-through estimator (Lingle 2023); "
-          "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"));
+          "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"))
+      .with_storage(StorageEmulation::both(
+          "assign=hard, quantize=keys, non-causal (others refused); the codebook fitted by k-means in float32 on the "
+          "stored keys, their assignments from it; both policies: Q, K, V, the codebook C, the weights "
+          "exp(ℓ − max ℓ) over the codes and O in the format; eager also the logits QCᵀ and s·QCᵀ, the per-code key "
+          "counts and value sums ΔᵀV (Transformer-VQ's cache), the numerators and the normalisers, divided "
+          "unguarded; careful keeps those in float32"));
 }
 
 void VqOptions::check_size(const ProblemSize& s) const {
@@ -112,6 +118,9 @@ void VqOptions::check_size(const ProblemSize& s) const {
 
 template <typename T>
 Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
+  require(opts.storage == Storage::native ||
+              (this->o_.assign == VqAssign::Hard && this->o_.quantize == VqQuantize::Keys && !opts.causal),
+          "vq: {} storage is emulated for assign=hard, quantize=keys, non-causal only", storage_name(opts.storage));
   if (given_) {
     // A fixed codebook: no k-means, each key its nearest code (codebook_attention), nothing fitted on these keys.
     require_codebook_d(this->o_.codebook, given_->cols(), k.cols());
@@ -272,6 +281,46 @@ Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d
 
 template KMeansResult<float> vq_fit_codebook<float>(const ConstRef<float>&, Index, Index, std::uint64_t);
 template KMeansResult<double> vq_fit_codebook<double>(const ConstRef<double>&, Index, Index, std::uint64_t);
+/// Emulated half storage (hard assignment, keys quantized, non-causal; Lingle 2023 Fig. 2 written as a transcription
+/// computes it): C stored; ℓ = s·QCᵀ; per code the key count and the value sum ΔᵀV; E = exp(ℓ − max_y ℓ) over the
+/// codes that hold keys; O = (E·ΔᵀV) / (E·counts). Which of these each policy stores: the registry entry's note.
+template <typename T>
+MatrixR<T> VqMethod<T>::do_output(const ConstRef<T>& v) const {
+  const AttentionOptions& opts = this->options();
+  if (opts.storage == Storage::native) return op_->apply(v);
+  const Rounding r = this->rounding_hook();
+  const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
+  MatrixR<T> c = centroids_;
+  r(c, Held::tensor, "codebook C");
+  MatrixR<T> logits = q_ * c.transpose();
+  r(logits, Held::accumulator, "logits s·QCᵀ");
+  logits *= T(opts.scale);
+  r(logits, Held::accumulator, "logits s·QCᵀ");
+  const Index codes = c.rows();
+  MatrixR<T> sums = MatrixR<T>::Zero(codes, v.cols());
+  VectorX<T> counts = VectorX<T>::Zero(codes);
+  for (Index j = 0; j < v.rows(); ++j) {
+    sums.row(a[std::size_t(j)]) += v.row(j);
+    counts(a[std::size_t(j)]) += T(1);
+  }
+  r(sums, Held::accumulator, "per-code value sums ΔᵀV, counts");
+  r(counts, Held::accumulator, "per-code value sums ΔᵀV, counts");
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  for (Index i = 0; i < logits.rows(); ++i) {
+    T mx = neg_inf;
+    for (Index y = 0; y < codes; ++y)
+      if (counts(y) > 0) mx = std::max(mx, logits(i, y));
+    for (Index y = 0; y < codes; ++y) logits(i, y) = counts(y) > 0 ? std::exp(logits(i, y) - mx) : T(0);
+  }
+  r(logits, Held::tensor, "weights exp(ℓ − max)");
+  MatrixR<T> num = logits * sums;
+  r(num, Held::accumulator, "numerators, normalisers");
+  VectorX<T> den = logits * counts;
+  r(den, Held::accumulator, "numerators, normalisers");
+  // Divided as the transcription divides (num / den): a normaliser that overflowed gives 0, one that is 0 gives NaN.
+  return (num.array().colwise() / den.array()).matrix();
+}
+
 template class VqMethod<float>;
 template class VqMethod<double>;
 

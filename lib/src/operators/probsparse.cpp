@@ -107,11 +107,22 @@ bool equal_parallel(const MatrixR<T>& a, const ConstRef<T>& b) {
 }  // namespace
 
 template <typename T>
-MatrixR<T> ProbSparseOperator<T>::output(const ConstRef<T>& v, ProbSparseWorkspace<T>* ws) const {
+MatrixR<T> ProbSparseOperator<T>::output(const ConstRef<T>& v, ProbSparseWorkspace<T>* ws,
+                                         const Rounding& rounding) const {
   MatrixR<T> y = lazy_apply(v);
   if (ws) ws->kept = false;
-  if (selected_.empty()) return y;
   const QueryLayout layout{selected_, nq_};
+  if (rounding.active()) {
+    for (Index i = 0; i < nq_; ++i)
+      if (!is_selected_[std::size_t(i)]) rounding.span(y.row(i).data(), std::size_t(y.cols()), Held::tensor,
+                                                       "lazy rows mean(V)");
+    if (!selected_.empty())
+      scatter(exact_output<T>(exact_->queries(), exact_->keys(), v, exact_->options(), kDefaultTile, layout, nullptr,
+                              rounding),
+              y);
+    return y;
+  }
+  if (selected_.empty()) return y;
   if (!ws) {
     scatter(exact_output<T>(exact_->queries(), exact_->keys(), v, exact_->options(), kDefaultTile, layout), y);
     return y;

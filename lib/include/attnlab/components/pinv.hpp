@@ -8,6 +8,7 @@
 // experiments: the paper's 6 iterations are far from converged on badly conditioned landmark matrices.
 #pragma once
 
+#include "attnlab/core/precision.hpp"
 #include "attnlab/core/types.hpp"
 
 #include <vector>
@@ -29,6 +30,10 @@ class Pseudoinverse {
   Pseudoinverse& setRcond(double r) { rcond_ = r; return *this; }
   /// A⁺ to measure ‖Z_k − A⁺‖_F against, per iteration (optional).
   Pseudoinverse& setReference(const MatrixR<double>& a_pinv) { reference_ = a_pinv; return *this; }
+  /// Emulated reduced storage (core/precision.hpp): the iterative methods store Z₀, every product and every iterate
+  /// in the format where `rounding` rounds accumulators (the eager policy: the reference code's iterative_inv run
+  /// under .half() stores each one); the SVD method is not emulated (the caller refuses it).
+  Pseudoinverse& setRounding(const Rounding& r) { rounding_ = r; return *this; }
 
   Pseudoinverse& compute(const ConstRef<T>& a);
   Status info() const { return status_; }
@@ -45,6 +50,7 @@ class Pseudoinverse {
   double tol_ = 0;
   double rcond_ = -1;
   MatrixR<double> reference_;
+  Rounding rounding_{};
   MatrixR<T> z_;
   std::vector<double> residuals_, errors_;
   Status status_ = Status::NotComputed;

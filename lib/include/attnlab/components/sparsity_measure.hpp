@@ -6,6 +6,7 @@
 
 #include "attnlab/core/options.hpp"
 #include "attnlab/core/random.hpp"
+#include "attnlab/core/precision.hpp"
 #include "attnlab/core/types.hpp"
 
 #include <vector>
@@ -16,9 +17,11 @@ enum class SparsityMeasure { MaxMean, Lse };
 
 /// The measure of every query. samples = 0: over all (visible) keys; else U keys per query drawn uniformly with
 /// replacement from the visible ones (as the reference code does), from rng.
+/// Under an emulated reduced storage (`rounding`, eager policy): each query's logits qᵀk, then s·qᵀk, and its measure
+/// are stored in the format as formed (the reference's Q_K_sample and M under .half()), the max and mean in float32.
 template <typename T>
 VectorX<double> sparsity_measure(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
-                                 SparsityMeasure kind, Index samples, Rng& rng);
+                                 SparsityMeasure kind, Index samples, Rng& rng, const Rounding& rounding = {});
 
 /// u = min(n_q, ⌈c·ln n_q⌉)... as Informer: c·⌈ln n_q⌉ capped at n_q.
 Index probsparse_u(Index n_q, double factor);

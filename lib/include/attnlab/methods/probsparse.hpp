@@ -72,7 +72,7 @@ class ProbSparseMethod final : public ConfiguredMethod<ProbSparseOptions, Method
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   const AttentionOperator<T>& do_op() const override { return *op_; }
   /// The fast path; keeps the exact rows' O and ℓ (and V) for the backward.
-  MatrixR<T> do_output(const ConstRef<T>& v) const override { return op_->output(v, &ws_); }
+  MatrixR<T> do_output(const ConstRef<T>& v) const override { return op_->output(v, &ws_, this->rounding_hook()); }
   /// From the O and ℓ the last output() kept when it was taken on this V (compared element by element, O(n·d)),
   /// else with a forward pass of the exact rows again; buffers kept across calls.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {

@@ -123,6 +123,9 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   const AttentionOperator<T>& do_op() const override { return *op_; }
+  /// The operator's P̃·V; under an emulated reduced storage the hard-assignment form written out as a transcription
+  /// stores it (the registry entry's storage note).
+  MatrixR<T> do_output(const ConstRef<T>& v) const override;
   /// dQ, dV exact and dK straight-through (dK = dK̂) given the codebook and assignments; see the header comment.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
 

@@ -49,7 +49,9 @@ class ProbSparseOperator final : public AttentionOperator<T> {
   MatrixR<T> lazy_apply(const ConstRef<T>& x) const;
   /// The fast path P̃·V: exact rows by the streaming kernel (no log-sum-exp pass), lazy rows by (prefix) sums. With
   /// `ws`, the exact rows' O, their ℓ (which the streaming pass forms anyway) and V are kept there for backward().
-  MatrixR<T> output(const ConstRef<T>& v, ProbSparseWorkspace<T>* ws = nullptr) const;
+  /// With a reduced storage's `rounding` (core/precision.hpp): the lazy rows stored in the format (both policies: the
+  /// reference's V.mean / V.cumsum result), the exact rows as exact_output rounds them; nothing is kept for backward.
+  MatrixR<T> output(const ConstRef<T>& v, ProbSparseWorkspace<T>* ws = nullptr, const Rounding& rounding = {}) const;
   /// How many queries get exact rows.
   Index selected() const { return Index(selected_.size()); }
   /// The backward of output(v) given the selection (Zhou et al. 2021, eq. (3) with the top-u set held fixed):

@@ -13,7 +13,7 @@ namespace attnlab {
 
 template <typename T>
 typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const ConstRef<T>& k, double scale,
-                                                   Pattern pattern) {
+                                                   Pattern pattern, const Rounding& rounding) {
   using Sparse = typename SparseOperator<T>::Sparse;
   const Index nq = q.rows(), nk = k.rows();
   bool valid = true;
@@ -41,6 +41,27 @@ typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const C
     const auto& row = pattern[std::size_t(i)];
     const Index base = outer[i];
     T mx = -std::numeric_limits<T>::infinity();
+    if (rounding.active()) {
+      // Emulated: the logits stored as formed (eager), the probabilities stored (both); tallied once per row.
+      RoundingTally lt, pt;
+      for (std::size_t t = 0; t < row.size(); ++t) {
+        const T raw = rounding.scalar(T(q.row(i).dot(k.row(row[t]))), Held::accumulator, lt);
+        const T logit = rounding.scalar(T(scale) * raw, Held::accumulator, lt);
+        values[base + Index(t)] = logit;
+        inner[base + Index(t)] = row[t];
+        mx = std::max(mx, logit);
+      }
+      T sum = 0;
+      for (std::size_t t = 0; t < row.size(); ++t)
+        sum += values[base + Index(t)] = std::exp(values[base + Index(t)] - mx);
+      for (std::size_t t = 0; t < row.size(); ++t)
+        values[base + Index(t)] = rounding.scalar(values[base + Index(t)] / sum, Held::tensor, pt);
+      if (rounding.log) {
+        if (rounding.rounds(Held::accumulator)) rounding.log->add("logits s·QKᵀ", Held::accumulator, lt);
+        rounding.log->add("probabilities P", Held::tensor, pt);
+      }
+      continue;
+    }
     for (std::size_t t = 0; t < row.size(); ++t) {
       const T logit = T(scale) * q.row(i).dot(k.row(row[t]));
       values[base + Index(t)] = logit;
@@ -56,9 +77,9 @@ typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const C
 }
 
 template SparseOperator<float>::Sparse pattern_softmax<float>(const ConstRef<float>&, const ConstRef<float>&, double,
-                                                              Pattern);
+                                                              Pattern, const Rounding&);
 template SparseOperator<double>::Sparse pattern_softmax<double>(const ConstRef<double>&, const ConstRef<double>&,
-                                                                double, Pattern);
+                                                                double, Pattern, const Rounding&);
 
 template <typename T>
 Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const ConstRef<T>& q,

@@ -38,6 +38,20 @@ class LowRankMethod : public Method<T> {
     throw Error("internal: deferred factors without make_factors()");
   }
   const AttentionOperator<T>& do_op() const override { return factors(); }
+  /// A·(Btᵀ·V). Under an emulated reduced storage (core/precision.hpp) the generic form of a set_factors method: the
+  /// factors as the method formed them (float32), then stored in the format (both policies), the state Btᵀ·V stored
+  /// under eager (an accumulator), the product's sums in float32. Methods with their own do_output emulate there.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override {
+    const Rounding r = this->rounding_hook();
+    if (!r.active()) return this->do_op().apply(v);
+    const LowRankOperator<T>& f = factors();
+    MatrixR<T> a = f.left(), bt = f.right();
+    r(a, Held::tensor, "factors A, B");
+    r(bt, Held::tensor, "factors A, B");
+    MatrixR<T> state = bt.transpose() * v;
+    r(state, Held::accumulator, "state BᵀV");
+    return a * state;
+  }
   /// The factored operator (A, Bt), formed on first use for a deferred compute: what a backward pass of
   /// set_factors' methods reads (efficient's softmax₂(Q) and softmax₁(K)).
   const LowRankOperator<T>& factors() const {

@@ -21,9 +21,12 @@ using Pattern = std::vector<std::vector<Index>>;
 
 /// P̃_ij = exp(s·q_iᵀk_j) / Σ_{j' ∈ pattern(i)} exp(s·q_iᵀk_j') for j in pattern(i), 0 elsewhere (stable).
 /// (lib/src/methods/base/pattern_method.cpp, float and double.)
+/// With a reduced storage's `rounding` (core/precision.hpp): each row's logits qᵀk, then s·qᵀk, stored in the format
+/// under eager (accumulators), the probabilities under both policies (tensors); the max, exponentials and sums in
+/// float32, as torch.softmax takes them.
 template <typename T>
 typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const ConstRef<T>& k, double scale,
-                                                   Pattern pattern);
+                                                   Pattern pattern, const Rounding& rounding = {});
 
 /// Adds to each of the nq rows of `p` the band of keys around its aligned position c_i = i + (nk − nq):
 /// c_i − w ≤ j ≤ c_i + w, cut at the future (j ≤ c_i) when causal, clipped to [0, nk) — the sliding window of
@@ -62,6 +65,16 @@ class PatternMethod : public LazyOperatorMethod<T> {
     const MatrixR<T>& k = this->keys();
     const AttentionOptions& opts = this->options();
     return std::make_unique<SparseOperator<T>>(pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts)));
+  }
+  /// The operator's P̃·V; under an emulated reduced storage the pattern softmax formed with the rounding (its note in
+  /// pattern_softmax) and multiplied by V with float32 sums.
+  MatrixR<T> do_output(const ConstRef<T>& v) const override {
+    const Rounding r = this->rounding_hook();
+    if (!r.active()) return this->do_op().apply(v);
+    const MatrixR<T>& q = this->queries();
+    const MatrixR<T>& k = this->keys();
+    const AttentionOptions& opts = this->options();
+    return pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts), r) * v;
   }
   /// The pattern softmax's backward on the pattern of the last compute() (built once, as the operator, and kept).
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {

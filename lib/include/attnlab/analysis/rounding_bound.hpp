@@ -1,0 +1,51 @@
+// A rounding-error bound for softmax attention under an emulated storage format (issue "Reduced precision", item 3):
+// how far the emulation of exact attention (core/precision.hpp; methods/exact) can be from exact attention computed
+// in exact arithmetic on the same inputs, entry by entry. Worst case and rigorous (not first order), given float32
+// products and sums with unit roundoff u₃₂ = 2⁻²⁴ and an exp within 2 ulp; the analysis follows Blanchard, Higham &
+// Higham 2021 ("Accurately computing the log-sum-exp and softmax functions", IMA J. Numer. Anal. 41(4)): a shifted
+// softmax is well conditioned in the logits' absolute error, p'_j / p_j ∈ [e^{−2D}, e^{2D}] when every logit moves by
+// at most D, and its float32 evaluation adds a relative γ_{n+O(1)}.
+//
+// With u the format's unit roundoff (bf16 2⁻⁸, fp16 2⁻¹¹), η half its smallest subnormal (bf16 2⁻¹³⁴, fp16 2⁻²⁵),
+// x̄ = |x| + η/u (so |fl(x) − x| ≤ u·x̄), γ_m = m·u₃₂/(1 − m·u₃₂) and s the scale, per query i:
+//   logits    |ẑ_ij − z_ij| ≤ D_ij = s·(q̄_iᵀk̄_j)·[(1+u)^{2+2e}(1+γ_d)(1+u₃₂) − 1] + 2u₃₂·|ẑ|max,
+//             e = 1 under eager (QKᵀ and s·QKᵀ each stored), 0 under careful (Q, K stored; logits in float32);
+//             D_i = max over the visible j;
+//   weights   each normalised weight w_ij the kernel applies to v̂_j lies in [p_ij/R_i, p_ij·R_i] (up to η per entry),
+//             R_i = e^{2D_i}·(1+u)^{2+2T}·(1+γ_{n+8})²: P stored (materialised: once; streaming: each tile of P before
+//             its product with V, and the sums from the stored tile), and under eager streaming the running sums ℓ
+//             and the running accumulator stored after each of the T key tiles (careful: T = 0);
+//   output    |Ô_ic − O_ic| ≤ (1+u)·[(R_i(1+u)(1+γ_n) − 1)·(P·V̄)_ic + n·η·(1+u)·max_j v̄_jc] + u·|O_ic| + η,
+//             O stored at the end (both policies).
+// Under fp16 a logit or a running value can overflow; where s·q̄ᵀk̄ (or, eager streaming, ℓ) could pass the format's
+// largest finite value the bound is +inf for that row: no guarantee, and the tallies report the overflow.
+// The bound is worst case over every rounding: random rounding errors cancel, so measurements sit well below it; it
+// is what they must never exceed (tests/test_rounding_bound.cpp, the precision experiment's `bound_*` metrics).
+#pragma once
+
+#include "attnlab/core/options.hpp"
+#include "attnlab/core/precision.hpp"
+#include "attnlab/core/types.hpp"
+
+namespace attnlab {
+
+struct SoftmaxRoundingBound {
+  double u = 0, eta = 0;  // the format's unit roundoff and half its smallest subnormal
+  VectorX<double> logit;  // D_i, per query
+  VectorX<double> ratio;  // R_i, per query (+inf: no guarantee)
+  MatrixR<double> output; // the componentwise bound on |Ô − O|, n_q × d_v
+  /// ‖output‖_F: a bound on ‖Ô − O‖_F.
+  double output_norm() const;
+  /// The bound on |p̂_ij − p_ij| for a materialised P: (R_i − 1)·p_ij + η.
+  double probability(Index i, double p) const;
+};
+
+/// The bound for exact attention on (q, k, v) given in float64 (the unrounded inputs) under opts.storage (bf16 or
+/// fp16), opts.policy, opts.scale and opts.causal: `streaming` for exact_output's tiles of `tile` keys
+/// (impl=streaming), else the materialised P (impl=materialized). O(n_q·n_k·d) work in float64 (the products
+/// |Q|·|K|ᵀ, in blocks).
+SoftmaxRoundingBound softmax_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                            const ConstRef<double>& v, const AttentionOptions& opts, bool streaming,
+                                            Index tile = 256);
+
+}  // namespace attnlab
