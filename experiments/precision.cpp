@@ -1,61 +1,84 @@
 // `precision` — the methods as users run them in bfloat16 and float16 (issue "Reduced precision"): each method's
 // output in fp32 and in emulated bf16 / fp16 storage (core/precision.hpp) under the eager and the careful policy, on
-// generated problems whose logits are sharpened by a temperature t (Q·t, softmax(t·s·QKᵀ): the GPU transcriptions'
-// convention, tools/gpu_precision.py). Per cell: the rounding error against the method's own float64 output, the
-// total error against exact attention in float64, the non-finite output entries, the all-zero output rows, and what
-// the rounding overflowed, underflowed to zero or met as NaN. The fp64 rows give each method's approximation error,
-// the yardstick the rounding error is read against. A method or policy the library does not emulate yet is a
-// `refused` row, not a silent gap.
+// generated problems and on the model sources' heads, with logits sharpened by a temperature t (Q·t, softmax(t·s·QKᵀ):
+// the GPU transcriptions' convention, tools/gpu_precision.py). Per cell: the rounding error against the method's own
+// float64 output, the total error against exact attention in float64, the non-finite output entries, the all-zero
+// output rows, and what the rounding overflowed, underflowed to zero or met as NaN. The fp64 rows give each method's
+// approximation error, the yardstick the rounding error is read against. For exact attention also its derived
+// worst-case rounding bound (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the
+// bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0). A method or policy the library does
+// not emulate is a `refused` row, not a silent gap.
+#include "attnlab/analysis/rounding_bound.hpp"
 #include "attnlab/core/precision.hpp"
 #include "common.hpp"
+#include "model_data.hpp"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 namespace attnlab::experiments {
 namespace {
 
-class Precision final : public Experiment {
+class Precision final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({256, 512, 1024, 4096}, {256, 512, 1024, 4096, 16384});
     o.add("--d", d_, "head dimension");
     o.add("--temperatures", temps_, "logit temperatures t (Q·t)").preset({0.5, 1, 2, 4});
-    o.add("--sources", sources_, "gaussian, clustered, lowrank").preset({"gaussian", "clustered"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
+        .preset({"gaussian", "clustered", "trained", "pretrained"});
+    // Every deployable family at its default budget and one other (attnlab methods --families; Nyström with the
+    // SVD pseudo-inverse and pooled Linformer at their defaults; Scatterbrain, not emulated, as `refused` rows; the
+    // analysis floors svd and cur, whose SVD of the n × n P dominates the run, with --methods).
     o.add("--methods", methods_, "method specs")
         .separator(';')
         .preset({"exact:impl=materialized", "exact", "linear", "performer:features=256", "performer:features=64",
-                 "linformer:k=256", "linformer:k=64", "local:window=64", "local:window=16"});
+                 "linformer:k=256", "linformer:k=64", "local:window=64", "local:window=16", "nystrom:landmarks=64",
+                 "nystrom:landmarks=16", "reformer:rounds=2", "reformer:rounds=2,chunk=32", "probsparse",
+                 "probsparse:factor=2", "vq:codes=64", "vq:codes=16", "nystrom:landmarks=64,pinv=svd",
+                 "linformer:k=256,projection=pool", "scatterbrain:features=64"});
     o.add("--formats", formats_, "storage formats beside fp64: fp32, bf16, fp16").preset({"fp32", "bf16", "fp16"});
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
-  }
-  std::vector<Point> grid() override {
-    for (const auto& f : formats_) parse_storage(f);  // an unknown format fails before any point
-    std::vector<Point> pts;
-    for (const auto& src : sources_)
-      for (Index n : n_)
-        for (double t : temps_)
-          add_seed_points(pts, seeds_, fmt::format("source={} n={} d={} T={}", src, n, d_, t),
-                          [=](std::uint64_t s) { return run(src, n, t, s); });
-    return pts;
+    declare_seeds_and_model(o, {"diagonal"}, {"all"}, 1, 1);
   }
 
  private:
-  std::vector<Row> run(const std::string& src, Index n, double t, std::uint64_t seed) const {
-    Qkv<double> p = generated(src, n, d_, seed);
-    p.q *= t;
+  void model_points(std::vector<Point>& pts, const std::string& src) const override {
+    for (const auto& f : formats_) parse_storage(f);  // an unknown format fails before any point
+    const auto [data, heads] = model_.open_bidirectional(src, name());
+    for (const ModelHead& h : heads)
+      for (double t : temps_)
+        pts.push_back({fmt::format("{} T={}", data->point_id(h), t), [=, data = data] {
+                         return evaluate(head_row(*data, h), data->load(h), t, std::uint64_t(h.seq));
+                       }});
+  }
+  void generated_points(std::vector<Point>& pts, const std::string& src) const override {
+    for (const auto& f : formats_) parse_storage(f);
+    for (Index n : n_)
+      for (double t : temps_)
+        add_seed_points(pts, seeds_, fmt::format("source={} n={} d={} T={}", src, n, d_, t),
+                        [=](std::uint64_t s) { return evaluate(source_row(src), generated(src, n, d_, s), t, s); });
+  }
+
+  std::vector<Row> evaluate(const Row& where, Qkv<double> p, double t, std::uint64_t seed) const {
+    // The float32 values the emulation stores from are the inputs: the references are taken on them.
+    p.q = (p.q * t).cast<float>().cast<double>();
+    p.k = p.k.cast<float>().cast<double>();
+    p.v = p.v.cast<float>().cast<double>();
+    const Index n = p.q.rows(), d = p.q.cols();
     const Reference<double> exact(p.q, p.k, p.v);
     const double exact_norm = exact.output().norm();
     const MatrixR<float> q32 = p.q.cast<float>(), k32 = p.k.cast<float>(), v32 = p.v.cast<float>();
     std::vector<Row> rows;
     const std::string temp = fmt::format("T={}", t);
+    std::optional<SoftmaxRoundingAnalysis> analysis;  // exact attention's bound: formed when an exact spec runs
     for (const auto& spec : methods_) {
       auto m64 = make_method<double>(spec, seed);
       m64->compute(p.q, p.k);
       const MatrixR<double> own = m64->output(p.v);
       const double own_norm = own.norm();
-      Row key = row_key(src, n, d_, seed, temp);
+      Row key = row_key(where, n, d, seed, temp);
       key.method = m64->name();
       key.spec = m64->spec();
       const auto add = [&](const std::string& dtype, const std::string& policy, const char* metric, double value) {
@@ -94,6 +117,18 @@ class Precision final : public Experiment {
             add(format, pol, "err_rounding", (od - own).norm() / own_norm);
             add(format, pol, "err_total", (od - exact.output()).norm() / exact_norm);
           }
+          if (!native && m->name() == "exact") {
+            // The derived worst-case bound (analysis/rounding_bound.hpp) beside the measurement.
+            if (!analysis) analysis.emplace(p.q, p.k, p.v, AttentionOptions{});
+            const bool streaming = spec.find("materialized") == std::string::npos;
+            const SoftmaxRoundingBound b = analysis->bound(opts, streaming);
+            const MatrixR<double> err = (od - analysis->o).cwiseAbs();
+            Index outside = 0;
+            for (Index i = 0; i < err.size(); ++i) outside += !(err.data()[i] <= b.output.data()[i]);
+            add(format, pol, "bound", b.output_norm() / exact_norm);
+            add(format, pol, "bound_ratio", (od - analysis->o).norm() / b.output_norm());
+            add(format, pol, "bound_violations", double(outside));
+          }
           RoundingTally sum;
           for (const auto& e : m->rounding()) sum += e.tally;
           if (!native) {
@@ -108,9 +143,9 @@ class Precision final : public Experiment {
   }
 
   std::vector<Index> n_;
-  Index d_ = 64, seeds_ = 1;
+  Index d_ = 64;
   std::vector<double> temps_;
-  std::vector<std::string> sources_, methods_, formats_;
+  std::vector<std::string> methods_, formats_;
 };
 
 }  // namespace

@@ -837,10 +837,14 @@ def precision(F, R):
     d = d.assign(t=m[0].astype(float), policy=m[1].fillna(""))
     n = int(d.n.max())
     g = d[(d.source == "gaussian") & (d.seed == 0)]
-    names = {"exact:impl=materialized": "exact_mat", "exact:impl=streaming": "exact_stream", "linear": "linear",
+    names = {"nystrom:landmarks=64,pinv=svd": "nystrom_svd64", "linformer:k=256,projection=pool": "linformer_pool256",
+             "exact:impl=materialized": "exact_mat", "exact:impl=streaming": "exact_stream", "linear": "linear",
              "performer:features=256": "performer256", "performer:features=64": "performer64",
              "linformer:k=256": "linformer256", "linformer:k=64": "linformer64", "local:window=64": "local64",
-             "local:window=16": "local16"}
+             "local:window=16": "local16", "nystrom:landmarks=64": "nystrom64", "nystrom:landmarks=16": "nystrom16",
+             "reformer:buckets=8,rounds=2,chunk=64": "reformer64", "reformer:buckets=8,rounds=2,chunk=32": "reformer32",
+             "probsparse:factor=5": "probsparse5", "probsparse:factor=2": "probsparse2", "vq:codes=64": "vq64",
+             "vq:codes=16": "vq16"}
 
     def short(spec):
         for k, v in names.items():
@@ -882,6 +886,58 @@ def precision(F, R):
                 F.add(f"precision.{s}_{fmt}_{pol}_fails_n", f"n = {at_t.min()}" if len(at_t) else "none", str,
                       f"{s}, {fmt}, {pol}: the shortest length (of {sorted(set(a.n))}) at which the output has "
                       "non-finite entries or all-zero rows, gaussian, t = 1", "precision")
+    # The discrete-choice methods' total error in the format beside their float64 approximation error.
+    for s in ("reformer64", "vq64", "probsparse5", "nystrom64"):
+        c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
+        for fmt in ("bf16", "fp16"):
+            e = c[(c.dtype == fmt) & (c.policy == "careful") & (c.metric == "err_total")]
+            if len(e):
+                F.add(f"precision.{s}_{fmt}_careful_total", e.value.iloc[0], lambda x: sig(x, 2),
+                      f"{s}: total error against exact float64 attention in {fmt} careful, gaussian, n = {n}, t = 1",
+                      "precision")
+    # Exact attention's derived worst-case bound (analysis/rounding_bound.hpp) against every measurement.
+    b = d[d.metric.isin(["bound", "bound_ratio", "bound_violations"])]
+    F.add("precision.bound_cells", int((b.metric == "bound_violations").sum()), str,
+          "cells (exact, both paths, every source, length, temperature, format, policy) where the emulated output "
+          "was checked entry by entry against the derived worst-case rounding bound", "precision")
+    F.add("precision.bound_violations", int(pick(b, metric="bound_violations").sum()), str,
+          "output entries outside the derived bound, all cells", "precision")
+    F.add("precision.bound_ratio_max", pick(b, metric="bound_ratio").max(), lambda x: sig(x, 2),
+          "the largest measured ‖Ô − O‖_F / ‖bound‖_F over all cells", "precision")
+    for fmt in ("bf16", "fp16"):
+        c = b[(b.source == "gaussian") & (b.n == n) & (b.t == 1) & (b.dtype == fmt) & (b.policy == "careful")
+              & b.spec.str.startswith("exact:impl=streaming")]
+        F.add(f"precision.bound_{fmt}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
+              f"the derived worst-case bound ‖bound‖_F / ‖O‖_F, exact streaming, {fmt} careful, gaussian, n = {n}, "
+              "t = 1", "precision")
+        F.add(f"precision.bound_{fmt}_measured", pick(c, metric="bound_ratio").iloc[0], lambda x: sig(x, 2),
+              f"what the measurement reached of that bound (‖Ô − O‖_F / ‖bound‖_F), {fmt} careful", "precision")
+    # Where the format costs more than the approximation: every method and budget (exact left out), cells without a
+    # failure, per source at t = 1 (every length of the generated sources; every head of the model sources).
+    key = ["source", "n", "seed", "sequence", "layer", "head", "spec", "t"]
+    approx = d[(d.dtype == "fp64") & (d.metric == "err_total")].set_index(key)["value"].rename("approx")
+    rnd = d[(d.metric == "err_rounding") & d.dtype.isin(["bf16", "fp16"]) & ~d.spec.str.startswith("exact")
+            & (d.t == 1)]
+    j = rnd.set_index(key + ["dtype", "policy"])["value"].rename("rounding").to_frame().reset_index()
+    j = j.join(approx, on=key, how="inner")
+    j = j[j.approx > 1e-12]  # a budget at its exact limit (pooled Linformer with k = n) has no approximation error
+    for fmt in ("bf16", "fp16"):
+        for pol in ("eager", "careful"):
+            c = j[(j.dtype == fmt) & (j.policy == pol)]
+            F.add(f"precision.exceeds_{fmt}_{pol}", f"{int((c.rounding > c.approx).sum())} of {len(c)}", str,
+                  f"cells (method × budget × source × length or head, t = 1; outputs with non-finite entries left "
+                  f"out, all-zero rows counted) where the {fmt} {pol} rounding error exceeds the method's "
+                  "approximation error in float64", "precision")
+            r = c.rounding / c.approx
+            F.add(f"precision.ratio_{fmt}_{pol}_median", r.median(), lambda x: sig(x, 2),
+                  f"the median of rounding ÷ approximation error over those cells, {fmt} {pol}", "precision")
+    h = j[j.source.isin(["trained", "pretrained"])]
+    for fmt in ("bf16", "fp16"):
+        for pol in ("eager", "careful"):
+            c = h[(h.dtype == fmt) & (h.policy == pol)]
+            F.add(f"precision.heads_{fmt}_{pol}_max_ratio", (c.rounding / c.approx).max(), lambda x: sig(x, 2),
+                  f"the largest rounding ÷ approximation error on the trained and pretrained models' heads, {fmt} "
+                  f"{pol}, t = 1", "precision")
 
 
 def precision_model(F, R):

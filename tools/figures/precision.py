@@ -3,6 +3,7 @@ method, beside the method's own approximation error; failures (non-finite or all
 import re
 
 import numpy as np
+import pandas as pd
 
 from .common import finish, panels, plt
 from .data import load
@@ -28,7 +29,9 @@ def short(spec):
             return v
     name, _, params = spec.partition(":")
     for method, key, form in (("performer", "features", "{} features"), ("linformer", "k", "k = {}"),
-                              ("local", "window", "window {}")):
+                              ("local", "window", "window {}"), ("nystrom", "landmarks", "{} landmarks"),
+                              ("reformer", "chunk", "chunk {}"), ("probsparse", "factor", "c = {}"),
+                              ("vq", "codes", "{} codes")):
         b = re.search(rf"(?:^|,){key}=(\d+)", params)
         if name == method and b:
             return f"{name} ({form.format(b.group(1))})"
@@ -40,7 +43,16 @@ def plot_precision(results, out):
     n = int(df["n"].max())
     src = "gaussian" if (df.source == "gaussian").any() else df.source.iloc[0]
     d = df[(df.n == n) & (df.source == src)]
+    # One panel per family at its default budget (the experiment's first spec of each method); the other budgets are
+    # in the CSV and the findings.
     specs = list(dict.fromkeys(d["spec"]))
+    seen, first = set(), []
+    for spec in specs:
+        key = spec if spec.startswith("exact") else spec.partition(":")[0]
+        if key not in seen:
+            seen.add(key)
+            first.append(spec)
+    specs = first
     fig, axes = panels(len(specs), 4.4, 3.6)
     for ax, spec in zip(axes, specs):
         g = d[d.spec == spec]
@@ -73,9 +85,49 @@ def plot_precision(results, out):
     fig.set_size_inches(w + 2.4, h)
     right = w / (w + 2.4)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right + 0.005, 0.55), frameon=False)
-    return [finish(fig, out, "precision",
+    paths = [finish(fig, out, "precision",
                    f"Each method in emulated bfloat16 and float16 storage ({src} Q, K, V, n = {n}, d = "
                    f"{int(d.d.iloc[0])}; eager: every intermediate stored in the format; careful: accumulators and "
                    "statistics in float32): relative rounding error against the method's own float64 output, beside "
                    "its approximation error; x: the output had non-finite entries or all-zero rows (at the top).",
                    right=right)]
+    heads = plot_heads(df, out)
+    return paths + ([heads] if heads else [])
+
+
+HEAD_SOURCES = ("trained", "pretrained")
+
+
+def plot_heads(df, out):
+    """On the model sources' heads at t = 1: each method's rounding error in bf16 / fp16 (careful, eager) against its
+    approximation error in float64, one point per head and budget; above the diagonal the format costs more than the
+    approximation does. Exact attention has no approximation error: it is left out."""
+    d = df[df.source.isin(HEAD_SOURCES) & (df.temperature == 1) & ~df.spec.str.startswith("exact")]
+    if d.empty:
+        return None
+    key = ["source", "sequence", "layer", "head", "spec"]
+    approx = d[(d.dtype == "fp64") & (d.metric == "err_total")].set_index(key)["value"].rename("approx")
+    approx = approx[approx > 1e-12]  # a budget at its exact limit (pooled Linformer, k = n) has nothing to compare
+    fig, axes = panels(len(HEAD_SOURCES), 4.8, 4.2)
+    # Axes on the useful range: the 1st to 99th percentile of both errors (points beyond sit on the edges).
+    both = pd.concat([approx, d[d.dtype.isin(["bf16", "fp16"]) & (d.metric == "err_rounding")].value])
+    both = both[both > 1e-12]
+    lo, hi = 10 ** np.floor(np.log10(both.quantile(0.01))), 10 ** np.ceil(np.log10(both.quantile(0.99)))
+    for ax, src in zip(axes, HEAD_SOURCES):
+        for (fmt, pol), st in STYLE.items():
+            c = d[(d.source == src) & (d.dtype == fmt) & (d.policy == pol) & (d.metric == "err_rounding")]
+            c = c.set_index(key)["value"].rename("rounding").to_frame().join(approx, how="inner")
+            if c.empty:
+                continue
+            ax.loglog(c.approx.clip(lo, hi), c.rounding.clip(lo, hi), ls="none", marker=st["marker"], ms=4,
+                      mfc=st.get("mfc", st["color"]), color=st["color"], alpha=0.7, label=f"{fmt} {pol}")
+        ax.plot([lo, hi], [lo, hi], color="0.3", lw=0.8, ls=":", label="rounding = approximation")
+        ax.set(xlim=(lo, hi), ylim=(lo, hi), title=f"{src} model's heads (t = 1)",
+               xlabel="approximation error in float64 (relative)", ylabel="rounding error (relative)")
+        ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    axes[0].legend(fontsize=8, loc="upper left")
+    return finish(fig, out, "precision_heads",
+                  "Rounding error in emulated bfloat16 / float16 against each approximation's own error in float64, "
+                  "per head of the byte-level model trained here (trained) and of all-MiniLM-L6-v2 (pretrained), "
+                  "every method and budget of the precision experiment (exact attention left out), t = 1. Points "
+                  "above the diagonal: the format costs more than the approximation.")

@@ -27,6 +27,8 @@
 #include "attnlab/core/precision.hpp"
 #include "attnlab/core/types.hpp"
 
+#include <vector>
+
 namespace attnlab {
 
 struct SoftmaxRoundingBound {
@@ -40,10 +42,25 @@ struct SoftmaxRoundingBound {
   double probability(Index i, double p) const;
 };
 
-/// The bound for exact attention on (q, k, v) given in float64 (the unrounded inputs) under opts.storage (bf16 or
-/// fp16), opts.policy, opts.scale and opts.causal: `streaming` for exact_output's tiles of `tile` keys
-/// (impl=streaming), else the materialised P (impl=materialized). O(n_q·n_k·d) work in float64 (the products
-/// |Q|·|K|ᵀ, in blocks).
+/// The float64 work the bound needs, done once for every format, policy and path: per query the largest q̄ᵀk̄ over
+/// the visible keys (the products |Q|·|K|ᵀ in blocks, O(n_q·n_k·d)), exact attention O and P·V̄ (float64, streaming).
+/// x̄ is taken with fp16's η/u = 2⁻¹⁴, which is larger than bf16's: a bound for both.
+struct SoftmaxRoundingAnalysis {
+  SoftmaxRoundingAnalysis(const ConstRef<double>& q, const ConstRef<double>& k, const ConstRef<double>& v,
+                          const AttentionOptions& opts);
+  Index n_k = 0, d = 0;
+  double scale = 0, input_max = 0;
+  VectorX<double> qk_max;                       // max over the visible j of q̄_iᵀk̄_j
+  std::vector<Index> visible;                   // keys each query sees
+  VectorX<double> vbar_visible_max;             // the largest v̄ entry over each query's visible keys
+  MatrixR<double> o, pv;                        // exact O and P·V̄
+  Eigen::Matrix<double, 1, Eigen::Dynamic> vbar_col_max;  // max_j v̄_jc
+  /// The bound under opts.storage (bf16 or fp16) and opts.policy: `streaming` for exact_output's tiles of `tile` keys
+  /// (impl=streaming), else the materialised P (impl=materialized). O(n_q·d_v).
+  SoftmaxRoundingBound bound(const AttentionOptions& opts, bool streaming, Index tile = 256) const;
+};
+
+/// Both steps at once, for exact attention on (q, k, v) given in float64 (the unrounded inputs).
 SoftmaxRoundingBound softmax_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                             const ConstRef<double>& v, const AttentionOptions& opts, bool streaming,
                                             Index tile = 256);
