@@ -93,6 +93,7 @@ void add_methods(CLI::App& app) {
                  : d.storage.careful                  ? "careful: "
                                                       : "",
                  d.storage.note);
+      fmt::print("    bf16/fp16 backward: {}\n", d.storage.backward_note);
       if (!d.budget.empty()) fmt::print("    budget: {}\n", d.budget);
       for (const auto& p : d.params)
         for (const Study& s : p.studies)

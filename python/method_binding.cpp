@@ -330,6 +330,8 @@ class PyMethod {
           const auto c = m->output_check();
           all[h].emplace_back("output_nonfinite", double(c.nonfinite));
           all[h].emplace_back("output_zero_rows", double(c.zero_rows));
+          const auto g = m->gradient_check();  // the last backward()'s dQ, dK, dV (0 before any)
+          all[h].emplace_back("gradient_nonfinite", double(g.nonfinite));
           ++h;
         }
       }

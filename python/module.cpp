@@ -87,6 +87,7 @@ py::list methods_list() {
     if (d.storage.careful) policies.append("careful");
     m["storage_policies"] = policies;
     m["storage"] = d.storage.note;
+    m["storage_backward"] = d.storage.backward ? py::object(py::str(d.storage.backward_note)) : py::object(py::none());
     m["params"] = params;
     out.append(m);
   }

@@ -248,8 +248,31 @@ void check_reduced_storage(const std::string& test_name) {
         o64.causal = causal;
         m64->compute(q.cast<double>(), k.cast<double>(), o64);
         const MatrixR<double> own = m64->output(v.cast<double>());
-        std::printf("  %-44s %s %-7s %-6s rounding error %.2e\n", name.c_str(), storage_name(st).c_str(),
+        std::printf("  %-44s %s %-7s %-6s rounding error %.2e", name.c_str(), storage_name(st).c_str(),
                     policy_name(pol).c_str(), causal ? "causal" : "", rel_err(out.cast<double>().eval(), own));
+        // The backward: emulated where the registry says so (then finite here and checked), else refused.
+        const MatrixR<float> dout = randn<float>(n, dim, 4);
+        if (!d.storage.backward) {
+          EXPECT_THROW(m->backward(v, dout), Error);
+          std::printf("\n");
+          continue;
+        }
+        if (!d.backward) continue;
+        Gradients<float> g;
+        try {
+          g = m->backward(v, dout);
+        } catch (const Error& e) {
+          ADD_FAILURE() << "backward declared emulated but refused: " << e.what();
+          continue;
+        }
+        std::uint64_t bad = 0;
+        for (const MatrixR<float>* x : {&g.dq, &g.dk, &g.dv})
+          for (Index i = 0; i < x->size(); ++i) bad += !std::isfinite(x->data()[i]);
+        EXPECT_EQ(m->gradient_check().nonfinite, bad);
+        EXPECT_EQ(bad, 0u);
+        const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
+        std::printf(", dQ %.2e dK %.2e dV %.2e\n", rel_err(g.dq.cast<double>().eval(), g64.dq),
+                    rel_err(g.dk.cast<double>().eval(), g64.dk), rel_err(g.dv.cast<double>().eval(), g64.dv));
       }
 }
 

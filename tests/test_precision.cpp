@@ -162,14 +162,16 @@ TEST(Precision, RefusalsSayWhy) {
   EXPECT_NE(message([&] { make_method<float>("performer:features=16,kernel=trig")->compute(q, k, o); })
                 .find("positive"),
             std::string::npos);
-  // The causal kernel form, and the backward pass.
+  // The causal kernel form, and a backward pass not emulated (linear's: the forward is).
   AttentionOptions causal = o;
   causal.causal = true;
   EXPECT_NE(message([&] { make_method<float>("linear")->compute(q, k, causal); }).find("causal form"),
             std::string::npos);
+  auto lin = make_method<float>("linear");
+  lin->compute(q, k, o);
+  EXPECT_NE(message([&] { lin->backward(v, v); }).find("backward pass under bf16 storage is not emulated"),
+            std::string::npos);
   auto m = make_method<float>("exact");
-  m->compute(q, k, o);
-  EXPECT_NE(message([&] { m->backward(v, v); }).find("backward"), std::string::npos);
   // Native storage: nothing tallied, nothing rounded.
   m->compute(q, k);
   m->output(v);
@@ -238,4 +240,45 @@ TEST(RoundingBound, ExactAttentionRespectsItEntryByEntry) {
                                               .c_str());
               }
       }
+}
+
+// The materialised exact backward under emulated storage, against a transcription of its roundings written out here
+// (autograd's tensors, core/precision.hpp's round_stored on each): Q, K, V, dO stored; P the forward's stored
+// probabilities; dP = dO·Vᵀ stored; D in float32; dS = P ∘ (dP − D) stored, s·dS stored again under eager; dQ, dK,
+// dV stored. The same float32 products as the library's, so the same bits.
+TEST(Precision, ExactMaterializedBackwardIsItsTranscription) {
+  const Index n = 96, d = 16;
+  const MatrixR<float> q = gaussian(n, d, 1, 2.0f), k = gaussian(n, d, 2), v = gaussian(n, d, 3);
+  const MatrixR<float> dout = gaussian(n, d, 4);
+  for (const Storage st : {Storage::bf16, Storage::fp16})
+    for (const Policy pol : {Policy::eager, Policy::careful}) {
+      SCOPED_TRACE(storage_name(st) + " " + policy_name(pol));
+      AttentionOptions o;
+      o.storage = st;
+      o.policy = pol;
+      auto m = make_method<float>("exact:impl=materialized");
+      m->compute(q, k, o);
+      const Gradients<float> g = m->backward(v, dout);
+      const auto rnd = [&](MatrixR<float> x) {
+        for (Index i = 0; i < x.size(); ++i) x.data()[i] = round_stored(st, x.data()[i]);
+        return x;
+      };
+      const MatrixR<float> qs = rnd(q), ks = rnd(k), vs = rnd(v), dos = rnd(dout);
+      const MatrixR<float> p = m->matrix();  // the stored P (the forward's)
+      const float s = float(1.0 / std::sqrt(double(d)));
+      MatrixR<float> dv;
+      dv.noalias() = p.transpose() * dos;
+      MatrixR<float> ds = rnd(dos * vs.transpose());
+      const VectorX<float> dsum = (p.array() * ds.array()).rowwise().sum();
+      ds = rnd((p.array() * (ds.array().colwise() - dsum.array())).matrix());
+      ds *= s;
+      if (pol == Policy::eager) ds = rnd(ds);
+      MatrixR<float> dq, dk;
+      dq.noalias() = ds * ks;
+      dk.noalias() = ds.transpose() * qs;
+      EXPECT_TRUE(g.dq == rnd(dq));
+      EXPECT_TRUE(g.dk == rnd(dk));
+      EXPECT_TRUE(g.dv == rnd(dv));
+      EXPECT_EQ(m->gradient_check().nonfinite, 0u);
+    }
 }

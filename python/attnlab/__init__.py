@@ -681,11 +681,22 @@ class Method:
         arrays = []
         for name, x in (("v", v), ("do", do)):
             a = _array(x, name)
+            if self._dtype is not None and a.dtype in _FLOATS:
+                a = a.astype(dt, copy=False)  # the precision says how it is stored
             if a.dtype != dt:
                 raise ValueError(f"backward(v, do): {name} is {a.dtype} but the method was fitted in {dt}; pass "
                                  f"{name}.astype('{dt}'), or fit on {a.dtype} q and k")
             arrays.append(a)
-        return self._m.backward(*arrays)
+        grads = self._m.backward(*arrays)
+        if self._storage != "native":
+            diags = self._m.diagnostics
+            bad = int(sum(d.get("gradient_nonfinite", 0) for d in (diags if isinstance(diags, list) else [diags])))
+            if bad:
+                import warnings
+                warnings.warn(f"backward(v, do): {self._m.spec} under {self._storage} storage ({self._policy}): {bad} "
+                              "non-finite gradient entries (Method.diagnostics has the counts per intermediate)",
+                              RuntimeWarning, stacklevel=2)
+        return grads
 
     def apply(self, x):
         """P̃·X for X (n_k, b) — or (heads, n_k, b) — through the method's operator, never forming P̃: equal to

@@ -50,6 +50,7 @@ Method<T>& Method<T>::compute(const ConstRef<T>& q, const ConstRef<T>& k, const 
   opts_ = resolved;  // before do_compute: its rounding hook reads the storage and the policy
   rounding_.clear();
   output_check_ = {};
+  gradient_check_ = {};
   if (resolved.storage == Storage::native) {
     status_ = do_compute(q, k, resolved);
   } else {
@@ -100,7 +101,7 @@ MatrixR<T> Method<T>::matrix() const {
 template <typename T>
 Gradients<T> Method<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
   require_computed("backward()");
-  require(opts_.storage == Storage::native,
+  require(opts_.storage == Storage::native || descriptor_.storage.backward,
           "method '{}': the backward pass under {} storage is not emulated yet (the forward is)", descriptor_.name,
           storage_name(opts_.storage));
   validate_v(n_k_, v.rows());
@@ -109,10 +110,38 @@ Gradients<T> Method<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out)
           d_out.rows(), d_out.cols(), n_q_, v.cols());
   require(all_finite(v) && all_finite(d_out),
           "method '{}': backward: V and dO must be finite", descriptor_.name);
-  Gradients<T> g = do_backward(v, d_out);
-  if (g.dq.rows() != n_q_ || g.dk.rows() != n_k_ || g.dv.rows() != n_k_ || g.dv.cols() != v.cols())
-    throw Error(fmt::format("internal: method '{}': backward returned gradients of the wrong shape", descriptor_.name));
+  if (opts_.storage == Storage::native) {
+    Gradients<T> g = do_backward(v, d_out);
+    check_gradient_shapes(g, v.cols());
+    return g;
+  }
+  // Emulated: V and the upstream dO as the user stores them, the method's intermediates as its note says, and the
+  // gradients stored in the format; checked for non-finite entries and zero rows (the no-silent-NaN rule).
+  const Rounding r = rounding_hook();
+  MatrixR<T> vs = v, dos = d_out;
+  r(vs, Held::tensor, "input V");
+  r(dos, Held::tensor, "upstream dO");
+  Gradients<T> g = do_backward(vs, dos);
+  check_gradient_shapes(g, v.cols());
+  r(g.dq, Held::tensor, "gradients dQ, dK, dV");
+  r(g.dk, Held::tensor, "gradients dQ, dK, dV");
+  r(g.dv, Held::tensor, "gradients dQ, dK, dV");
+  OutputCheck c;
+  for (const MatrixR<T>* x : {&g.dq, &g.dk, &g.dv}) {
+    const OutputCheck p = check_output<T>(*x);
+    c.entries += p.entries;
+    c.nonfinite += p.nonfinite;
+    c.rows += p.rows;
+    c.zero_rows += p.zero_rows;
+  }
+  gradient_check_ = c;
   return g;
+}
+
+template <typename T>
+void Method<T>::check_gradient_shapes(const Gradients<T>& g, Index dv) const {
+  if (g.dq.rows() != n_q_ || g.dk.rows() != n_k_ || g.dv.rows() != n_k_ || g.dv.cols() != dv)
+    throw Error(fmt::format("internal: method '{}': backward returned gradients of the wrong shape", descriptor_.name));
 }
 
 template <typename T>

@@ -22,7 +22,12 @@ MethodDescriptor ExactOptions::registry_entry() {
           "both policies: Q, K, V, P (materialized: all of it; streaming: each tile before its product with V, as "
           "FlashAttention-2 converts it) and O; eager also the logits (QKᵀ, then s·QKᵀ) and, streaming, the running "
           "sums ℓ and the running accumulator after every tile; careful keeps those in float32; the softmax's max, "
-          "exponentials and sums (materialized) in float32 under both, as torch.softmax takes them"));
+          "exponentials and sums (materialized) in float32 under both, as torch.softmax takes them")
+                        .with_backward(
+                            "V, dO and dQ, dK, dV in the format; materialized (autograd's form): dP = dO·Vᵀ and dS "
+                            "under both policies, s·dS under eager; streaming (FlashAttention-2 Alg. 2): each tile of "
+                            "P and dS under both, under eager also the logits, D = rowsum(dO ∘ O), dP and the running "
+                            "dQ, dK, dV after every tile; careful keeps those in float32"));
 }
 
 std::uint64_t ExactOptions::memory(const ProblemSize& s) const {
@@ -70,15 +75,26 @@ Gradients<T> ExactMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>
     // forward once more.
     if (!(forward_.valid && forward_.v.rows() == v.rows() && forward_.v.cols() == v.cols() && forward_.v == v))
       do_output(v);  // keeps O and ℓ for this V
-    return exact_backward<T>(q, k, v, forward_.out, forward_.lse, d_out, this->options(), this->o_.tile);
+    return exact_backward<T>(q, k, v, forward_.out, forward_.lse, d_out, this->options(), this->o_.tile, {},
+                             this->rounding_hook());
   }
-  // dS = P ∘ (dP − D), dP = dO Vᵀ, D_i = Σ_j P_ij dP_ij; masked entries of P are 0, so are theirs in dS.
+  // dS = P ∘ (dP − D), dP = dO Vᵀ, D_i = Σ_j P_ij dP_ij; masked entries of P are 0, so are theirs in dS. Emulated:
+  // autograd's tensors stored as formed (dP, then dS from torch's softmax backward, whose D is float32 inside).
+  const Rounding r = this->rounding_hook();
   const T s = T(this->options().scale);
   Gradients<T> g;
   g.dv.noalias() = p_.transpose() * d_out;
   MatrixR<T> ds = d_out * v.transpose();
+  r(ds, Held::tensor, "dP = dO·Vᵀ");
   const VectorX<T> dsum = (p_.array() * ds.array()).rowwise().sum();
-  ds = (p_.array() * (ds.array().colwise() - dsum.array()) * s).matrix();
+  if (r.active()) {
+    ds = (p_.array() * (ds.array().colwise() - dsum.array())).matrix();
+    r(ds, Held::tensor, "dS = P ∘ (dP − D)");
+    ds *= s;  // the scale's backward: s·dS stored again under eager (a product of its own)
+    r(ds, Held::accumulator, "dS = P ∘ (dP − D)");
+  } else {
+    ds = (p_.array() * (ds.array().colwise() - dsum.array()) * s).matrix();
+  }
   g.dq.noalias() = ds * k;
   g.dk.noalias() = ds.transpose() * q;
   return g;

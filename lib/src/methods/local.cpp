@@ -13,7 +13,10 @@ MethodDescriptor LocalOptions::registry_entry() {
       .with_storage(StorageEmulation::both(
           "causal too; blocks of 64 queries against the keys their bands span: Q, K, V, each block's band softmax P "
           "and O in the format under both policies; eager also the block's logits (QKᵀ, then s·QKᵀ), careful keeps "
-          "them in float32; the softmax's internals in float32"));
+          "them in float32; the softmax's internals in float32")
+                        .with_backward("V, dO and dQ, dK, dV in the format; the pattern softmax's backward in "
+                                       "autograd's form: the forward's stored P, dP = dO·Vᵀ and dS under both "
+                                       "policies, s·dS under eager; D and the products' sums in float32"));
 }
 
 namespace {
@@ -117,6 +120,7 @@ bool local_backward(const MatrixR<T>& q, const MatrixR<T>& k, const ConstRef<T>&
 
 template <typename T>
 Gradients<T> LocalMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  if (this->rounding_hook().active()) return PatternMethod<T>::do_backward(v, d_out);  // the emulated pattern form
   Gradients<T> g;
   if (local_backward<T>(this->queries(), this->keys(), v, d_out, this->options(), this->o_.window, g)) return g;
   return PatternMethod<T>::do_backward(v, d_out);

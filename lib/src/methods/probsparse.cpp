@@ -19,7 +19,10 @@ MethodDescriptor ProbSparseOptions::registry_entry() {
           "both policies: Q, K, V, the exact rows as exact's streaming emulation stores them (each tile of P; eager "
           "also their logits, running sums and accumulator), the lazy rows' mean(V) (causal: each prefix mean or "
           "cumsum row) and O; eager also each query's sampled logits qᵀk, s·qᵀk and its measure M (the reference's "
-          "Q_K_sample and M), which choose the top-u queries; careful keeps those in float32"));
+          "Q_K_sample and M), which choose the top-u queries; careful keeps those in float32")
+                        .with_backward("V, dO and dQ, dK, dV in the format; the exact rows as exact's streaming "
+                                       "backward emulation stores them (FlashAttention-2: P and dS tiles; eager also "
+                                       "logits, D, dP and the running gradients); the lazy rows' dV in float32"));
 }
 
 template <typename T>

@@ -34,7 +34,10 @@ MethodDescriptor ReformerOptions::registry_entry() {
           "probabilities before their product with V and O; eager "
           "also each chunk's logits s·QKᵀ and the running softmax sums and accumulators merged across chunks and "
           "rounds (the reference's per-round outputs and log-sum-exps); careful keeps those in float32; the hashes "
-          "from float32 rotations of the stored Q, K"));
+          "from float32 rotations of the stored Q, K")
+                        .with_backward("V, dO and dQ, dK, dV in the format; the pattern softmax's backward in "
+                                       "autograd's form: the forward's stored P, dP = dO·Vᵀ and dS under both "
+                                       "policies, s·dS under eager; D and the products' sums in float32"));
 }
 
 namespace {

@@ -22,7 +22,10 @@ MethodDescriptor SparseOptions::registry_entry() {
       .with_storage(StorageEmulation::both(
           "causal too; the pattern softmax: both policies store Q, K, V, each query's probabilities on its pattern "
           "and O; eager also its logits qᵀk and s·qᵀk; careful keeps those in float32; the softmax's max, "
-          "exponentials and sums and the product's sums in float32"));
+          "exponentials and sums and the product's sums in float32")
+                        .with_backward("V, dO and dQ, dK, dV in the format; the pattern softmax's backward in "
+                                       "autograd's form: the forward's stored P, dP = dO·Vᵀ and dS under both "
+                                       "policies, s·dS under eager; D and the products' sums in float32"));
 }
 
 namespace {

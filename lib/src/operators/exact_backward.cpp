@@ -23,7 +23,7 @@ template <typename T>
 void exact_backward_add(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& out,
                         const VectorX<T>& row_lse, const ConstRef<T>& d_out, const AttentionOptions& opts,
                         MutRef<T> dq, MutRef<T> dk, MutRef<T> dv, ExactBackwardWorkspace<T>& ws, Index tile,
-                        const QueryLayout& layout) {
+                        const QueryLayout& layout, const Rounding& rounding) {
   detail::validate(q.rows(), q.cols(), k.rows(), k.cols(), opts, layout);
   validate_v(k.rows(), v.rows());
   detail::checked_tile(tile);
@@ -35,11 +35,18 @@ void exact_backward_add(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
   require(dq.rows() == nq && dq.cols() == d && dk.rows() == nk && dk.cols() == d && dv.rows() == nk &&
               dv.cols() == dv_cols,
           "exact backward: dQ, dK, dV must have the shapes of Q, K, V");
-  const detail::Tiler<T> t(q, k, opts, layout);
+  detail::Tiler<T> t(q, k, opts, layout);
+  t.rounding = rounding;  // eager: the logits stored as formed (the forward's Tiler::logits)
   const T scale = t.scale;
   ws.dsum.resize(nq);
   ws.dsum = (d_out.array() * out.array()).rowwise().sum();  // D_i
+  rounding(ws.dsum, Held::accumulator, "D = rowsum(dO ∘ O)");
   const VectorX<T>& dsum = ws.dsum;
+  // Emulated storage: a block of rows rounded row by row (the blocks of dq, dk, dv may be strided).
+  const auto store = [&](auto block, Held h, const char* what) {
+    if (!rounding.rounds(h)) return;
+    for (Index r = 0; r < block.rows(); ++r) rounding.span(&block(r, 0), std::size_t(block.cols()), h, what);
+  };
 
   const Index ntiles = (nk + tile - 1) / tile;
   const Index groups = std::min<Index>(kBackwardGroups, ntiles);
@@ -65,31 +72,40 @@ void exact_backward_add(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
           const Index bi = std::min(tile, nq - i0);
           t.logits(i0, bi, j0, bj, p);
           for (Index r = 0; r < bi; ++r) t.exp_row(p, r, i0 + r, j0, row_lse(i0 + r));  // masked entries: 0
+          rounding(p, Held::tensor, "probabilities P");
           dv.middleRows(j0, bj).noalias() += p.transpose() * d_out.middleRows(i0, bi);
+          store(dv.middleRows(j0, bj), Held::accumulator, "running dQ, dK, dV");
           dp.resize(bi, bj);
           dp.noalias() = d_out.middleRows(i0, bi) * v.middleRows(j0, bj).transpose();
+          rounding(dp, Held::accumulator, "dP = dO·Vᵀ");
           // dS = P ∘ (dP − D), scaled by s here once instead of on both products.
           p.array() *= (dp.array().colwise() - dsum.segment(i0, bi).array()) * scale;
+          rounding(p, Held::tensor, "dS = P ∘ (dP − D)");
           dq_g.middleRows(i0, bi).noalias() += p * k.middleRows(j0, bj);
+          store(dq_g.middleRows(i0, bi), Held::accumulator, "running dQ, dK, dV");
           dk.middleRows(j0, bj).noalias() += p.transpose() * q.middleRows(i0, bi);
+          store(dk.middleRows(j0, bj), Held::accumulator, "running dQ, dK, dV");
         }
       }
     }
   }
   throw_if_cancelled();
-  for (Index grp = 1; grp < groups; ++grp) dq += ws.dq[std::size_t(grp - 1)];
+  for (Index grp = 1; grp < groups; ++grp) {
+    dq += ws.dq[std::size_t(grp - 1)];
+    store(dq, Held::accumulator, "running dQ, dK, dV");
+  }
 }
 
 template <typename T>
 Gradients<T> exact_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& out,
                             const VectorX<T>& row_lse, const ConstRef<T>& d_out, const AttentionOptions& opts,
-                            Index tile, const QueryLayout& layout) {
+                            Index tile, const QueryLayout& layout, const Rounding& rounding) {
   Gradients<T> g;
   g.dq.setZero(q.rows(), q.cols());
   g.dk.setZero(k.rows(), k.cols());
   g.dv.setZero(v.rows(), v.cols());
   ExactBackwardWorkspace<T> ws;
-  exact_backward_add<T>(q, k, v, out, row_lse, d_out, opts, g.dq, g.dk, g.dv, ws, tile, layout);
+  exact_backward_add<T>(q, k, v, out, row_lse, d_out, opts, g.dq, g.dk, g.dv, ws, tile, layout, rounding);
   return g;
 }
 
@@ -186,11 +202,13 @@ void exact_backward_set(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
 #define ATTNLAB_INSTANTIATE_EXACT_BACKWARD(T)                                                                   \
   template Gradients<T> exact_backward<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&,         \
                                           const ConstRef<T>&, const VectorX<T>&, const ConstRef<T>&,          \
-                                          const AttentionOptions&, Index, const QueryLayout&);                \
+                                          const AttentionOptions&, Index, const QueryLayout&,                 \
+                                          const Rounding&);                                                   \
   template void exact_backward_add<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&,             \
                                       const ConstRef<T>&, const VectorX<T>&, const ConstRef<T>&,              \
                                       const AttentionOptions&, MutRef<T>, MutRef<T>, MutRef<T>,               \
-                                      ExactBackwardWorkspace<T>&, Index, const QueryLayout&);                 \
+                                      ExactBackwardWorkspace<T>&, Index, const QueryLayout&,                  \
+                                      const Rounding&);                                                       \
   template void exact_backward_few_keys<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&,        \
                                            const ConstRef<T>&, const AttentionOptions&, MutRef<T>, MutRef<T>, \
                                            MutRef<T>, ExactBackwardWorkspace<T>&);                            \

@@ -168,7 +168,7 @@ void zero_parallel(MatrixR<T>& x) {
 
 template <typename T>
 Gradients<T> ProbSparseOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out,
-                                             ProbSparseWorkspace<T>* ws) const {
+                                             ProbSparseWorkspace<T>* ws, const Rounding& rounding) const {
   require(v.rows() == nk_ && d_out.rows() == nq_ && d_out.cols() == v.cols(), "probsparse backward: shapes");
   ProbSparseWorkspace<T> local;
   ProbSparseWorkspace<T>& w = ws ? *ws : local;
@@ -187,13 +187,15 @@ Gradients<T> ProbSparseOperator<T>::backward(const ConstRef<T>& v, const ConstRe
   const Index u = Index(selected_.size());
   w.dos.resize(u, d_out.cols());
   for (Index r = 0; r < u; ++r) w.dos.row(r) = d_out.row(selected_[std::size_t(r)]);
-  if (!(w.kept && equal_parallel<T>(w.v, v))) {
+  if (rounding.active() || !(w.kept && equal_parallel<T>(w.v, v))) {
     w.kept = false;  // not this V: the forward again, for this call only (V is not copied here)
-    w.out = exact_output<T>(qs, exact_->keys(), v, exact_->options(), kDefaultTile, layout, &w.lse);
+    // (Emulated: the forward's own rounding again, untallied: output() tallied it.)
+    w.out = exact_output<T>(qs, exact_->keys(), v, exact_->options(), kDefaultTile, layout, &w.lse,
+                            Rounding{rounding.storage, rounding.policy, nullptr});
   }
   w.dqs.setZero(u, qs.cols());
   exact_backward_add<T>(qs, exact_->keys(), v, w.out, w.lse, w.dos, exact_->options(), w.dqs, g.dk, g.dv, w.exact,
-                        kDefaultTile, layout);
+                        kDefaultTile, layout, rounding);
   scatter(w.dqs, g.dq);
   return g;
 }

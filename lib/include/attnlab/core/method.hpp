@@ -93,6 +93,8 @@ class Method {
   /// What the last output() returned, checked under a reduced storage (check_output). The no-silent-NaN rule: the
   /// caller reports these; `--fail-on-nonfinite` makes the command fail on them.
   OutputCheck output_check() const { return output_check_; }
+  /// What the last backward() returned (dQ, dK and dV together), checked the same way under a reduced storage.
+  OutputCheck gradient_check() const { return gradient_check_; }
   /// Method-specific numbers worth recording beside the errors (e.g. Nyström's ‖I − AZ‖_F), as (name, value).
   virtual std::vector<std::pair<std::string, double>> diagnostics() const { return {}; }
   /// Bytes this method forms on a problem of `size` beyond its inputs and its output, known before any work (its
@@ -120,6 +122,7 @@ class Method {
   virtual MatrixR<T> do_matrix() const { return materialize(do_op()); }
   /// The backward pass (shapes already checked); the default refuses with the descriptor's reason.
   virtual Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
+  void check_gradient_shapes(const Gradients<T>& g, Index dv) const;
   /// The rounding of this call's storage and policy, tallied into rounding(): the kernels' hook (a no-op when native).
   Rounding rounding_hook() const { return {opts_.storage, opts_.policy, &rounding_}; }
 
@@ -130,7 +133,7 @@ class Method {
   AttentionOptions opts_;
   Index n_q_ = 0, n_k_ = 0;
   mutable RoundingLog rounding_;
-  mutable OutputCheck output_check_;
+  mutable OutputCheck output_check_, gradient_check_;
 };
 
 extern template class Method<float>;

@@ -24,8 +24,16 @@ struct Backward;
 struct StorageEmulation {
   bool eager = false, careful = false;
   std::string note = "refused: not emulated yet";
+  /// Whether Method::backward is emulated too, and which of its intermediates each policy stores.
+  bool backward = false;
+  std::string backward_note = "refused: the backward pass is not emulated yet";
   static StorageEmulation both(const std::string& note) { return {true, true, note}; }
   static StorageEmulation careful_only(const std::string& note) { return {false, true, note}; }
+  StorageEmulation with_backward(const std::string& bnote) && {
+    backward = true;
+    backward_note = bnote;
+    return std::move(*this);
+  }
 };
 
 struct MethodDescriptor {

@@ -76,7 +76,7 @@ class ProbSparseMethod final : public ConfiguredMethod<ProbSparseOptions, Method
   /// From the O and ℓ the last output() kept when it was taken on this V (compared element by element, O(n·d)),
   /// else with a forward pass of the exact rows again; buffers kept across calls.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {
-    return op_->backward(v, d_out, &ws_);
+    return op_->backward(v, d_out, &ws_, this->rounding_hook());
   }
 
   std::optional<ProbSparseOperator<T>> op_;

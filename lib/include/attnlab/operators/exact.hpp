@@ -87,7 +87,7 @@ VectorX<T> exact_row_lse(const ConstRef<T>& q, const ConstRef<T>& k, const Atten
 template <typename T>
 Gradients<T> exact_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& out,
                             const VectorX<T>& row_lse, const ConstRef<T>& d_out, const AttentionOptions& opts,
-                            Index tile = kDefaultTile, const QueryLayout& layout = {});
+                            Index tile = kDefaultTile, const QueryLayout& layout = {}, const Rounding& rounding = {});
 
 /// Groups of key tiles in exact_backward (a constant, not the thread count, so that its sums are reproducible).
 constexpr Index kBackwardGroups = 4;
@@ -116,12 +116,14 @@ struct ExactBackwardWorkspace {
 /// writes into its own result without n × d temporaries. The same kernel and the same sums as exact_backward
 /// (parallel over key tiles in kBackwardGroups fixed groups; group 0 adds straight into dq, the others into their
 /// own partial, added to dq in group order): on zeroed dq, dk, dv the bits are exact_backward's, whatever the
-/// thread count.
+/// thread count. With a reduced storage's `rounding` (core/precision.hpp), as FlashAttention-2 stores them: each
+/// tile of P and of dS in the format (both policies: the tiles it converts for its products); under eager also the
+/// logits, D_i, dP and the running dQ, dK, dV after every tile (careful keeps those in float32).
 template <typename T>
 void exact_backward_add(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& out,
                         const VectorX<T>& row_lse, const ConstRef<T>& d_out, const AttentionOptions& opts,
                         MutRef<T> dq, MutRef<T> dk, MutRef<T> dv, ExactBackwardWorkspace<T>& ws,
-                        Index tile = kDefaultTile, const QueryLayout& layout = {});
+                        Index tile = kDefaultTile, const QueryLayout& layout = {}, const Rounding& rounding = {});
 
 /// Keys up to which exact_backward_few_keys is meant (its blocks of rows hold all keys at once).
 constexpr Index kFewKeys = 1024;

@@ -61,7 +61,10 @@ class ProbSparseOperator final : public AttentionOperator<T> {
   /// nothing to dQ or dK. The exact rows' backward adds straight into the gradients (exact_backward_add); `ws` keeps
   /// its buffers (without it they are made for this call) and, when output(v, ws) was taken on this V, the forward
   /// pass.
-  Gradients<T> backward(const ConstRef<T>& v, const ConstRef<T>& d_out, ProbSparseWorkspace<T>* ws = nullptr) const;
+  /// With a reduced storage's `rounding`: the exact rows' forward again with its rounding, then exact_backward_add's
+  /// (FlashAttention-2's tiles in the format); the lazy rows' dV in float32 sums.
+  Gradients<T> backward(const ConstRef<T>& v, const ConstRef<T>& d_out, ProbSparseWorkspace<T>* ws = nullptr,
+                        const Rounding& rounding = {}) const;
 
  private:
   /// y = Σ_{lazy i that see key j} w_i x_i for every key j (the lazy rows' part of P̃ᵀ·x; the selected rows add

@@ -83,7 +83,8 @@ template SparseOperator<double>::Sparse pattern_softmax<double>(const ConstRef<d
 
 template <typename T>
 Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const ConstRef<T>& q,
-                              const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& d_out, double scale) {
+                              const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& d_out, double scale,
+                              const Rounding& rounding) {
   using Sparse = typename SparseOperator<T>::Sparse;
   require(p.isCompressed() && p.rows() == q.rows() && p.cols() == k.rows(), "pattern_backward: P̃ does not match");
   const Index nq = p.rows();
@@ -99,6 +100,25 @@ Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const
 #pragma omp parallel for schedule(dynamic, 64)
   for (Index i = 0; i < nq; ++i) {
     T d = 0;
+    if (rounding.active()) {
+      // Emulated (autograd's masked softmax): dP stored, D in float32 (inside the softmax's backward), dS stored,
+      // s·dS stored again under eager; tallied once per row.
+      RoundingTally pt, st;
+      for (Index t = outer[i]; t < outer[i + 1]; ++t) {
+        dsv[std::size_t(t)] = rounding.scalar(T(d_out.row(i).dot(v.row(inner[t]))), Held::tensor, pt);
+        d += pv[t] * dsv[std::size_t(t)];
+      }
+      for (Index t = outer[i]; t < outer[i + 1]; ++t) {
+        const T ds = rounding.scalar(pv[t] * (dsv[std::size_t(t)] - d), Held::tensor, st);
+        dsv[std::size_t(t)] = rounding.scalar(s * ds, Held::accumulator, st) / s;
+        g.dq.row(i) += (s * dsv[std::size_t(t)]) * k.row(inner[t]);
+      }
+      if (rounding.log) {
+        rounding.log->add("dP = dO·Vᵀ", Held::tensor, pt);
+        rounding.log->add("dS = P ∘ (dP − D)", Held::tensor, st);
+      }
+      continue;
+    }
     for (Index t = outer[i]; t < outer[i + 1]; ++t) {
       dsv[std::size_t(t)] = d_out.row(i).dot(v.row(inner[t]));
       d += pv[t] * dsv[std::size_t(t)];
@@ -118,10 +138,10 @@ Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const
 
 template Gradients<float> pattern_backward<float>(const SparseOperator<float>::Sparse&, const ConstRef<float>&,
                                                   const ConstRef<float>&, const ConstRef<float>&,
-                                                  const ConstRef<float>&, double);
+                                                  const ConstRef<float>&, double, const Rounding&);
 template Gradients<double> pattern_backward<double>(const SparseOperator<double>::Sparse&, const ConstRef<double>&,
                                                     const ConstRef<double>&, const ConstRef<double>&,
-                                                    const ConstRef<double>&, double);
+                                                    const ConstRef<double>&, double, const Rounding&);
 
 /// The band around the aligned position c_i = i + off, cut at the future when causal.
 void add_band(Pattern& p, Index nq, Index nk, Index w, bool causal) {

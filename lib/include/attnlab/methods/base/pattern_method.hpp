@@ -36,9 +36,12 @@ void add_band(Pattern& p, Index nq, Index nk, Index w, bool causal);
 /// The backward of O = P̃·V for a pattern softmax `p` (pattern_softmax's result, compressed, row-major) of the logits
 /// s·QKᵀ on its nonzeros: dV = P̃ᵀ dO, dS = P̃ ∘ (dP − D) with dP_ij = dO_i·v_j and D_i = Σ_j P̃_ij dP_ij,
 /// dQ = s·dS K, dK = s·dSᵀ Q; O(nnz·(d + d_v)) work, O(nnz) memory. (float and double.)
+/// With a reduced storage's `rounding`: dP and dS stored in the format (both policies, autograd's tensors), s·dS
+/// again under eager; D_i and the products' sums in float32.
 template <typename T>
 Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const ConstRef<T>& q,
-                              const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& d_out, double scale);
+                              const ConstRef<T>& k, const ConstRef<T>& v, const ConstRef<T>& d_out, double scale,
+                              const Rounding& rounding = {});
 
 /// The base of the pattern methods: the sparse P̃ is built only when the operator or the matrix is asked for, so a
 /// method with a fast output path (local's blocked kernel, Reformer's chunk products) never builds it on the hot
@@ -77,7 +80,17 @@ class PatternMethod : public LazyOperatorMethod<T> {
     return pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts), r) * v;
   }
   /// The pattern softmax's backward on the pattern of the last compute() (built once, as the operator, and kept).
+  /// Under an emulated reduced storage: the stored P of the forward (pattern_softmax with the rounding) and the
+  /// rounding of pattern_backward.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override {
+    const Rounding r = this->rounding_hook();
+    if (r.active()) {
+      const MatrixR<T>& q = this->queries();
+      const MatrixR<T>& k = this->keys();
+      const AttentionOptions& opts = this->options();
+      const auto p = pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts), Rounding{r.storage, r.policy, nullptr});
+      return pattern_backward<T>(p, q, k, v, d_out, opts.scale, r);
+    }
     const auto& p = static_cast<const SparseOperator<T>&>(this->do_op()).matrix();
     return pattern_backward<T>(p, this->queries(), this->keys(), v, d_out, this->options().scale);
   }
