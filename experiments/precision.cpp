@@ -10,6 +10,8 @@
 // not emulate is a `refused` row, not a silent gap.
 #include "attnlab/analysis/rounding_bound.hpp"
 #include "attnlab/core/precision.hpp"
+#include "attnlab/core/random.hpp"
+#include "attnlab/core/registry.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
 
@@ -73,6 +75,11 @@ class Precision final : public SourcesExperiment {
     std::vector<Row> rows;
     const std::string temp = fmt::format("T={}", t);
     std::optional<SoftmaxRoundingAnalysis> analysis;  // exact attention's bound: formed when an exact spec runs
+    // The upstream gradient of the backward rows: Gaussian, seeded by the point, stored in float32 like the inputs.
+    Rng drng(seed ^ 0x5eedd0u);
+    MatrixR<double> dout(n, p.v.cols());
+    for (Index i = 0; i < dout.size(); ++i) dout.data()[i] = double(float(drng.normal()));
+    const MatrixR<float> dout32 = dout.cast<float>();
     for (const auto& spec : methods_) {
       auto m64 = make_method<double>(spec, seed);
       m64->compute(p.q, p.k);
@@ -90,6 +97,11 @@ class Precision final : public SourcesExperiment {
         rows.push_back(r);
       };
       add("fp64", "", "err_total", (own - exact.output()).norm() / exact_norm);
+      // The backward where the emulation covers it (the registry's StorageEmulation::backward): dQ, dK, dV against
+      // the method's own float64 gradients.
+      const MethodDescriptor& desc = find_method(m64->name());
+      const bool backward = desc.backward && desc.storage.backward;
+      const attnlab::Gradients<double> g64 = backward ? m64->backward(p.v, dout) : attnlab::Gradients<double>{};
       for (const auto& format : formats_) {
         const Storage storage = parse_storage(format);
         const bool native = storage == Storage::native;
@@ -116,6 +128,18 @@ class Precision final : public SourcesExperiment {
           if (nonfinite == 0) {
             add(format, pol, "err_rounding", (od - own).norm() / own_norm);
             add(format, pol, "err_total", (od - exact.output()).norm() / exact_norm);
+          }
+          if (backward) {
+            const attnlab::Gradients<float> g = m->backward(v32, dout32);
+            std::uint64_t bad = 0;
+            for (const MatrixR<float>* x : {&g.dq, &g.dk, &g.dv})
+              for (Index i = 0; i < x->size(); ++i) bad += !std::isfinite(x->data()[i]);
+            add(format, pol, "grad_nonfinite", double(bad));
+            if (bad == 0) {
+              add(format, pol, "err_dq", (g.dq.cast<double>() - g64.dq).norm() / g64.dq.norm());
+              add(format, pol, "err_dk", (g.dk.cast<double>() - g64.dk).norm() / g64.dk.norm());
+              add(format, pol, "err_dv", (g.dv.cast<double>() - g64.dv).norm() / g64.dv.norm());
+            }
           }
           if (!native && m->name() == "exact") {
             // The derived worst-case bound (analysis/rounding_bound.hpp) beside the measurement.

@@ -886,6 +886,21 @@ def precision(F, R):
                 F.add(f"precision.{s}_{fmt}_{pol}_fails_n", f"n = {at_t.min()}" if len(at_t) else "none", str,
                       f"{s}, {fmt}, {pol}: the shortest length (of {sorted(set(a.n))}) at which the output has "
                       "non-finite entries or all-zero rows, gaussian, t = 1", "precision")
+    # The emulated backward (exact's two paths, the pattern softmax, ProbSparse's exact rows): dQ's rounding error.
+    for s in ("exact_stream", "exact_mat", "local64", "reformer64", "probsparse5"):
+        c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
+        for fmt in ("bf16", "fp16"):
+            for pol in ("eager", "careful"):
+                e = c[(c.dtype == fmt) & (c.policy == pol)]
+                for grad in ("dq", "dv"):
+                    x = e[e.metric == f"err_{grad}"]
+                    if len(x):
+                        F.add(f"precision.{s}_{fmt}_{pol}_{grad}", x.value.iloc[0], lambda v: sig(v, 2),
+                              f"{s}: rounding error of {grad} (backward) against its own float64 gradient, {fmt} "
+                              f"{pol}, gaussian, n = {n}, t = 1", "precision")
+    gb = d[d.metric == "grad_nonfinite"]
+    F.add("precision.grad_nonfinite", int(gb.value.sum()), str,
+          "non-finite gradient entries over every emulated backward of the precision experiment", "precision")
     # The discrete-choice methods' total error in the format beside their float64 approximation error.
     for s in ("reformer64", "vq64", "probsparse5", "nystrom64"):
         c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
