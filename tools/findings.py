@@ -967,19 +967,24 @@ def precision_model(F, R):
                 F.add(f"pmodel.{model}_exact_{fmt}_{pol}", abs(e.dloss), lambda x: sig(x, 1),
                       f"{model} model, every attention exact in emulated {fmt} storage ({pol}): |loss change| against "
                       "exact float64 attention (nats/byte; 8 held-out windows)", "precision_model")
-    m = d[d.model == "mlm"]
-    for spec, name in (("linear", "linear"), ("performer:features=64", "performer64")):
+    for model, spec, name in (("mlm", "linear", "linear"), ("mlm", "performer:features=64", "performer64"),
+                              ("mlm", "nystrom:landmarks=32", "nystrom32"), ("mlm", "linformer:k=64", "linformer64"),
+                              ("mlm", "local:window=32", "local32"), ("mlm", "reformer:", "reformer"),
+                              ("mlm", "probsparse:", "probsparse"), ("mlm", "vq:codes=32", "vq32"),
+                              ("causal", "local:window=32", "local32"), ("causal", "reformer:", "reformer"),
+                              ("causal", "probsparse:", "probsparse")):
+        m = d[d.model == model]
         rows = m[m.spec.str.startswith(spec)]
         f64 = rows[rows.precision == "fp64"].iloc[0]
-        F.add(f"pmodel.mlm_{name}_fp64", f64.dloss, lambda x: sig(x, 2),
-              f"mlm model, {spec} in every attention, float64: loss change against exact (nats/byte)",
+        F.add(f"pmodel.{model}_{name}_fp64", f64.dloss, lambda x: sig(x, 2),
+              f"{model} model, {spec} in every attention, float64: loss change against exact (nats/byte)",
               "precision_model")
         for fmt in ("bf16", "fp16"):
             for pol in ("eager", "careful"):
                 r = rows[(rows.precision == fmt) & (rows.policy == pol)].iloc[0]
                 value = sig(r.dloss, 2) if r.status == "ok" else r.status.split(":")[0]
-                F.add(f"pmodel.mlm_{name}_{fmt}_{pol}", value, str,
-                      f"mlm model, {spec} in every attention, emulated {fmt} ({pol}): loss change against exact "
+                F.add(f"pmodel.{model}_{name}_{fmt}_{pol}", value, str,
+                      f"{model} model, {spec} in every attention, emulated {fmt} ({pol}): loss change against exact "
                       "float64 (nats/byte), or the failure", "precision_model")
 
 

@@ -30,8 +30,9 @@ import torch  # noqa: E402
 
 attnlab = dropin.attnlab
 
-SPECS = {"mlm": ["exact", "linear", "performer:features=64", "performer:features=256"],
-         "causal": ["exact", "linear", "performer:features=64"]}
+SPECS = {"mlm": ["exact", "linear", "performer:features=64", "performer:features=256", "nystrom:landmarks=32",
+                 "linformer:k=64", "local:window=32", "reformer:rounds=2", "probsparse", "vq:codes=32"],
+         "causal": ["exact", "linear", "performer:features=64", "local:window=32", "reformer:rounds=2", "probsparse"]}
 PRECISIONS = [("fp64", ""), ("bf16", "eager"), ("bf16", "careful"), ("fp16", "eager"), ("fp16", "careful")]
 COLUMNS = ["model", "spec", "precision", "policy", "status", "loss", "loss_se", "dloss", "dloss_se", "kl", "top1",
            "finite", "windows", "tokens", "time_s"]
