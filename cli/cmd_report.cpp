@@ -14,7 +14,7 @@ namespace attnlab::cli {
 
 void add_report(CLI::App& app) {
   struct Flags {
-    std::string q, k, v, model_dir, layers = "all";
+    std::string q, k, v, model_dir, layers = "all", precision, policy;
     Index seq = 0;
     attnlab::report::Options opts;
   };
@@ -53,7 +53,17 @@ void add_report(CLI::App& app) {
                 "causal mask (only the methods that honour one); must agree with what a capture says: an export's "
                 "meta.json (\"bidirectional\"), a file's FILE.npy.json or meta.json (\"causal\")");
   sub->add_option("--title", f->opts.title, "the report's title")->capture_default_str();
+  sub->add_option("--precision", f->precision,
+                  "the format the model runs attention in: fp32 (default: errors of the float64 methods), bf16 or "
+                  "fp16 (each method's error in that format, emulated, against exact float64: the recommendation "
+                  "is for it; costs stay float32 on this CPU)");
+  sub->add_option("--policy", f->policy,
+                  "with --precision bf16|fp16: eager (every intermediate stored in the format, as a plain "
+                  "transcription; the default) or careful (accumulators and statistics in float32, as FlashAttention)");
   sub->callback([f] {
+    f->opts.storage = parse_storage(f->precision.empty() ? "native" : f->precision);
+    require(f->policy.empty() || f->opts.storage != Storage::native, "report: --policy needs --precision bf16 or fp16");
+    f->opts.policy = parse_policy(f->policy.empty() ? "eager" : f->policy);
     std::vector<attnlab::report::Layer> layers;
     if (!f->model_dir.empty()) {
       layers = attnlab::report::load_model_export(f->model_dir, f->layers, f->seq, f->opts.causal);

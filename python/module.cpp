@@ -424,8 +424,11 @@ PYBIND11_MODULE(_core, m) {
       "report",
       [](const py::handle& q, const py::handle& k, const py::handle& v, const std::string& model_dir,
          const std::string& out, double target, const std::vector<std::string>& families, const std::string& layers,
-         Index seq, Index repeats, bool causal, bool quiet, int threads) {
+         Index seq, Index repeats, bool causal, bool quiet, int threads, const std::string& storage,
+         const std::string& policy) {
         report::Options o;
+        o.storage = parse_storage(storage);
+        o.policy = parse_policy(policy);
         o.out = out;
         o.target = target;
         o.families = families;
@@ -461,7 +464,7 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("model_dir"), py::arg("out"), py::arg("target"),
       py::arg("families"), py::arg("layers"), py::arg("seq"), py::arg("repeats"), py::arg("causal"), py::arg("quiet"),
-      py::arg("threads"));
+      py::arg("threads"), py::arg("storage"), py::arg("policy"));
 
   m.def("threads", [] { return module_threads(); });
   m.def(

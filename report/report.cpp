@@ -43,6 +43,9 @@ struct Point {
   std::string family, spec;
   Index budget = 0;
   double error = 0, p_error = NAN, seconds = NAN, seconds_median = NAN, speedup = NAN;
+  /// Under a reduced storage: the float64 output error (error is then the format's), and why a point failed there.
+  double error_fp64 = NAN;
+  std::string failure;
   bool pareto = false;
   /// Relative timing noise of this point: the spread of its calls, at least the report's noise floor.
   double noise = 0;
@@ -53,6 +56,7 @@ struct HeadResult {
   Index head = 0, n = 0, d = 0;
   double entropy = 0, entropy_max = 0, fro2 = 0, exact_seconds = 0, exact_seconds_median = 0;  // fro2 = ‖P‖_F²
   double exact_noise = 0;
+  double exact_rounding = NAN;  // under a reduced storage: exact attention's own error in the format
   Index cost_n = 0;  // the length the costs were measured at
   Index r90 = -1, r99 = -1;  // ranks holding 90% / 99% of ‖P‖_F² (-1: beyond the values computed)
   std::vector<double> sigma;
@@ -166,6 +170,34 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
   }
   const bool matrix = r.n <= o.dense_limit;
   const Index n_min = std::min(r.n, h.k.rows());
+  // Under a reduced storage: the method run in the format on the head's own float32 values, against exact float64.
+  const bool reduced = o.storage != Storage::native;
+  const MatrixR<float> hq = h.q.cast<float>(), hk = h.k.cast<float>(), hv = h.v.cast<float>();
+  const double ref_norm = ref.output().norm();
+  const auto in_format = [&](const std::string& spec, std::string& failure) {
+    AttentionOptions fo = aopts;
+    fo.storage = o.storage;
+    fo.policy = o.policy;
+    try {
+      auto m = make_method<float>(spec, 0);
+      m->compute(hq, hk, fo);
+      const MatrixR<float> out = m->output(hv);
+      const OutputCheck c = m->output_check();
+      if (c.nonfinite || c.zero_rows) {
+        failure = fmt::format("fails in {} {}: {} non-finite entries, {} all-zero rows", storage_name(o.storage),
+                              policy_name(o.policy), c.nonfinite, c.zero_rows);
+        return std::numeric_limits<double>::infinity();
+      }
+      return (out.cast<double>() - ref.output()).norm() / ref_norm;
+    } catch (const Error& e) {
+      failure = e.what();
+      return std::numeric_limits<double>::infinity();
+    }
+  };
+  if (reduced) {
+    std::string none;
+    r.exact_rounding = in_format("exact", none);
+  }
   for (const auto& f : budget_families())
     if (f.label == "svd")  // errors only (the SVD is an analysis baseline, not a deployable method)
       for (Index b : f.budgets) {
@@ -206,6 +238,10 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
       const Evaluation e = evaluate<double>(*m, ref, eo);
       p.spec = e.spec;
       p.error = *e.value("out_rel_fro");
+      if (reduced) {
+        p.error_fp64 = p.error;
+        p.error = in_format(p.spec, p.failure);
+      }
       if (matrix) p.p_error = *e.value("P_rel_fro");
       if (b <= std::min(r.cost_n, r.n)) {
         const Cost c = measure_method<float>(p.spec, qf, kf, vf, 0, aopts, co);
@@ -555,6 +591,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       csv.write(hk, "time_s", h.exact_seconds);
       csv.write(hk, "time_median_s", h.exact_seconds_median);
       csv.write(hk, "cost_n", double(h.cost_n));
+      if (std::isfinite(h.exact_rounding)) csv.write(hk, "out_rel_fro", h.exact_rounding);
       for (const auto& [rank, err] : h.floor) csv.write(keys("svd", "svd", rank), "eckart_young_floor", err);
       for (const auto& [rank, err] : h.svd_out) csv.write(keys("svd", "svd", rank), "svd_out_rel_fro", err);
       for (std::size_t i = 0; i < h.sigma.size(); ++i)
@@ -562,6 +599,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       for (const auto& p : h.points) {
         const auto k = keys(p.family, p.spec, p.budget);
         csv.write(k, "out_rel_fro", p.error);
+        if (std::isfinite(p.error_fp64)) csv.write(k, "out_rel_fro_fp64", p.error_fp64);
+        if (!p.failure.empty()) csv.write(k, "failed_in_format", 1.0);
         if (std::isfinite(p.p_error)) csv.write(k, "P_rel_fro", p.p_error);
         if (std::isfinite(p.seconds)) {
           csv.write(k, "time_s", p.seconds);
@@ -574,9 +613,11 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
     }
   }
   std::ofstream(sum.csv + ".config") << fmt::format(
-      "report of {} heads; target {}; repeats {}; cost length {}; noise {}; causal {}; {}; families {}\n"
+      "report of {} heads; target {}; repeats {}; cost length {}; noise {}; causal {}; precision {} {}; {}; "
+      "families {}\n"
       "input: {}\ncode_version: {}\n",
-      results.size(), o.target, o.repeats, results[0].cost_n, o.noise, o.causal, cost_context(), [&] {
+      results.size(), o.target, o.repeats, results[0].cost_n, o.noise, o.causal, storage_name(o.storage),
+      o.storage == Storage::native ? "" : policy_name(o.policy), cost_context(), [&] {
         std::string s;
         for (const auto& f : families) s += (s.empty() ? "" : ",") + f.label;
         return s;
@@ -598,6 +639,25 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
                                o.title, results.size(), results[0].n, results[0].d, o.target, cost_where, o.repeats,
                                o.noise * 100, cost_context());
   if (!input_note.empty()) md += input_note + "\n\n";
+  if (o.storage != Storage::native) {
+    std::vector<double> ex;
+    std::map<std::string, int> failed;
+    for (const auto& h : results) {
+      ex.push_back(h.exact_rounding);
+      for (const auto& p : h.points)
+        if (!p.failure.empty()) ++failed[p.family];
+    }
+    std::sort(ex.begin(), ex.end());
+    std::string fails;
+    for (const auto& [f, c] : failed) fails += fmt::format("{}{} × {}", fails.empty() ? "" : ", ", c, f);
+    md += fmt::format(
+        "Precision: errors in emulated {0} storage, {1} policy (attnlab's CPU emulation: the tensors each method "
+        "stores rounded to {0}, sums in float32; `attnlab methods NAME` says which): each method's output against "
+        "exact float64 attention, rounding and approximation together, so the recommendation is for {0}. Exact "
+        "attention itself in {0} ({1}) is off by {2:.2g} (median over the heads). Failed or not emulated in {0} "
+        "(no candidates): {3}. Costs are float32 on this CPU, not {0} arithmetic.\n\n",
+        storage_name(o.storage), policy_name(o.policy), ex[ex.size() / 2], fails.empty() ? "none" : fails);
+  }
   md += "Recommendations: ";
   for (const auto& [f, c] : by_family) md += fmt::format("{} × {}; ", c, f);
   md += "\n\n| layer | head | entropy (nats) | stable rank | rank for 90% | Eckart–Young floor (rank 16 / 64) | "

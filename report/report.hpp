@@ -7,6 +7,7 @@
 // DIR/summary.md.
 #pragma once
 
+#include "attnlab/core/precision.hpp"
 #include "attnlab/core/types.hpp"
 #include "attnlab/io/model_export.hpp"
 
@@ -52,6 +53,12 @@ struct Options {
   bool progress = true;               ///< a line per head on stderr
   int threads = 0;                    ///< OpenMP threads for the whole report (0: the default, OMP_NUM_THREADS or all)
   std::string title = "attnlab report";
+  /// The format the user runs (issue "Reduced precision"): under bf16 / fp16 every method's output error is that of
+  /// its emulated run in the format (core/precision.hpp, this policy) against exact float64 attention — rounding and
+  /// approximation together — so that the recommendation is for that format; a method that fails there (non-finite
+  /// entries, all-zero rows) or is not emulated is no candidate. Costs stay float32 on this CPU (stated).
+  Storage storage = Storage::native;
+  Policy policy = Policy::eager;
 };
 
 struct Summary {

@@ -389,12 +389,16 @@ def generate(source="gaussian", n=1024, d=64, *, n_k=None, d_v=None, seed=0, dty
 
 
 def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target=0.05, families=None, layers="all",
-           seq=0, repeats=3, causal=False, quiet=False, threads=0, dtype=None):
+           seq=0, repeats=3, causal=False, quiet=False, threads=0, dtype=None, precision=None, policy="eager"):
     """Writes a report directory (index.html, report.csv, summary.md) answering 'which approximation for my
     model?': per head the entropy, spectrum, every method's error against its measured cost at several budgets,
     the Pareto frontier and the cheapest method under `target` output error; per layer × head the recommendation
     and its speed-up. Input: q, k, v ((heads, n, d), one layer) or model_dir (an export such as
-    data/attention/trained, several layers). Returns the path of index.html."""
+    data/attention/trained, several layers). Returns the path of index.html.
+
+    precision='bf16' or 'fp16' (policy 'eager' or 'careful'): the recommendation for the format the model runs —
+    every method's error is its emulated run in that format against exact float64 attention, a method that fails
+    there is no candidate, and the summary says so (costs stay float32 on this CPU)."""
     model_dir, out = _path("model_dir", model_dir), _path("out", out)
     target = _real("target", target)
     families = _specs("families", families, "nystrom", "every family")
@@ -407,7 +411,9 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
             raise ValueError("report: give q, k, v or model_dir, not both")
     else:
         q, k, v = _inputs(dtype, q=q, k=k, v=v)
-    return _core.report(q, k, v, model_dir, out, target, families, layers, seq, repeats, causal, quiet, threads)
+    storage, policy, _ = _precision(precision, policy, None)
+    return _core.report(q, k, v, model_dir, out, target, families, layers, seq, repeats, causal, quiet, threads,
+                        storage, policy)
 
 
 def vq_codebook(keys, codes=64, *, iters=20, seed=0, dtype=None):

@@ -281,3 +281,22 @@ def test_linformer_and_local_rounding_as_on_the_h200(gpu, spec):
                         & (table.format == fmt)].iloc[0]
             got = attnlab.apply(spec, q0 * t, k, v, precision=fmt)
             assert abs(rel(got, own) - row.err_rounding) <= 0.10 * row.err_rounding, (t, fmt, rel(got, own))
+
+
+def test_report_for_the_format(tmp_path):
+    """attnlab.report(precision=...): the errors are the format's (emulated, against exact float64), the float64 ones
+    kept beside them, and the summary names the format and policy."""
+    import pandas as pd
+    g = np.random.default_rng(5)
+    q, k, v = (g.standard_normal((1, 256, 32)) for _ in range(3))
+    out = tmp_path / "rep"
+    attnlab.report(q, k, v, out=str(out), families=["local"], quiet=True, precision="fp16", policy="careful",
+                   repeats=1)
+    df = pd.read_csv(out / "report.csv")
+    loc = df[df.family == "local"]
+    e16 = loc[loc.metric == "out_rel_fro"].set_index("budget").value
+    e64 = loc[loc.metric == "out_rel_fro_fp64"].set_index("budget").value
+    assert len(e16) and (e16 != e64).all() and np.allclose(e16, e64, rtol=0.2, atol=2e-3)
+    assert "emulated fp16 storage, careful policy" in (out / "summary.md").read_text()
+    with pytest.raises(ValueError, match="precision"):
+        attnlab.report(q, k, v, out=str(tmp_path / "bad"), precision="fp8")

@@ -84,6 +84,47 @@ if r.returncode == 0:
     c.check("Eckart–Young floor" in html and f"n = {cost_n}" in html, "index.html shows the floor and the cost length")
     c.check("\\sum" not in html and "Σ_{" not in html, "no raw TeX in the figures")
 
+# --precision: the recommendation for the format the user runs. One Gaussian head, n = 1024, d = 64, logits at
+# temperature 2 (Q·2), where eager Performer (the reference code's stabilisation) returns NaN in float16: e^{−‖x‖²/2}
+# inside each query's features underflows and 0/0 is NaN (issue "Reduced precision", the H200's second observation).
+# In fp16 eager Performer is then no candidate whatever its float64 error; every other error is the method's run in
+# the format against exact float64 (its float64 error kept beside it), and the summary says which format.
+g = np.random.default_rng(11)
+for name, scale in (("q", 2.0), ("k", 1.0), ("v", 1.0)):
+    np.save(path(f"p{name}.npy"), (scale * g.standard_normal((1024, 64))).astype(np.float32))
+reports = {}
+for label, extra in (("native", []), ("fp16", ["--precision", "fp16", "--policy", "eager"])):
+    r = run("report", "--q", path("pq.npy"), "--k", path("pk.npy"), "--v", path("pv.npy"), "--out", path(f"p_{label}"),
+            "--families", "performer", "local", "--target", 100, "--repeats", 1, *extra, timeout=600)
+    c.check(r.returncode == 0, f"report {label} runs: {r.stderr[-400:]}")
+    if r.returncode == 0:
+        reports[label] = pd.read_csv(os.path.join(path(f"p_{label}"), "report.csv"))
+if len(reports) == 2:
+    nat, f16 = reports["native"], reports["fp16"]
+    perf = lambda df, m: df[(df.family == "performer") & (df.metric == m)].value  # noqa: E731
+    c.check(np.isfinite(perf(nat, "out_rel_fro")).all() and not (nat.metric == "failed_in_format").any(),
+            "float64 report: Performer's errors are finite, nothing failed")
+    failed = f16[(f16.family == "performer") & (f16.metric == "failed_in_format")].budget
+    c.check(len(failed) > 0, "fp16 eager report: Performer fails in the format")
+    bad = f16[(f16.family == "performer") & f16.budget.isin(failed)]
+    c.check(np.isinf(bad[bad.metric == "out_rel_fro"].value).all()
+            and not ((bad.metric == "recommended") & (bad.value == 1)).any(),
+            "fp16 eager report: a failed Performer budget has error +inf and is not recommended")
+    loc = f16[(f16.family == "local")]
+    e16 = loc[loc.metric == "out_rel_fro"].set_index("budget").value
+    e64 = loc[loc.metric == "out_rel_fro_fp64"].set_index("budget").value
+    c.check(len(e16) > 0 and (e16 != e64).all() and np.allclose(e16, e64, rtol=0.2, atol=5e-3),
+            "fp16 report: local's errors are the format's (not float64's), close to float64's")
+    c.check(np.allclose(e64.values, nat[(nat.family == "local") & (nat.metric == "out_rel_fro")]
+                        .set_index("budget").value.loc[e64.index].values, rtol=1e-12),
+            "fp16 report keeps the float64 errors beside them, equal to the native report's")
+    summary = open(os.path.join(path("p_fp16"), "summary.md")).read()
+    c.check("emulated fp16 storage, eager policy" in summary and f"{len(failed)} × performer" in summary
+            and "not fp16 arithmetic" in summary, "the summary names the format, the failure and the costs' format")
+r = run("report", "--q", path("pq.npy"), "--k", path("pk.npy"), "--v", path("pv.npy"), "--out", path("bad"),
+        "--policy", "careful")
+c.check(r.returncode != 0 and "--precision" in r.stderr, f"--policy without --precision refused: {r.stderr.strip()}")
+
 r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
         "--cost-n", 0)
 c.check(r.returncode != 0 and "cost" in r.stderr.lower(), f"--cost-n 0 refused: {r.stderr.strip()}")
