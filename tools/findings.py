@@ -972,7 +972,8 @@ def precision_model(F, R):
                               ("mlm", "local:window=32", "local32"), ("mlm", "reformer:", "reformer"),
                               ("mlm", "probsparse:", "probsparse"), ("mlm", "vq:codes=32", "vq32"),
                               ("causal", "local:window=32", "local32"), ("causal", "reformer:", "reformer"),
-                              ("causal", "probsparse:", "probsparse")):
+                              ("causal", "probsparse:", "probsparse"), ("causal", "linear", "linear"),
+                              ("causal", "performer:features=64", "performer64")):
         m = d[d.model == model]
         rows = m[m.spec.str.startswith(spec)]
         f64 = rows[rows.precision == "fp64"].iloc[0]

@@ -12,9 +12,11 @@ MethodDescriptor LinearOptions::registry_entry() {
       LinearOptions::causal_support())
       .with_backward(Backward::yes("nothing (exact; relu'(0) = 0); causal by reverse prefix sums"))
       .with_storage(StorageEmulation::both(
-          "non-causal; both policies: Q, K, V, the features φ(q), φ(k) and O; eager also the key–value state "
+          "both policies: Q, K, V, the features φ(q), φ(k) and O; eager also the key–value state "
           "Σφ(k)vᵀ, the key sum Σφ(k), the numerators and the normalisers φ(q)ᵀΣφ(k), divided unguarded as "
-          "(fq @ (fk.T @ v)) / (fq @ fk.sum(0)) divides; careful keeps those in float32, guarded"));
+          "(fq @ (fk.T @ v)) / (fq @ fk.sum(0)) divides; careful keeps those in float32, guarded. Causal (either "
+          "causal_form): the chunked transcription, the masked intra-chunk scores stored under both policies, the "
+          "state after every chunk under eager (operators/kernel.hpp, emulated_causal_kernel_output)"));
 }
 
 template <typename T>

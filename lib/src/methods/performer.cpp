@@ -23,7 +23,8 @@ MethodDescriptor PerformerOptions::registry_entry() {
       .with_backward(
           Backward::yes("ω held fixed (stabilizers cancel: exact otherwise); causal by reverse prefix sums"))
       .with_storage(StorageEmulation::both(
-          "non-causal, positive kernel under eager; careful: Q, K, V, the features (each query's divided by its "
+          "positive kernel under eager; causal: linear's chunked transcription (careful: the keys' log-scales "
+          "against a running maximum); careful: Q, K, V, the features (each query's divided by its "
           "largest, each key's with its log-scale apart: attnlab's own stabilisation) and O in the format, the "
           "log-scales, stabilisers, key–value state, key sum, numerators and normalisers in float32, guarded; eager: "
           "the reference code's features, every step stored — ω, s^½x, ωᵀx, x∘x, ‖x‖²/2, the exponent less the "

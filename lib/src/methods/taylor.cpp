@@ -14,7 +14,7 @@ MethodDescriptor TaylorOptions::registry_entry() {
       TaylorOptions::causal_support())
       .with_backward(Backward::yes("nothing (exact, through x/‖x‖); causal by reverse prefix sums"))
       .with_storage(StorageEmulation::both(
-          "non-causal; as linear: both policies store Q, K, V, the features φ(x) = [1, x/‖x‖] and O; eager also the "
+          "as linear (causal too): both policies store Q, K, V, the features φ(x) = [1, x/‖x‖] and O; eager also the "
           "key–value state, the key sum, the numerators and the normalisers, divided unguarded; careful keeps those "
           "in float32, guarded"));
 }

@@ -520,6 +520,86 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
   return out;
 }
 
+template <typename T>
+MatrixR<T> emulated_causal_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                         const BlockFeatures<T>& features, bool nonnegative, Index chunk,
+                                         const Rounding& rounding) {
+  require(chunk >= 1 && k.rows() >= q.rows() && k.rows() == v.rows(), "causal kernel attention: shapes");
+  const Index nq = q.rows(), nk = k.rows(), dv = v.cols(), off = nk - nq;
+  MatrixR<T> fq, fk;
+  VectorX<T> gq, gk;
+  features(q, false, fq, gq);
+  features(k, true, fk, gk);
+  require(all_finite(fq) && all_finite(fk) && all_finite(gk), "kernel attention: non-finite features");
+  rounding(fq, Held::tensor, "features φ(q), φ(k)");
+  rounding(fk, Held::tensor, "features φ(q), φ(k)");
+  const bool logscale = gk.size() > 0;  // keys carry e^{g_j} apart (careful Performer): a running maximum
+  const bool guarded = !rounding.rounds(Held::accumulator);
+  const Index m = fq.cols();
+  MatrixR<T> state = MatrixR<T>::Zero(m, dv);
+  VectorX<T> zsum = VectorX<T>::Zero(m), zabs = VectorX<T>::Zero(m);
+  T mrun = -std::numeric_limits<T>::infinity();
+  // Keys [a, b) weighted by e^{g − mref} (1 without log-scales).
+  const auto weights = [&](Index a, Index b, T mref) {
+    VectorX<T> w = VectorX<T>::Ones(b - a);
+    if (logscale)
+      for (Index j = a; j < b; ++j) w(j - a) = std::exp(gk(j) - mref);
+    return w;
+  };
+  // Adds keys [a, b) to the state (in units of e^{mref}); eager stores the state as formed.
+  const auto absorb = [&](Index a, Index b, T mref) {
+    if (b <= a) return;
+    const VectorX<T> w = weights(a, b, mref);
+    const MatrixR<T> fw = w.asDiagonal() * fk.middleRows(a, b - a);
+    state.noalias() += fw.transpose() * v.middleRows(a, b - a);
+    zsum.noalias() += fw.colwise().sum().transpose();
+    if (!nonnegative) zabs.noalias() += fw.cwiseAbs().colwise().sum().transpose();
+    rounding(state, Held::accumulator, "key–value state Σφ(k)vᵀ");
+    rounding(zsum, Held::accumulator, "key sum Σφ(k)");
+  };
+  const auto rescale = [&](T mnew) {  // the state to units of e^{mnew} (careful Performer)
+    if (!logscale || mnew == mrun) return;
+    const T a = mrun == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(mrun - mnew);
+    state *= a;
+    zsum *= a;
+    zabs *= a;
+    mrun = mnew;
+  };
+  if (off > 0) {  // the keys before the first query's own position: seen by every query
+    if (logscale) rescale(gk.head(off).maxCoeff());
+    absorb(0, off, mrun);
+  }
+  MatrixR<T> out(nq, dv);
+  for (Index i0 = 0; i0 < nq; i0 += chunk) {
+    const Index len = std::min(chunk, nq - i0), j0 = i0 + off;
+    if (logscale) rescale(std::max(mrun, gk.segment(j0, len).maxCoeff()));
+    const VectorX<T> w = weights(j0, j0 + len, mrun);
+    // Intra-chunk scores, masked to j ≤ i (+ off), each key with its weight; stored (a tensor, both policies).
+    MatrixR<T> a = fq.middleRows(i0, len) * fk.middleRows(j0, len).transpose();
+    for (Index r = 0; r < len; ++r)
+      for (Index c = 0; c < len; ++c) a(r, c) = c <= r ? a(r, c) * w(c) : T(0);
+    rounding(a, Held::tensor, "intra-chunk scores φ(q)ᵀφ(k)");
+    MatrixR<T> num = a * v.middleRows(j0, len);
+    num.noalias() += fq.middleRows(i0, len) * state;
+    VectorX<T> den = a.rowwise().sum();
+    den.noalias() += fq.middleRows(i0, len) * zsum;
+    if (!guarded) {
+      rounding(num, Held::accumulator, "numerators φ(q)ᵀΣφ(k)vᵀ");
+      rounding(den, Held::accumulator, "normalisers φ(q)ᵀΣφ(k)");
+      for (Index r = 0; r < len; ++r) out.row(i0 + r) = num.row(r) / den(r);
+    } else {
+      VectorX<T> mag = den;
+      if (!nonnegative) {
+        mag = a.cwiseAbs().rowwise().sum();
+        mag.noalias() += fq.middleRows(i0, len).cwiseAbs() * zabs;
+      }
+      for (Index r = 0; r < len; ++r) out.row(i0 + r) = num.row(r) * safe_inverse(den(r), mag(r));
+    }
+    absorb(j0, j0 + len, mrun);
+  }
+  return out;
+}
+
 namespace {
 // Rows per chunk of the backward's passes: fixed, so the chunk sums' order (and the gradients' bits) does not depend on
 // the thread count; small enough that n = 1024 still splits over two threads and a chunk's features stay in cache.
@@ -690,6 +770,12 @@ template MatrixR<double> streamed_kernel_output<double>(const ConstRef<double>&,
                                                         const ConstRef<double>&, const BlockFeatures<double>&, bool,
                                                         KernelWorkspace<double>*, const Rounding&);
 
+template MatrixR<float> emulated_causal_kernel_output<float>(const ConstRef<float>&, const ConstRef<float>&,
+                                                             const ConstRef<float>&, const BlockFeatures<float>&, bool,
+                                                             Index, const Rounding&);
+template MatrixR<double> emulated_causal_kernel_output<double>(const ConstRef<double>&, const ConstRef<double>&,
+                                                               const ConstRef<double>&, const BlockFeatures<double>&,
+                                                               bool, Index, const Rounding&);
 template Gradients<float> streamed_kernel_backward<float>(const ConstRef<float>&, const ConstRef<float>&,
                                                           const ConstRef<float>&, const ConstRef<float>&,
                                                           const BlockFeatures<float>&,

@@ -175,6 +175,18 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
                                   const BlockFeatures<T>& features, bool nonnegative,
                                   KernelWorkspace<T>* ws = nullptr, const Rounding& rounding = {});
 
+/// Causal kernel attention under an emulated reduced storage (core/precision.hpp): the chunked transcription of the
+/// causal form (Katharopoulos et al. 2020 §3.3 by chunks of `chunk` queries, as chunked linear-attention kernels run
+/// it), per chunk the masked intra-chunk scores A = φ(Q_c)φ(K_c)ᵀ, then numerators A·V_c + φ(Q_c)·S and normalisers
+/// A·1 + φ(Q_c)·z against the state S = Σφ(k)vᵀ, z = Σφ(k) of the earlier keys, which the chunk's keys then join.
+/// Both policies store the features, A and the output; eager also the numerators, the normalisers (divided
+/// unguarded) and the state after every chunk; careful keeps those in float32, guarded, with the keys' log-scales
+/// (Performer) carried against a running maximum. The features are formed once for all rows.
+template <typename T>
+MatrixR<T> emulated_causal_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                         const BlockFeatures<T>& features, bool nonnegative, Index chunk,
+                                         const Rounding& rounding);
+
 /// The VJP of a BlockFeatures map on a block of rows: given the rows x, the features f they map to (as BlockFeatures
 /// made them), df = ∂L/∂f and, for keys, dg = ∂L/∂g (empty for queries), writes dx = ∂L/∂x (rows × d). Called from
 /// several OpenMP threads at once, on disjoint blocks.

@@ -64,9 +64,6 @@ class KernelMethod : public LazyOperatorMethod<T> {
                                        MutRef<T> dx) const = 0;
 
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override {
-    require(!(opts.causal && opts.storage != Storage::native),
-            "method '{}': the causal form under {} storage is not emulated yet (the non-causal output is)",
-            this->name(), storage_name(opts.storage));
     prepare(q, k, opts);
     this->keep(q, k);  // the features are made when needed, so that the output never holds n × M of them
     features_ = feature_count(q.cols());
@@ -88,6 +85,13 @@ class KernelMethod : public LazyOperatorMethod<T> {
       };
       return streamed_kernel_output<T>(this->queries(), this->keys(), v, feats, nonnegative(), &workspace_,
                                        this->rounding_hook());
+    }
+    if (this->rounding_hook().active()) {  // the chunked transcription, emulated (either causal form)
+      const BlockFeatures<T> feats = [this](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
+        block_features(x, keys, this->options(), f, g);
+      };
+      return emulated_causal_kernel_output<T>(this->queries(), this->keys(), v, feats, nonnegative(), form_.chunk,
+                                              this->rounding_hook());
     }
     const auto& op = static_cast<const KernelOperator<T>&>(this->do_op());
     if (form_.causal_form == CausalForm::Recurrent) return op.recurrent_output(v);
