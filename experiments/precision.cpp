@@ -32,8 +32,8 @@ class Precision final : public SourcesExperiment {
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
         .preset({"gaussian", "clustered", "trained", "pretrained"});
     // Every deployable family at its default budget and one other (attnlab methods --families; Nyström with the
-    // SVD pseudo-inverse and pooled Linformer at their defaults; Scatterbrain, not emulated, as `refused` rows; the
-    // analysis floors svd and cur, whose SVD of the n × n P dominates the run, with --methods).
+    // SVD pseudo-inverse and pooled Linformer at their defaults, Scatterbrain at 64 features; the analysis floors svd
+    // and cur, whose SVD of the n × n P dominates the run, with --methods).
     o.add("--methods", methods_, "method specs")
         .separator(';')
         .preset({"exact:impl=materialized", "exact", "linear", "performer:features=256", "performer:features=64",

@@ -155,21 +155,30 @@ TEST(Precision, RefusalsSayWhy) {
   EXPECT_NE(message([&] { make_method<double>("exact")->compute(q.cast<double>(), k.cast<double>(), o); })
                 .find("float32"),
             std::string::npos);
-  // A method that does not emulate it yet.
-  EXPECT_NE(message([&] { make_method<float>("scatterbrain:window=4")->compute(q, k, o); }).find("does not emulate"),
+  // A method that declares no emulation (every registered one declares one now: a descriptor without it) is refused
+  // by the registry's check, and a variant outside a method's declared emulation by the method.
+  MethodDescriptor none;
+  none.name = "undeclared";
+  EXPECT_NE(message([&] { check_storage(none, Storage::bf16, Policy::eager); }).find("does not emulate"),
+            std::string::npos);
+  EXPECT_NE(message([&] { make_method<float>("vq:codes=8,assign=soft")->compute(q, k, o); }).find("emulated for"),
             std::string::npos);
   // Performer's eager emulation transcribes the reference code's positive features only.
   EXPECT_NE(message([&] { make_method<float>("performer:features=16,kernel=trig")->compute(q, k, o); })
                 .find("positive"),
             std::string::npos);
-  // VQ's causal form, and a backward pass not emulated (linear's: the forward is).
+  // VQ's causal form, and backward passes not emulated (VQ's; linear's causal one: its forward is).
   AttentionOptions causal = o;
   causal.causal = true;
   EXPECT_NE(message([&] { make_method<float>("vq:codes=8")->compute(q, k, causal); }).find("non-causal only"),
             std::string::npos);
+  auto vq = make_method<float>("vq:codes=8");
+  vq->compute(q, k, o);
+  EXPECT_NE(message([&] { vq->backward(v, v); }).find("backward pass under bf16 storage is not emulated"),
+            std::string::npos);
   auto lin = make_method<float>("linear");
-  lin->compute(q, k, o);
-  EXPECT_NE(message([&] { lin->backward(v, v); }).find("backward pass under bf16 storage is not emulated"),
+  lin->compute(q, k, causal);
+  EXPECT_NE(message([&] { lin->backward(v, v); }).find("causal backward under bf16 storage is not emulated"),
             std::string::npos);
   auto m = make_method<float>("exact");
   // Native storage: nothing tallied, nothing rounded.

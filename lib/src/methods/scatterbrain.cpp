@@ -20,7 +20,12 @@ MethodDescriptor ScatterbrainOptions::registry_entry() {
   return describe<ScatterbrainMethod, ScatterbrainOptions>(
       "Scatterbrain: Performer low-rank estimate + exact entries on a band, normalized (non-causal)",
       "Chen et al. 2021 (Scatterbrain) §3, Algorithm 1", Causal::refused("its Performer part mixes every position"))
-      .with_backward(Backward::yes("ω held fixed; the band's exact entries and the estimate off it, exact"));
+      .with_backward(Backward::yes("ω held fixed; the band's exact entries and the estimate off it, exact"))
+      .with_storage(StorageEmulation::both(
+          "non-causal; both policies: Q, K, V, the Performer features (attnlab's stabilisation: each query's divided "
+          "by its largest, the keys' log-scales apart) and the band's corrections before their product with V, and "
+          "O; eager also the band's logits, the key–value state, the row sums and the numerators, divided "
+          "unguarded; careful keeps those in float32"));
 }
 
 template <typename T>
@@ -47,6 +52,7 @@ template <typename F>
 void ScatterbrainMethod<T>::band_blocks(F&& f, VectorX<T>* set_ref, bool serial) const {
   const Index blocks = (xq_.rows() + kBandBlock - 1) / kBandBlock;
   const VectorX<T>& ref = set_ref ? *set_ref : ref_;
+  const Rounding rounding = this->rounding_hook();  // a no-op unless a reduced storage is emulated
 #pragma omp parallel if (!serial)
   {
     MatrixR<T> logits, est;
@@ -54,6 +60,7 @@ void ScatterbrainMethod<T>::band_blocks(F&& f, VectorX<T>* set_ref, bool serial)
     for (Index b = 0; b < blocks; ++b) {
       const auto [i0, bi, lo, bj] = band_block(b);
       logits.noalias() = xq_.middleRows(i0, bi) * xk_.middleRows(lo, bj).transpose();
+      if (rounding.active()) rounding(logits, Held::accumulator, "band logits s·QKᵀ");
       est.noalias() = fq_.f.middleRows(i0, bi) * kscaled_.middleRows(lo, bj).transpose();
       for (Index r = 0; r < bi; ++r) {
         const Index i = i0 + r;
@@ -68,6 +75,7 @@ void ScatterbrainMethod<T>::band_blocks(F&& f, VectorX<T>* set_ref, bool serial)
         lrow.head(first).setZero();
         lrow.tail(bj - last - 1).setZero();
       }
+      if (rounding.active()) rounding(logits, Held::tensor, "band corrections");
       f(i0, bi, lo, bj, logits);
     }
   }
@@ -88,7 +96,11 @@ Status ScatterbrainMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>
   // The estimate of exp(s·q_iᵀk_j) is e^{lq_i + lk_j}·(fq_i·fk_j), with fq, fk ∈ (0, 1].
   gk_ = fk.logscale.maxCoeff();
   kscaled_ = (fk.logscale.array() - gk_).exp().matrix().asDiagonal() * fk.f;  // e^{lk − gk}·fk
-  const VectorX<T> colsum = kscaled_.colwise().sum().transpose();
+  const Rounding r = this->rounding_hook();
+  r(fq_.f, Held::tensor, "features φ(q), φ(k)");
+  r(kscaled_, Held::tensor, "features φ(q), φ(k)");
+  VectorX<T> colsum = kscaled_.colwise().sum().transpose();
+  r(colsum, Held::accumulator, "key sum Σφ(k)");
   w_ = w;
   off_ = off;
   ref_.resize(nq);
@@ -100,21 +112,28 @@ Status ScatterbrainMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>
       den_(i) = est_scale(i) * fq_.f.row(i).dot(colsum) + corr.row(r).sum();
     }
   }, &ref_);
-  // (Checked here, not inside the parallel blocks: an exception must not leave an OpenMP region.)
-  require((den_.array() > T(0)).all(), "scatterbrain: a row sum vanished");
+  r(den_, Held::accumulator, "row sums");
+  // (Checked here, not inside the parallel blocks: an exception must not leave an OpenMP region.) Emulated, a row sum
+  // that vanished or overflowed in the format is the finding: divided as stored, reported by the output's check.
+  require(r.active() || (den_.array() > T(0)).all(), "scatterbrain: a row sum vanished");
   op_.reset();
   return Status::Success;
 }
 
 template <typename T>
 MatrixR<T> ScatterbrainMethod<T>::do_output(const ConstRef<T>& v) const {
-  const MatrixR<T> ktv = kscaled_.transpose() * v;  // M × d_v
+  MatrixR<T> ktv = kscaled_.transpose() * v;  // M × d_v
+  const Rounding rd = this->rounding_hook();
+  rd(ktv, Held::accumulator, "key–value state Σφ(k)vᵀ");
   MatrixR<T> out(xq_.rows(), v.cols());
   band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
     auto o = out.middleRows(i0, bi);
     o.noalias() = fq_.f.middleRows(i0, bi) * ktv;
     for (Index r = 0; r < bi; ++r) o.row(r) *= est_scale(i0 + r);
     o.noalias() += corr * v.middleRows(lo, bj);
+    if (rd.rounds(Held::accumulator))
+      for (Index r = 0; r < bi; ++r) rd.span(out.row(i0 + r).data(), std::size_t(out.cols()), Held::accumulator,
+                                             "numerators");
     for (Index r = 0; r < bi; ++r) o.row(r) /= den_(i0 + r);
   }, nullptr);
   return out;

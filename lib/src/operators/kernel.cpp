@@ -623,7 +623,7 @@ template <typename T>
 Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
                                       const ConstRef<T>& d_out, const BlockFeatures<T>& features,
                                       const BlockFeaturesBackward<T>& features_backward, bool nonnegative,
-                                      KernelBackwardWorkspace<T>* ws_in) {
+                                      KernelBackwardWorkspace<T>* ws_in, const Rounding& rounding) {
   require(k.rows() == v.rows() && d_out.rows() == q.rows() && d_out.cols() == v.cols() && q.cols() == k.cols() &&
               k.rows() > 0,
           "kernel attention backward: dimension mismatch");
@@ -651,6 +651,7 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
     ok = block_features_checked<T>(features, k.middleRows(r0, len), true, t.f, t.g) && ok;
     if (!ok) continue;
+    rounding(t.f, Held::tensor, "features φ(q), φ(k)");  // as the forward stored them
     const T mc = t.g.maxCoeff();
     t.w = (t.g.array() - mc).exp();
     t.f.array().colwise() *= t.w.array();
@@ -673,6 +674,8 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
     s += ws.s[std::size_t(c)] * w;
     if (!nonnegative) zmag += ws.zabs[std::size_t(c)] * w;
   }
+  rounding(s, Held::accumulator, "key–value state Σφ(k)vᵀ, key sum Σφ(k)");
+  const bool guarded = !rounding.rounds(Held::accumulator);  // eager divides as the transcription does
 
   // Queries: y_i = S̃ᵀφ_i = [numerator, D_i] (Katharopoulos et al. 2020 eq. (2)), O_i = y_i,v / D_i (D guarded as the
   // forward guards it), W̃_i = [dO_i, −dO_iᵀO_i] / D_i; R_c = Σ_{i in chunk c} φ_i W̃_iᵀ; ∂L/∂φ_i = S̃ W̃_i and dQ.
@@ -682,16 +685,21 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
     ok = block_features_checked<T>(features, q.middleRows(r0, len), false, t.f, t.g) && ok;
     if (!ok) continue;
+    rounding(t.f, Held::tensor, "features φ(q), φ(k)");
     t.y.noalias() = t.f * s;
+    rounding(t.y, Held::accumulator, "numerators, normalisers");
     if (!nonnegative) t.mag.noalias() = t.f.cwiseAbs() * zmag;
     t.inv.resize(len);
-    for (Index r = 0; r < len; ++r) t.inv(r) = safe_inverse(t.y(r, dv), nonnegative ? t.y(r, dv) : t.mag(r));
+    for (Index r = 0; r < len; ++r)
+      t.inv(r) = guarded ? safe_inverse(t.y(r, dv), nonnegative ? t.y(r, dv) : t.mag(r)) : T(1) / t.y(r, dv);
     const auto dob = d_out.middleRows(r0, len);
     t.wt.resize(len, dv + 1);
     t.wt.leftCols(dv) = dob.array().colwise() * t.inv.array();
     t.wt.col(dv) = -(t.inv.array().square() * (dob.array() * t.y.leftCols(dv).array()).rowwise().sum());
+    rounding(t.wt, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");  // the division's gradients (eager)
     ws.r[std::size_t(c)].noalias() = t.f.transpose() * t.wt;
     t.df.noalias() = t.wt * s.transpose();
+    rounding(t.df, Held::tensor, "∂L/∂φ");
     ok = block_backward_checked<T>(features_backward, q.middleRows(r0, len), false, t.f, t.df, none,
                                    grad.dq.middleRows(r0, len)) &&
          ok;
@@ -700,6 +708,7 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
   MatrixR<T>& r = ws.rstate;
   r = ws.r[0];
   for (Index c = 1; c < qchunks; ++c) r += ws.r[std::size_t(c)];
+  rounding(r, Held::accumulator, "backward state Σφ(q)W̃ᵀ");
 
   // Keys again: ∂L/∂ψ'_j = R Ṽ_j, dV_j = R_vᵀψ'_j (P̃ᵀdO = Ψ'ΦᵀD⁻¹dO); ψ_j = e^{g_j}·kf_j, so ∂L/∂kf_j =
   // e^{g_j − M}·∂L/∂ψ'_j and ∂L/∂g_j = kf_j·∂L/∂kf_j; then dK.
@@ -709,9 +718,11 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
     ok = block_features_checked<T>(features, k.middleRows(r0, len), true, t.f, t.g) && ok;
     if (!ok) continue;
+    rounding(t.f, Held::tensor, "features φ(q), φ(k)");
     t.w = (t.g.array() - mx).exp();
     t.df.noalias() = v.middleRows(r0, len) * r.leftCols(dv).transpose();
     t.df.rowwise() += r.col(dv).transpose();
+    rounding(t.df, Held::tensor, "∂L/∂φ");
     auto dvb = grad.dv.middleRows(r0, len);
     dvb.noalias() = t.f * r.leftCols(dv);
     dvb.array().colwise() *= t.w.array();
@@ -780,12 +791,12 @@ template Gradients<float> streamed_kernel_backward<float>(const ConstRef<float>&
                                                           const ConstRef<float>&, const ConstRef<float>&,
                                                           const BlockFeatures<float>&,
                                                           const BlockFeaturesBackward<float>&, bool,
-                                                          KernelBackwardWorkspace<float>*);
+                                                          KernelBackwardWorkspace<float>*, const Rounding&);
 template Gradients<double> streamed_kernel_backward<double>(const ConstRef<double>&, const ConstRef<double>&,
                                                             const ConstRef<double>&, const ConstRef<double>&,
                                                             const BlockFeatures<double>&,
                                                             const BlockFeaturesBackward<double>&, bool,
-                                                            KernelBackwardWorkspace<double>*);
+                                                            KernelBackwardWorkspace<double>*, const Rounding&);
 template Gradients<float> kernel_operator_backward<float>(const KernelOperator<float>&, const ConstRef<float>&,
                                                           const ConstRef<float>&, const ConstRef<float>&,
                                                           const ConstRef<float>&, const BlockFeaturesBackward<float>&,

@@ -200,11 +200,14 @@ using BlockFeaturesBackward = std::function<void(const ConstRef<T>& x, bool keys
 /// (O and D from S̃, W̃, R = ΦᵀW̃ per chunk, ∂L/∂φ = W̃S̃ᵀ and dQ), keys again (∂L/∂ψ = [V, 1]Rᵀ, dV = Ψ̃R_v, dK).
 /// The chunks do not depend on the thread count, so neither do the gradients' bits. `ws` holds the buffers across
 /// calls; only the returned gradients are allocated in steady state.
+/// With a reduced storage's `rounding`: the features as the forward stored them, ∂L/∂φ in the format (both
+/// policies); under eager also the state [Σφ(k)vᵀ, Σφ(k)], the numerators and normalisers (divided unguarded), the
+/// division's gradients and the backward state Σφ(q)W̃ᵀ.
 template <typename T>
 Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
                                       const ConstRef<T>& d_out, const BlockFeatures<T>& features,
                                       const BlockFeaturesBackward<T>& features_backward, bool nonnegative,
-                                      KernelBackwardWorkspace<T>* ws = nullptr);
+                                      KernelBackwardWorkspace<T>* ws = nullptr, const Rounding& rounding = {});
 
 /// The causal method's backward: KernelOperator::backward (its chunked prefix sums) into ws, then the feature maps'
 /// VJP on fixed chunks of rows in parallel. q and k are the rows op's features were made from; op must be causal

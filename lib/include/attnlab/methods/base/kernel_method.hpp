@@ -111,8 +111,11 @@ class KernelMethod : public LazyOperatorMethod<T> {
         block_features(x, keys, this->options(), f, g);
       };
       return streamed_kernel_backward<T>(this->queries(), this->keys(), v, d_out, feats, back, nonnegative(),
-                                         &backward_ws_);
+                                         &backward_ws_, this->rounding_hook());
     }
+    require(!this->rounding_hook().active(), "method '{}': the causal backward under {} storage is not emulated yet "
+            "(the causal forward and the non-causal backward are)", this->name(),
+            storage_name(this->options().storage));
     const auto& op = static_cast<const KernelOperator<T>&>(this->do_op());
     return kernel_operator_backward<T>(op, this->queries(), this->keys(), v, d_out, back, backward_ws_);
   }
