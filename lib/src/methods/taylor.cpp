@@ -17,10 +17,10 @@ MethodDescriptor TaylorOptions::registry_entry() {
           "as linear (causal too): both policies store Q, K, V, the features φ(x) = [1, x/‖x‖] and O; eager also the "
           "key–value state, the key sum, the numerators and the normalisers, divided unguarded; careful keeps those "
           "in float32, guarded")
-                        .with_backward("non-causal (the causal backward is refused); V, dO, dQ, dK, dV and ∂L/∂φ in the "
-                                       "format, the features as the forward stored them; eager also the state, the "
-                                       "numerators and normalisers (divided unguarded), the division's gradients and "
-                                       "the backward state Σφ(q)W̃ᵀ; careful keeps those in float32"));
+                        .with_backward("non-causal (the causal backward is refused); V, dO, dQ, dK, dV and ∂L/∂φ "
+                                       "in the format, the features as the forward stored them; eager also the state, "
+                                       "the numerators and normalisers (divided unguarded), the division's gradients "
+                                       "and the backward state Σφ(q)W̃ᵀ; careful keeps those in float32"));
 }
 
 template <typename T>
