@@ -844,7 +844,7 @@ def precision(F, R):
              "local:window=16": "local16", "nystrom:landmarks=64": "nystrom64", "nystrom:landmarks=16": "nystrom16",
              "reformer:buckets=8,rounds=2,chunk=64": "reformer64", "reformer:buckets=8,rounds=2,chunk=32": "reformer32",
              "probsparse:factor=5": "probsparse5", "probsparse:factor=2": "probsparse2", "vq:codes=64": "vq64",
-             "vq:codes=16": "vq16"}
+             "vq:codes=16": "vq16", "scatterbrain:": "scatterbrain"}
 
     def short(spec):
         for k, v in names.items():
@@ -887,7 +887,7 @@ def precision(F, R):
                       f"{s}, {fmt}, {pol}: the shortest length (of {sorted(set(a.n))}) at which the output has "
                       "non-finite entries or all-zero rows, gaussian, t = 1", "precision")
     # The emulated backward (exact's two paths, the pattern softmax, ProbSparse's exact rows): dQ's rounding error.
-    for s in ("exact_stream", "exact_mat", "local64", "reformer64", "probsparse5"):
+    for s in ("exact_stream", "exact_mat", "local64", "reformer64", "probsparse5", "linear"):
         c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
         for fmt in ("bf16", "fp16"):
             for pol in ("eager", "careful"):
