@@ -27,7 +27,9 @@ MethodDescriptor LinformerOptions::registry_entry() {
       .with_storage(StorageEmulation::both(
           "as the eager transcription softmax(q @ (E @ k).T · s) @ (F @ v): Q, K, V, E, F, EK, FV, P (n × k, "
           "materialised) and O in the format under both policies; eager also the logits (the product and the scaled "
-          "product), careful keeps those in float32; the softmax's internals in float32"));
+          "product), careful keeps those in float32; the softmax's internals in float32")
+                        .with_backward("autograd's backward of that form: V, dO, dP, dS, d(EK), d(FV) and dQ, dK, "
+                                       "dV in the format (s·dS again under eager); E, F held fixed as stored"));
 }
 
 template <typename T>
@@ -108,6 +110,7 @@ std::pair<MatrixR<T>, MatrixR<T>> LinformerMethod<T>::make_factors() const {
 /// fixed linear maps, so dK = Eᵀ·d(EK) and dV = Fᵀ·d(FV).
 template <typename T>
 Gradients<T> LinformerMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  if (plain_.storage != Storage::native) return emulated_backward(v, d_out);
   BackwardWorkspace& ws = ws_;
   const MatrixR<T>& e_ = ef_->first;
   const MatrixR<T>& f_ = ef_->second;
@@ -129,6 +132,37 @@ Gradients<T> LinformerMethod<T>::do_backward(const ConstRef<T>& v, const ConstRe
     g.dk.middleRows(r0, len).noalias() = e_.middleCols(r0, len).transpose() * ws.dek;
     g.dv.middleRows(r0, len).noalias() = f_.middleCols(r0, len).transpose() * ws.dfv;
   }
+  return g;
+}
+
+/// Under an emulated reduced storage: autograd's backward of the eager transcription do_output emulates,
+/// O = P·(FV) with P = softmax(s·Q(EK)ᵀ) materialised — dP = dO·(FV)ᵀ and dS = P ∘ (dP − D) stored (s·dS again
+/// under eager), d(FV) = Pᵀ·dO and d(EK) = s·dSᵀ·Q stored, then dK = Eᵀ·d(EK), dV = Fᵀ·d(FV) with the stored E, F.
+template <typename T>
+Gradients<T> LinformerMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const Rounding r = this->rounding_hook();
+  const Rounding quiet{r.storage, r.policy, nullptr};  // the forward's roundings again, untallied
+  MatrixR<T> e = ef_->first;
+  quiet(e, Held::tensor, "");
+  MatrixR<T> fv = detail::tall_transpose_product<T>(f_stored_.transpose(), v);  // as do_output forms it
+  quiet(fv, Held::tensor, "");
+  const MatrixR<T> p = exact_matrix<T>(q_, ek_, plain_, quiet);  // n × k, as the forward stored it
+  const T s = T(plain_.scale);
+  MatrixR<T> dp = d_out * fv.transpose();
+  r(dp, Held::tensor, "dP = dO·(FV)ᵀ");
+  const VectorX<T> dsum = (p.array() * dp.array()).rowwise().sum();
+  MatrixR<T> ds = (p.array() * (dp.array().colwise() - dsum.array())).matrix();
+  r(ds, Held::tensor, "dS = P ∘ (dP − D)");
+  ds *= s;
+  r(ds, Held::accumulator, "dS = P ∘ (dP − D)");
+  MatrixR<T> dfv = p.transpose() * d_out;
+  r(dfv, Held::tensor, "d(EK), d(FV)");
+  MatrixR<T> dek = ds.transpose() * q_;
+  r(dek, Held::tensor, "d(EK), d(FV)");
+  Gradients<T> g;
+  g.dq = ds * ek_;
+  g.dk = e.transpose() * dek;
+  g.dv = f_stored_.transpose() * dfv;
   return g;
 }
 

@@ -63,6 +63,8 @@ class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankM
   /// softmax formed whole (exact_backward_few_keys, O(n·k) work), else FlashAttention-2 Alg. 2 — then
   /// dK = Eᵀ·d(EK), dV = Fᵀ·d(FV); E, F held fixed. Its buffers are kept in the method: only the gradients are new.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
+  /// do_backward under an emulated reduced storage (linformer.cpp).
+  Gradients<T> emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
 
   Index drawn_n_ = -1;  // the n_k that E and F were drawn for
   std::shared_ptr<const std::pair<MatrixR<T>, MatrixR<T>>> ef_;  // the parameters E, F, k × n_k (shared_draw)
