@@ -591,7 +591,10 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       csv.write(hk, "time_s", h.exact_seconds);
       csv.write(hk, "time_median_s", h.exact_seconds_median);
       csv.write(hk, "cost_n", double(h.cost_n));
-      if (std::isfinite(h.exact_rounding)) csv.write(hk, "out_rel_fro", h.exact_rounding);
+      if (o.storage != Storage::native) {
+        if (std::isfinite(h.exact_rounding)) csv.write(hk, "out_rel_fro", h.exact_rounding);
+        else csv.write(hk, "failed_in_format", 1.0);
+      }
       for (const auto& [rank, err] : h.floor) csv.write(keys("svd", "svd", rank), "eckart_young_floor", err);
       for (const auto& [rank, err] : h.svd_out) csv.write(keys("svd", "svd", rank), "svd_out_rel_fro", err);
       for (std::size_t i = 0; i < h.sigma.size(); ++i)
@@ -644,6 +647,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
     std::map<std::string, int> failed;
     for (const auto& h : results) {
       ex.push_back(h.exact_rounding);
+      if (!std::isfinite(h.exact_rounding)) ++failed["exact (heads)"];
       for (const auto& p : h.points)
         if (!p.failure.empty()) ++failed[p.family];
     }
@@ -655,7 +659,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
         "stores rounded to {0}, sums in float32; `attnlab methods NAME` says which): each method's output against "
         "exact float64 attention, rounding and approximation together, so the recommendation is for {0}. Exact "
         "attention itself in {0} ({1}) is off by {2:.2g} (median over the heads). Failed or not emulated in {0} "
-        "(no candidates): {3}. Costs are float32 on this CPU, not {0} arithmetic.\n\n",
+        "(no candidates; method × budget × head points): {3}. Costs are float32 on this CPU, not {0} "
+        "arithmetic.\n\n",
         storage_name(o.storage), policy_name(o.policy), ex[ex.size() / 2], fails.empty() ? "none" : fails);
   }
   md += "Recommendations: ";

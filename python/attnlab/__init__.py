@@ -411,6 +411,8 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
             raise ValueError("report: give q, k, v or model_dir, not both")
     else:
         q, k, v = _inputs(dtype, q=q, k=k, v=v)
+    if precision is None and policy != "eager":
+        raise ValueError(f"report: policy={policy!r} needs precision='bf16' or 'fp16'")
     storage, policy, _ = _precision(precision, policy, None)
     return _core.report(q, k, v, model_dir, out, target, families, layers, seq, repeats, causal, quiet, threads,
                         storage, policy)

@@ -75,7 +75,8 @@ SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound(const AttentionOptions& opts
     const double di = s * qk_max(i) * e_logit + 2 * u32 * zmax;
     const double vis = double(visible[std::size_t(i)]);
     b.logit(i) = di;
-    const bool overflow = input_max >= big || (eager && zmax >= big) ||
+    // Eager stores QKᵀ before the scale, then s·QKᵀ: either may pass the format's largest value.
+    const bool overflow = input_max >= big || (eager && std::max(1.0, 1.0 / s) * zmax >= big) ||
                           (te > 0 && (vis * (1 + g) >= big || vis * (1 + g) * vbar_visible_max(i) >= big));
     b.ratio(i) = overflow ? inf : std::exp(2 * di) * std::pow(1 + u, double(2 + 2 * te)) * (1 + g) * (1 + g);
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <queue>
 
@@ -59,6 +60,8 @@ VectorX<double> sparsity_measure(const ConstRef<T>& q, const ConstRef<T>& k, con
       const T mx = f.maxCoeff(), mean = f.mean();
       const T mi = kind == SparsityMeasure::MaxMean ? mx - mean : mx + std::log((f.array() - mx).exp().sum()) - mean;
       m(i) = double(rounding.scalar(mi, Held::accumulator, t));
+      // A measure that became NaN in the format (inf − inf) ranks last: the selection's ordering stays strict.
+      if (std::isnan(m(i))) m(i) = -std::numeric_limits<double>::infinity();
       if (rounding.log) rounding.log->add("logits and measure M", Held::accumulator, t);
       continue;
     }

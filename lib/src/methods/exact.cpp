@@ -75,8 +75,13 @@ Gradients<T> ExactMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>
     // forward once more.
     if (!(forward_.valid && forward_.v.rows() == v.rows() && forward_.v.cols() == v.cols() && forward_.v == v))
       do_output(v);  // keeps O and ℓ for this V
-    return exact_backward<T>(q, k, v, forward_.out, forward_.lse, d_out, this->options(), this->o_.tile, {},
-                             this->rounding_hook());
+    const Rounding r = this->rounding_hook();
+    if (r.active()) {  // D = rowsum(dO ∘ O) from O as stored (Method::output stores it in the format)
+      MatrixR<T> stored = forward_.out;
+      Rounding{r.storage, r.policy, nullptr}(stored, Held::tensor, "");
+      return exact_backward<T>(q, k, v, stored, forward_.lse, d_out, this->options(), this->o_.tile, {}, r);
+    }
+    return exact_backward<T>(q, k, v, forward_.out, forward_.lse, d_out, this->options(), this->o_.tile);
   }
   // dS = P ∘ (dP − D), dP = dO Vᵀ, D_i = Σ_j P_ij dP_ij; masked entries of P are 0, so are theirs in dS. Emulated:
   // autograd's tensors stored as formed (dP, then dS from torch's softmax backward, whose D is float32 inside).

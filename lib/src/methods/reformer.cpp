@@ -227,10 +227,13 @@ MatrixR<T> ReformerMethod<T>::do_output(const ConstRef<T>& v) const {
     }
   }
   for (Index i = 0; i < nq; ++i) {
-    if (l(i) > 0) acc.row(i) /= l(i);
-    else any_fallback = true;  // no key in any chunk (n_k ≪ n_q): the pattern's aligned-key fallback
+    // A row that saw no key in any chunk (n_k ≪ n_q) takes the pattern's aligned-key fallback; under an emulated
+    // storage a running sum that overflowed or became NaN is divided through (the failure is the finding).
+    if (m(i) == neg_inf) any_fallback = true;
+    else if (l(i) > 0 || rd_hook.active()) acc.row(i) /= l(i);
+    else any_fallback = true;
   }
-  if (any_fallback) return this->do_op().apply(v);
+  if (any_fallback) return PatternMethod<T>::do_output(v);  // natively the operator's P̃·V, emulated when rounding
   return acc;
 }
 

@@ -17,8 +17,9 @@
 //             and the running accumulator stored after each of the T key tiles (careful: T = 0);
 //   output    |Ô_ic − O_ic| ≤ (1+u)·[(R_i(1+u)(1+γ_n) − 1)·(P·V̄)_ic + n·η·(1+u)·max_j v̄_jc] + u·|O_ic| + η,
 //             O stored at the end (both policies).
-// Under fp16 a logit or a running value can overflow; where s·q̄ᵀk̄ (or, eager streaming, ℓ) could pass the format's
-// largest finite value the bound is +inf for that row: no guarantee, and the tallies report the overflow.
+// Under fp16 a logit or a running value can overflow; where q̄ᵀk̄ or s·q̄ᵀk̄ (eager: both are stored) or, eager
+// streaming, ℓ could pass the format's largest finite value the bound is +inf for that row: no guarantee, and the
+// tallies report the overflow.
 // The bound is worst case over every rounding: random rounding errors cancel, so measurements sit well below it; it
 // is what they must never exceed (tests/test_rounding_bound.cpp, the precision experiment's `bound_*` metrics).
 #pragma once

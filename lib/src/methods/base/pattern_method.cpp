@@ -108,10 +108,10 @@ Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const
         dsv[std::size_t(t)] = rounding.scalar(T(d_out.row(i).dot(v.row(inner[t]))), Held::tensor, pt);
         d += pv[t] * dsv[std::size_t(t)];
       }
-      for (Index t = outer[i]; t < outer[i + 1]; ++t) {
+      for (Index t = outer[i]; t < outer[i + 1]; ++t) {  // dsv holds s·dS here, as stored (dK is not scaled again)
         const T ds = rounding.scalar(pv[t] * (dsv[std::size_t(t)] - d), Held::tensor, st);
-        dsv[std::size_t(t)] = rounding.scalar(s * ds, Held::accumulator, st) / s;
-        g.dq.row(i) += (s * dsv[std::size_t(t)]) * k.row(inner[t]);
+        dsv[std::size_t(t)] = rounding.scalar(s * ds, Held::accumulator, st);
+        g.dq.row(i) += dsv[std::size_t(t)] * k.row(inner[t]);
       }
       if (rounding.log) {
         rounding.log->add("dP = dO·Vᵀ", Held::tensor, pt);
@@ -131,7 +131,7 @@ Gradients<T> pattern_backward(const typename SparseOperator<T>::Sparse& p, const
   // dK = s·dSᵀ Q and dV = P̃ᵀ dO scatter into key rows: the structure viewed with dS's values, no copy.
   const Eigen::Map<const Sparse> ds(p.rows(), p.cols(), p.nonZeros(), outer, inner, dsv.data());
   g.dk.noalias() = ds.transpose() * q;
-  g.dk *= s;
+  if (!rounding.active()) g.dk *= s;  // emulated, dsv already holds s·dS
   g.dv.noalias() = p.transpose() * d_out;
   return g;
 }
