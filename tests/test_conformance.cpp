@@ -240,7 +240,9 @@ void check_reduced_storage(const std::string& test_name) {
         bool inputs = false;
         for (const auto& e : m->rounding()) {
           inputs = inputs || e.what == "inputs Q, K";
-          if (pol == Policy::careful) EXPECT_EQ(e.held, Held::tensor) << e.what << ": careful rounds tensors only";
+          if (pol == Policy::careful) {
+            EXPECT_EQ(e.held, Held::tensor) << e.what << ": careful rounds tensors only";
+          }
         }
         EXPECT_TRUE(inputs) << "the stored inputs were not tallied";
         auto m64 = make_method<double>(name, 11);
