@@ -78,7 +78,7 @@ Gradients<T> ExactMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>
     const Rounding r = this->rounding_hook();
     if (r.active()) {  // D = rowsum(dO ∘ O) from O as stored (Method::output stores it in the format)
       MatrixR<T> stored = forward_.out;
-      Rounding{r.storage, r.policy, nullptr}(stored, Held::tensor, "");
+      r.untallied()(stored, Held::tensor, "");
       return exact_backward<T>(q, k, v, stored, forward_.lse, d_out, this->options(), this->o_.tile, {}, r);
     }
     return exact_backward<T>(q, k, v, forward_.out, forward_.lse, d_out, this->options(), this->o_.tile);

@@ -141,7 +141,7 @@ Gradients<T> LinformerMethod<T>::do_backward(const ConstRef<T>& v, const ConstRe
 template <typename T>
 Gradients<T> LinformerMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
   const Rounding r = this->rounding_hook();
-  const Rounding quiet{r.storage, r.policy, nullptr};  // the forward's roundings again, untallied
+  const Rounding quiet = r.untallied();  // the forward's roundings again
   MatrixR<T> e = ef_->first;
   quiet(e, Held::tensor, "");
   MatrixR<T> fv = detail::tall_transpose_product<T>(f_stored_.transpose(), v);  // as do_output forms it

@@ -191,7 +191,7 @@ Gradients<T> ProbSparseOperator<T>::backward(const ConstRef<T>& v, const ConstRe
     w.kept = false;  // not this V: the forward again, for this call only (V is not copied here)
     // (Emulated: the forward's own rounding again, untallied: output() tallied it.)
     w.out = exact_output<T>(qs, exact_->keys(), v, exact_->options(), kDefaultTile, layout, &w.lse,
-                            Rounding{rounding.storage, rounding.policy, nullptr});
+                            rounding.untallied());
   }
   w.dqs.setZero(u, qs.cols());
   exact_backward_add<T>(qs, exact_->keys(), v, w.out, w.lse, w.dos, exact_->options(), w.dqs, g.dk, g.dv, w.exact,

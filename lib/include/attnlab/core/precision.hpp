@@ -87,6 +87,9 @@ struct Rounding {
   Policy policy = Policy::eager;
   RoundingLog* log = nullptr;
   bool active() const { return storage != Storage::native; }
+  /// The same rounding without a log: a computation formed again (a backward re-forming its forward) is not tallied
+  /// twice.
+  Rounding untallied() const { return {storage, policy, nullptr}; }
   /// Whether an intermediate of this kind is stored in the format under this policy.
   bool rounds(Held h) const { return active() && (h == Held::tensor || policy == Policy::eager); }
   /// Rounds x (float32) in place when rounds(h), adding its tally under `what`; a no-op for float64 (the emulation

@@ -41,29 +41,12 @@ typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const C
     const auto& row = pattern[std::size_t(i)];
     const Index base = outer[i];
     T mx = -std::numeric_limits<T>::infinity();
-    if (rounding.active()) {
-      // Emulated: the logits stored as formed (eager), the probabilities stored (both); tallied once per row.
-      RoundingTally lt, pt;
-      for (std::size_t t = 0; t < row.size(); ++t) {
-        const T raw = rounding.scalar(T(q.row(i).dot(k.row(row[t]))), Held::accumulator, lt);
-        const T logit = rounding.scalar(T(scale) * raw, Held::accumulator, lt);
-        values[base + Index(t)] = logit;
-        inner[base + Index(t)] = row[t];
-        mx = std::max(mx, logit);
-      }
-      T sum = 0;
-      for (std::size_t t = 0; t < row.size(); ++t)
-        sum += values[base + Index(t)] = std::exp(values[base + Index(t)] - mx);
-      for (std::size_t t = 0; t < row.size(); ++t)
-        values[base + Index(t)] = rounding.scalar(values[base + Index(t)] / sum, Held::tensor, pt);
-      if (rounding.log) {
-        if (rounding.rounds(Held::accumulator)) rounding.log->add("logits s·QKᵀ", Held::accumulator, lt);
-        rounding.log->add("probabilities P", Held::tensor, pt);
-      }
-      continue;
-    }
+    // Emulated storage: the logits stored as formed (eager), the probabilities stored (both), tallied once per row;
+    // natively scalar() returns its argument, so these are the plain softmax's operations.
+    RoundingTally lt, pt;
     for (std::size_t t = 0; t < row.size(); ++t) {
-      const T logit = T(scale) * q.row(i).dot(k.row(row[t]));
+      const T raw = rounding.scalar(T(q.row(i).dot(k.row(row[t]))), Held::accumulator, lt);
+      const T logit = rounding.scalar(T(scale) * raw, Held::accumulator, lt);
       values[base + Index(t)] = logit;
       inner[base + Index(t)] = row[t];
       mx = std::max(mx, logit);
@@ -71,7 +54,12 @@ typename SparseOperator<T>::Sparse pattern_softmax(const ConstRef<T>& q, const C
     T sum = 0;
     for (std::size_t t = 0; t < row.size(); ++t)
       sum += values[base + Index(t)] = std::exp(values[base + Index(t)] - mx);
-    for (std::size_t t = 0; t < row.size(); ++t) values[base + Index(t)] /= sum;
+    for (std::size_t t = 0; t < row.size(); ++t)
+      values[base + Index(t)] = rounding.scalar(values[base + Index(t)] / sum, Held::tensor, pt);
+    if (rounding.active() && rounding.log) {
+      if (rounding.rounds(Held::accumulator)) rounding.log->add("logits s·QKᵀ", Held::accumulator, lt);
+      rounding.log->add("probabilities P", Held::tensor, pt);
+    }
   }
   return p;
 }

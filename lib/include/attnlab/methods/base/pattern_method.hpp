@@ -88,7 +88,7 @@ class PatternMethod : public LazyOperatorMethod<T> {
       const MatrixR<T>& q = this->queries();
       const MatrixR<T>& k = this->keys();
       const AttentionOptions& opts = this->options();
-      const auto p = pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts), Rounding{r.storage, r.policy, nullptr});
+      const auto p = pattern_softmax<T>(q, k, opts.scale, pattern(q, k, opts), r.untallied());
       return pattern_backward<T>(p, q, k, v, d_out, opts.scale, r);
     }
     const auto& p = static_cast<const SparseOperator<T>&>(this->do_op()).matrix();
