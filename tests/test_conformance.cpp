@@ -272,6 +272,20 @@ void check_reduced_storage(const std::string& test_name) {
         for (const MatrixR<float>* x : {&g.dq, &g.dk, &g.dv})
           for (Index i = 0; i < x->size(); ++i) bad += !std::isfinite(x->data()[i]);
         EXPECT_EQ(m->gradient_check().nonfinite, bad);
+        // One failure of the format is known and is the finding (test_precision.cpp,
+        // PerformerFloat16EagerBackwardOverflows): eager Performer's normaliser gradient O·dO/D passes fp16's
+        // 65504 where a long query's e^{-‖q‖²/2} makes D small, though the forward's ratio is finite. It must be
+        // that overflow, reported; anything else non-finite here is a bug.
+        const bool known = name.rfind("performer", 0) == 0 && st == Storage::fp16 && pol == Policy::eager;
+        if (known && bad > 0) {
+          std::uint64_t at_division = 0;
+          for (const auto& e : m->rounding())
+            if (e.what == "∂L/∂numerators, ∂L/∂normalisers") at_division += e.tally.overflow;
+          EXPECT_GT(at_division, 0u) << "non-finite gradients not from the normalisers' gradient";
+          std::printf(", backward fails (%llu non-finite gradients: the normalisers' gradient overflowed)\n",
+                      static_cast<unsigned long long>(bad));
+          continue;
+        }
         EXPECT_EQ(bad, 0u);
         const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
         std::printf(", dQ %.2e dK %.2e dV %.2e\n", rel_err(g.dq.cast<double>().eval(), g64.dq),

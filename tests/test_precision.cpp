@@ -355,3 +355,55 @@ TEST(Precision, CausalKernelFormsEmulated) {
   std::printf("  causal linear, fp16 eager, n = %ld, d = %ld: the first row fails at position %ld, %ld rows in all, "
               "%ld of the last %ld\n", long(n), long(d), long(first_zero), long(zeros), long(late), long(n / 4));
 }
+
+// Performer's backward under the eager policy in float16 (issue 39: the backward of every method in the format): the
+// forward is finite on Gaussian heads at temperature 1 — the ratio of numerator and normaliser cancels the
+// reference features' tiny scale, e^{−‖q‖²/2} times the keys' e^{−max} — but autograd's gradient of the division,
+// ∂L/∂D_i = −dO_iᵀO_i / D_i, passes float16's 65504 where D_i is small: non-finite dQ and dK, the overflow tallied
+// at the division's gradients. A torch autograd transcription with every tensor and gradient rounded to float16 fails
+// the same way (tests/python/test_precision.py). Careful (float32 normalisers and division, attnlab's stabilised
+// features) and bfloat16 (its 8-bit exponent) stay finite and within a few units of their format of float64's
+// gradients.
+TEST(Precision, PerformerFloat16EagerBackwardOverflows) {
+  const Index n = 512, d = 64;
+  const MatrixR<float> q = gaussian(n, d, 1), k = gaussian(n, d, 2), v = gaussian(n, d, 3), dout = gaussian(n, d, 4);
+  auto m64 = make_method<double>("performer:features=64", 5);
+  m64->compute(q.cast<double>(), k.cast<double>());
+  const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
+  const auto rel = [](const MatrixR<float>& a, const MatrixR<double>& b) {
+    return (a.cast<double>() - b).norm() / b.norm();
+  };
+  for (const Storage st : {Storage::bf16, Storage::fp16})
+    for (const Policy pol : {Policy::eager, Policy::careful}) {
+      SCOPED_TRACE(storage_name(st) + " " + policy_name(pol));
+      AttentionOptions o;
+      o.storage = st;
+      o.policy = pol;
+      auto m = make_method<float>("performer:features=64", 5);
+      m->compute(q, k, o);
+      m->output(v);
+      EXPECT_EQ(m->output_check().nonfinite + m->output_check().zero_rows, 0u) << "the forward is finite";
+      const Gradients<float> g = m->backward(v, dout);
+      std::uint64_t at_division = 0;
+      for (const auto& e : m->rounding())
+        if (e.what == "∂L/∂numerators, ∂L/∂normalisers") at_division += e.tally.overflow;
+      if (st == Storage::fp16 && pol == Policy::eager) {
+        EXPECT_GT(m->gradient_check().nonfinite, std::uint64_t(n * d)) << "most gradients fail";
+        EXPECT_GT(at_division, 0u) << "the division's gradient overflowed";
+        std::printf("  performer fp16 eager, n = %ld: %llu non-finite gradient entries, %llu overflows at the "
+                    "division's gradients\n", long(n), static_cast<unsigned long long>(m->gradient_check().nonfinite),
+                    static_cast<unsigned long long>(at_division));
+        continue;
+      }
+      EXPECT_EQ(m->gradient_check().nonfinite, 0u);
+      EXPECT_EQ(at_division, 0u);
+      const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8);
+      // eager rounds every step of the features' backward (∂L/∂exponent = ∂L/∂φ∘φ onwards): looser than careful.
+      const double tol = (pol == Policy::eager ? 32 : 8) * u;
+      EXPECT_LT(rel(g.dq, g64.dq), tol);
+      EXPECT_LT(rel(g.dk, g64.dk), tol);
+      EXPECT_LT(rel(g.dv, g64.dv), tol);
+      std::printf("  performer %s %s, n = %ld: dQ %.2e dK %.2e dV %.2e (u = %.1e)\n", storage_name(st).c_str(),
+                  policy_name(pol).c_str(), long(n), rel(g.dq, g64.dq), rel(g.dk, g64.dk), rel(g.dv, g64.dv), u);
+    }
+}

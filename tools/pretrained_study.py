@@ -29,11 +29,21 @@ cluster bootstrap over heads).
 Fine-tuning: attnlab.study.finetune for --finetune families at their default budgets against an exact control, float32,
 AdamW at --lr, on --finetune-steps batches of 8 training pairs.
 
+Precision (--only precision; issue "Reduced precision", item 4): every deployable family at the middle budget of its
+grid, linear and exact, each swapped into every head with its attention in attnlab's emulated bfloat16 and float16
+storage under the eager and careful policies (and in float64), on the same evaluation pairs: the model-level cost of
+the format beside the approximation's, on a model trained elsewhere (tools/precision_model.py does the same on the
+project's two models). A swap whose attention overflows is a `failed` row (attnlab.study: its non-finite output
+reached the next layer), a method the emulation refuses a `refused` row with the reason. Only the attention is in the
+format; the rest of the model stays float64.
+
 Float64 for the drop-in rows (float32 for fine-tuning, as users train). Outputs (resumable: finished units are kept in
 OUT.partial.jsonl files and a rerun continues): results/pretrained_dropin.csv.gz, results/pretrained_heads.csv.gz,
-results/pretrained_predictors.csv.gz, results/pretrained_finetune.csv.gz, each with a .config of its settings. Not
-part of the main job (774 s on 2 cores): `tools/pretrained_study.py` regenerates them.
-  tools/pretrained_study.py [--out-dir results] [--pairs 64] [--head-pairs 8] [--only dropin,heads,finetune]
+results/pretrained_predictors.csv.gz, results/pretrained_finetune.csv.gz, results/pretrained_precision.csv.gz, each
+with a .config of its settings. Not part of the main job (774 s on 2 cores, and about 8 min for precision):
+`tools/pretrained_study.py` regenerates them.
+  tools/pretrained_study.py [--out-dir results] [--pairs 64] [--head-pairs 8]
+                            [--only dropin,heads,finetune,precision]
 """
 import argparse
 import csv
@@ -43,6 +53,7 @@ import math
 import os
 import sys
 import time
+import warnings
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -76,7 +87,7 @@ def parse_args(argv):
     p.add_argument("--finetune", default=",".join(FINETUNE), help="families fine-tuned at their default budget")
     p.add_argument("--finetune-steps", type=int, default=16)
     p.add_argument("--lr", type=float, default=2e-5)
-    p.add_argument("--only", default="dropin,heads,finetune")
+    p.add_argument("--only", default="dropin,heads,finetune,precision")
     p.add_argument("--families", default="", help="drop-in families (default: every deployable one, and linear)")
     p.add_argument("--three-budgets", default="nystrom,nystrom_svd,linformer_pool",
                    help="families swept at the middle three budgets of their grid (the others: its middle one)")
@@ -183,6 +194,11 @@ DROPIN_COLUMNS = ["model", "scope", "family", "budget", "spec", "layer", "head",
                   "own_loss", "max_abs_own", "time_s"]
 
 
+PRECISIONS = [("fp64", ""), ("bf16", "eager"), ("bf16", "careful"), ("fp16", "eager"), ("fp16", "careful")]
+PRECISION_COLUMNS = ["model", "scope", "family", "budget", "spec", "precision", "policy", "status", "pairs", "loss",
+                     "loss_se", "dloss", "dloss_se", "cos_mean", "cos_min", "recall10", "hit1", "finite", "time_s"]
+
+
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -227,6 +243,37 @@ def main(argv):
             p.setdefault("family", "all families")
         write(os.path.join(out, "pretrained_predictors.csv.gz"), pred,
               ["family", "measure", "pairs", "heads", "rho", "lo", "hi"], dict(config, specs=specs))
+    if "precision" in only:
+        fams = [("exact", "", "exact")] + families(three=())
+        if a.families:
+            fams = [f for f in fams if f[0] in a.families.split(",") or f[0] == "exact"]
+        swaps = [(f, b, s if fmt == "fp64" else f"{s}@{fmt}-{pol}", fmt, pol)
+                 for f, b, s in fams for fmt, pol in PRECISIONS]
+        runnable, refused = [], []
+        for u in swaps:
+            try:
+                attnlab.canonical(u[2])   # a method the emulation does not cover: a `refused` row, before any work
+                runnable.append(u)
+            except ValueError as e:
+                refused.append(u + (str(e).splitlines()[0][:200],))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # a failing attention's warning: its row says it
+            rows = study.dropin(model, evaluation, step, [u[2] for u in runnable if u[2] != "exact"], scopes=("all",),
+                                measures=False, seed=a.seed, compare=embedding_measures(queries),
+                                partial=os.path.join(tmp, "precision.partial.jsonl"))
+        unit = {attnlab.canonical(u[2]): u for u in runnable}
+        out_rows = []
+        for r in rows:
+            f, b, _, fmt, pol = unit.get(r["spec"], ("exact", "", "", "fp64", ""))
+            out_rows.append(dict(r, family=f, budget=b, precision=fmt, policy=pol, model="all-MiniLM-L6-v2",
+                                 pairs=a.pairs, scope="all" if r["scope"] != "exact" else "exact"))
+        for f, b, s, fmt, pol, why in refused:
+            out_rows.append(dict(model="all-MiniLM-L6-v2", scope="all", family=f, budget=b, spec=s, precision=fmt,
+                                 policy=pol, pairs=a.pairs, status="refused: " + why))
+        write(os.path.join(out, "pretrained_precision.csv.gz"), out_rows, PRECISION_COLUMNS,
+              dict(config, precisions=PRECISIONS, families=[(f, b) for f, b, _ in fams],
+                   emulation="attnlab's CPU emulation of the storage format (round to nearest even, float32 "
+                             "accumulation): the same values on every x86-64 CPU"))
     if "finetune" in only:
         by_label = {f["label"]: f for f in attnlab.budget_families()}
         model32 = pretrained.load(dtype=torch.float32)

@@ -208,7 +208,8 @@ class Dropin:
         self.H = {c["layer"]: c["heads"] for c in self.calls}
         self.max_abs_own = max(float((a - b)[m].abs().max()) if bool(m.any()) else 0.0
                                for a, b, m in zip(self.base.tokens, self.own.tokens, self.own.masks))
-        self.baseline = dict(scope="exact", spec="exact", layer="", head="", own_loss=self.own.mean()[0],
+        self.baseline = dict(scope="exact", spec="exact", layer="", head="", status="ok",
+                             own_loss=self.own.mean()[0],
                              max_abs_own=self.max_abs_own, **self._against(self.base),
                              time_s=round(time.time() - t0, 3))
         if measures:
@@ -241,8 +242,22 @@ class Dropin:
 
     def measure(self, swap_spec):
         """The model-level measures of any swap (swap's spec forms) against the baseline: loss, loss_se, dloss,
-        dloss_se (paired), kl, top1, finite and compare()'s columns."""
-        return self._against(_run(self.model, self.batches, self.step, swap_spec, self.seed))
+        dloss_se (paired), kl, top1, finite, status and compare()'s columns. A swap that fails numerically is a row,
+        not an exception — its failure is the finding (a method in a reduced precision, `spec@fp16-eager`,
+        overflowing): status "failed: ..." with finite False and the losses NaN when an attention's non-finite
+        output reached the next layer's (which refuses its inputs), or "failed: non-finite loss" when it reached
+        the loss; "ok" otherwise. Any other error is raised."""
+        try:
+            r = self._against(_run(self.model, self.batches, self.step, swap_spec, self.seed))
+        except ValueError as e:
+            if "NaN or infinite" not in str(e):
+                raise
+            nan = math.nan
+            return dict(loss=nan, loss_se=nan, dloss=nan, dloss_se=nan, kl=nan, top1=nan, finite=False,
+                        status="failed: an attention's non-finite output reached the next layer "
+                               f"({str(e).splitlines()[0][:120]})")
+        r["status"] = "ok" if r["finite"] else "failed: non-finite loss"
+        return r
 
     def unit(self, spec, scope, layer="", head=""):
         """One row: the model-level measures of the unit's swap, and its head measures."""

@@ -199,6 +199,57 @@ def test_performer_float16_eager_fails_as_on_the_h200():
         assert np.isfinite(c).all() and (np.abs(c).max(-1) > 0).all()
 
 
+def test_performer_float16_eager_backward_overflows_as_autograd_does():
+    """Performer's eager backward in float16 (issue 39: the backward in the format): at t = 1 the forward is finite,
+    the gradients are not — the normaliser's gradient −dOᵀO/D passes 65504 where the reference features make D small.
+    Checked against an independent transcription: torch autograd on the reference code's features (tools/
+    eager_attention.py's performer, its maxima detached as performer-pytorch does), every forward tensor and every
+    gradient reaching it rounded to float16 (its own ω: the failure is one of magnitudes, not of the draw). Both fail;
+    attnlab says where (diagnostics: the overflow at the division's gradients) and warns; careful stays finite."""
+    torch = pytest.importorskip("torch")
+    n, d, m_ = 512, 64, 64
+    rng = np.random.default_rng(1)
+    q, k, v, do = (rng.standard_normal((n, d)).astype("f4") for _ in range(4))
+    m = attnlab.Method(f"performer:features={m_}", precision="fp16", policy="eager").fit(q, k)
+    assert np.isfinite(m.output(v)).all()
+    with pytest.warns(RuntimeWarning, match="non-finite gradient"):
+        g = m.backward(v, do)
+    diags = m.diagnostics
+    assert diags["gradient_nonfinite"] == sum(int((~np.isfinite(x)).sum()) for x in g) > 0
+    assert diags["overflow[∂L/∂numerators, ∂L/∂normalisers]"] > 0
+
+    class R(torch.autograd.Function):   # stored in float16, forward and backward
+        @staticmethod
+        def forward(ctx, a):
+            return a.half().float()
+
+        @staticmethod
+        def backward(ctx, gr):
+            return gr.half().float()
+
+    torch.manual_seed(0)
+    w = R.apply(torch.randn(m_, d))
+    tq, tk = (torch.tensor(x, requires_grad=True) for x in (q, k))
+    s = d ** -0.25
+
+    def feats(x, keys):
+        xs = R.apply(R.apply(x) * s)
+        proj = R.apply(xs @ w.T)
+        half = R.apply(R.apply(R.apply(xs * xs).sum(-1, keepdim=True)) / 2)
+        mx = (proj.amax((-2, -1), keepdim=True) if keys else proj.amax(-1, keepdim=True)).detach()
+        return R.apply(torch.exp(R.apply(R.apply(proj - half) - mx)))
+
+    fq, fk = feats(tq, False), feats(tk, True)
+    tv = R.apply(torch.tensor(v))
+    num, den = R.apply(fq @ R.apply(fk.T @ tv)), R.apply(fq @ R.apply(fk.sum(0)))
+    o = R.apply(num / den[:, None])
+    assert torch.isfinite(o).all()
+    o.backward(R.apply(torch.tensor(do)))
+    assert not torch.isfinite(tq.grad).all() and not torch.isfinite(tk.grad).all()
+    c = attnlab.Method(f"performer:features={m_}", precision="fp16", policy="careful").fit(q, k)
+    assert all(np.isfinite(x).all() for x in c.backward(v, do))
+
+
 def test_spec_suffix_and_half_tensors():
     """'SPEC@FORMAT[-POLICY]' is the precision a swap spec carries: the same as precision=/policy=; attnlab.torch
     computes bfloat16 / float16 tensors by the emulation of their format and answers in their dtype."""

@@ -30,7 +30,13 @@ MethodDescriptor PerformerOptions::registry_entry() {
           "the reference code's features, every step stored — ω, s^½x, ωᵀx, x∘x, ‖x‖²/2, the exponent less the "
           "query's row maximum (keys: the largest projection of all keys), its exp (e^{−‖x‖²/2} inside the feature: "
           "it underflows for long queries, and 0/0 is NaN) — then the key–value state, key sum, numerators and "
-          "normalisers, divided unguarded"));
+          "normalisers, divided unguarded")
+          .with_backward("non-causal (the causal backward is refused); V, dO, dQ, dK, dV, ∂L/∂φ in the format, the "
+                         "features as the forward stored them; careful: the rest as linear's (float32 state, "
+                         "normalisers and the division's gradients) and the feature map's backward in float32 with ω "
+                         "unrounded; eager: linear's eager backward, then autograd's backward of the reference "
+                         "features (maxima detached), every gradient tensor stored — ∂L/∂exponent = ∂L/∂φ∘φ, "
+                         "∂L/∂(‖x‖²/2), its half, the square's and the projection's ∂L/∂x, their sum"));
 }
 
 template <typename T>
@@ -115,12 +121,46 @@ void PerformerMethod<T>::block_features_backward(const ConstRef<T>& x, bool keys
                                                  MutRef<T> dx) const {
   // The features of s^½·x as block_features made them (f), differentiated with ω fixed (Choromanski et al. 2021
   // Lemma 1, eq. (7)). A query's log-scale is dropped by the forward (it cancels), so only a key's ∂L/∂g enters.
+  if (opts.storage != Storage::native && opts.policy == Policy::eager) {
+    eager_features_backward(x, opts, f, df, dx);  // the kernel engine gives the eager keys no log-scale: dg is 0
+    return;
+  }
   const std::size_t t = std::size_t(omp_get_thread_num());
   MatrixR<T> local;
   MatrixR<T>& dp = t < scratch_.size() ? scratch_[t].dp : local;
   const VectorX<T> none;
   performer_features_backward_given<T>(x, T(std::sqrt(opts.scale)), omega_, this->o_.kernel, f, df,
                                        keys ? dg : ConstVecRef<T>(none), dx, dp);
+}
+
+template <typename T>
+void PerformerMethod<T>::eager_features_backward(const ConstRef<T>& x, const AttentionOptions& opts,
+                                                 const ConstRef<T>& f, const ConstRef<T>& df, MutRef<T> dx) const {
+  // Autograd's backward of eager_features (f = exp(e), e = (ωᵀx_s − ‖x_s‖²/2) − max, x_s = s^½x), each gradient
+  // tensor stored in the format as autograd stores it: exp's backward uses its stored output, de = df∘f; the maxima
+  // are constants (the reference code detaches them: performer-pytorch's softmax_kernel), so ∂L/∂(ωᵀx_s) = de and
+  // ∂L/∂(‖x_s‖²/2) = −Σ_m de; then ÷2, the square's 2x_s∘(·), the projection's de·ω, their sum (autograd
+  // accumulates x_s's two gradients) and ·s^½. In exact arithmetic this is block_features_backward's result (the
+  // positive features' log-scale term is the same −x_s·Σ_m de); stored, it rounds where a user's half-precision
+  // training rounds.
+  const Rounding r = this->rounding_hook();
+  const T sh = T(std::sqrt(opts.scale));
+  MatrixR<T> xs = x * sh;
+  r.untallied()(xs, Held::tensor, "");  // as the forward stored it (tallied there)
+  MatrixR<T> de = df.cwiseProduct(f);
+  r(de, Held::tensor, "features' backward: ∂L/∂exponent");
+  VectorX<T> dhalf = -de.rowwise().sum();
+  r(dhalf, Held::tensor, "features' backward: ∂L/∂(‖x‖²/2)");
+  dhalf /= T(2);
+  r(dhalf, Held::tensor, "features' backward: ∂L/∂‖x‖²");
+  MatrixR<T> dsq = (T(2) * xs.array()).colwise() * dhalf.array();
+  r(dsq, Held::tensor, "features' backward: ∂L/∂x through x∘x");
+  MatrixR<T> dxs;
+  dxs.noalias() = de * omega_stored_;
+  r(dxs, Held::tensor, "features' backward: ∂L/∂x through ωᵀx");
+  dxs += dsq;
+  r(dxs, Held::tensor, "features' backward: ∂L/∂(s^½x)");
+  dx = dxs * sh;
 }
 
 template class PerformerMethod<float>;

@@ -72,6 +72,9 @@ class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMe
   /// Under a reduced storage with the eager policy: the features as the reference code forms them, every step stored
   /// in the format (performer.cpp).
   void eager_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f) const;
+  /// Its backward as autograd runs it on that transcription, every gradient tensor stored in the format.
+  void eager_features_backward(const ConstRef<T>& x, const AttentionOptions& opts, const ConstRef<T>& f,
+                               const ConstRef<T>& df, MutRef<T> dx) const;
 
   Index omega_d_ = -1;  // the dimension ω was drawn for
   MatrixR<T> omega_;
