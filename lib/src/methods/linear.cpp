@@ -17,10 +17,13 @@ MethodDescriptor LinearOptions::registry_entry() {
           "(fq @ (fk.T @ v)) / (fq @ fk.sum(0)) divides; careful keeps those in float32, guarded. Causal (either "
           "causal_form): the chunked transcription, the masked intra-chunk scores stored under both policies, the "
           "state after every chunk under eager (operators/kernel.hpp, emulated_causal_kernel_output)")
-                        .with_backward("non-causal (the causal backward is refused); V, dO, dQ, dK, dV and ∂L/∂φ "
+                        .with_backward("V, dO, dQ, dK, dV and ∂L/∂φ "
                                        "in the format, the features as the forward stored them; eager also the state, "
                                        "the numerators and normalisers (divided unguarded), the division's gradients "
-                                       "and the backward state Σφ(q)W̃ᵀ; careful keeps those in float32"));
+                                       "and the backward state Σφ(q)W̃ᵀ; careful keeps those in float32. Causal "
+                                       "(either causal_form): reverse mode through the chunked transcription, "
+                                       "∂L/∂(intra-chunk scores) stored under both policies, the division's "
+                                       "gradients and the backward state after every chunk under eager"));
 }
 
 template <typename T>

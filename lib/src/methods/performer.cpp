@@ -31,12 +31,14 @@ MethodDescriptor PerformerOptions::registry_entry() {
           "query's row maximum (keys: the largest projection of all keys), its exp (e^{−‖x‖²/2} inside the feature: "
           "it underflows for long queries, and 0/0 is NaN) — then the key–value state, key sum, numerators and "
           "normalisers, divided unguarded")
-          .with_backward("non-causal (the causal backward is refused); V, dO, dQ, dK, dV, ∂L/∂φ in the format, the "
+          .with_backward("V, dO, dQ, dK, dV, ∂L/∂φ in the format, the "
                          "features as the forward stored them; careful: the rest as linear's (float32 state, "
                          "normalisers and the division's gradients) and the feature map's backward in float32 with ω "
                          "unrounded; eager: linear's eager backward, then autograd's backward of the reference "
                          "features (maxima detached), every gradient tensor stored — ∂L/∂exponent = ∂L/∂φ∘φ, "
-                         "∂L/∂(‖x‖²/2), its half, the square's and the projection's ∂L/∂x, their sum"));
+                         "∂L/∂(‖x‖²/2), its half, the square's and the projection's ∂L/∂x, their sum. Causal: "
+                         "linear's causal backward (the chunked transcription's reverse mode), then the same "
+                         "feature maps' backward"));
 }
 
 template <typename T>

@@ -17,10 +17,13 @@ MethodDescriptor TaylorOptions::registry_entry() {
           "as linear (causal too): both policies store Q, K, V, the features φ(x) = [1, x/‖x‖] and O; eager also the "
           "key–value state, the key sum, the numerators and the normalisers, divided unguarded; careful keeps those "
           "in float32, guarded")
-                        .with_backward("non-causal (the causal backward is refused); V, dO, dQ, dK, dV and ∂L/∂φ "
+                        .with_backward("V, dO, dQ, dK, dV and ∂L/∂φ "
                                        "in the format, the features as the forward stored them; eager also the state, "
                                        "the numerators and normalisers (divided unguarded), the division's gradients "
-                                       "and the backward state Σφ(q)W̃ᵀ; careful keeps those in float32"));
+                                       "and the backward state Σφ(q)W̃ᵀ; careful keeps those in float32. Causal "
+                                       "(either causal_form): reverse mode through the chunked transcription, "
+                                       "∂L/∂(intra-chunk scores) stored under both policies, the division's "
+                                       "gradients and the backward state after every chunk under eager"));
 }
 
 template <typename T>

@@ -737,6 +737,155 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
 }
 
 template <typename T>
+Gradients<T> emulated_causal_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                             const ConstRef<T>& d_out, const BlockFeatures<T>& features,
+                                             const BlockFeaturesBackward<T>& features_backward, bool nonnegative,
+                                             Index chunk, const Rounding& rounding) {
+  require(chunk >= 1 && k.rows() >= q.rows() && k.rows() == v.rows() && d_out.rows() == q.rows() &&
+              d_out.cols() == v.cols(),
+          "causal kernel attention backward: shapes");
+  const Index nq = q.rows(), nk = k.rows(), dv = v.cols(), off = nk - nq;
+  // The forward again (emulated_causal_kernel_output's steps and roundings, bit for bit), keeping what reverse mode
+  // needs per chunk: the state and key sum it read (after its rescale), the rescale's factor, the stored scores,
+  // numerators and the inverse normalisers.
+  MatrixR<T> fq, fk;
+  VectorX<T> gq, gk;
+  features(q, false, fq, gq);
+  features(k, true, fk, gk);
+  require(all_finite(fq) && all_finite(fk) && all_finite(gk), "kernel attention: non-finite features");
+  rounding(fq, Held::tensor, "features φ(q), φ(k)");
+  rounding(fk, Held::tensor, "features φ(q), φ(k)");
+  const bool logscale = gk.size() > 0;
+  const bool guarded = !rounding.rounds(Held::accumulator);
+  const Index m = fq.cols(), chunks = (nq + chunk - 1) / chunk;
+  MatrixR<T> state = MatrixR<T>::Zero(m, dv);
+  VectorX<T> zsum = VectorX<T>::Zero(m), zabs = VectorX<T>::Zero(m);
+  VectorX<T> w = VectorX<T>::Ones(nk);  // each key's weight e^{g_j − m} where it is used (1 without log-scales)
+  T mrun = -std::numeric_limits<T>::infinity();
+  struct Chunk {
+    MatrixR<T> state, a, num;
+    VectorX<T> zsum, inv;
+    T factor = 1;  // the rescale at the chunk's start: state_used = factor · state_before
+  };
+  std::vector<Chunk> rec(static_cast<std::size_t>(chunks));
+  const auto absorb = [&](Index a0, Index b) {
+    if (b <= a0) return;
+    const MatrixR<T> fw = w.segment(a0, b - a0).asDiagonal() * fk.middleRows(a0, b - a0);
+    state.noalias() += fw.transpose() * v.middleRows(a0, b - a0);
+    zsum.noalias() += fw.colwise().sum().transpose();
+    if (!nonnegative) zabs.noalias() += fw.cwiseAbs().colwise().sum().transpose();
+    rounding(state, Held::accumulator, "key–value state Σφ(k)vᵀ");
+    rounding(zsum, Held::accumulator, "key sum Σφ(k)");
+  };
+  const auto rescale = [&](T mnew) {
+    if (!logscale || mnew == mrun) return T(1);
+    const T a = mrun == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(mrun - mnew);
+    state *= a;
+    zsum *= a;
+    zabs *= a;
+    mrun = mnew;
+    return a;
+  };
+  const auto weigh = [&](Index a0, Index b) {
+    if (logscale)
+      for (Index j = a0; j < b; ++j) w(j) = std::exp(gk(j) - mrun);
+  };
+  if (off > 0) {
+    if (logscale) rescale(gk.head(off).maxCoeff());
+    weigh(0, off);
+    absorb(0, off);
+  }
+  for (Index c = 0; c < chunks; ++c) {
+    const Index i0 = c * chunk, len = std::min(chunk, nq - i0), j0 = i0 + off;
+    Chunk& r = rec[std::size_t(c)];
+    r.factor = logscale ? rescale(std::max(mrun, gk.segment(j0, len).maxCoeff())) : T(1);
+    weigh(j0, j0 + len);
+    r.a = fq.middleRows(i0, len) * fk.middleRows(j0, len).transpose();
+    for (Index i = 0; i < len; ++i)
+      for (Index j = 0; j < len; ++j) r.a(i, j) = j <= i ? r.a(i, j) * w(j0 + j) : T(0);
+    rounding(r.a, Held::tensor, "intra-chunk scores φ(q)ᵀφ(k)");
+    r.num = r.a * v.middleRows(j0, len);
+    r.num.noalias() += fq.middleRows(i0, len) * state;
+    VectorX<T> den = r.a.rowwise().sum();
+    den.noalias() += fq.middleRows(i0, len) * zsum;
+    r.inv.resize(len);
+    if (!guarded) {
+      rounding(r.num, Held::accumulator, "numerators φ(q)ᵀΣφ(k)vᵀ");
+      rounding(den, Held::accumulator, "normalisers φ(q)ᵀΣφ(k)");
+      for (Index i = 0; i < len; ++i) r.inv(i) = T(1) / den(i);
+    } else {
+      VectorX<T> mag = den;
+      if (!nonnegative) {
+        mag = r.a.cwiseAbs().rowwise().sum();
+        mag.noalias() += fq.middleRows(i0, len).cwiseAbs() * zabs;
+      }
+      for (Index i = 0; i < len; ++i) r.inv(i) = safe_inverse(den(i), mag(i));
+    }
+    r.state = state;
+    r.zsum = zsum;
+    absorb(j0, j0 + len);
+  }
+
+  // Reverse mode, chunk by chunk from the last: O_i = num_i / D_i gives W̃_i = [dO_i/D_i, −dO_iᵀnum_i/D_i²] (the
+  // division's gradients); num = A·V_c + φ_c·S, D = A·1 + φ_c·z with A the masked weighted scores; the absorb after
+  // the output, S ← S + ψ'_cᵀV_c, sends ∂L/∂S (the gradients of every later chunk) to ψ'_c and V_c. Stored as the
+  // forward stores: ∂L/∂A under both policies (a tensor), the division's gradients and the backward state ∂L/∂S,
+  // ∂L/∂z under eager; ∂L/∂φ under both.
+  MatrixR<T> ds = MatrixR<T>::Zero(m, dv), dfq = MatrixR<T>::Zero(nq, m), dfw = MatrixR<T>::Zero(nk, m);
+  VectorX<T> dz = VectorX<T>::Zero(m);
+  Gradients<T> grad;
+  grad.dv = MatrixR<T>::Zero(nk, dv);
+  const auto absorb_backward = [&](Index a0, Index b) {
+    if (b <= a0) return;
+    const MatrixR<T> fw = w.segment(a0, b - a0).asDiagonal() * fk.middleRows(a0, b - a0);
+    dfw.middleRows(a0, b - a0).noalias() += v.middleRows(a0, b - a0) * ds.transpose();
+    dfw.middleRows(a0, b - a0).rowwise() += dz.transpose();
+    grad.dv.middleRows(a0, b - a0).noalias() += fw * ds;
+  };
+  for (Index c = chunks - 1; c >= 0; --c) {
+    const Index i0 = c * chunk, len = std::min(chunk, nq - i0), j0 = i0 + off;
+    const Chunk& r = rec[std::size_t(c)];
+    absorb_backward(j0, j0 + len);
+    const auto dob = d_out.middleRows(i0, len);
+    MatrixR<T> wn = dob.array().colwise() * r.inv.array();
+    VectorX<T> wd = -(r.inv.array().square() * (dob.array() * r.num.array()).rowwise().sum()).matrix();
+    rounding(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+    rounding(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+    MatrixR<T> da = wn * v.middleRows(j0, len).transpose();
+    da.colwise() += wd;
+    for (Index i = 0; i < len; ++i)
+      for (Index j = i + 1; j < len; ++j) da(i, j) = T(0);
+    rounding(da, Held::tensor, "∂L/∂intra-chunk scores");
+    grad.dv.middleRows(j0, len).noalias() += r.a.transpose() * wn;
+    const MatrixR<T> fw = w.segment(j0, len).asDiagonal() * fk.middleRows(j0, len);
+    auto dq_c = dfq.middleRows(i0, len);
+    dq_c.noalias() += wn * r.state.transpose();
+    dq_c.noalias() += wd * r.zsum.transpose();
+    dq_c.noalias() += da * fw;
+    dfw.middleRows(j0, len).noalias() += da.transpose() * fq.middleRows(i0, len);
+    ds.noalias() += fq.middleRows(i0, len).transpose() * wn;
+    dz.noalias() += fq.middleRows(i0, len).transpose() * wd;
+    rounding(ds, Held::accumulator, "backward state ∂L/∂Σφ(k)vᵀ, ∂L/∂Σφ(k)");
+    rounding(dz, Held::accumulator, "backward state ∂L/∂Σφ(k)vᵀ, ∂L/∂Σφ(k)");
+    ds *= r.factor;  // the rescale at the chunk's start
+    dz *= r.factor;
+  }
+  absorb_backward(0, off);
+  rounding(dfq, Held::tensor, "∂L/∂φ");
+  rounding(dfw, Held::tensor, "∂L/∂φ");
+  // ψ'_j = w_j·kf_j: ∂L/∂kf_j = w_j·∂L/∂ψ'_j, and with log-scales ∂L/∂g_j = kf_j·∂L/∂kf_j (streamed_kernel_backward's
+  // convention); the feature maps' VJP on every row at once.
+  MatrixR<T> dfk = w.asDiagonal() * dfw;
+  const VectorX<T> dg = (fk.array() * dfk.array()).rowwise().sum();
+  grad.dq.resize(nq, q.cols());
+  grad.dk.resize(nk, k.cols());
+  const VectorX<T> none;
+  features_backward(q, false, fq, dfq, none, grad.dq);
+  features_backward(k, true, fk, dfk, dg, grad.dk);
+  return grad;
+}
+
+template <typename T>
 Gradients<T> kernel_operator_backward(const KernelOperator<T>& op, const ConstRef<T>& q, const ConstRef<T>& k,
                                       const ConstRef<T>& v, const ConstRef<T>& d_out,
                                       const BlockFeaturesBackward<T>& features_backward,
@@ -797,6 +946,16 @@ template Gradients<double> streamed_kernel_backward<double>(const ConstRef<doubl
                                                             const BlockFeatures<double>&,
                                                             const BlockFeaturesBackward<double>&, bool,
                                                             KernelBackwardWorkspace<double>*, const Rounding&);
+template Gradients<float> emulated_causal_kernel_backward<float>(const ConstRef<float>&, const ConstRef<float>&,
+                                                                 const ConstRef<float>&, const ConstRef<float>&,
+                                                                 const BlockFeatures<float>&,
+                                                                 const BlockFeaturesBackward<float>&, bool, Index,
+                                                                 const Rounding&);
+template Gradients<double> emulated_causal_kernel_backward<double>(const ConstRef<double>&, const ConstRef<double>&,
+                                                                   const ConstRef<double>&, const ConstRef<double>&,
+                                                                   const BlockFeatures<double>&,
+                                                                   const BlockFeaturesBackward<double>&, bool, Index,
+                                                                   const Rounding&);
 template Gradients<float> kernel_operator_backward<float>(const KernelOperator<float>&, const ConstRef<float>&,
                                                           const ConstRef<float>&, const ConstRef<float>&,
                                                           const ConstRef<float>&, const BlockFeaturesBackward<float>&,

@@ -209,6 +209,18 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
                                       const BlockFeaturesBackward<T>& features_backward, bool nonnegative,
                                       KernelBackwardWorkspace<T>* ws = nullptr, const Rounding& rounding = {});
 
+/// The backward of emulated_causal_kernel_output (a reduced storage, a causal mask): reverse mode through its chunked
+/// transcription — the forward again, keeping each chunk's state, scores, numerators and normalisers; then chunk by
+/// chunk from the last the division's gradients, the intra-chunk scores' gradient (masked), the backward state
+/// ∂L/∂Σφ(k)vᵀ, ∂L/∂Σφ(k) that carries the later chunks' gradients to earlier keys, and the feature maps' VJP.
+/// Stored in the format: ∂L/∂(scores) and ∂L/∂φ under both policies (as the forward stores the scores and the
+/// features); the division's gradients and the backward state after every chunk under eager. Sequential.
+template <typename T>
+Gradients<T> emulated_causal_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k, const ConstRef<T>& v,
+                                             const ConstRef<T>& d_out, const BlockFeatures<T>& features,
+                                             const BlockFeaturesBackward<T>& features_backward, bool nonnegative,
+                                             Index chunk, const Rounding& rounding);
+
 /// The causal method's backward: KernelOperator::backward (its chunked prefix sums) into ws, then the feature maps'
 /// VJP on fixed chunks of rows in parallel. q and k are the rows op's features were made from; op must be causal
 /// (without a mask its key features are folded; streamed_kernel_backward serves that case).

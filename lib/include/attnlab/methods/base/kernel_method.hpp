@@ -113,9 +113,13 @@ class KernelMethod : public LazyOperatorMethod<T> {
       return streamed_kernel_backward<T>(this->queries(), this->keys(), v, d_out, feats, back, nonnegative(),
                                          &backward_ws_, this->rounding_hook());
     }
-    require(!this->rounding_hook().active(), "method '{}': the causal backward under {} storage is not emulated yet "
-            "(the causal forward and the non-causal backward are)", this->name(),
-            storage_name(this->options().storage));
+    if (this->rounding_hook().active()) {  // reverse mode through the chunked transcription (either causal form)
+      const BlockFeatures<T> feats = [this](const ConstRef<T>& x, bool keys, MatrixR<T>& f, VectorX<T>& g) {
+        block_features(x, keys, this->options(), f, g);
+      };
+      return emulated_causal_kernel_backward<T>(this->queries(), this->keys(), v, d_out, feats, back, nonnegative(),
+                                                form_.chunk, this->rounding_hook());
+    }
     const auto& op = static_cast<const KernelOperator<T>&>(this->do_op());
     return kernel_operator_backward<T>(op, this->queries(), this->keys(), v, d_out, back, backward_ws_);
   }
