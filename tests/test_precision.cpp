@@ -453,3 +453,43 @@ TEST(Precision, CausalKernelBackwardEmulated) {
     }
   }
 }
+
+// Nyström's backward under emulated storage (nystrom.cpp, emulated_backward: autograd's backward of (F·Z)·(B·V),
+// the pseudo-inverse's reverse steps through pinv_backward_emulated): at the paper's 6 iterations the gradients within
+// a few units of the format of float64's (careful 8u, eager 16u); for every pseudo-inverse (pinv=svd and 30
+// Newton–Schulz steps amplify the rounding as their forward does) within 4× the forward's own rounding error — a
+// wrong reverse step would be off by O(1), not by a few rounding errors.
+TEST(Precision, NystromBackwardEmulated) {
+  const Index n = 256, d = 32;
+  const MatrixR<float> q = gaussian(n, d, 1), k = gaussian(n, d, 2), v = gaussian(n, d, 3), dout = gaussian(n, d, 4);
+  for (const char* spec : {"nystrom:landmarks=32", "nystrom:landmarks=16,pinv=svd,select=random",
+                           "nystrom:landmarks=32,pinv=newton,iters=30"}) {
+    auto m64 = make_method<double>(spec, 3);
+    m64->compute(q.cast<double>(), k.cast<double>());
+    const MatrixR<double> o64 = m64->output(v.cast<double>());
+    const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
+    for (const Storage st : {Storage::bf16, Storage::fp16})
+      for (const Policy pol : {Policy::eager, Policy::careful}) {
+        SCOPED_TRACE(::testing::Message() << spec << " " << storage_name(st) << " " << policy_name(pol));
+        AttentionOptions o;
+        o.storage = st;
+        o.policy = pol;
+        auto m = make_method<float>(spec, 3);
+        m->compute(q, k, o);
+        const double fwd = (m->output(v).cast<double>() - o64).norm() / o64.norm();
+        const Gradients<float> g = m->backward(v, dout);
+        ASSERT_EQ(m->gradient_check().nonfinite, 0u);
+        const auto rel = [](const MatrixR<float>& a, const MatrixR<double>& b) {
+          return (a.cast<double>() - b).norm() / b.norm();
+        };
+        const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8);
+        const double worst = std::max({rel(g.dq, g64.dq), rel(g.dk, g64.dk), rel(g.dv, g64.dv)});
+        EXPECT_LT(worst, 4 * std::max(fwd, u));
+        if (std::string(spec) == "nystrom:landmarks=32") {
+          EXPECT_LT(worst, (pol == Policy::eager ? 16 : 8) * u);
+        }
+        std::printf("  %-44s %s %-7s forward %.2e, worst gradient %.2e (u = %.1e)\n", spec, storage_name(st).c_str(),
+                    policy_name(pol).c_str(), fwd, worst, u);
+      }
+  }
+}

@@ -174,9 +174,13 @@ auto sign_of(const X& x) {
   return x.unaryExpr([](T e) { return T((e > T(0)) - (e < T(0))); });
 }
 
-/// The iterative methods' VJP (pinv.hpp), in float64.
-MatrixR<double> iterative_pinv_backward(const MatrixR<double>& a, const MatrixR<double>& d_z, PinvMethod method,
-                                        Index iterations) {
+/// The iterative methods' VJP (pinv.hpp): in float64 (S = double, r inactive), or in float32 under an emulated
+/// reduced storage (pinv_backward_emulated): the forward's iterates formed again as Pseudoinverse::compute stores
+/// them under r, and every gradient product and sum stored under r's eager policy (pseudo-inverse internals are
+/// accumulators: careful keeps them in float32). With r inactive the arithmetic is the float64 one, bit for bit.
+template <typename S>
+MatrixR<S> iterative_pinv_backward(const MatrixR<S>& a, const MatrixR<S>& d_z, PinvMethod method, Index iterations,
+                                   const Rounding& r) {
   // Z₀ = Aᵀ/c, c = ‖A‖₁‖A‖∞, with the arithmetic of compute() (in float64 the iterates are the forward's
   // bits; for float32, the float64 iterates of the same A).
   Index jstar = 0, istar = 0;
@@ -185,28 +189,44 @@ MatrixR<double> iterative_pinv_backward(const MatrixR<double>& a, const MatrixR<
   require(norm1 > 0 && norminf > 0, "pseudo-inverse backward of the zero matrix");
   const double c = norm1 * norminf;
   const Index m = a.rows();
-  const MatrixR<double> I = MatrixR<double>::Identity(m, m);
+  const MatrixR<S> I = MatrixR<S>::Identity(m, m);
   const bool order3 = method == PinvMethod::Order3;
+  const Rounding fwd = r.untallied();  // the forward's iterates, formed again: tallied by compute() already
+  const char* iterates = "";
+  const char* grads = "pseudo-inverse backward";
   // One step of the forward, its intermediates kept for the way back: X = AZ, then
   //   order3: t1 = 7I − X, t2 = 15I − X t1, t3 = 13I − X t2, Z' = ¼ Z t3;   newton: t1 = 2I − X, Z' = Z t1
-  // (the products of compute(), in its order: the same iterates).
+  // (the products of compute(), in its order and with its roundings: the same iterates).
   struct Step {
-    MatrixR<double> z, x, t1, t2, t3;
+    MatrixR<S> z, x, t1, t2, t3;
   };
   const auto form = [&](Step& s) {
     s.x.noalias() = a * s.z;
+    fwd(s.x, Held::accumulator, iterates);
     if (order3) {
-      s.t1 = 7.0 * I - s.x;
-      s.t2 = 15.0 * I - s.x * s.t1;
-      s.t3 = 13.0 * I - s.x * s.t2;
+      s.t1 = S(7) * I - s.x;
+      fwd(s.t1, Held::accumulator, iterates);
+      MatrixR<S> t = s.x * s.t1;
+      fwd(t, Held::accumulator, iterates);
+      s.t2 = S(15) * I - t;
+      fwd(s.t2, Held::accumulator, iterates);
+      t = s.x * s.t2;
+      fwd(t, Held::accumulator, iterates);
+      s.t3 = S(13) * I - t;
+      fwd(s.t3, Held::accumulator, iterates);
     } else {
-      s.t1 = 2.0 * I - s.x;
+      s.t1 = S(2) * I - s.x;
+      fwd(s.t1, Held::accumulator, iterates);
     }
   };
   const auto next = [&](const Step& s) {
-    MatrixR<double> zn;
+    MatrixR<S> zn;
     zn.noalias() = s.z * (order3 ? s.t3 : s.t1);
-    if (order3) return MatrixR<double>(0.25 * zn);
+    if (order3) {
+      fwd(zn, Held::accumulator, iterates);
+      zn = S(0.25) * zn;
+    }
+    fwd(zn, Held::accumulator, iterates);
     return zn;
   };
   // Segments of s steps, each formed again from its first iterate on the way back with its intermediates kept (no
@@ -218,9 +238,10 @@ MatrixR<double> iterative_pinv_backward(const MatrixR<double>& a, const MatrixR<
   const Index stride = double(iterations) * step_bytes <= 64.0 * (1 << 20)
                            ? std::max<Index>(1, iterations)
                            : std::max<Index>(1, Index(std::ceil(std::sqrt(double(iterations)))));
-  std::vector<MatrixR<double>> checkpoints;
-  MatrixR<double> z = a.transpose() / c;
-  const MatrixR<double> z0 = z;
+  std::vector<MatrixR<S>> checkpoints;
+  MatrixR<S> z = a.transpose() / S(c);
+  fwd(z, Held::accumulator, iterates);
+  const MatrixR<S> z0 = z;
   const Index last = iterations > 0 ? (iterations - 1) / stride * stride : 0;  // the last checkpoint
   for (Index k = 0; k < iterations; ++k) {
     if (k % stride == 0) checkpoints.push_back(z);
@@ -230,7 +251,7 @@ MatrixR<double> iterative_pinv_backward(const MatrixR<double>& a, const MatrixR<
     form(s);
     z = next(s);
   }
-  MatrixR<double> dz = d_z, da = MatrixR<double>::Zero(m, a.cols());
+  MatrixR<S> dz = d_z, da = MatrixR<S>::Zero(m, a.cols());
   std::vector<Step> seg(std::size_t(std::min(stride, std::max<Index>(iterations, 1))));
   for (Index sgi = Index(checkpoints.size()) - 1; sgi >= 0; --sgi) {
     const Index k0 = sgi * stride, k1 = std::min(iterations, k0 + stride);
@@ -243,31 +264,43 @@ MatrixR<double> iterative_pinv_backward(const MatrixR<double>& a, const MatrixR<
     for (Index k = k1 - 1; k >= k0; --k) {
       // Reverse mode through Z' = step(Z) with X = AZ (Razavi et al. 2014; Xiong et al. 2021 eq. (16)).
       const Step& s = seg[std::size_t(k - k0)];
-      const MatrixR<double>& zk = s.z;
-      MatrixR<double> dzk, dx;
+      const MatrixR<S>& zk = s.z;
+      MatrixR<S> dzk, dx;
       if (order3) {
-        dzk.noalias() = 0.25 * dz * s.t3.transpose();
-        const MatrixR<double> dt3 = 0.25 * zk.transpose() * dz;
+        dzk.noalias() = S(0.25) * dz * s.t3.transpose();
+        r(dzk, Held::accumulator, grads);
+        MatrixR<S> dt3 = S(0.25) * zk.transpose() * dz;
+        r(dt3, Held::accumulator, grads);
         dx.noalias() = -dt3 * s.t2.transpose();
-        const MatrixR<double> dt2 = -s.x.transpose() * dt3;
+        r(dx, Held::accumulator, grads);
+        MatrixR<S> dt2 = -s.x.transpose() * dt3;
+        r(dt2, Held::accumulator, grads);
         dx.noalias() -= dt2 * s.t1.transpose();
-        const MatrixR<double> dt1 = -s.x.transpose() * dt2;
+        r(dx, Held::accumulator, grads);
+        MatrixR<S> dt1 = -s.x.transpose() * dt2;
+        r(dt1, Held::accumulator, grads);
         dx -= dt1;
+        r(dx, Held::accumulator, grads);
       } else {
         dzk.noalias() = dz * s.t1.transpose();
+        r(dzk, Held::accumulator, grads);
         dx.noalias() = -zk.transpose() * dz;
+        r(dx, Held::accumulator, grads);
       }
       da.noalias() += dx * zk.transpose();
+      r(da, Held::accumulator, grads);
       dzk.noalias() += a.transpose() * dx;
+      r(dzk, Held::accumulator, grads);
       dz.swap(dzk);
     }
   }
   // Z₀ = Aᵀ/c: dA += dZ₀ᵀ/c, and through c = ‖A‖₁‖A‖∞ (∂Z₀/∂c = −Z₀/c), the maximizing column j* and row i* held
   // fixed: ∂‖A‖₁/∂A = sign(A) on column j*, ∂‖A‖∞/∂A = sign(A) on row i*.
-  da += dz.transpose() / c;
-  const double dc = -(dz.array() * z0.array()).sum() / c;
-  da.col(jstar) += (dc * norminf) * sign_of<double>(a.col(jstar));
-  da.row(istar) += (dc * norm1) * sign_of<double>(a.row(istar));
+  da += dz.transpose() / S(c);
+  const double dc = double(-(dz.array() * z0.array()).sum()) / c;
+  da.col(jstar) += S(dc * norminf) * sign_of<S>(a.col(jstar));
+  da.row(istar) += S(dc * norm1) * sign_of<S>(a.row(istar));
+  r(da, Held::accumulator, grads);
   return da;
 }
 
@@ -284,10 +317,19 @@ MatrixR<T> pinv_backward(const ConstRef<T>& a, const ConstRef<T>& d_z, PinvMetho
   // In float64 whatever T, as svd_pinv: the derivative of the same map at the same A, without the float32 rounding
   // that K reverse steps of m×m products accumulate (5× smaller dQ, dK errors against float64 for Nyström on a
   // landmark matrix of condition 4.5e3 after 30 Newton–Schulz steps); the m×m work is small beside the n·m attention.
-  if constexpr (std::is_same_v<T, double>) return iterative_pinv_backward(a, d_z, method, iterations);
+  if constexpr (std::is_same_v<T, double>) return iterative_pinv_backward<double>(a, d_z, method, iterations, {});
   else
-    return iterative_pinv_backward(a.template cast<double>(), d_z.template cast<double>(), method, iterations)
+    return iterative_pinv_backward<double>(a.template cast<double>(), d_z.template cast<double>(), method, iterations,
+                                           {})
         .template cast<T>();
+}
+
+MatrixR<float> pinv_backward_emulated(const ConstRef<float>& a, const ConstRef<float>& d_z, PinvMethod method,
+                                      Index iterations, const Rounding& r) {
+  if (method == PinvMethod::Svd || !r.active()) return pinv_backward<float>(a, d_z, method, iterations);
+  require(d_z.rows() == a.cols() && d_z.cols() == a.rows() && iterations >= 0,
+          "pseudo-inverse backward: dZ is {}×{}, Z is {}×{}", d_z.rows(), d_z.cols(), a.cols(), a.rows());
+  return iterative_pinv_backward<float>(a, d_z, method, iterations, r);
 }
 
 double convergence_order(const std::vector<double>& e, double floor, double ceiling) {

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <type_traits>
 
 namespace attnlab {
 
@@ -34,7 +35,12 @@ MethodDescriptor NystromOptions::registry_entry() {
           "policies store Q, K, V, the landmarks Q̃, K̃, the three kernels F, A, B (n × m, m × m, m × n, "
           "materialised), F·Z, B·V and O in the format; eager also every kernel's logits and Z₀, every product and "
           "iterate of the pseudo-inverse iteration (pinv=svd: Z, from a float32 SVD, as a transcription casts for "
-          "torch.linalg.pinv); careful keeps the logits and the pseudo-inverse in float32"));
+          "torch.linalg.pinv); careful keeps the logits and the pseudo-inverse in float32")
+          .with_backward("autograd's backward of that form: V, dO, ∂L/∂(F·Z), ∂L/∂(B·V), ∂L/∂F, ∂L/∂B, each "
+                         "softmax's dS, the landmarks' gradients, Q's and K's two gradients and dQ, dK, dV stored "
+                         "under both policies; eager also s·dS, ∂L/∂Z and every product and sum of the pseudo-"
+                         "inverse's reverse steps (its iterates formed again as stored); careful keeps those in "
+                         "float32 (pinv=svd: the SVD's derivative in float64)"));
 }
 
 template <typename T>
@@ -134,6 +140,7 @@ void NystromMethod<T>::spread(const MatrixR<T>& dl, const std::vector<Index>& id
 /// gradients are spread onto dQ and dK after both.
 template <typename T>
 Gradients<T> NystromMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  if (plain_.storage != Storage::native) return emulated_backward(v, d_out);
   BackwardWorkspace& ws = ws_;
   const Index m = ql_.rows(), nq = q_.rows(), nk = k_.rows(), d = q_.cols(), dv = v.cols();
   const T scale = T(plain_.scale);
@@ -207,6 +214,69 @@ Gradients<T> NystromMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<
     if (r0 < nq) spread(ws.dql, iq_, nq, r0, g.dq.middleRows(r0, std::min(rb, nq - r0)));
   }
   return g;
+}
+
+/// Reverse mode through the emulated forward's form O = (F·Z)·(B·V) (do_output under a reduced storage) as autograd
+/// runs it on a half-precision transcription, V and dO stored by Method::backward: d(FZ) = dO·(BV)ᵀ, d(BV) =
+/// (FZ)ᵀ·dO, dF = d(FZ)·Zᵀ, dB = d(BV)·Vᵀ stored; dZ = Fᵀ·d(FZ) with the pseudo-inverse (stored under eager,
+/// float32 under careful, as Z), pinv_backward_emulated → dA; each softmax's backward as exact attention's
+/// materialised one (dS = P ∘ (dP − rowsum(P ∘ dP)) stored, s·dS stored again under eager); the landmarks'
+/// gradients stored, then spread onto the rows they average; Q's and K's two gradients (direct and through the
+/// landmarks) each stored before their sum.
+template <typename T>
+Gradients<T> NystromMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  if constexpr (!std::is_same_v<T, float>) {
+    throw Error("nystrom: the reduced-storage emulation runs in float32");
+  } else {
+    const Rounding r = this->rounding_hook();
+    const Rounding again = r.untallied();  // the forward's tensors formed again (tallied by the forward)
+    const T s = T(plain_.scale);
+    const Index nq = q_.rows(), nk = k_.rows();
+    const MatrixR<T> f = exact_matrix<T>(q_, kl_, plain_, again);  // n_q × m, as do_output stored it
+    MatrixR<T> fz = f * z_;
+    again(fz, Held::tensor, "");
+    MatrixR<T> bv = b_ * v;
+    again(bv, Held::tensor, "");
+    const char* prod = "backward: ∂L/∂(F·Z), ∂L/∂(B·V), ∂L/∂F, ∂L/∂B";
+    MatrixR<T> dfz = d_out * bv.transpose();
+    r(dfz, Held::tensor, prod);
+    MatrixR<T> dbv = fz.transpose() * d_out;
+    r(dbv, Held::tensor, prod);
+    MatrixR<T> df = dfz * z_.transpose();
+    r(df, Held::tensor, prod);
+    MatrixR<T> dz = f.transpose() * dfz;
+    r(dz, Held::accumulator, "backward: ∂L/∂Z, ∂L/∂A");
+    MatrixR<T> db = dbv * v.transpose();
+    r(db, Held::tensor, prod);
+    Gradients<T> g;
+    g.dv = b_.transpose() * dbv;
+    // A softmax's backward (rows of P), into the logits' gradient s·dS.
+    const auto softmax_backward = [&](const MatrixR<T>& p, const MatrixR<T>& dp) {
+      const VectorX<T> rows = (p.array() * dp.array()).rowwise().sum();
+      MatrixR<T> ds = (p.array() * (dp.array().colwise() - rows.array())).matrix();
+      r(ds, Held::tensor, "backward: the softmaxes' dS");
+      ds *= s;
+      r(ds, Held::accumulator, "backward: the softmaxes' dS");
+      return ds;
+    };
+    MatrixR<T> da = pinv_backward_emulated(a_, dz, this->o_.pinv, pinv_iterations_, r);
+    r(da, Held::accumulator, "backward: ∂L/∂Z, ∂L/∂A");
+    const MatrixR<T> dsf = softmax_backward(f, df), dsb = softmax_backward(b_, db), dsa = softmax_backward(a_, da);
+    MatrixR<T> dq = dsf * kl_, dk = dsb.transpose() * ql_;
+    r(dq, Held::tensor, "backward: ∂L/∂Q, ∂L/∂K through the logits");
+    r(dk, Held::tensor, "backward: ∂L/∂Q, ∂L/∂K through the logits");
+    MatrixR<T> dql = dsb * k_ + dsa * kl_, dkl = dsf.transpose() * q_ + dsa.transpose() * ql_;
+    r(dql, Held::tensor, "backward: ∂L/∂Q̃, ∂L/∂K̃");
+    r(dkl, Held::tensor, "backward: ∂L/∂Q̃, ∂L/∂K̃");
+    MatrixR<T> sq = MatrixR<T>::Zero(nq, q_.cols()), sk = MatrixR<T>::Zero(nk, k_.cols());
+    spread(dql, iq_, nq, 0, sq);
+    spread(dkl, ik_, nk, 0, sk);
+    r(sq, Held::tensor, "backward: ∂L/∂Q, ∂L/∂K through the landmarks");
+    r(sk, Held::tensor, "backward: ∂L/∂Q, ∂L/∂K through the landmarks");
+    g.dq = dq + sq;
+    g.dk = dk + sk;
+    return g;
+  }
 }
 
 template class NystromMethod<float>;

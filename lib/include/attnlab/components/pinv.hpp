@@ -83,6 +83,13 @@ template <typename T>
 MatrixR<T> pinv_backward(const ConstRef<T>& a, const ConstRef<T>& d_z, PinvMethod method, Index iterations,
                          double rcond = -1);
 
+/// pinv_backward under an emulated reduced storage (Nyström's emulated backward; r active): order3 / newton in
+/// float32 — the forward's iterates formed again as Pseudoinverse::compute stores them with setRounding(r), every
+/// gradient product and sum of the reverse steps stored under r's eager policy (careful: float32); svd, or r
+/// inactive, as pinv_backward.
+MatrixR<float> pinv_backward_emulated(const ConstRef<float>& a, const ConstRef<float>& d_z, PinvMethod method,
+                                      Index iterations, const Rounding& r);
+
 /// Asymptotic convergence order from an error history: the median of log(e_{k+1}/e_k) / log(e_k/e_{k−1}) over
 /// the steps where the errors lie in [floor, ceiling] (the asymptotic regime above rounding).
 double convergence_order(const std::vector<double>& errors, double floor = 1e-12, double ceiling = 1e-1);

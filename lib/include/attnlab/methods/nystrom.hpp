@@ -71,6 +71,9 @@ class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMetho
   /// then the landmark gradients spread back onto the rows they average (or were sampled from). Its buffers are
   /// kept in the method: only the gradients are new.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
+  /// do_backward under an emulated reduced storage: autograd's backward of the reference form the emulated forward
+  /// computes, (F·Z)·(B·V), every gradient tensor stored (nystrom.cpp).
+  Gradients<T> emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
 
   /// dX[r0, r0 + rows) += the gradient of the landmarks X̃ = means of m segments of X's n rows (or X's rows `idx`),
   /// given dX̃; dx holds those rows.
