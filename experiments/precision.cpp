@@ -3,7 +3,10 @@
 // generated problems and on the model sources' heads, with logits sharpened by a temperature t (Q·t, softmax(t·s·QKᵀ):
 // the GPU transcriptions' convention, tools/gpu_precision.py). Per cell: the rounding error against the method's own
 // float64 output, the total error against exact attention in float64, the non-finite output entries, the all-zero
-// output rows, and what the rounding overflowed, underflowed to zero or met as NaN. The fp64 rows give each method's
+// output rows, and what the forward's rounding overflowed, underflowed to zero or met as NaN; where the backward is
+// emulated, dQ, dK, dV against the method's own float64 gradients (err_dq, ...), the non-finite gradient entries
+// (grad_nonfinite) and the entries the backward's rounding overflowed (grad_overflow: its stored tensors, the
+// forward's formed again among them). The fp64 rows give each method's
 // approximation error, the yardstick the rounding error is read against. For exact attention also its derived
 // worst-case rounding bound (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the
 // bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0). A method or policy the library does
@@ -129,6 +132,9 @@ class Precision final : public SourcesExperiment {
             add(format, pol, "err_rounding", (od - own).norm() / own_norm);
             add(format, pol, "err_total", (od - exact.output()).norm() / exact_norm);
           }
+          // The forward's tallies (compute and output), before the backward adds its own to the method's log.
+          RoundingTally forward;
+          for (const auto& e : m->rounding()) forward += e.tally;
           if (backward) {
             const attnlab::Gradients<float> g = m->backward(v32, dout32);
             std::uint64_t bad = 0;
@@ -153,12 +159,15 @@ class Precision final : public SourcesExperiment {
             add(format, pol, "bound_ratio", (od - analysis->o).norm() / b.output_norm());
             add(format, pol, "bound_violations", double(outside));
           }
-          RoundingTally sum;
-          for (const auto& e : m->rounding()) sum += e.tally;
           if (!native) {
-            add(format, pol, "overflow", double(sum.overflow));
-            add(format, pol, "underflow", double(sum.underflow));
-            add(format, pol, "nan_stored", double(sum.nan));
+            add(format, pol, "overflow", double(forward.overflow));
+            add(format, pol, "underflow", double(forward.underflow));
+            add(format, pol, "nan_stored", double(forward.nan));
+            if (backward) {  // what the backward stored overflowing: the log's total less the forward's
+              RoundingTally all;
+              for (const auto& e : m->rounding()) all += e.tally;
+              add(format, pol, "grad_overflow", double(all.overflow - forward.overflow));
+            }
           }
         }
       }

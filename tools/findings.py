@@ -886,8 +886,10 @@ def precision(F, R):
                 F.add(f"precision.{s}_{fmt}_{pol}_fails_n", f"n = {at_t.min()}" if len(at_t) else "none", str,
                       f"{s}, {fmt}, {pol}: the shortest length (of {sorted(set(a.n))}) at which the output has "
                       "non-finite entries or all-zero rows, gaussian, t = 1", "precision")
-    # The emulated backward (exact's two paths, the pattern softmax, ProbSparse's exact rows): dQ's rounding error.
-    for s in ("exact_stream", "exact_mat", "local64", "reformer64", "probsparse5", "linear"):
+    # The emulated backward (exact's two paths, the pattern softmax, ProbSparse's exact rows, the kernel methods,
+    # Linformer, Nyström): dQ's rounding error, and where the gradients fail.
+    for s in ("exact_stream", "exact_mat", "local64", "reformer64", "probsparse5", "linear", "performer256",
+              "performer64", "linformer256", "nystrom64", "nystrom_svd64"):
         c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
         for fmt in ("bf16", "fp16"):
             for pol in ("eager", "careful"):
@@ -898,6 +900,18 @@ def precision(F, R):
                         F.add(f"precision.{s}_{fmt}_{pol}_{grad}", x.value.iloc[0], lambda v: sig(v, 2),
                               f"{s}: rounding error of {grad} (backward) against its own float64 gradient, {fmt} "
                               f"{pol}, gaussian, n = {n}, t = 1", "precision")
+    for s in ("performer256", "performer64", "linear"):
+        for fmt in ("bf16", "fp16"):
+            for pol in ("eager", "careful"):
+                a = g[(g.short == s) & (g.dtype == fmt) & (g.policy == pol) & (g.metric == "grad_nonfinite")]
+                bad = a[a.value > 0]
+                at_n, at_t = bad[bad.n == n].t, bad[bad.t == 1].n
+                F.add(f"precision.{s}_{fmt}_{pol}_grad_fails_t", f"t = {at_n.min():g}" if len(at_n) else "none", str,
+                      f"{s}, {fmt}, {pol}: the smallest temperature (of {sorted(set(a.t))}) at which dQ, dK or dV "
+                      f"has non-finite entries, gaussian, n = {n}", "precision")
+                F.add(f"precision.{s}_{fmt}_{pol}_grad_fails_n", f"n = {at_t.min()}" if len(at_t) else "none", str,
+                      f"{s}, {fmt}, {pol}: the shortest length (of {sorted(set(a.n))}) at which dQ, dK or dV has "
+                      "non-finite entries, gaussian, t = 1", "precision")
     gb = d[d.metric == "grad_nonfinite"]
     F.add("precision.grad_nonfinite", int(gb.value.sum()), str,
           "non-finite gradient entries over every emulated backward of the precision experiment", "precision")
@@ -989,11 +1003,56 @@ def precision_model(F, R):
                       "float64 (nats/byte), or the failure", "precision_model")
 
 
+def pretrained_precision(F, R):
+    """tools/pretrained_study.py --only precision: all-MiniLM-L6-v2 (trained elsewhere) with every attention in
+    emulated bf16 / fp16 storage."""
+    path = os.path.join(R, "pretrained_precision.csv.gz")
+    if not os.path.exists(path):   # not the main job's: tools/pretrained_study.py writes it
+        return
+    d = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    d["budget"] = d.budget.astype(str).str.replace(r"\.0$", "", regex=True)
+    fams = [f for f in dict.fromkeys(d.family) if f != "exact"]
+    moved, failed = [], []
+    for fam in ["exact"] + fams:
+        rows = d[d.family == fam]
+        f64 = rows[rows.precision == "fp64"].iloc[0]
+        if fam != "exact":
+            budget = "" if f64.budget == "nan" else f" (budget {f64.budget})"
+            F.add(f"pprec.{fam}_fp64", f64.dloss, lambda x: sig(x, 2),
+                  f"all-MiniLM-L6-v2, {fam}{budget} in every attention, float64: contrastive loss "
+                  "change against exact (nats; 64 pairs of n = 256)", "pretrained_precision")
+        for fmt in ("bf16", "fp16"):
+            for pol in ("eager", "careful"):
+                r = rows[(rows.precision == fmt) & (rows.policy == pol)].iloc[0]
+                ok = r.status == "ok"
+                value = sig(r.dloss, 2) if ok else r.status.split(":")[0]
+                F.add(f"pprec.{fam}_{fmt}_{pol}", value, str,
+                      f"all-MiniLM-L6-v2, {fam} in every attention, emulated {fmt} ({pol}): loss change against "
+                      "exact float64 (nats), or the failure", "pretrained_precision")
+                if ok and fam != "exact":
+                    moved.append((abs(r.dloss - f64.dloss), fam, fmt, pol, f64.dloss))
+                elif not ok:
+                    failed.append(f"{fam} {fmt} {pol}")
+    F.add("pprec.failed", ", ".join(failed) if failed else "none", str,
+          "all-MiniLM-L6-v2: the swaps whose attention returned non-finite values in the format", "pretrained_precision")
+    ex = d[(d.family == "exact") & (d.precision != "fp64")]
+    F.add("pprec.exact_max", ex.dloss.abs().max(), lambda x: sig(x, 1),
+          "all-MiniLM-L6-v2: the largest |loss change| of exact attention in any emulated format and policy (nats)",
+          "pretrained_precision")
+    big = max(moved)
+    F.add("pprec.largest_move", f"{sig(big[0], 2)} ({big[1]}, {big[2]} {big[3]})", str,
+          "all-MiniLM-L6-v2: the largest change of a method's loss from its float64 one by the format (among swaps "
+          "that stayed finite)", "pretrained_precision")
+    usable = max(m for m in moved if m[4] < 1.0)
+    F.add("pprec.largest_move_usable", f"{sig(usable[0], 2)} ({usable[1]}, {usable[2]} {usable[3]})", str,
+          "all-MiniLM-L6-v2: the same among the families that cost under 1 nat in float64", "pretrained_precision")
+
+
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
                bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients, pretrained,
-               gpu, precision, precision_model):
+               gpu, precision, precision_model, pretrained_precision):
         fn(F, results)
     model(F)
     return F.items

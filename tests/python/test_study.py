@@ -215,3 +215,20 @@ def test_choose_checks_its_mix_on_other_batches(tmp_path):
             return torch.cat([step(m, b)["loss"].mean(1) for b in check])
     d = (per_example(by_hand) - per_example(None)).numpy() if mix else np.zeros(4)
     assert got["check"]["increase"] == pytest.approx(float(d.mean()), abs=1e-12)
+
+
+def test_a_swap_that_fails_in_its_format_is_a_row():
+    """A method that overflows in a reduced precision (eager Performer in float16 on long queries: the reference
+    features' e^{−‖x‖²/2} underflow, 0/0) makes the next layer's attention refuse its inputs: dropin records a
+    `failed` row (finite False, the losses NaN) and goes on; the other swaps are `ok`."""
+    m = Tiny(causal=False).double().eval()
+    with torch.no_grad():
+        for lin in m.qkv:
+            lin.weight.mul_(12.0)   # long queries and keys
+    with pytest.warns(RuntimeWarning):
+        specs = ["performer:features=16@fp16-eager", "performer:features=16@fp16-careful"]
+        rows = study.dropin(m, batches(), step, specs, scopes=("all",), measures=False, progress=False)
+    base, eager, careful = rows
+    assert base["status"] == "ok"
+    assert eager["status"].startswith("failed") and eager["finite"] is False and math.isnan(eager["loss"])
+    assert careful["status"] == "ok" and careful["finite"] and math.isfinite(careful["dloss"])
