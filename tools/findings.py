@@ -1034,7 +1034,8 @@ def pretrained_precision(F, R):
                 elif not ok:
                     failed.append(f"{fam} {fmt} {pol}")
     F.add("pprec.failed", ", ".join(failed) if failed else "none", str,
-          "all-MiniLM-L6-v2: the swaps whose attention returned non-finite values in the format", "pretrained_precision")
+          "all-MiniLM-L6-v2: the swaps whose attention returned non-finite values in the format",
+          "pretrained_precision")
     ex = d[(d.family == "exact") & (d.precision != "fp64")]
     F.add("pprec.exact_max", ex.dloss.abs().max(), lambda x: sig(x, 1),
           "all-MiniLM-L6-v2: the largest |loss change| of exact attention in any emulated format and policy (nats)",
