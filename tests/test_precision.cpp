@@ -493,3 +493,28 @@ TEST(Precision, NystromBackwardEmulated) {
       }
   }
 }
+
+// Efficient attention's backward under emulated storage: within a few units of the format of float64's gradients
+// (its softmaxes' backward from the stored factors; careful 8u, eager 16u).
+TEST(Precision, EfficientBackwardEmulated) {
+  const Index n = 256, d = 32;
+  const MatrixR<float> q = gaussian(n, d, 1), k = gaussian(n, d, 2), v = gaussian(n, d, 3), dout = gaussian(n, d, 4);
+  auto m64 = make_method<double>("efficient");
+  m64->compute(q.cast<double>(), k.cast<double>());
+  const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
+  for (const Storage st : {Storage::bf16, Storage::fp16})
+    for (const Policy pol : {Policy::eager, Policy::careful}) {
+      SCOPED_TRACE(storage_name(st) + " " + policy_name(pol));
+      AttentionOptions o;
+      o.storage = st;
+      o.policy = pol;
+      auto m = make_method<float>("efficient");
+      m->compute(q, k, o);
+      const Gradients<float> g = m->backward(v, dout);
+      ASSERT_EQ(m->gradient_check().nonfinite, 0u);
+      const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
+      EXPECT_LT((g.dq.cast<double>() - g64.dq).norm() / g64.dq.norm(), tol);
+      EXPECT_LT((g.dk.cast<double>() - g64.dk).norm() / g64.dk.norm(), tol);
+      EXPECT_LT((g.dv.cast<double>() - g64.dv).norm() / g64.dv.norm(), tol);
+    }
+}

@@ -20,7 +20,10 @@ MethodDescriptor EfficientOptions::registry_entry() {
       .with_storage(StorageEmulation::both(
           "both policies: Q, K, V, the factors softmax₂(Q), softmax₁(K) (each softmax's max, exponentials and sums "
           "in float32, as torch.softmax takes them) and O; eager also the state softmax₁(K)ᵀV; careful keeps it in "
-          "float32"));
+          "float32")
+          .with_backward("V, dO, ∂L/∂A = dO·Cᵀ, ∂L/∂B = V·dCᵀ and dQ, dK, dV stored under both policies, the "
+                         "softmaxes' backward from the stored factors (sums in float32); eager also the state C = BᵀV "
+                         "and its gradient AᵀdO"));
 }
 
 template <typename T>
@@ -56,20 +59,36 @@ Status EfficientMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k
 
 /// Reverse mode through O = softmax₂(Q)·(softmax₁(K)ᵀ·V) (Shen et al. 2021, §3): dense VJPs of the two softmaxes,
 /// each over its own axis; the sums over positions by the tall products (chunk-ordered, reproducible).
+/// Under an emulated reduced storage the same steps on the factors as the forward stored them, as autograd runs them
+/// on a half-precision transcription: C = BᵀV and dC = AᵀdO stored under eager (the state and its gradient), dA =
+/// dO·Cᵀ and dB = V·dCᵀ stored under both policies; each softmax's backward from the stored factor, its sums in
+/// float32; dQ, dK, dV stored by Method::backward. (Inactive, every rounding is a no-op: the native bits.)
 template <typename T>
 Gradients<T> EfficientMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const Rounding r = this->rounding_hook();
   const LowRankOperator<T>& f = this->factors();
-  const MatrixR<T>& a = f.left();   // softmax₂(Q), n_q × d
-  const MatrixR<T>& b = f.right();  // softmax₁(K), n_k × d
-  const MatrixR<T> c = detail::tall_transpose_product<T>(b, v);       // Bᵀ·V, d × d_v (as the forward)
-  const MatrixR<T> dc = detail::tall_transpose_product<T>(a, d_out);  // Aᵀ·dO, d × d_v
+  MatrixR<T> as, bs;  // the factors as stored (emulated storage only)
+  if (r.active()) {
+    as = f.left();
+    bs = f.right();
+    r.untallied()(as, Held::tensor, "");  // stored by the forward (tallied there)
+    r.untallied()(bs, Held::tensor, "");
+  }
+  const MatrixR<T>& a = r.active() ? as : f.left();   // softmax₂(Q), n_q × d
+  const MatrixR<T>& b = r.active() ? bs : f.right();  // softmax₁(K), n_k × d
+  MatrixR<T> c = detail::tall_transpose_product<T>(b, v);       // Bᵀ·V, d × d_v (as the forward)
+  MatrixR<T> dc = detail::tall_transpose_product<T>(a, d_out);  // Aᵀ·dO, d × d_v
+  r.untallied()(c, Held::accumulator, "");
+  r(dc, Held::accumulator, "backward: the state's gradient AᵀdO");
   Gradients<T> g;
   // dQ: softmax over each row's features; dA = dO·Cᵀ.
   g.dq.noalias() = d_out * c.transpose();
+  r(g.dq, Held::tensor, "backward: ∂L/∂A, ∂L/∂B");
   const VectorX<T> rows = (a.array() * g.dq.array()).rowwise().sum();
   g.dq = (a.array() * (g.dq.array().colwise() - rows.array())).matrix();
   // dK: softmax over each column's positions; dB = V·dCᵀ.
   g.dk.noalias() = v * dc.transpose();
+  r(g.dk, Held::tensor, "backward: ∂L/∂A, ∂L/∂B");
   const Eigen::Matrix<T, 1, Eigen::Dynamic> cols = (b.array() * g.dk.array()).colwise().sum();
   g.dk = (b.array() * (g.dk.array().rowwise() - cols.array())).matrix();
   g.dv.noalias() = b * dc;
