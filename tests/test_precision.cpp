@@ -7,6 +7,7 @@
 #include "attnlab/core/precision.hpp"
 #include "attnlab/core/random.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/io/npy.hpp"
 #include "attnlab/io/sources.hpp"
 #include "attnlab/operators/exact.hpp"
 
@@ -167,14 +168,14 @@ TEST(Precision, RefusalsSayWhy) {
   EXPECT_NE(message([&] { make_method<float>("performer:features=16,kernel=trig")->compute(q, k, o); })
                 .find("positive"),
             std::string::npos);
-  // VQ's causal form, and backward passes not emulated (VQ's).
+  // VQ's causal form, and backward passes not emulated (Scatterbrain's).
   AttentionOptions causal = o;
   causal.causal = true;
   EXPECT_NE(message([&] { make_method<float>("vq:codes=8")->compute(q, k, causal); }).find("non-causal only"),
             std::string::npos);
-  auto vq = make_method<float>("vq:codes=8");
-  vq->compute(q, k, o);
-  EXPECT_NE(message([&] { vq->backward(v, v); }).find("backward pass under bf16 storage is not emulated"),
+  auto sb = make_method<float>("scatterbrain");
+  sb->compute(q, k, o);
+  EXPECT_NE(message([&] { sb->backward(v, v); }).find("backward pass under bf16 storage is not emulated"),
             std::string::npos);
   auto m = make_method<float>("exact");
   // Native storage: nothing tallied, nothing rounded.
@@ -517,4 +518,44 @@ TEST(Precision, EfficientBackwardEmulated) {
       EXPECT_LT((g.dk.cast<double>() - g64.dk).norm() / g64.dk.norm(), tol);
       EXPECT_LT((g.dv.cast<double>() - g64.dv).norm() / g64.dv.norm(), tol);
     }
+}
+
+// VQ's backward under emulated storage (hard, keys, non-causal: the transcription's reverse mode, dK straight-through)
+// with a fixed codebook and keys near its codes — so that no assignment flips between the formats (a key halfway
+// between two codes would take the other in bf16: a discrete change, not rounding) and the difference is the
+// rounding's: the gradients within a few units of the format of float64's (careful 8u, eager 16u).
+TEST(Precision, VqBackwardEmulated) {
+  const Index n = 256, d = 32;
+  const MatrixR<float> q = gaussian(n, d, 1), v = gaussian(n, d, 3), dout = gaussian(n, d, 4);
+  const MatrixR<float> codebook = gaussian(16, d, 5);
+  MatrixR<float> k = gaussian(n, d, 2, 0.1f);
+  for (Index j = 0; j < n; ++j) k.row(j) += codebook.row(j % 16);
+  const std::string path = ::testing::TempDir() + "attnlab_precision_vq_codebook.npy";
+  write_npy<double>(path, codebook.cast<double>());
+  const std::string spec = "vq:codes=16,codebook=" + path;
+  auto m64 = make_method<double>(spec);
+  m64->compute(q.cast<double>(), k.cast<double>());
+  const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
+  for (const Storage st : {Storage::bf16, Storage::fp16})
+    for (const Policy pol : {Policy::eager, Policy::careful}) {
+      SCOPED_TRACE(storage_name(st) + " " + policy_name(pol));
+      AttentionOptions o;
+      o.storage = st;
+      o.policy = pol;
+      auto m = make_method<float>(spec);
+      m->compute(q, k, o);
+      m->output(v);
+      const Gradients<float> g = m->backward(v, dout);
+      ASSERT_EQ(m->gradient_check().nonfinite, 0u);
+      const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
+      const auto rel = [](const MatrixR<float>& a, const MatrixR<double>& b) {
+        return (a.cast<double>() - b).norm() / b.norm();
+      };
+      EXPECT_LT(rel(g.dq, g64.dq), tol);
+      EXPECT_LT(rel(g.dk, g64.dk), tol);
+      EXPECT_LT(rel(g.dv, g64.dv), tol);
+      std::printf("  vq (fixed codebook) %s %-7s dQ %.2e dK %.2e dV %.2e (u = %.1e)\n", storage_name(st).c_str(),
+                  policy_name(pol).c_str(), rel(g.dq, g64.dq), rel(g.dk, g64.dk), rel(g.dv, g64.dv), u);
+    }
+  std::remove(path.c_str());
 }

@@ -147,11 +147,11 @@ def test_arguments_are_checked():
     with pytest.raises(ValueError, match="contradicts"):
         attnlab.apply("exact", q, q, q, precision="bf16", dtype="float64")
     with pytest.raises(ValueError, match="backward pass under bf16 storage is not emulated"):
-        attnlab.Method("vq:codes=8", precision="bf16").fit(q, q).backward(q, q)
+        attnlab.Method("scatterbrain", precision="bf16").fit(q, q).backward(q, q)
     m = [x for x in attnlab.methods() if x["name"] == "exact"][0]
     assert m["storage_policies"] == ["eager", "careful"] and "logits" in m["storage"]
     assert "FlashAttention-2" in m["storage_backward"]
-    assert [x for x in attnlab.methods() if x["name"] == "vq"][0]["storage_backward"] is None
+    assert [x for x in attnlab.methods() if x["name"] == "scatterbrain"][0]["storage_backward"] is None
 
 
 def test_backward_in_half_precision():

@@ -108,7 +108,11 @@ MethodDescriptor VqOptions::registry_entry() {
           "stored keys, their assignments from it; both policies: Q, K, V, the codebook C, the weights "
           "exp(ℓ − max ℓ) over the codes and O in the format; eager also the logits QCᵀ and s·QCᵀ, the per-code key "
           "counts and value sums ΔᵀV (Transformer-VQ's cache), the numerators and the normalisers, divided "
-          "unguarded; careful keeps those in float32"));
+          "unguarded; careful keeps those in float32")
+          .with_backward("the transcription's reverse mode, codebook and assignments fixed, dK straight-through: V, "
+                         "dO, ∂L/∂weights and dQ, dK, dV stored under both policies; eager also the division's "
+                         "gradients, ∂L/∂logits and its ·s, ∂L/∂ΔᵀV and each code's key-gradient sums; careful "
+                         "keeps those in float32"));
 }
 
 void VqOptions::check_size(const ProblemSize& s) const {
@@ -203,6 +207,7 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
 ///              was formed from, or one copied query) passes dC'_b / |cluster b| to each of its queries.
 template <typename T>
 Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  if (this->options().storage != Storage::native) return emulated_backward(v, d_out);
   const T s = T(this->options().scale);
   if (this->o_.quantize == VqQuantize::Both) {
     const auto& op = static_cast<const MeanFieldOperator<T>&>(*op_);
@@ -319,6 +324,83 @@ MatrixR<T> VqMethod<T>::do_output(const ConstRef<T>& v) const {
   r(den, Held::accumulator, "numerators, normalisers");
   // Divided as the transcription divides (num / den): a normaliser that overflowed gives 0, one that is 0 gives NaN.
   return (num.array().colwise() / den.array()).matrix();
+}
+
+/// Reverse mode through the emulated forward's transcription O = (W·ΔᵀV) / (W·N) (do_output under a reduced
+/// storage; W = exp(ℓ − max ℓ), N the per-code counts), codebook and assignments held fixed, V and dO stored by
+/// Method::backward: the division's gradients w_i = dO_i/D_i and −dO_iᵀO_i/D_i (stored under eager), ∂L/∂W =
+/// w·[ΔᵀV, N]ᵀ (stored under both), ∂L/∂ℓ = W ∘ ∂L/∂W and its ·s (eager), dQ = s·∂L/∂ℓ·C, dV_j = (Wᵀw)_{a(j)}; dK by
+/// the straight-through estimator, per key from its code's sums Σ_i W_iy q_i [w_i, −D_i'] (the per-key logits'
+/// gradient s·Σ_i W_iy (w_i·v_j − D_i') q_i; stored under eager).
+template <typename T>
+Gradients<T> VqMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const AttentionOptions& opts = this->options();
+  const Rounding r = this->rounding_hook(), again = r.untallied();
+  const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
+  const T s = T(opts.scale);
+  // The forward's stored tensors, formed again as do_output forms them.
+  MatrixR<T> c = centroids_;
+  again(c, Held::tensor, "");
+  MatrixR<T> w = q_ * c.transpose();
+  again(w, Held::accumulator, "");
+  w *= s;
+  again(w, Held::accumulator, "");
+  const Index codes = c.rows(), nq = q_.rows(), dv = v.cols(), d = q_.cols();
+  MatrixR<T> sums = MatrixR<T>::Zero(codes, dv);
+  VectorX<T> counts = VectorX<T>::Zero(codes);
+  for (Index j = 0; j < v.rows(); ++j) {
+    sums.row(a[std::size_t(j)]) += v.row(j);
+    counts(a[std::size_t(j)]) += T(1);
+  }
+  again(sums, Held::accumulator, "");
+  again(counts, Held::accumulator, "");
+  for (Index i = 0; i < nq; ++i) {
+    T mx = -std::numeric_limits<T>::infinity();
+    for (Index y = 0; y < codes; ++y)
+      if (counts(y) > 0) mx = std::max(mx, w(i, y));
+    for (Index y = 0; y < codes; ++y) w(i, y) = counts(y) > 0 ? std::exp(w(i, y) - mx) : T(0);
+  }
+  again(w, Held::tensor, "");
+  MatrixR<T> num = w * sums;
+  again(num, Held::accumulator, "");
+  VectorX<T> den = w * counts;
+  again(den, Held::accumulator, "");
+  // The division's gradients, then the weights'.
+  MatrixR<T> wn = d_out.array().colwise() / den.array();
+  VectorX<T> wd = -((d_out.array() * num.array()).rowwise().sum() / den.array().square()).matrix();
+  r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+  r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+  MatrixR<T> dw = wn * sums.transpose();
+  dw.noalias() += wd * counts.transpose();
+  r(dw, Held::tensor, "backward: ∂L/∂weights");
+  MatrixR<T> dl = w.cwiseProduct(dw);
+  r(dl, Held::accumulator, "backward: ∂L/∂logits");
+  dl *= s;
+  r(dl, Held::accumulator, "backward: ∂L/∂logits");
+  Gradients<T> g;
+  g.dq.noalias() = dl * c;
+  MatrixR<T> dsums = w.transpose() * wn;
+  r(dsums, Held::accumulator, "backward: ∂L/∂ΔᵀV");
+  g.dv.resize(v.rows(), dv);
+  for (Index j = 0; j < v.rows(); ++j) g.dv.row(j) = dsums.row(a[std::size_t(j)]);
+  // Straight-through dK̂: per code y, G_y = Σ_i W_iy q_i [wn_i, wd_i] (d × (d_v + 1)); dk_j = s·G_y [v_j; 1].
+  MatrixR<T> wt(nq, dv + 1);
+  wt.leftCols(dv) = wn;
+  wt.col(dv) = wd;
+  g.dk.resize(v.rows(), d);
+  std::vector<MatrixR<T>> gy(static_cast<std::size_t>(codes));
+#pragma omp parallel for schedule(dynamic)
+  for (Index y = 0; y < codes; ++y) {
+    if (counts(y) == 0) continue;
+    MatrixR<T>& G = gy[std::size_t(y)];
+    G.noalias() = q_.transpose() * (w.col(y).asDiagonal() * wt);
+    r(G, Held::accumulator, "backward: per-code key-gradient sums");
+  }
+  for (Index j = 0; j < v.rows(); ++j) {
+    const MatrixR<T>& G = gy[std::size_t(a[std::size_t(j)])];
+    g.dk.row(j) = s * (G.leftCols(dv) * v.row(j).transpose() + G.col(dv)).transpose();
+  }
+  return g;
 }
 
 template class VqMethod<float>;

@@ -128,6 +128,8 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   /// dQ, dV exact and dK straight-through (dK = dK̂) given the codebook and assignments; see the header comment.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
+  /// do_backward under an emulated reduced storage (hard, keys, non-causal): the transcription's backward (vq.cpp).
+  Gradients<T> emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
 
   std::shared_ptr<const MatrixR<double>> given_;  // the fixed codebook (codebook=PATH.npy), else null
   double inertia_ = 0;
