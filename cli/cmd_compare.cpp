@@ -147,6 +147,10 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
     };
     compare_methods<T>(q, k, v, methods, copts, print_row);
   }
+  // What the times and speed-ups hold for, beside them (issue "Costs on the machine the user runs").
+  fmt::print("time_ms, speedup: {} compute + output, the fastest of {} calls after {} warm-up, on {}, against "
+             "attnlab's exact attention on the same; not a GPU's, nor against another library's exact attention\n",
+             dtype_name(dtype_of<T>()), o.repeats, o.warmup, cost_device());
   if (csv) fmt::print("wrote {}\n", csv->path());
 }
 

@@ -57,6 +57,15 @@ void add_report(CLI::App& app) {
                   "the format the model runs attention in: fp32 (default: errors of the float64 methods), bf16 or "
                   "fp16 (each method's error in that format, emulated, against exact float64: the recommendation "
                   "is for it; costs stay float32 on this CPU)");
+  sub->add_option("--costs", f->opts.costs,
+                  "costs measured on your device instead of timing here: a CSV of per-method, per-length times "
+                  "(columns method, budget, n, ms; optional d, dtype, pass, causal, status, device_name) — what "
+                  "tools/bench_gpu.py writes (results/bench/gpu_*.csv); the report names its device wherever it quotes "
+                  "a cost")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--costs-dtype", f->opts.costs_dtype,
+                  "with --costs: the table's format to take (default: --precision's, else the table's only one, "
+                  "else fp32)");
   sub->add_option("--policy", f->policy,
                   "with --precision bf16|fp16: eager (every intermediate stored in the format, as a plain "
                   "transcription; the default) or careful (accumulators and statistics in float32, as FlashAttention)");

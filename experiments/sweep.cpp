@@ -46,27 +46,6 @@ constexpr const char* kDoneMetric = "point_done";
 /// An index column's text: empty for −1 (none).
 std::string optional_index(std::int64_t i) { return i >= 0 ? std::to_string(i) : ""; }
 
-/// Splits one CSV line written by csv_field (fields quoted when they hold a comma or a quote).
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') out.back() += '"', ++i;
-      else if (c == '"') quoted = false;
-      else out.back() += c;
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      out.emplace_back();
-    } else {
-      out.back() += c;
-    }
-  }
-  return out;
-}
-
 /// Reads what an earlier run left: keeps the rows of finished points (those with a point_done row), drops the
 /// rest (a point interrupted mid-way, a torn last line), rewrites the file atomically, returns the finished ids.
 std::set<std::string> resume(const std::string& path, const std::string& header) {
@@ -87,7 +66,7 @@ std::set<std::string> resume(const std::string& path, const std::string& header)
   const std::size_t point_col = 3, metric_col = 2 + result_columns().size();
   while (std::getline(in, line)) {
     if (in.eof()) break;  // no trailing newline: torn by an interruption
-    const auto f = split_csv(line);
+    const auto f = split_csv_line(line);
     if (f.size() != result_columns().size() + 4) continue;
     rows.emplace_back(f[point_col], line);
     if (f[metric_col] == kDoneMetric) done.insert(f[point_col]);

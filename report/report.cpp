@@ -5,6 +5,8 @@
 // that are as fast as the fastest (within the noise), the most accurate, then the simplest.
 #include "report.hpp"
 
+#include "costs.hpp"
+
 #include "attnlab/core/cancel.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/operators/exact.hpp"
@@ -28,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <tuple>
@@ -117,7 +120,7 @@ std::vector<BudgetFamily> chosen_families(const Options& o) {
 }
 
 HeadResult analyse(const std::string& layer, Index head, const HeadData& h, const std::vector<BudgetFamily>& families,
-                   const Options& o) {
+                   const Options& o, const CostTable* costs) {
   HeadResult r;
   r.layer = layer;
   r.head = head;
@@ -161,7 +164,10 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
   co.repeats = int(o.repeats);
   co.memory = false;
   const auto noise_of = [&](const Cost& c) { return std::max(o.noise, c.spread()); };
-  {
+  if (costs) {  // the user's device: the table's exact attention at the cost length (checked before any work)
+    r.exact_seconds = r.exact_seconds_median = costs->seconds(make_method<float>("exact", 0)->spec(), r.cost_n);
+    r.exact_noise = o.noise;
+  } else {
     const Cost c = measure_method<float>("exact", qf, kf, vf, 0, aopts, co);
     require(!c.refused, "report: exact attention at n = {}: {}", r.cost_n, c.reason);
     r.exact_seconds = c.min_s;
@@ -243,7 +249,11 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
         p.error = in_format(p.spec, p.failure);
       }
       if (matrix) p.p_error = *e.value("P_rel_fro");
-      if (b <= std::min(r.cost_n, r.n)) {
+      if (costs) {
+        p.seconds = p.seconds_median = costs->seconds(p.spec, r.cost_n);  // NaN: not in the table at this length
+        p.speedup = speedup(r.exact_seconds, p.seconds);
+        p.noise = o.noise;
+      } else if (b <= std::min(r.cost_n, r.n)) {
         const Cost c = measure_method<float>(p.spec, qf, kf, vf, 0, aopts, co);
         if (!c.refused) {
           p.seconds = c.min_s;
@@ -277,9 +287,9 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
     if (rec.beats_exact) r.best = pick;
     else
       r.why = fmt::format("{} {} meets the target ({:.3g}) but is not faster than exact beyond the timing noise "
-                          "({:.3g} ms against {:.3g} ms at n = {})",
+                          "({:.3g} ms against {:.3g} ms at n = {} on {})",
                           pick->family, pick->budget, pick->error, pick->seconds * 1e3, r.exact_seconds * 1e3,
-                          r.cost_n);
+                          r.cost_n, costs ? costs->device : "this CPU");
   }
   if (!r.best && r.why.empty()) {
     const auto it = std::min_element(r.points.begin(), r.points.end(),
@@ -315,10 +325,11 @@ std::string family_colour(const std::string& label) {
   return "#000";
 }
 
-std::string head_plot(const HeadResult& h, const std::vector<BudgetFamily>& families, double target) {
+std::string head_plot(const HeadResult& h, const std::vector<BudgetFamily>& families, double target,
+                      const std::string& device) {
   svg::Plot p(fmt::format("{} head {}: output error against time", h.layer, h.head),
-              {fmt::format("time per call (s, float32, n = {})", h.cost_n), true}, {"‖O − Õ‖_F / ‖O‖_F", true}, 420,
-              300);
+              {fmt::format("time per call (s, {}, n = {})", device, h.cost_n), true}, {"‖O − Õ‖_F / ‖O‖_F", true},
+              420, 300);
   for (const auto& f : families) {
     svg::Series s;
     s.label = f.label;
@@ -547,6 +558,22 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
               "report: {}: Q, K, V shapes disagree", l.name);
   const auto families = chosen_families(o);
   const std::vector<std::string> notes = input_notes(layers, o.causal);  // the causal rule: refused before any work
+  // Costs from the user's device: read and checked before any work (its exact attention at every cost length).
+  std::optional<CostTable> costs;
+  if (!o.costs.empty()) {
+    const std::string dtype = !o.costs_dtype.empty() ? o.costs_dtype
+                              : o.storage != Storage::native ? storage_name(o.storage) : "";
+    costs = read_costs(o.costs, dtype, layers.front().heads.front().q.cols(), o.causal);
+    for (const auto& l : layers)
+      for (const auto& h : l.heads) {
+        const Index n = o.cost_n > 0 ? o.cost_n : h.q.rows();
+        require(std::isfinite(costs->seconds(make_method<float>("exact", 0)->spec(), n)),
+                "report --costs {}: exact attention is not measured at n = {} there (nor between two lengths "
+                "around it): give --cost-n within the table's lengths", o.costs, n);
+      }
+  } else {
+    require(o.costs_dtype.empty(), "report: --costs-dtype needs --costs");
+  }
   const std::string input_note = notes.empty() ? "" : fmt::format("Input: {}.", fmt::join(notes, "; "));
   require(o.threads >= 0, "report: threads must be ≥ 0, got {}", o.threads);
   fs::create_directories(o.out);
@@ -564,7 +591,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
   for (const auto& l : layers) total += Index(l.heads.size());
   for (const auto& l : layers)
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
-      results.push_back(analyse(l.name, Index(h), l.heads[h], families, o));
+      results.push_back(analyse(l.name, Index(h), l.heads[h], families, o, costs ? &*costs : nullptr));
       ++done;
       if (o.progress)
         fmt::print(stderr, "report: [{}/{}] {} head {}: {} \n", done, total, l.name, h, recommendation(results.back()));
@@ -616,11 +643,12 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
     }
   }
   std::ofstream(sum.csv + ".config") << fmt::format(
-      "report of {} heads; target {}; repeats {}; cost length {}; noise {}; causal {}; precision {} {}; {}; "
+      "report of {} heads; target {}; repeats {}; cost length {}; noise {}; causal {}; precision {} {}; costs {}; "
       "families {}\n"
       "input: {}\ncode_version: {}\n",
       results.size(), o.target, o.repeats, results[0].cost_n, o.noise, o.causal, storage_name(o.storage),
-      o.storage == Storage::native ? "" : policy_name(o.policy), cost_context(), [&] {
+      o.storage == Storage::native ? "" : policy_name(o.policy),
+      costs ? "measured on " + costs->where() : "timed on " + cost_device(), [&] {
         std::string s;
         for (const auto& f : families) s += (s.empty() ? "" : ",") + f.label;
         return s;
@@ -635,12 +663,34 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       cost_n == results[0].n ? fmt::format("at the heads' own length n = {}", cost_n)
                              : fmt::format("at n = {} (each head's rows repeated to that length; errors on the heads "
                                            "themselves at n = {})", cost_n, results[0].n);
+  // The device every cost and speed-up holds for, in the sentence that quotes them (issue "Costs on the machine the
+  // user runs"): the costs table's, or this CPU's with its threads and kernels.
+  std::string cost_sentence;
+  if (costs) {
+    Index uncosted = 0, points = 0;
+    for (const auto& h : results)
+      for (const auto& p : h.points) {
+        ++points;
+        uncosted += !std::isfinite(p.seconds);
+      }
+    cost_sentence = fmt::format(
+        "cost {}: per call as measured on {} — the table's times, interpolated in log n between its lengths, against "
+        "the table's exact attention on that device; nothing timed on this machine; {} of {} method × budget points "
+        "have no cost in the table at that length (no candidates)",
+        cost_where, costs->where(), uncosted, points);
+  } else {
+    cost_sentence = fmt::format(
+        "cost {}: float32 compute + output in steady state (a warm-up, then the fastest of {} calls) on {}, against "
+        "attnlab's exact streaming attention timed the same way — speed-ups for this CPU and thread count, not a "
+        "GPU's nor another library's exact attention (`--costs FILE` takes costs measured on your device)",
+        cost_where, o.repeats, cost_device());
+  }
+  const std::string speedup_on = costs ? fmt::format("speed-up on {}, {}", costs->device, costs->dtype)
+                                       : fmt::format("speed-up on this CPU, {} threads", omp_get_max_threads());
   std::string md = fmt::format("# {}\n\n{} heads (n = {}, d = {}); target output error ‖O − Õ‖_F/‖O‖_F ≤ {:g}; "
-                               "cost {}: float32 compute + output in steady state (a warm-up, then the fastest of {} "
-                               "calls), against exact streaming attention timed the same way; times within the "
-                               "timing noise (≥ {:.0f}%) count as equal. {}.\n\n",
-                               o.title, results.size(), results[0].n, results[0].d, o.target, cost_where, o.repeats,
-                               o.noise * 100, cost_context());
+                               "{}; times within the timing noise (≥ {:.0f}%) count as equal.\n\n",
+                               o.title, results.size(), results[0].n, results[0].d, o.target, cost_sentence,
+                               o.noise * 100);
   if (!input_note.empty()) md += input_note + "\n\n";
   if (o.storage != Storage::native) {
     std::vector<double> ex;
@@ -659,14 +709,15 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
         "stores rounded to {0}, sums in float32; `attnlab methods NAME` says which): each method's output against "
         "exact float64 attention, rounding and approximation together, so the recommendation is for {0}. Exact "
         "attention itself in {0} ({1}) is off by {2:.2g} (median over the heads). Failed or not emulated in {0} "
-        "(no candidates; method × budget × head points): {3}. Costs are float32 on this CPU, not {0} "
-        "arithmetic.\n\n",
-        storage_name(o.storage), policy_name(o.policy), ex[ex.size() / 2], fails.empty() ? "none" : fails);
+        "(no candidates; method × budget × head points): {3}. {4}\n\n",
+        storage_name(o.storage), policy_name(o.policy), ex[ex.size() / 2], fails.empty() ? "none" : fails,
+        costs ? fmt::format("Costs are the table's ({} on {}).", costs->dtype, costs->device)
+              : fmt::format("Costs are float32 on this CPU, not {} arithmetic.", storage_name(o.storage)));
   }
   md += "Recommendations: ";
   for (const auto& [f, c] : by_family) md += fmt::format("{} × {}; ", c, f);
   md += "\n\n| layer | head | entropy (nats) | stable rank | rank for 90% | Eckart–Young floor (rank 16 / 64) | "
-        "recommendation | error | speed-up | best under the target (error, speed-up) |\n"
+        "recommendation | error | " + speedup_on + " | best under the target (error, speed-up) |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& h : results)
     md += fmt::format("| {} | {} | {:.2f} / {:.2f} | {:.1f} | {} | {} | {} | {} | {} | {} |\n", h.layer, h.head,
@@ -712,25 +763,22 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       svg::escape(o.title));
   html += fmt::format(
       "<p>{} heads, n = {}, d = {}. For each head: every efficient method at several budgets, its output error "
-      "‖O − Õ‖<sub>F</sub>/‖O‖<sub>F</sub> against exact attention (float64), and its cost as run {} (float32 "
-      "compute + output in steady state: a warm-up, then the fastest of {} calls; exact streaming attention timed the "
-      "same way). <b>Recommendation</b>: among the methods under the target error {:g}, those as fast as the fastest "
+      "‖O − Õ‖<sub>F</sub>/‖O‖<sub>F</sub> against exact attention (float64), and its cost ({}{}). "
+      "<b>Recommendation</b>: among the methods under the target error {:g}, those as fast as the fastest "
       "within the timing noise (≥ {:.0f}%, or the calls' own spread), the most accurate, then the simplest — if it "
       "beats exact attention by more than the noise; otherwise <i>keep exact</i>. The <b>Eckart–Young floor</b> is "
       "‖P − P<sub>r</sub>‖<sub>F</sub>/‖P‖<sub>F</sub> of P's best rank-r approximation: no attention matrix of rank "
       "≤ r (Nyström, Linformer, Performer, VQ at budget r) comes closer; report.csv gives each method's own "
-      "P_rel_fro beside it. Times are this "
-      "machine's ({}): speed-ups grow with n for the sub-quadratic methods.</p>\n<p>{}</p>\n",
-      results.size(), results[0].n, results[0].d, svg::escape(cost_where), o.repeats, o.target, o.noise * 100,
-      svg::escape(cost_context()),
+      "P_rel_fro beside it. Speed-ups grow with n for the sub-quadratic methods.</p>\n<p>{}</p>\n",
+      results.size(), results[0].n, results[0].d, svg::escape(cost_sentence), "", o.target, o.noise * 100,
       svg::escape(md.substr(md.find("Recommendations"), md.find("\n\n|") - md.find("Recommendations"))));
   if (!input_note.empty()) html += fmt::format("<p class=\"note\">{}</p>\n", svg::escape(input_note));
   html += "<div class=\"figs\">" +
           svg::heat_map("Recommended method (family, budget)", row_labels, col_labels, rec_cells) +
-          svg::heat_map("Its speed-up over exact (its output error)", row_labels, col_labels, speed_cells) + "</div>\n";
+          svg::heat_map("Its " + speedup_on + " (its output error)", row_labels, col_labels, speed_cells) + "</div>\n";
   html += "<h2>Heads</h2>\n<table><tr><th>layer</th><th>head</th><th>entropy / max (nats)</th><th>stable rank</th>"
           "<th>rank for 90% / 99% of ‖P‖²<sub>F</sub></th><th>Eckart–Young floor (rank 16 / 64)</th><th>exact (ms)</th>"
-          "<th>recommendation</th><th>error</th><th>speed-up</th>"
+          "<th>recommendation</th><th>error</th><th>" + svg::escape(speedup_on) + "</th>"
           "<th class=\"l\">best under the target (faster than exact or not)</th>"
           "<th class=\"l\">note</th></tr>\n";
   for (const auto& h : results)
@@ -756,7 +804,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
     for (std::size_t h = 0; h < l.heads.size(); ++h) lh.push_back(&results[i + h]);
     html += fmt::format("<h2>{}</h2>\n", svg::escape(l.name)) + svg::Plot::legend(legend) + "<div class=\"figs\">" +
             spectrum_plot(lh, l.name);
-    for (const HeadResult* h : lh) html += head_plot(*h, families, o.target);
+    for (const HeadResult* h : lh)
+      html += head_plot(*h, families, o.target, costs ? costs->device + ", " + costs->dtype : "float32, this CPU");
     html += "</div>\n";
     i += l.heads.size();
   }

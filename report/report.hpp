@@ -59,6 +59,14 @@ struct Options {
   /// entries, all-zero rows) or is not emulated is no candidate. Costs stay float32 on this CPU (stated).
   Storage storage = Storage::native;
   Policy policy = Policy::eager;
+  /// Costs measured on the user's device (issue "Costs on the machine the user runs"; costs.hpp): a table of
+  /// per-method, per-length times (tools/bench_gpu.py's, or the user's own). Given, the report times nothing: every
+  /// cost and speed-up is the table's, at the cost length (interpolated in log n between its measured lengths), and
+  /// every sentence that quotes one names the table's device; a method the table does not hold at that length has no
+  /// cost and is no candidate (said). Empty: timed on this machine (float32, its threads and kernels, stated).
+  std::string costs;
+  /// The table's format to take ("": the precision's when bf16 / fp16, else the table's only one, else fp32).
+  std::string costs_dtype;
 };
 
 struct Summary {

@@ -389,7 +389,8 @@ def generate(source="gaussian", n=1024, d=64, *, n_k=None, d_v=None, seed=0, dty
 
 
 def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target=0.05, families=None, layers="all",
-           seq=0, repeats=3, causal=False, quiet=False, threads=0, dtype=None, precision=None, policy="eager"):
+           seq=0, repeats=3, causal=False, quiet=False, threads=0, dtype=None, precision=None, policy="eager",
+           costs="", costs_dtype=""):
     """Writes a report directory (index.html, report.csv, summary.md) answering 'which approximation for my
     model?': per head the entropy, spectrum, every method's error against its measured cost at several budgets,
     the Pareto frontier and the cheapest method under `target` output error; per layer × head the recommendation
@@ -398,7 +399,12 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
 
     precision='bf16' or 'fp16' (policy 'eager' or 'careful'): the recommendation for the format the model runs —
     every method's error is its emulated run in that format against exact float64 attention, a method that fails
-    there is no candidate, and the summary says so (costs stay float32 on this CPU)."""
+    there is no candidate, and the summary says so (costs stay float32 on this CPU).
+
+    costs='FILE.csv': recommend for the device the costs were measured on (tools/bench_gpu.py's table, or yours:
+    columns method, budget, n, ms; optional d, dtype, pass, causal, status, device_name) instead of timing here;
+    costs_dtype picks the table's format (default: precision's, else its only one, else fp32). Every sentence that
+    quotes a cost names the device it was measured on."""
     model_dir, out = _path("model_dir", model_dir), _path("out", out)
     target = _real("target", target)
     families = _specs("families", families, "nystrom", "every family")
@@ -414,8 +420,11 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
     if precision is None and policy != "eager":
         raise ValueError(f"report: policy={policy!r} needs precision='bf16' or 'fp16'")
     storage, policy, _ = _precision(precision, policy, None)
+    costs, costs_dtype = _path("costs", costs), _str("costs_dtype", costs_dtype, "bf16")
+    if costs and not os.path.isfile(costs):
+        raise ValueError(f"report: costs={costs!r} is not a file")
     return _core.report(q, k, v, model_dir, out, target, families, layers, seq, repeats, causal, quiet, threads,
-                        storage, policy)
+                        storage, policy, costs, costs_dtype)
 
 
 def vq_codebook(keys, codes=64, *, iters=20, seed=0, dtype=None):

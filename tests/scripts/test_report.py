@@ -40,6 +40,8 @@ if r.returncode == 0:
     df = pd.read_csv(os.path.join(out, "report.csv"))
     summary = open(os.path.join(out, "summary.md")).read()
     c.check(f"at n = {cost_n}" in summary, "summary.md states the length the costs were measured at")
+    c.check("on this machine's CPU (" in summary and "threads=" in summary and "speed-up on this CPU" in summary,
+            "summary.md names the device the costs were timed on (this CPU, its threads and kernels)")
     c.check((df[df.metric == "cost_n"].value == cost_n).all() and (df.metric == "cost_n").sum() == h,
             "report.csv records cost_n per head")
     floor = df[df.metric == "eckart_young_floor"]
@@ -128,4 +130,60 @@ c.check(r.returncode != 0 and "--precision" in r.stderr, f"--policy without --pr
 r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
         "--cost-n", 0)
 c.check(r.returncode != 0 and "cost" in r.stderr.lower(), f"--cost-n 0 refused: {r.stderr.strip()}")
+
+# A report built from costs measured elsewhere (--costs FILE: issue "Costs on the machine the user runs"): it times
+# nothing, names the file's device wherever it quotes a cost, and recommends from the file's numbers. Two synthetic
+# tables on an invented device: one where the local window costs 0.1 ms against exact's 10 ms and every other family
+# 50 ms (local must be recommended wherever it meets the target), one where local costs 20 ms (nothing beats exact).
+fam = families.set_index("label")
+
+
+def costs_file(name, local_ms, other_ms=50.0, exact_ms=10.0):
+    rows = []
+    for n_ in (256, 1024):
+        rows.append(dict(method="exact", budget="", n=n_, ms=exact_ms))
+        for label in ("local", "nystrom", "linformer_pool"):
+            base = fam.loc[label, "spec"]
+            method, _, params = base.partition(":")
+            for b in str(fam.loc[label, "budgets"]).split():
+                budget = ",".join(x for x in (params, f"{fam.loc[label, 'param']}={b}") if x)
+                rows.append(dict(method=method, budget=budget, n=n_, ms=local_ms if label == "local" else other_ms))
+    t = pd.DataFrame(rows).assign(d=d, dtype="fp32", **{"pass": "fwd"}, causal=False, status="ok",
+                                  device_name="Test Device 9000")
+    t.to_csv(path(name), index=False)
+    return path(name)
+
+
+for name, local_ms in (("fast_local", 0.1), ("slow_local", 20.0)):
+    out = path(f"costs_{name}")
+    r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", out,
+            "--costs", costs_file(f"{name}.csv", local_ms), "--cost-n", 512, "--target", 0.9,
+            "--families", "local,nystrom,linformer_pool", timeout=600)
+    c.check(r.returncode == 0, f"report --costs ({name}) runs: {r.stderr[-400:]}")
+    if r.returncode:
+        continue
+    df = pd.read_csv(os.path.join(out, "report.csv"))
+    summary = open(os.path.join(out, "summary.md")).read()
+    c.check("measured on Test Device 9000, fp32, d = 16, forward" in summary
+            and "speed-up on Test Device 9000, fp32" in summary and "nothing timed on this machine" in summary,
+            f"{name}: summary.md names the costs file's device where it quotes costs")
+    c.check("Test Device 9000" in open(os.path.join(out, "index.html")).read()
+            and "Test Device 9000" in open(os.path.join(out, "report.csv.config")).read(),
+            f"{name}: index.html and the config name the device")
+    ex = df[(df.metric == "time_s") & (df.spec == "exact")].value
+    c.check(np.allclose(ex, 10e-3), f"{name}: exact's cost is the table's (10 ms at 256 and 1024 → 10 ms at 512)")
+    loc_t = df[(df.family == "local") & (df.metric == "time_s")].value
+    c.check(len(loc_t) > 0 and np.allclose(loc_t, local_ms * 1e-3), f"{name}: local's costs are the table's")
+    for head, g in df.groupby("head"):
+        under = g[(g.family == "local") & (g.metric == "out_rel_fro") & (g.value <= 0.9)]
+        rec = g[(g.metric == "recommended") & (g.value == 1)]
+        if name == "fast_local" and len(under):
+            c.check(len(rec) == 1 and rec.family.iloc[0] == "local",
+                    f"fast_local head {head}: recommends the table's fast local window, got {list(rec.family)}")
+        if name == "slow_local":
+            c.check(rec.empty, f"slow_local head {head}: nothing beats the table's exact attention: keep exact")
+r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
+        "--costs", costs_file("short.csv", 0.1), "--cost-n", 8192)
+c.check(r.returncode != 0 and "not measured at n = 8192" in r.stderr,
+        f"--costs without exact at the cost length refused before any work: {r.stderr.strip()[-200:]}")
 c.finish()

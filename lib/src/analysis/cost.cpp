@@ -145,6 +145,22 @@ std::string cost_context() {
   return fmt::format("threads={} products={} isa={}", omp_get_max_threads(), product_backend(), isa);
 }
 
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) break;
+      std::string name = line.substr(colon + 1);
+      const auto first = name.find_first_not_of(" \t");
+      return first == std::string::npos ? "unknown CPU" : name.substr(first);
+    }
+  return "unknown CPU";
+}
+
+std::string cost_device() { return fmt::format("this machine's CPU ({}; {})", cpu_name(), cost_context()); }
+
 template void run_method_once<float>(Method<float>&, const ConstRef<float>&, const ConstRef<float>&,
                                      const ConstRef<float>&, const AttentionOptions&);
 template void run_method_once<double>(Method<double>&, const ConstRef<double>&, const ConstRef<double>&,

@@ -67,6 +67,14 @@ Cost measure_method(Method<T>& m, const ConstRef<T>& q, const ConstRef<T>& k, co
 /// What the figures were taken on, recorded beside them: "threads=2 products=Eigen's own kernels isa=x86-64-v3".
 std::string cost_context();
 
+/// The machine's processor as the OS names it ("AMD EPYC 9B14"; /proc/cpuinfo's model name), "unknown CPU" when it
+/// does not say.
+std::string cpu_name();
+
+/// The device every cost this machine measures holds for, for the sentence that quotes one (issue "Costs on the
+/// machine the user runs"): "this machine's CPU (AMD EPYC 9B14; threads=2 products=... isa=...)".
+std::string cost_device();
+
 /// Speed-up of a method over exact attention, the one convention everywhere: exact time / method time (> 1: faster).
 inline double speedup(double exact_seconds, double method_seconds) { return exact_seconds / method_seconds; }
 

@@ -55,4 +55,7 @@ std::string tidy_header(const std::vector<std::string>& columns);
 /// Quotes a CSV field when it holds a comma, a quote or a newline.
 std::string csv_field(const std::string& s);
 
+/// Splits one CSV line into its fields, csv_field's quoting undone (a quoted field may hold commas and "" quotes).
+std::vector<std::string> split_csv_line(const std::string& line);
+
 }  // namespace attnlab

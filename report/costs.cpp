@@ -1,0 +1,141 @@
+// Costs measured elsewhere (costs.hpp).
+#include "costs.hpp"
+
+#include "attnlab/core/error.hpp"
+#include "attnlab/core/registry.hpp"
+#include "attnlab/io/tidy_csv.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace attnlab::report {
+
+double CostTable::seconds(const std::string& spec, Index n) const {
+  const auto it = by_spec.find(spec);
+  if (it == by_spec.end() || it->second.empty()) return std::numeric_limits<double>::quiet_NaN();
+  const auto& pts = it->second;
+  for (std::size_t i = 0; i < pts.size(); ++i) {
+    if (pts[i].first == n) return pts[i].second;
+    if (i + 1 < pts.size() && pts[i].first < n && n < pts[i + 1].first) {
+      // Time is a power of n between neighbouring lengths: interpolated in log n, log t.
+      const double x0 = std::log(double(pts[i].first)), x1 = std::log(double(pts[i + 1].first));
+      const double y0 = std::log(pts[i].second), y1 = std::log(pts[i + 1].second);
+      return std::exp(y0 + (y1 - y0) * (std::log(double(n)) - x0) / (x1 - x0));
+    }
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string CostTable::where() const {
+  return fmt::format("{}, {}{}, forward ({})", device, dtype, d > 0 ? fmt::format(", d = {}", d) : "", file);
+}
+
+CostTable read_costs(const std::string& file, const std::string& dtype, Index d, bool causal) {
+  std::istringstream in(read_text_file(file));
+  std::string line;
+  require(bool(std::getline(in, line)), "report --costs {}: the file is empty", file);
+  const std::vector<std::string> header = split_csv_line(line);
+  const auto col = [&](const char* name) {
+    const auto it = std::find(header.begin(), header.end(), name);
+    return it == header.end() ? -1 : int(it - header.begin());
+  };
+  for (const char* need : {"method", "budget", "n", "ms"})
+    require(col(need) >= 0, "report --costs {}: no column '{}' (it needs method, budget, n, ms; tools/bench_gpu.py "
+            "writes such a table)", file, need);
+  const int cm = col("method"), cb = col("budget"), cn = col("n"), cms = col("ms"), cd = col("d"), ct = col("dtype"),
+            cp = col("pass"), cc = col("causal"), cs = col("status"), cdn = col("device_name"), cdv = col("device");
+  struct Row {
+    std::string spec, dtype, device;
+    Index n, d;
+    double seconds;
+  };
+  std::vector<Row> rows;
+  std::set<std::string> dtypes;
+  Index line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line == "\r") continue;
+    const std::vector<std::string> f = split_csv_line(line);
+    const auto get = [&](int c) { return c >= 0 && c < int(f.size()) ? f[std::size_t(c)] : std::string(); };
+    if (cp >= 0 && get(cp) != "fwd") continue;
+    if (cc >= 0) {
+      const std::string m = get(cc);
+      const bool row_causal = m == "True" || m == "true" || m == "1";
+      if (row_causal != causal) continue;
+    }
+    if (cs >= 0 && get(cs) != "ok") continue;
+    Row r;
+    const std::string method = get(cm), budget = get(cb);
+    r.spec = budget.empty() ? method : method + ":" + budget;
+    r.dtype = ct >= 0 ? get(ct) : "";
+    r.device = cdn >= 0 && !get(cdn).empty() ? get(cdn) : cdv >= 0 ? get(cdv) : "";
+    try {
+      std::size_t used = 0;
+      const std::string ns = get(cn), ms = get(cms), ds = get(cd);
+      r.n = Index(std::stoll(ns, &used));
+      require(used == ns.size() && r.n > 0, "");
+      r.seconds = std::stod(ms, &used) * 1e-3;
+      require(used == ms.size() && r.seconds > 0 && std::isfinite(r.seconds), "");
+      r.d = cd >= 0 ? Index(std::stoll(ds)) : 0;
+    } catch (const std::exception&) {
+      throw Error(fmt::format("report --costs {}: line {}: n, ms (and d) must be positive numbers", file, line_no));
+    }
+    dtypes.insert(r.dtype);
+    rows.push_back(std::move(r));
+  }
+  CostTable t;
+  t.file = file;
+  if (!dtype.empty()) {
+    t.dtype = dtype;
+  } else if (dtypes.size() == 1) {
+    t.dtype = *dtypes.begin();
+  } else {
+    require(dtypes.count("fp32") > 0, "report --costs {}: rows in several formats ({}): choose one with "
+            "--costs-dtype", file, fmt::join(dtypes, ", "));
+    t.dtype = "fp32";
+  }
+  std::set<Index> ds;
+  std::set<std::string> devices;
+  for (const Row& r : rows)
+    if (r.dtype == t.dtype) ds.insert(r.d);
+  require(!ds.empty(), "report --costs {}: no forward rows in {} for the {} mask (formats in the file: {})", file,
+          t.dtype.empty() ? "the file" : t.dtype, causal ? "causal" : "non-causal", fmt::join(dtypes, ", "));
+  if (cd >= 0) {
+    require(ds.count(d) > 0, "report --costs {}: no rows at the heads' dimension d = {} (the file has d = {})", file,
+            d, fmt::join(ds, ", "));
+    t.d = d;
+  }
+  for (const Row& r : rows) {
+    if (r.dtype != t.dtype || (cd >= 0 && r.d != d)) continue;
+    std::string canonical;
+    try {
+      canonical = make_method<float>(r.spec, 0)->spec();
+    } catch (const Error& e) {
+      throw Error(fmt::format("report --costs {}: method '{}': {}", file, r.spec, e.what()));
+    }
+    t.by_spec[canonical].emplace_back(r.n, r.seconds);
+    if (!r.device.empty()) devices.insert(r.device);
+  }
+  for (auto& [spec, pts] : t.by_spec) {
+    std::sort(pts.begin(), pts.end());
+    // A length measured twice (repeated runs): the faster, as the report's own timing takes the fastest call.
+    std::vector<std::pair<Index, double>> one;
+    for (const auto& p : pts)
+      if (one.empty() || one.back().first != p.first) one.push_back(p);
+      else one.back().second = std::min(one.back().second, p.second);
+    pts = std::move(one);
+  }
+  t.device = devices.empty() ? "unnamed device" : fmt::format("{}", fmt::join(devices, " / "));
+  require(t.by_spec.count(make_method<float>("exact", 0)->spec()) > 0,
+          "report --costs {}: no exact attention rows (method exact) in {}: the speed-ups are against it", file,
+          t.dtype);
+  return t;
+}
+
+}  // namespace attnlab::report

@@ -1,0 +1,40 @@
+// Costs measured elsewhere, for `attnlab report --costs FILE` (issue "Costs on the machine the user runs"): the report
+// recommends for the device the user runs — a GPU in bfloat16 against FlashAttention, a workstation's cores — from a
+// table of per-method, per-length times measured there, instead of timing on this machine. The table is what
+// tools/bench_gpu.py writes (results/bench/gpu_*.csv) or the user's own with the same columns.
+#pragma once
+
+#include "attnlab/core/types.hpp"
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnlab::report {
+
+/// Per method (its canonical spec) the measured lengths and seconds per call, taken from a costs file's rows at one
+/// format, head dimension, pass and mask; and what they were measured on.
+struct CostTable {
+  std::string file;    ///< the file read
+  std::string device;  ///< the device its rows name (device_name, else device; "unnamed device" if neither)
+  std::string dtype;   ///< the format of the rows taken
+  Index d = 0;         ///< their head dimension (0: the file has no d column)
+  std::map<std::string, std::vector<std::pair<Index, double>>> by_spec;  ///< canonical spec → [(n, seconds)], by n
+  /// Seconds per call of `spec` (canonical) at length n: the measured value at a measured n, else log–log
+  /// interpolation between the two measured lengths around n; NaN outside the measured lengths or for a spec the
+  /// table does not hold (the report then has no cost for it, and says so).
+  double seconds(const std::string& spec, Index n) const;
+  /// "NVIDIA H200, bf16, d = 64, forward (FILE)": the sentence fragment every cost the report quotes carries.
+  std::string where() const;
+};
+
+/// Reads a costs file. Columns: method, budget (the spec's parameters: "features=256", "" for exact), n, ms (per
+/// call; the median of repeats); optional: d, dtype, pass, causal, status, device_name, device — rows of another
+/// pass than the forward ("fwd"), of the other mask, or whose status is not "ok" are left out. `dtype`: the format
+/// to take ("" picks: the only one in the file, else fp32, else Error listing them); `d`: the heads' dimension (rows
+/// at it; Error naming those the file has when none). Error for a missing column, an unreadable number, a spec no
+/// method accepts, or a table without exact attention (its speed-ups need it).
+CostTable read_costs(const std::string& file, const std::string& dtype, Index d, bool causal);
+
+}  // namespace attnlab::report
