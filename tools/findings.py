@@ -1049,11 +1049,37 @@ def pretrained_precision(F, R):
           "all-MiniLM-L6-v2: the same among the families that cost under 1 nat in float64", "pretrained_precision")
 
 
+def stabilisers(F, R):
+    """tools/stabilisers.py: which stabiliser fixes which half-precision failure (kernel methods, 2 × 2 and more)."""
+    path = os.path.join(R, "stabilisers.csv.gz")
+    if not os.path.exists(path):   # not the main job's: tools/stabilisers.py writes it
+        return
+    d = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    d["fail"] = (d.nonfinite > 0) | (d.zero_rows > 0)
+    d["omega"] = d.omega.fillna("")   # linear attention has no ω
+    n = d.n.max()
+    F.add("stab.n", int(n), integer, "the longest length of the stabiliser study", "stabilisers")
+    for fmt in ("bf16", "fp16"):
+        for (m, stab, acc, om), g in d[d.format == fmt].groupby(["method", "stabiliser", "accumulators", "omega"]):
+            bad = g[g.fail]
+            key = f"stab.{m}_{stab}_{acc}" + (f"_omega_{om}" if om else "") + f"_{fmt}"
+            F.add(key + "_fails", "none" if bad.empty else
+                  f"n ≥ {bad.n.min()}" if m == "linear" else f"t ≥ {bad.temperature.min():g}", str,
+                  f"{m}, {stab} / {acc} accumulators{f' / ω {om}' if om else ''}, {fmt}: where the output has "
+                  "non-finite entries or all-zero rows (Gaussian, d = 64; n and t of the grid)", "stabilisers")
+            c = g[(g.n == n) & (g.temperature == 1)]
+            e = c.err_rounding
+            F.add(key + "_err", e.iloc[0] if len(e) and pd.notna(e.iloc[0]) and not c.fail.iloc[0] else "fails",
+                  lambda x: x if isinstance(x, str) else sig(x, 2),
+                  f"{m}, {stab} / {acc}{f' / ω {om}' if om else ''}, {fmt}: rounding error against the same variant "
+                  f"in float64, n = {n}, t = 1", "stabilisers")
+
+
 def compute(results):
     F = Findings()
     for fn in (spectrum, error_vs_budget, error_vs_length, performer, vq, regimes, probsparse, scaling, pinv, bench,
                bench_backward, spectrum_solvers, paper, report, dropin, finetune, model_mix, gradients, pretrained,
-               gpu, precision, precision_model, pretrained_precision):
+               gpu, precision, precision_model, pretrained_precision, stabilisers):
         fn(F, results)
     model(F)
     return F.items
