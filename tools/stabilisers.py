@@ -140,12 +140,14 @@ def main(argv):
                                                  seed=a.seed))
         print(f"stabilisers: n = {n} done", file=sys.stderr)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, COLUMNS)
+    w.writeheader()
+    w.writerows(rows)
+    data = text.getvalue().encode()
     tmp = a.out + ".tmp"
-    opener = (lambda f: gzip.GzipFile(f, "wb", mtime=0)) if a.out.endswith(".gz") else (lambda f: open(f, "wb"))
-    with opener(tmp) as raw, io.TextIOWrapper(raw, newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    with open(tmp, "wb") as f:   # gzip without a name or time stamp: the same bytes on every run
+        f.write(gzip.compress(data, compresslevel=9, mtime=0) if a.out.endswith(".gz") else data)
     os.replace(tmp, a.out)
     with open(a.out + ".config", "w") as f:
         json.dump({"n": a.n, "temps": a.temps, "d": a.d, "seed": a.seed, "torch": torch.__version__,
