@@ -128,7 +128,8 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   {  // the sidecar: everything needed to replay the run
     std::ofstream side(path + ".config");
     // What the timings in this file were taken on (threads, products, ISA): beside the settings, not one of them.
-    side << dump(e, o) << "# costs measured with: " << cost_context() << "\n";
+    side << dump(e, o) << "# costs measured with: " << cost_context() << "\n# costs measured on: " << cpu_name()
+         << "\n";
   }
   TidyCsvWriter csv(path, result_columns(), /*append=*/true);
   const bool tty = isatty(fileno(stderr));

@@ -9,7 +9,7 @@ import pandas as pd
 
 from .common import (family_colour, family_label, family_marker, finish, log_range, note_clipped, plain_log_ticks,
                      plot_clipped, plt, tidy_log_axis)
-from .data import HEAD, load, n_heads
+from .data import HEAD, cost_device, load, n_heads
 
 # (panel title, x label, families): at most five families a panel, each panel one budget unit.
 GROUPS = [
@@ -147,7 +147,7 @@ def plot_error_vs_budget(results, out):
                  "(Scatterbrain at its band's, plus 64 features). ▲/▼: points beyond the axis, counted in the "
                  "panel; model sources: median over heads.")
         saved.append(finish(fig, out, f"error_vs_budget_{metric}", text))
-    saved += plot_error_vs_cost(df, out)
+    saved += plot_error_vs_cost(df, out, cost_device(results, "error_vs_budget"))
     return saved
 
 
@@ -161,7 +161,7 @@ def pareto(points):
     return front
 
 
-def plot_error_vs_cost(df, out):
+def plot_error_vs_cost(df, out, device="this CPU"):
     """Error of the outputs against measured cost (float32 time per call, peak memory), one row per source and
     the families in the same panels as the budget figures: every budget a point, each family's own Pareto frontier
     drawn through its points, the frontier over all methods (black) in every panel of the row."""
@@ -242,7 +242,7 @@ def plot_error_vs_cost(df, out):
                 if memory:
                     ax.axvline(PAGE * scale, color="0.6", ls=":", lw=0.8, label="_page", zorder=1)
                 if r == len(sources) - 1:
-                    ax.set_xlabel("time per call, float32 (ms)" if not memory else
+                    ax.set_xlabel("time per call, float32, this CPU (ms)" if not memory else
                                   "peak memory above the inputs (MiB)")
                 if c == 0:
                     ax.set_ylabel(f"{row_title(d, src)}\n‖O − Õ‖_F / ‖O‖_F")
@@ -264,7 +264,8 @@ def plot_error_vs_cost(df, out):
                     "below one page, not resolved (the method allocates less than a page beyond its inputs and "
                     "output, or reuses memory).")
         else:
-            text = ("Output error against time per call (ms, float32, fastest of the repeats after a warm-up" +
+            text = (f"Output error against time per call (ms, float32 on {device}, fastest of the repeats after a "
+                    "warm-up" +
                     ("; the thin line runs to the median" if has_median else "") + "); dashed: exact streaming "
                     "attention's time on the same inputs.")
         text += (" Dots: every budget; solid: each family's Pareto frontier; black: the frontier over all methods "

@@ -22,6 +22,24 @@ def csv_path(results, name):
     return None
 
 
+def cost_device(results, name):
+    """Where an experiment's costs were measured, from its .config ("# costs measured on:" and "with:" lines, written
+    by `attnlab run`): "this CPU (AMD EPYC 9B14; threads=2 products=... isa=...)", or "this CPU" for an older
+    .config without them. Every figure that draws a cost says it (issue "Costs on the machine the user runs")."""
+    path = csv_path(results, name)
+    on, with_ = "", ""
+    try:
+        for line in open(path + ".config"):
+            if line.startswith("# costs measured on:"):
+                on = line.split(":", 1)[1].strip()
+            elif line.startswith("# costs measured with:"):
+                with_ = line.split(":", 1)[1].strip()
+    except (OSError, TypeError):
+        pass
+    inner = "; ".join(x for x in (on, with_) if x)
+    return f"this CPU ({inner})" if inner else "this CPU"
+
+
 def load(results, name):
     """An experiment's tidy CSV: schema checked, point_done rows dropped, value numeric; n, d, seed, sequence, layer,
     head and step numeric (NaN: none). The source is the source's name alone (trained, not trained/L1H2): the panels

@@ -4,7 +4,7 @@ exact attention with the sparse and clustering ones."""
 import numpy as np
 
 from .common import family_colour, family_key, family_label, family_marker, finish, log_ticks, plt
-from .data import load, upper_half_slope
+from .data import cost_device, load, upper_half_slope
 
 PAGE = 4096   # the memory measurement's resolution: one page; below it a value is not resolved
 GROUPS = [("exact, kernel and low-rank methods", ["exact", "exact_materialized", "linear", "performer", "nystrom",
@@ -65,13 +65,16 @@ def plot_scaling(results, out):
                 good = ok & np.isfinite(hi)
                 ax.errorbar(x[good], y[good] * 1e3, yerr=[np.zeros(good.sum()), (hi[good] - y[good]) * 1e3],
                             fmt="none", ecolor=style["color"], elinewidth=1, capsize=3, alpha=0.8, label="_nolegend_")
-        ax.set(xscale="log", yscale="log", title=title, xlabel="sequence length n", ylabel="time per call (ms)")
+        ax.set(xscale="log", yscale="log", title=title, xlabel="sequence length n",
+               ylabel="time per call (ms, float32, this CPU)")
         log_ticks(ax, ns)
         ax.legend(loc="upper left", fontsize=7.5)
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
         memory_panel(axes[1][c], m, variants, spec_of, ns, refused)
     start = f"n ≥ {int(min(starts))}" if starts else "the largest lengths"
-    text = ("Nyströmformer Table 1 / Linformer Table 3 analogues (float32, d = 64, Gaussian inputs): time per call "
+    text = ("Nyströmformer Table 1 / Linformer Table 3 analogues (float32, d = 64, Gaussian inputs), measured on "
+            f"{cost_device(results, 'scaling')} against attnlab's own exact attention — not a GPU's, nor another "
+            "library's exact attention: time per call "
             f"after a warm-up (line: fastest of the repeats{'; bar: up to the slowest' if spread is not None else ''}"
             f") and peak memory against n. Slopes: log-log fits over the upper half of the lengths ({start}), where "
             "the asymptotics show. Memory: measured in a separate untimed call from the resident set (a lower bound, "
