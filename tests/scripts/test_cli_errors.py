@@ -262,7 +262,10 @@ if r.returncode == 0:
 hq, hk, hv = (save(f"h{x}.npy", rng.standard_normal((3, 96, 16)).astype(np.float32)) for x in "qkv")
 r = run("compare", "--q", hq, "--k", hk, "--v", hv, "--method", "nystrom:landmarks=16", "--method", "local",
         "--repeats", 3, "--warmup", 2, "--csv", path("heads.csv"))
-table = [l.split() for l in r.stdout.splitlines() if l.strip() and not l.startswith("wrote")]
+table = [l.split() for l in r.stdout.splitlines() if l.strip() and not l.startswith(("wrote", "time_ms, speedup:"))]
+device = [l for l in r.stdout.splitlines() if l.startswith("time_ms, speedup:")]
+c.check(len(device) == 1 and "this machine's CPU (" in device[0] and "threads=" in device[0],
+        f"compare states the device its times and speed-ups hold for, under its table: {device}")
 c.check(r.returncode == 0 and table[0][:2] == ["head", "method"] and "speedup" in table[0] and
         [(row[0], row[1]) for row in table[1:]] == [(h, m) for h in "012" for m in ("nystrom:landmarks=16", "local")],
         f"compare on 3 heads: a head column and short specs: {r.stdout!r} {r.stderr!r}")

@@ -66,7 +66,7 @@ def plot_scaling(results, out):
                 ax.errorbar(x[good], y[good] * 1e3, yerr=[np.zeros(good.sum()), (hi[good] - y[good]) * 1e3],
                             fmt="none", ecolor=style["color"], elinewidth=1, capsize=3, alpha=0.8, label="_nolegend_")
         ax.set(xscale="log", yscale="log", title=title, xlabel="sequence length n",
-               ylabel="time per call (ms, float32, this CPU)")
+               ylabel="time per call on this CPU, float32 (ms)")
         log_ticks(ax, ns)
         ax.legend(loc="upper left", fontsize=7.5)
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
