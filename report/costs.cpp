@@ -33,7 +33,10 @@ double CostTable::seconds(const std::string& spec, Index n) const {
 }
 
 std::string CostTable::where() const {
-  return fmt::format("{}, {}{}, forward ({})", device, dtype, d > 0 ? fmt::format(", d = {}", d) : "", file);
+  return fmt::format("{}, {}{}, forward ({}{})", device, dtype.empty() ? "format not stated" : dtype,
+                     d > 0 ? fmt::format(", d = {}", d) : "", file,
+                     left_out.empty() ? "" : fmt::format("; rows of {} left out: not attnlab methods",
+                                                         fmt::join(left_out, ", ")));
 }
 
 CostTable read_costs(const std::string& file, const std::string& dtype, Index d, bool causal) {
@@ -49,9 +52,10 @@ CostTable read_costs(const std::string& file, const std::string& dtype, Index d,
     require(col(need) >= 0, "report --costs {}: no column '{}' (it needs method, budget, n, ms; tools/bench_gpu.py "
             "writes such a table)", file, need);
   const int cm = col("method"), cb = col("budget"), cn = col("n"), cms = col("ms"), cd = col("d"), ct = col("dtype"),
-            cp = col("pass"), cc = col("causal"), cs = col("status"), cdn = col("device_name"), cdv = col("device");
+            cp = col("pass"), cc = col("causal"), cs = col("status"), cdn = col("device_name"), cdv = col("device"),
+            ch = col("heads");
   struct Row {
-    std::string spec, dtype, device;
+    std::string spec, dtype, device, heads;
     Index n, d;
     double seconds;
   };
@@ -75,6 +79,7 @@ CostTable read_costs(const std::string& file, const std::string& dtype, Index d,
     r.spec = budget.empty() ? method : method + ":" + budget;
     r.dtype = ct >= 0 ? get(ct) : "";
     r.device = cdn >= 0 && !get(cdn).empty() ? get(cdn) : cdv >= 0 ? get(cdv) : "";
+    r.heads = ch >= 0 ? get(ch) : "";
     try {
       std::size_t used = 0;
       const std::string ns = get(cn), ms = get(cms), ds = get(cd);
@@ -91,7 +96,9 @@ CostTable read_costs(const std::string& file, const std::string& dtype, Index d,
   }
   CostTable t;
   t.file = file;
-  if (!dtype.empty()) {
+  if (ct < 0) {  // no format stated: every row is taken
+    t.dtype = "";
+  } else if (!dtype.empty()) {
     t.dtype = dtype;
   } else if (dtypes.size() == 1) {
     t.dtype = *dtypes.begin();
@@ -101,7 +108,7 @@ CostTable read_costs(const std::string& file, const std::string& dtype, Index d,
     t.dtype = "fp32";
   }
   std::set<Index> ds;
-  std::set<std::string> devices;
+  std::set<std::string> devices, heads;
   for (const Row& r : rows)
     if (r.dtype == t.dtype) ds.insert(r.d);
   require(!ds.empty(), "report --costs {}: no forward rows in {} for the {} mask (formats in the file: {})", file,
@@ -111,8 +118,15 @@ CostTable read_costs(const std::string& file, const std::string& dtype, Index d,
             d, fmt::join(ds, ", "));
     t.d = d;
   }
+  std::set<std::string> unknown;
   for (const Row& r : rows) {
     if (r.dtype != t.dtype || (cd >= 0 && r.d != d)) continue;
+    const std::string name = r.spec.substr(0, r.spec.find(':'));
+    if (!std::any_of(registered_methods().begin(), registered_methods().end(),
+                     [&](const MethodDescriptor& m) { return m.name == name; })) {
+      unknown.insert(name);  // a peer's row (bench_gpu.py's exact_eager): not a method attnlab can recommend
+      continue;
+    }
     std::string canonical;
     try {
       canonical = make_method<float>(r.spec, 0)->spec();
@@ -120,8 +134,15 @@ CostTable read_costs(const std::string& file, const std::string& dtype, Index d,
       throw Error(fmt::format("report --costs {}: method '{}': {}", file, r.spec, e.what()));
     }
     t.by_spec[canonical].emplace_back(r.n, r.seconds);
-    if (!r.device.empty()) devices.insert(r.device);
+    devices.insert(r.device);
+    heads.insert(r.heads);
   }
+  t.left_out.assign(unknown.begin(), unknown.end());
+  // One device and one batch shape: a file joining two runs would mix their hardware under one speed-up.
+  require(devices.size() <= 1, "report --costs {}: rows from several devices ({}): give one device's rows", file,
+          fmt::join(devices, ", "));
+  require(heads.size() <= 1, "report --costs {}: rows measured with several head counts ({}): give one's rows",
+          file, fmt::join(heads, ", "));
   for (auto& [spec, pts] : t.by_spec) {
     std::sort(pts.begin(), pts.end());
     // A length measured twice (repeated runs): the faster, as the report's own timing takes the fastest call.
@@ -131,7 +152,7 @@ CostTable read_costs(const std::string& file, const std::string& dtype, Index d,
       else one.back().second = std::min(one.back().second, p.second);
     pts = std::move(one);
   }
-  t.device = devices.empty() ? "unnamed device" : fmt::format("{}", fmt::join(devices, " / "));
+  t.device = devices.empty() || devices.begin()->empty() ? "unnamed device" : *devices.begin();
   require(t.by_spec.count(make_method<float>("exact", 0)->spec()) > 0,
           "report --costs {}: no exact attention rows (method exact) in {}: the speed-ups are against it", file,
           t.dtype);

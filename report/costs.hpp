@@ -21,6 +21,7 @@ struct CostTable {
   std::string dtype;   ///< the format of the rows taken
   Index d = 0;         ///< their head dimension (0: the file has no d column)
   std::map<std::string, std::vector<std::pair<Index, double>>> by_spec;  ///< canonical spec → [(n, seconds)], by n
+  std::vector<std::string> left_out;  ///< methods in the file attnlab does not know (a peer's exact_eager): skipped
   /// Seconds per call of `spec` (canonical) at length n: the measured value at a measured n, else log–log
   /// interpolation between the two measured lengths around n; NaN outside the measured lengths or for a spec the
   /// table does not hold (the report then has no cost for it, and says so).
@@ -30,11 +31,12 @@ struct CostTable {
 };
 
 /// Reads a costs file. Columns: method, budget (the spec's parameters: "features=256", "" for exact), n, ms (per
-/// call; the median of repeats); optional: d, dtype, pass, causal, status, device_name, device — rows of another
-/// pass than the forward ("fwd"), of the other mask, or whose status is not "ok" are left out. `dtype`: the format
-/// to take ("" picks: the only one in the file, else fp32, else Error listing them); `d`: the heads' dimension (rows
-/// at it; Error naming those the file has when none). Error for a missing column, an unreadable number, a spec no
-/// method accepts, or a table without exact attention (its speed-ups need it).
+/// call; the median of repeats); optional: d, dtype, pass, causal, status, heads, device_name, device — rows of
+/// another pass than the forward ("fwd"), of the other mask, or whose status is not "ok" are left out, and so are
+/// methods attnlab does not know (named in where()). `dtype`: the format to take ("" picks: the only one in the file,
+/// else fp32, else Error listing them; without a dtype column every row); `d`: the heads' dimension (rows at it;
+/// Error naming those the file has when none). Error for a missing column, an unreadable number, a spec a method
+/// refuses, rows of several devices or head counts (a file joining runs), or a table without exact attention.
 CostTable read_costs(const std::string& file, const std::string& dtype, Index d, bool causal);
 
 }  // namespace attnlab::report

@@ -685,7 +685,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
         "GPU's nor another library's exact attention (`--costs FILE` takes costs measured on your device)",
         cost_where, o.repeats, cost_device());
   }
-  const std::string speedup_on = costs ? fmt::format("speed-up on {}, {}", costs->device, costs->dtype)
+  const std::string on_device = costs ? costs->device + (costs->dtype.empty() ? "" : ", " + costs->dtype) : "";
+  const std::string speedup_on = costs ? "speed-up on " + on_device
                                        : fmt::format("speed-up on this CPU, {} threads", omp_get_max_threads());
   std::string md = fmt::format("# {}\n\n{} heads (n = {}, d = {}); target output error ‖O − Õ‖_F/‖O‖_F ≤ {:g}; "
                                "{}; times within the timing noise (≥ {:.0f}%) count as equal.\n\n",
@@ -711,7 +712,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
         "attention itself in {0} ({1}) is off by {2:.2g} (median over the heads). Failed or not emulated in {0} "
         "(no candidates; method × budget × head points): {3}. {4}\n\n",
         storage_name(o.storage), policy_name(o.policy), ex[ex.size() / 2], fails.empty() ? "none" : fails,
-        costs ? fmt::format("Costs are the table's ({} on {}).", costs->dtype, costs->device)
+        costs ? fmt::format("Costs are the table's ({}).", on_device)
               : fmt::format("Costs are float32 on this CPU, not {} arithmetic.", storage_name(o.storage)));
   }
   md += "Recommendations: ";
@@ -805,7 +806,7 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
     html += fmt::format("<h2>{}</h2>\n", svg::escape(l.name)) + svg::Plot::legend(legend) + "<div class=\"figs\">" +
             spectrum_plot(lh, l.name);
     for (const HeadResult* h : lh)
-      html += head_plot(*h, families, o.target, costs ? costs->device + ", " + costs->dtype : "float32, this CPU");
+      html += head_plot(*h, families, o.target, costs ? on_device : "float32, this CPU");
     html += "</div>\n";
     i += l.heads.size();
   }

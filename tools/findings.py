@@ -1031,7 +1031,7 @@ def pretrained_precision(F, R):
                       "exact float64 (nats), or the failure", "pretrained_precision")
                 if ok and fam != "exact":
                     moved.append((abs(r.dloss - f64.dloss), fam, fmt, pol, f64.dloss))
-                elif not ok:
+                elif str(r.status).startswith("failed"):
                     failed.append(f"{fam} {fmt} {pol}")
     F.add("pprec.failed", ", ".join(failed) if failed else "none", str,
           "all-MiniLM-L6-v2: the swaps whose attention returned non-finite values in the format",
@@ -1040,11 +1040,11 @@ def pretrained_precision(F, R):
     F.add("pprec.exact_max", ex.dloss.abs().max(), lambda x: sig(x, 1),
           "all-MiniLM-L6-v2: the largest |loss change| of exact attention in any emulated format and policy (nats)",
           "pretrained_precision")
-    big = max(moved)
+    big = max(moved, default=(math.nan, "none", "", "", math.nan))
     F.add("pprec.largest_move", f"{sig(big[0], 2)} ({big[1]}, {big[2]} {big[3]})", str,
           "all-MiniLM-L6-v2: the largest change of a method's loss from its float64 one by the format (among swaps "
           "that stayed finite)", "pretrained_precision")
-    usable = max(m for m in moved if m[4] < 1.0)
+    usable = max((m for m in moved if m[4] < 1.0), default=(math.nan, "none", "", "", math.nan))
     F.add("pprec.largest_move_usable", f"{sig(usable[0], 2)} ({usable[1]}, {usable[2]} {usable[3]})", str,
           "all-MiniLM-L6-v2: the same among the families that cost under 1 nat in float64", "pretrained_precision")
 

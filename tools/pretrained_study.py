@@ -40,7 +40,7 @@ format; the rest of the model stays float64.
 Float64 for the drop-in rows (float32 for fine-tuning, as users train). Outputs (resumable: finished units are kept in
 OUT.partial.jsonl files and a rerun continues): results/pretrained_dropin.csv.gz, results/pretrained_heads.csv.gz,
 results/pretrained_predictors.csv.gz, results/pretrained_finetune.csv.gz, results/pretrained_precision.csv.gz, each
-with a .config of its settings. Not part of the main job (774 s on 2 cores, and about 8 min for precision):
+with a .config of its settings. Not part of the main job (774 s on 2 cores, and about 16 min for precision):
 `tools/pretrained_study.py` regenerates them.
   tools/pretrained_study.py [--out-dir results] [--pairs 64] [--head-pairs 8]
                             [--only dropin,heads,finetune,precision]

@@ -20,10 +20,11 @@ names (the fp16 all-zero rows of linear attention; the NaN of Performer), as a 2
                                      with n);
   and for both, accumulators: format — the key–value state, key sum, numerators and normalisers stored in the format
                                      (a plain transcription under .half());
-                              float32 — those four kept in float32 (the inputs, features and output still stored).
+                              float32 — those four stored in float32 (the inputs, features and output still in
+                                     the format).
 
-Every tensor a transcription stores is rounded to the format (torch's own round-to-nearest-even conversion), the
-arithmetic in float64 between roundings — the emulation's convention (float32 sums make no difference at these
+Every tensor a transcription stores is rounded to the format (torch's own round-to-nearest-even conversion; a
+"float32" one to float32), the arithmetic in float64 between roundings (float32 sums make no difference at these
 sizes). Gaussian Q, K, V (d = 64, numpy's default_rng(seed), Q·t for the logit temperature t), the random features
 from eager_attention.numpy_params. Per cell: non-finite output entries, all-zero output rows, and the rounding error
 ‖O − O₆₄‖_F/‖O₆₄‖_F against the same variant in float64 (the stabilisers are exact in exact arithmetic: the float64
@@ -57,11 +58,17 @@ def stored(x, fmt):
     return x if fmt == "fp64" else x.to(FORMATS[fmt]).to(torch.float64)
 
 
+def in_float32(x, fmt):
+    """x stored in float32 (what the "float32" variants keep; fp64: as it is)."""
+    return x if fmt == "fp64" else x.float().double()
+
+
 def performer(q, k, v, omega, scale, fmt, stabiliser, accumulators, omega_stored=True):
     r = lambda x: stored(x, fmt)  # noqa: E731
-    acc = r if accumulators == "format" else (lambda x: x)
-    step = (lambda x: x) if stabiliser == "fused" else r   # fused: the exponent's steps in float32
-    w = r(omega) if omega_stored else omega
+    f32 = lambda x: in_float32(x, fmt)  # noqa: E731
+    acc = r if accumulators == "format" else f32
+    step = f32 if stabiliser == "fused" else r   # fused: the exponent's steps in float32
+    w = r(omega) if omega_stored else f32(omega)
 
     def features(x, keys):
         xs = step(x * scale ** 0.5)
@@ -82,7 +89,7 @@ def performer(q, k, v, omega, scale, fmt, stabiliser, accumulators, omega_stored
 
 def linear(q, k, v, fmt, stabiliser, accumulators):
     r = lambda x: stored(x, fmt)  # noqa: E731
-    acc = r if accumulators == "format" else (lambda x: x)
+    acc = r if accumulators == "format" else (lambda x: in_float32(x, fmt))
     fq, fk = r(torch.nn.functional.elu(q) + 1), r(torch.nn.functional.elu(k) + 1)
     n = k.shape[0]
     if stabiliser == "sum":
@@ -123,7 +130,9 @@ def main(argv):
                                 if method == "performer":
                                     return performer(q_, k_, v_, omega, scale, fmt, stab, acc, om == "stored")
                                 return linear(q_, k_, v_, fmt, stab, acc)
-                            ref = refs.setdefault(stab, run(q, k, v, "fp64"))
+                            if stab not in refs:
+                                refs[stab] = run(q, k, v, "fp64")
+                            ref = refs[stab]
                             if stab != stabs[0]:   # the stabilisers change nothing in exact arithmetic
                                 dd = float((ref - refs[stabs[0]]).norm() / refs[stabs[0]].norm())
                                 if not dd < 1e-9:

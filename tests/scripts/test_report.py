@@ -182,6 +182,19 @@ for name, local_ms in (("fast_local", 0.1), ("slow_local", 20.0)):
                     f"fast_local head {head}: recommends the table's fast local window, got {list(rec.family)}")
         if name == "slow_local":
             c.check(rec.empty, f"slow_local head {head}: nothing beats the table's exact attention: keep exact")
+# A peer's rows (bench_gpu.py's exact_eager) are left out and named; a file joining two devices' runs is refused.
+t = pd.read_csv(costs_file("peer.csv", 0.1))
+extra = t[t.method == "exact"].assign(method="exact_eager")
+pd.concat([t, extra]).to_csv(path("peer.csv"), index=False)
+r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("peer"),
+        "--costs", path("peer.csv"), "--cost-n", 512, "--families", "local", timeout=600)
+c.check(r.returncode == 0 and "rows of exact_eager left out" in open(os.path.join(path("peer"), "summary.md")).read(),
+        f"--costs: a method attnlab does not know is left out and named: {r.stderr[-300:]}")
+two = pd.concat([t, t.assign(device_name="Other Device")])
+two.to_csv(path("two.csv"), index=False)
+r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
+        "--costs", path("two.csv"), "--cost-n", 512)
+c.check(r.returncode != 0 and "several devices" in r.stderr, f"--costs: two devices' rows refused: {r.stderr[-200:]}")
 r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
         "--costs", costs_file("short.csv", 0.1), "--cost-n", 8192)
 c.check(r.returncode != 0 and "not measured at n = 8192" in r.stderr,

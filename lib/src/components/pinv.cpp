@@ -203,7 +203,14 @@ MatrixR<S> iterative_pinv_backward(const MatrixR<S>& a, const MatrixR<S>& d_z, P
   const auto form = [&](Step& s) {
     s.x.noalias() = a * s.z;
     fwd(s.x, Held::accumulator, iterates);
-    if (order3) {
+    if (order3 && !r.active()) {
+      // As compute() forms them: Eigen fuses "cI − X·t" into one product accumulated onto cI, whose rounding
+      // differs from forming X·t first once the product splits its depth (m above the GEMM block): the float64
+      // path keeps the fused form, bit for bit.
+      s.t1 = S(7) * I - s.x;
+      s.t2 = S(15) * I - s.x * s.t1;
+      s.t3 = S(13) * I - s.x * s.t2;
+    } else if (order3) {  // emulated: each product stored as formed, as compute() stores it under a rounding
       s.t1 = S(7) * I - s.x;
       fwd(s.t1, Held::accumulator, iterates);
       MatrixR<S> t = s.x * s.t1;

@@ -76,7 +76,10 @@ Gradients<T> EfficientMethod<T>::do_backward(const ConstRef<T>& v, const ConstRe
   }
   const MatrixR<T>& a = r.active() ? as : f.left();   // softmax₂(Q), n_q × d
   const MatrixR<T>& b = r.active() ? bs : f.right();  // softmax₁(K), n_k × d
-  MatrixR<T> c = detail::tall_transpose_product<T>(b, v);       // Bᵀ·V, d × d_v (as the forward)
+  // Bᵀ·V, d × d_v, as the forward formed it (emulated: LowRankMethod::do_output's plain product, then stored).
+  MatrixR<T> c;
+  if (r.active()) c.noalias() = b.transpose() * v;
+  else c = detail::tall_transpose_product<T>(b, v);
   MatrixR<T> dc = detail::tall_transpose_product<T>(a, d_out);  // Aᵀ·dO, d × d_v
   r.untallied()(c, Held::accumulator, "");
   r(dc, Held::accumulator, "backward: the state's gradient AᵀdO");

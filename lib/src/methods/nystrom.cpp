@@ -256,7 +256,7 @@ Gradients<T> NystromMethod<T>::emulated_backward(const ConstRef<T>& v, const Con
       MatrixR<T> ds = (p.array() * (dp.array().colwise() - rows.array())).matrix();
       r(ds, Held::tensor, "backward: the softmaxes' dS");
       ds *= s;
-      r(ds, Held::accumulator, "backward: the softmaxes' dS");
+      r(ds, Held::accumulator, "backward: the softmaxes' s·dS");
       return ds;
     };
     MatrixR<T> da = pinv_backward_emulated(a_, dz, this->o_.pinv, pinv_iterations_, r);
