@@ -51,6 +51,9 @@ void expect_same(Storage s, float x) {
                                           << ")";
 }
 
+/// ‖a − b‖_F / ‖b‖_F of an emulated float32 result against the float64 one.
+double rel(const MatrixR<float>& a, const MatrixR<double>& b) { return (a.cast<double>() - b).norm() / b.norm(); }
+
 MatrixR<float> gaussian(Index n, Index d, std::uint64_t seed, float scale = 1.0f) {
   Rng rng(seed);
   MatrixR<float> x(n, d);
@@ -367,9 +370,6 @@ TEST(Precision, PerformerFloat16EagerBackwardOverflows) {
   auto m64 = make_method<double>("performer:features=64", 5);
   m64->compute(q.cast<double>(), k.cast<double>());
   const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
-  const auto rel = [](const MatrixR<float>& a, const MatrixR<double>& b) {
-    return (a.cast<double>() - b).norm() / b.norm();
-  };
   for (const Storage st : {Storage::bf16, Storage::fp16})
     for (const Policy pol : {Policy::eager, Policy::careful}) {
       SCOPED_TRACE(storage_name(st) + " " + policy_name(pol));
@@ -441,9 +441,6 @@ TEST(Precision, CausalKernelBackwardEmulated) {
           }
           ASSERT_EQ(m->gradient_check().nonfinite, 0u);
           const double tol = (pol == Policy::eager ? 32 : 8) * u;
-          const auto rel = [](const MatrixR<float>& a, const MatrixR<double>& b) {
-            return (a.cast<double>() - b).norm() / b.norm();
-          };
           EXPECT_LT(rel(g.dq, g64.dq), tol);
           EXPECT_LT(rel(g.dk, g64.dk), tol);
           EXPECT_LT(rel(g.dv, g64.dv), tol);
@@ -480,9 +477,6 @@ TEST(Precision, NystromBackwardEmulated) {
         const double fwd = (m->output(v).cast<double>() - o64).norm() / o64.norm();
         const Gradients<float> g = m->backward(v, dout);
         ASSERT_EQ(m->gradient_check().nonfinite, 0u);
-        const auto rel = [](const MatrixR<float>& a, const MatrixR<double>& b) {
-          return (a.cast<double>() - b).norm() / b.norm();
-        };
         const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8);
         const double worst = std::max({rel(g.dq, g64.dq), rel(g.dk, g64.dk), rel(g.dv, g64.dv)});
         EXPECT_LT(worst, 4 * std::max(fwd, u));
@@ -514,9 +508,9 @@ TEST(Precision, EfficientBackwardEmulated) {
       const Gradients<float> g = m->backward(v, dout);
       ASSERT_EQ(m->gradient_check().nonfinite, 0u);
       const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
-      EXPECT_LT((g.dq.cast<double>() - g64.dq).norm() / g64.dq.norm(), tol);
-      EXPECT_LT((g.dk.cast<double>() - g64.dk).norm() / g64.dk.norm(), tol);
-      EXPECT_LT((g.dv.cast<double>() - g64.dv).norm() / g64.dv.norm(), tol);
+      EXPECT_LT(rel(g.dq, g64.dq), tol);
+      EXPECT_LT(rel(g.dk, g64.dk), tol);
+      EXPECT_LT(rel(g.dv, g64.dv), tol);
     }
 }
 
@@ -548,9 +542,6 @@ TEST(Precision, VqBackwardEmulated) {
       const Gradients<float> g = m->backward(v, dout);
       ASSERT_EQ(m->gradient_check().nonfinite, 0u);
       const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
-      const auto rel = [](const MatrixR<float>& a, const MatrixR<double>& b) {
-        return (a.cast<double>() - b).norm() / b.norm();
-      };
       EXPECT_LT(rel(g.dq, g64.dq), tol);
       EXPECT_LT(rel(g.dk, g64.dk), tol);
       EXPECT_LT(rel(g.dv, g64.dv), tol);
