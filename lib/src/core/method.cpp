@@ -101,6 +101,8 @@ MatrixR<T> Method<T>::matrix() const {
 template <typename T>
 Gradients<T> Method<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
   require_computed("backward()");
+  // A method without a backward says so under any storage (not "not emulated").
+  if (!descriptor_.backward) return do_backward(v, d_out);
   require(opts_.storage == Storage::native || descriptor_.storage.backward,
           "method '{}': the backward pass under {} storage is not emulated yet (the forward is)", descriptor_.name,
           storage_name(opts_.storage));

@@ -49,7 +49,11 @@ MethodDescriptor CurOptions::registry_entry() {
                                    "fixed; an analysis floor that reads all of P"))
       .with_storage(StorageEmulation::both(
           "an analysis floor: its factors C·U and R as formed in float32 from the stored Q, K, then stored in the "
-          "format (both policies), O too; eager also the state R·V; careful keeps it in float32"));
+          "format (both policies), O too; eager also the state R·V; careful keeps it in float32")
+          .with_backward("reverse mode through that transcription: ∂L/∂A = dO·(RV)ᵀ stored (both policies), "
+                         "d(RV) = AᵀdO under eager; A's float32 formation (C, Z = pinv(W), the softmax rows) "
+                         "differentiated in float32; R·V's backward as exact attention's emulated one over the rows I "
+                         "(its tiles of P and dS stored; eager also its logits, D, dP and running gradients)"));
 }
 
 std::uint64_t CurOptions::memory(const ProblemSize& s) const {
@@ -120,22 +124,41 @@ Status CurMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, cons
 template <typename T>
 Gradients<T> CurMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
   const LowRankOperator<T>& f = this->factors();
-  const MatrixR<T>& a = f.left();   // C·Z
-  const MatrixR<T>& rt = f.right(); // Rᵀ, n_k × c
   const AttentionOptions& opts = this->options();
   const T s = T(opts.scale);
   const Index c = Index(cols_.size());
-  const MatrixR<T> rv = detail::tall_transpose_product<T>(rt, v);  // R·V, as the operator's apply
-  const MatrixR<T> dc = d_out * (z_ * rv).transpose();             // n_q × c
-  const MatrixR<T> ctdo = detail::tall_transpose_product<T>(cm_, d_out);  // Cᵀ·dO, c × d_v
-  const MatrixR<T> dz = ctdo * rv.transpose();
-  const MatrixR<T> drv = detail::tall_transpose_product<T>(a, d_out);     // (CZ)ᵀ·dO
+  const Rounding r = this->rounding_hook();  // a no-op unless a reduced storage is emulated
+  MatrixR<T> rv, dc, dz, drv;
+  if (!r.active()) {
+    rv = detail::tall_transpose_product<T>(f.right(), v);  // R·V, as the operator's apply
+    dc = d_out * (z_ * rv).transpose();                    // n_q × c
+    const MatrixR<T> ctdo = detail::tall_transpose_product<T>(cm_, d_out);  // Cᵀ·dO, c × d_v
+    dz = ctdo * rv.transpose();
+    drv = detail::tall_transpose_product<T>(f.left(), d_out);  // (CZ)ᵀ·dO
+  } else {
+    // Emulated: reverse mode through the transcription LowRankMethod::do_output emulates — A = C·Z and R formed in
+    // float32 and stored, the state R·V stored under eager — so ∂L/∂A = dO·(RV)ᵀ is stored (both policies) and
+    // d(RV) = Aᵀ·dO under eager; A's float32 formation is differentiated in float32 (dC = ∂L/∂A·Zᵀ, dZ = Cᵀ·∂L/∂A).
+    const Rounding quiet = r.untallied();  // the forward's tensors again (tallied by it)
+    MatrixR<T> a = f.left(), bt = f.right();
+    quiet(a, Held::tensor, "");
+    quiet(bt, Held::tensor, "");
+    rv = bt.transpose() * v;
+    quiet(rv, Held::accumulator, "");
+    MatrixR<T> da = d_out * rv.transpose();
+    r(da, Held::tensor, "backward: ∂L/∂A = dO·(RV)ᵀ");
+    drv = a.transpose() * d_out;
+    r(drv, Held::accumulator, "backward: the state's gradient AᵀdO");
+    dc = da * z_.transpose();
+    dz = cm_.transpose() * da;
+  }
   const MatrixR<T> dw = pinv_backward<T>(w_, dz, PinvMethod::Svd, 0, this->o_.rcond);
   // R·V: exact attention of the rows I over every key.
   const MatrixR<T> qi = take_rows<T>(q_, rows_);
   VectorX<T> lse_i(c);
   for (Index r = 0; r < c; ++r) lse_i(r) = lse_[rows_[std::size_t(r)]];
-  Gradients<T> g = exact_backward<T>(qi, k_, v, rv, lse_i, drv, opts);  // dQ_I, dK, dV
+  // dQ_I, dK, dV; emulated, exact attention's own emulated backward (its tiles of P, which are R, stored).
+  Gradients<T> g = exact_backward<T>(qi, k_, v, rv, lse_i, drv, opts, kDefaultTile, {}, r);
   MatrixR<T> dq = MatrixR<T>::Zero(q_.rows(), q_.cols());
   for (Index r = 0; r < c; ++r) dq.row(rows_[std::size_t(r)]) += g.dq.row(r);
   // The entries C = P[:,J] and W = P[I,J].

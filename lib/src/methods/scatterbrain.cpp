@@ -25,7 +25,11 @@ MethodDescriptor ScatterbrainOptions::registry_entry() {
           "non-causal; both policies: Q, K, V, the Performer features (attnlab's stabilisation: each query's divided "
           "by its largest, the keys' log-scales apart) and the band's corrections before their product with V, and "
           "O; eager also the band's logits, the key–value state, the row sums and the numerators, divided "
-          "unguarded; careful keeps those in float32"));
+          "unguarded; careful keeps those in float32")
+          .with_backward("the derived backward (Chen et al. 2021 §3; ω held fixed) on the forward's stored tensors; "
+                         "∂L/∂numerators and ∂L/∂row sums, ∂L/∂φ(q), ∂L/∂φ(k) (the global part, then less the band's "
+                         "share), the band's ∂L/∂Ã and logit gradients, ∂L/∂exponents, the parts of dQ, dK, dV and "
+                         "the gradients stored under both policies; eager also the state's gradient"));
 }
 
 template <typename T>
@@ -49,10 +53,11 @@ std::pair<Index, Index> ScatterbrainMethod<T>::band_of(Index i, Index lo) const 
 /// entries) is computed into *set_ref first. f(i0, bi, lo, bj, C) is called per block (in parallel unless serial).
 template <typename T>
 template <typename F>
-void ScatterbrainMethod<T>::band_blocks(F&& f, VectorX<T>* set_ref, bool serial) const {
+void ScatterbrainMethod<T>::band_blocks(F&& f, VectorX<T>* set_ref, bool serial, const Rounding* with) const {
   const Index blocks = (xq_.rows() + kBandBlock - 1) / kBandBlock;
   const VectorX<T>& ref = set_ref ? *set_ref : ref_;
-  const Rounding rounding = this->rounding_hook();  // a no-op unless a reduced storage is emulated
+  // A no-op unless a reduced storage is emulated; `with` (untallied) when a backward forms the blocks again.
+  const Rounding rounding = with ? *with : this->rounding_hook();
 #pragma omp parallel if (!serial)
   {
     MatrixR<T> logits, est;
@@ -122,8 +127,12 @@ Status ScatterbrainMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>
 
 template <typename T>
 MatrixR<T> ScatterbrainMethod<T>::do_output(const ConstRef<T>& v) const {
+  return output_with(v, this->rounding_hook());
+}
+
+template <typename T>
+MatrixR<T> ScatterbrainMethod<T>::output_with(const ConstRef<T>& v, const Rounding& rd) const {
   MatrixR<T> ktv = kscaled_.transpose() * v;  // M × d_v
-  const Rounding rd = this->rounding_hook();
   rd(ktv, Held::accumulator, "key–value state Σφ(k)vᵀ");
   MatrixR<T> out(xq_.rows(), v.cols());
   band_blocks([&](Index i0, Index bi, Index lo, Index bj, const MatrixR<T>& corr) {
@@ -135,7 +144,7 @@ MatrixR<T> ScatterbrainMethod<T>::do_output(const ConstRef<T>& v) const {
       for (Index r = 0; r < bi; ++r) rd.span(out.row(i0 + r).data(), std::size_t(out.cols()), Held::accumulator,
                                              "numerators");
     for (Index r = 0; r < bi; ++r) o.row(r) /= den_(i0 + r);
-  }, nullptr);
+  }, nullptr, false, &rd);
   return out;
 }
 
@@ -169,22 +178,34 @@ Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const Cons
   // §3): dÃ'_ij = B_ij = W̃_iᵀṼ_j with W̃_i = [dO_i, −dO_iᵀO_i]/den_i, Ṽ_j = [v_j, 1].
   const Index nq = xq_.rows(), nk = xk_.rows(), d = xq_.cols(), dv = v.cols(), feats = fq_.f.cols();
   const Index block = kBandBlock;
-  const MatrixR<T> out = do_output(v);
+  // Emulated storage (a no-op natively, so the float32/float64 bits are the derivation's): the tensors this backward
+  // materialises stored as its note says — the forward's again untallied (O as Method::output stores it, the state
+  // and key sums, the band's logits and corrections), the gradients' own tallied.
+  const Rounding rd = this->rounding_hook();
+  const Rounding quiet = rd.untallied();
+  MatrixR<T> out = output_with(v, quiet);
+  quiet(out, Held::tensor, "");
   MatrixR<T> wt(nq, dv + 1), vt(nk, dv + 1);
   wt.leftCols(dv) = den_.cwiseInverse().asDiagonal() * d_out;
   wt.col(dv) = -((d_out.array() * out.array()).rowwise().sum() / den_.array());
+  rd(wt, Held::tensor, "∂L/∂numerators, ∂L/∂row sums");
   vt.leftCols(dv) = v;
   vt.col(dv).setOnes();
   MatrixR<T> fr(nq, feats);
   for (Index i = 0; i < nq; ++i) fr.row(i) = fq_.f.row(i) * est_scale(i);
   // The estimate over every key (global sums), the band's share subtracted below: ∂L/∂F = B·κ, ∂L/∂κ = Bᵀ·F,
   // and dV = P̃ᵀdO = κ·(Fᵀ dO/den) + the band's correction.
-  const MatrixR<T> s = kscaled_.transpose() * vt;  // M × (d_v + 1)
-  const MatrixR<T> r = fr.transpose() * wt;        // M × (d_v + 1)
+  MatrixR<T> s = kscaled_.transpose() * vt;  // M × (d_v + 1): the forward's state and key sums
+  quiet(s, Held::accumulator, "");
+  MatrixR<T> r = fr.transpose() * wt;        // M × (d_v + 1)
+  rd(r, Held::accumulator, "backward: the state's gradient");
   MatrixR<T> dfr = wt * s.transpose();
   MatrixR<T> dks = vt * r.transpose();
+  rd(dfr, Held::tensor, "backward: ∂L/∂φ(q), ∂L/∂φ(k)");
+  rd(dks, Held::tensor, "backward: ∂L/∂φ(q), ∂L/∂φ(k)");
   Gradients<T> g;
   g.dv = kscaled_ * r.leftCols(dv);
+  rd(g.dv, Held::tensor, "backward: dQ, dK, dV's parts");
   MatrixR<T> dxq = MatrixR<T>::Zero(nq, d), dxk = MatrixR<T>::Zero(nk, d);
   // Queries, by blocks of 64 (their bands' keys [lo, lo + bj), as band_blocks): the band's B removed from ∂L/∂F, and
   // its exact entries' logit gradients B_ij·Ã'_ij into ∂L/∂x_i.
@@ -197,7 +218,9 @@ Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const Cons
       const auto [i0, bi, lo, bj] = band_block(b);
       if (bj <= 0) continue;
       logits.noalias() = xq_.middleRows(i0, bi) * xk_.middleRows(lo, bj).transpose();
+      quiet(logits, Held::accumulator, "");  // the forward's band logits
       bm.noalias() = wt.middleRows(i0, bi) * vt.middleRows(lo, bj).transpose();
+      rd(bm, Held::tensor, "backward: the band's ∂L/∂Ã");
       for (Index rr = 0; rr < bi; ++rr) {
         const Index i = i0 + rr;
         const auto [first, last] = band_of(i, lo);
@@ -216,8 +239,13 @@ Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const Cons
         brow.head(first).setZero();
         brow.tail(bj - last - 1).setZero();
       }
+      rd(logits, Held::tensor, "backward: the band's logit gradients");
       dfr.middleRows(i0, bi).noalias() -= bm * kscaled_.middleRows(lo, bj);
       dxq.middleRows(i0, bi).noalias() += logits * xk_.middleRows(lo, bj);
+      if (rd.active()) {  // each block's rows of ∂L/∂φ(q) (the band's share removed) and of the band's ∂L/∂x
+        rd.span(dfr.row(i0).data(), std::size_t(bi * feats), Held::tensor, "backward: ∂L/∂φ(q), ∂L/∂φ(k)");
+        rd.span(dxq.row(i0).data(), std::size_t(bi * d), Held::tensor, "backward: dQ, dK, dV's parts");
+      }
     }
   }
   // Keys, by blocks of 64: the queries whose band holds key j are i ∈ [j − off − W, j − off + W]. The band's B
@@ -234,7 +262,9 @@ Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const Cons
       const Index bq = qb - qa + 1;
       if (bq <= 0) continue;
       logits.noalias() = xk_.middleRows(j0, bj) * xq_.middleRows(qa, bq).transpose();
+      quiet(logits, Held::accumulator, "");  // the forward's band logits, transposed
       bm.noalias() = vt.middleRows(j0, bj) * wt.middleRows(qa, bq).transpose();
+      quiet(bm, Held::tensor, "");  // the band's ∂L/∂Ã again (tallied by the query blocks)
       corr.noalias() = kscaled_.middleRows(j0, bj) * fr.middleRows(qa, bq).transpose();
       for (Index t = 0; t < bj; ++t) {
         const Index j = j0 + t;
@@ -258,14 +288,22 @@ Gradients<T> ScatterbrainMethod<T>::do_backward(const ConstRef<T>& v, const Cons
           row->tail(bq - last - 1).setZero();
         }
       }
+      quiet(corr, Held::tensor, "");   // the forward's band corrections
+      quiet(logits, Held::tensor, "");  // the band's logit gradients again
       dks.middleRows(j0, bj).noalias() -= bm * fr.middleRows(qa, bq);
       dxk.middleRows(j0, bj).noalias() += logits * xq_.middleRows(qa, bq);
       g.dv.middleRows(j0, bj).noalias() += corr * wt.middleRows(qa, bq).leftCols(dv);
+      if (rd.active()) {
+        rd.span(dks.row(j0).data(), std::size_t(bj * feats), Held::tensor, "backward: ∂L/∂φ(q), ∂L/∂φ(k)");
+        rd.span(dxk.row(j0).data(), std::size_t(bj * d), Held::tensor, "backward: dQ, dK, dV's parts");
+      }
     }
   }
   // Through the features: ∂F_im/∂x_i = F_im(ω_m − x_i), ∂κ_jm/∂y_j = κ_jm(ω_m − y_j); then x = s^½q, y = s^½k.
   const T root = T(std::sqrt(this->options().scale));
-  const MatrixR<T> pq = dfr.cwiseProduct(fr), pk = dks.cwiseProduct(kscaled_);
+  MatrixR<T> pq = dfr.cwiseProduct(fr), pk = dks.cwiseProduct(kscaled_);
+  rd(pq, Held::tensor, "backward: ∂L/∂exponents");
+  rd(pk, Held::tensor, "backward: ∂L/∂exponents");
   g.dq = pq * omega_;
   g.dq -= VectorX<T>(pq.rowwise().sum()).asDiagonal() * xq_;
   g.dq += dxq;

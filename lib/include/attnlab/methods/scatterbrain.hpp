@@ -64,7 +64,9 @@ class ScatterbrainMethod final : public ConfiguredMethod<ScatterbrainOptions, Me
   T est_scale(Index i) const { return std::exp(fq_.logscale(i) + gk_ - ref_(i)); }
   /// For each block of 64 queries, the band's correction block (lib/src/methods/scatterbrain.cpp).
   template <typename F>
-  void band_blocks(F&& f, VectorX<T>* set_ref, bool serial = false) const;
+  void band_blocks(F&& f, VectorX<T>* set_ref, bool serial = false, const Rounding* with = nullptr) const;
+  /// do_output's O under the rounding `rd` (the hook's, or untallied when the backward forms O again).
+  MatrixR<T> output_with(const ConstRef<T>& v, const Rounding& rd) const;
   /// The band's geometry, shared by the forward and the backward: block b's queries [i0, i0 + bi) (kBandBlock of
   /// them) and the keys [lo, lo + bj) their bands span (bj ≤ 0: none); row i's own band [first, last] in those
   /// columns, relative to lo (empty when last < first).
