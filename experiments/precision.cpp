@@ -7,14 +7,17 @@
 // emulated, dQ, dK, dV against the method's own float64 gradients (err_dq, ...), the non-finite gradient entries
 // (grad_nonfinite) and the entries the backward's rounding overflowed (grad_overflow: its stored tensors, the
 // forward's formed again among them). The fp64 rows give each method's
-// approximation error, the yardstick the rounding error is read against. For exact attention also its derived
-// worst-case rounding bound (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the
-// bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0). A method or policy the library does
-// not emulate is a `refused` row, not a silent gap.
+// approximation error, the yardstick the rounding error is read against. For exact attention and linear attention
+// also their derived worst-case rounding bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the
+// measured error over the bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); linear's
+// gives up on a row where the format may overflow (`bound_rows_none`; `bound` only when it gives up nowhere,
+// `bound_ratio` over the rows it holds). A method or policy the library does not emulate is a `refused` row, not a
+// silent gap.
 #include "attnlab/analysis/rounding_bound.hpp"
 #include "attnlab/core/precision.hpp"
 #include "attnlab/core/random.hpp"
 #include "attnlab/core/registry.hpp"
+#include "attnlab/methods/linear.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
 
@@ -157,6 +160,27 @@ class Precision final : public SourcesExperiment {
             for (Index i = 0; i < err.size(); ++i) outside += !(err.data()[i] <= b.output.data()[i]);
             add(format, pol, "bound", b.output_norm() / exact_norm);
             add(format, pol, "bound_ratio", (od - analysis->o).norm() / b.output_norm());
+            add(format, pol, "bound_violations", double(outside));
+          }
+          if (!native && m->name() == "linear") {
+            // Linear attention's derived bound (the same file): +inf on a row where the format may overflow; counted
+            // (bound_rows_none), its finite rows held to it, and a failed row must be one of them.
+            const LinearFeature feature =
+                m->spec().find("feature=relu") != std::string::npos ? LinearFeature::Relu : LinearFeature::Elu;
+            const KernelRoundingBound b = linear_rounding_bound(p.q, p.k, p.v, feature, opts);
+            Index outside = 0;
+            double measured = 0, bounded = 0;
+            for (Index i = 0; i < od.size(); ++i) {
+              const double err = std::abs(od.data()[i] - own.data()[i]), bi = b.output.data()[i];
+              outside += !(std::isinf(bi) || err <= bi);  // no guarantee: NaN or ±inf there is no violation
+              if (std::isfinite(bi)) {
+                measured += err * err;
+                bounded += bi * bi;
+              }
+            }
+            add(format, pol, "bound_rows_none", double(b.rows_without_guarantee));
+            if (b.rows_without_guarantee == 0) add(format, pol, "bound", b.output_norm() / own_norm);
+            if (bounded > 0) add(format, pol, "bound_ratio", std::sqrt(measured / bounded));
             add(format, pol, "bound_violations", double(outside));
           }
           if (!native) {

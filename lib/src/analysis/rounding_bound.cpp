@@ -2,6 +2,7 @@
 #include "attnlab/analysis/rounding_bound.hpp"
 
 #include "attnlab/core/error.hpp"
+#include "attnlab/methods/linear.hpp"
 #include "attnlab/operators/exact.hpp"
 
 #include <algorithm>
@@ -50,8 +51,57 @@ SoftmaxRoundingAnalysis::SoftmaxRoundingAnalysis(const ConstRef<double>& q, cons
   vbar_col_max = vb.colwise().maxCoeff();
 }
 
+SoftmaxRoundingAnalysis::SoftmaxRoundingAnalysis(const ConstRef<double>& q, const ConstRef<double>& k,
+                                                 const ConstRef<double>& v,
+                                                 const std::vector<std::vector<Index>>& pattern, double scale_in) {
+  const Index nq = q.rows(), nk = k.rows();
+  require(q.cols() == k.cols() && v.rows() == nk && Index(pattern.size()) == nq,
+          "softmax rounding bound: Q {}×{}, K {}×{}, V {} rows, a pattern of {} rows", nq, q.cols(), nk, k.cols(),
+          v.rows(), pattern.size());
+  require(scale_in > 0, "softmax rounding bound: scale = {}", scale_in);
+  over_pattern = true;
+  const double lift = std::ldexp(1.0, -14);  // as above
+  d = q.cols();
+  scale = scale_in;
+  input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  const MatrixR<double> qb = q.cwiseAbs().array() + lift, kb = k.cwiseAbs().array() + lift;
+  const MatrixR<double> vb = v.cwiseAbs().array() + lift;
+  qk_max.resize(nq);
+  visible.resize(std::size_t(nq));
+  vbar_visible_max.resize(nq);
+  o = MatrixR<double>::Zero(nq, v.cols());
+  pv = MatrixR<double>::Zero(nq, v.cols());
+  n_k = 0;
+  for (Index i = 0; i < nq; ++i) {
+    const auto& row = pattern[std::size_t(i)];
+    require(!row.empty(), "softmax rounding bound: row {} of the pattern is empty", i);
+    n_k = std::max(n_k, Index(row.size()));
+    visible[std::size_t(i)] = Index(row.size());
+    std::vector<double> z(row.size());
+    double mx = -std::numeric_limits<double>::infinity(), qk = 0, vm = 0;
+    for (std::size_t t = 0; t < row.size(); ++t) {
+      require(row[t] >= 0 && row[t] < nk, "softmax rounding bound: key {} out of range", row[t]);
+      z[t] = scale * q.row(i).dot(k.row(row[t]));
+      mx = std::max(mx, z[t]);
+      qk = std::max(qk, qb.row(i).dot(kb.row(row[t])));
+      vm = std::max(vm, vb.row(row[t]).maxCoeff());
+    }
+    double sum = 0;
+    for (double& x : z) sum += x = std::exp(x - mx);
+    for (std::size_t t = 0; t < row.size(); ++t) {
+      o.row(i) += (z[t] / sum) * v.row(row[t]);
+      pv.row(i) += (z[t] / sum) * vb.row(row[t]);
+    }
+    qk_max(i) = qk;
+    vbar_visible_max(i) = vm;
+  }
+  vbar_col_max = vb.colwise().maxCoeff();
+}
+
 SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound(const AttentionOptions& opts, bool streaming, Index tile) const {
   require(opts.storage != Storage::native, "softmax rounding bound: give a reduced storage (bf16 or fp16)");
+  require(!(over_pattern && streaming),
+          "softmax rounding bound: a pattern's softmax is materialised (streaming = false)");
   require(tile >= 1, "softmax rounding bound: tile = {}", tile);
   const bool fp16 = opts.storage == Storage::fp16;
   const bool eager = opts.policy == Policy::eager;
@@ -97,6 +147,80 @@ SoftmaxRoundingBound softmax_rounding_bound(const ConstRef<double>& q, const Con
                                             const ConstRef<double>& v, const AttentionOptions& opts, bool streaming,
                                             Index tile) {
   return SoftmaxRoundingAnalysis(q, k, v, opts).bound(opts, streaming, tile);
+}
+
+KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                          const ConstRef<double>& v, LinearFeature feature,
+                                          const AttentionOptions& opts) {
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  require(v.rows() == k.rows(), "linear rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
+  require(!opts.causal, "linear rounding bound: derived for the non-causal form only");
+  require(opts.storage != Storage::native, "linear rounding bound: give a reduced storage (bf16 or fp16)");
+  const bool fp16 = opts.storage == Storage::fp16, eager = opts.policy == Policy::eager;
+  KernelRoundingBound b;
+  b.u = std::ldexp(1.0, fp16 ? -11 : -8);
+  b.eta = std::ldexp(1.0, fp16 ? -25 : -134);
+  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), lift = eta / u;
+  const double big = fp16 ? 65504.0 : 3.3895313892515355e38;
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
+  const Index nq = q.rows(), nk = k.rows(), m = q.cols(), dv = v.cols();
+  const double store = (1 + (feature == LinearFeature::Elu ? 2 : 0) * u32) * (1 + u) - 1;
+  // φ and its upper envelope Φ⁺ (the header's "features").
+  const auto features = [&](const ConstRef<double>& x, MatrixR<double>& f, MatrixR<double>& up) {
+    f.resize(x.rows(), x.cols());
+    up.resize(x.rows(), x.cols());
+    for (Index i = 0; i < x.rows(); ++i)
+      for (Index c = 0; c < x.cols(); ++c) {
+        const double xv = x(i, c), xbar = std::abs(xv) + lift;
+        double phi, a;
+        if (feature == LinearFeature::Relu) {
+          phi = std::max(xv, 0.0);
+          a = xv > 0 ? u * xbar : 0.0;
+        } else {
+          phi = std::max(xv, 0.0) + std::exp(std::min(xv, 0.0));
+          a = u * xbar * std::min(1.0, std::exp(std::min(xv, 0.0) + u * xbar));
+        }
+        f(i, c) = phi;
+        up(i, c) = phi + a + (phi + a) * store + eta;
+      }
+  };
+  MatrixR<double> fq, fqu, fk, fku;
+  features(q, fq, fqu);
+  features(k, fk, fku);
+  const MatrixR<double> va = v.cwiseAbs(), vau = (va.array() * (1 + u) + eta).matrix();
+  const double e = eager ? 1 : 0;
+  const double rho_s = (1 + gamma(double(nk + 2))) * std::pow(1 + u, e);  // a stored S or z entry's envelope factor
+  const double rho = rho_s * (1 + gamma(double(m + 1))) * std::pow(1 + u, e);
+  const MatrixR<double> s_up = fku.transpose() * vau;  // Ψ⁺ᵀ|V|⁺ (M × d_v)
+  const VectorX<double> z_up = fku.colwise().sum().transpose();
+  const MatrixR<double> n_up = fqu * s_up, n_ref = fq * (fk.transpose() * va);
+  const VectorX<double> d_up = fqu * z_up, d_ref = fq * VectorX<double>(fk.colwise().sum().transpose());
+  const MatrixR<double> o = (fq * (fk.transpose() * v)).array().colwise() / d_ref.array();
+  const VectorX<double> fq_sum = fqu.rowwise().sum();
+  const bool global_overflow =
+      std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()}) >= big ||
+      std::max(fqu.maxCoeff(), fku.maxCoeff()) >= big ||
+      (eager && (rho_s * s_up.maxCoeff() >= big || rho_s * z_up.maxCoeff() >= big));
+  const double extra = e * eta * ((1 + gamma(double(m + 1))) * (1 + u));
+  const double div = std::pow(1 + u32, eager ? 1 : 2);
+  b.output.resize(nq, dv);
+  for (Index i = 0; i < nq; ++i) {
+    const double ed = rho * d_up(i) - d_ref(i) + (extra * fq_sum(i) + e * eta) + 1e-15 * rho * d_up(i);
+    const bool none = global_overflow || (eager && (rho * d_up(i) >= big || rho * n_up.row(i).maxCoeff() >= big)) ||
+                      !(d_ref(i) > ed);
+    b.rows_without_guarantee += none;
+    for (Index c = 0; c < dv; ++c) {
+      if (none) {
+        b.output(i, c) = inf;
+        continue;
+      }
+      const double en = rho * n_up(i, c) - n_ref(i, c) + (extra * fq_sum(i) + e * eta) + 1e-15 * rho * n_up(i, c);
+      const double y = (en + std::abs(o(i, c)) * ed) / (d_ref(i) - ed);
+      b.output(i, c) = y * div * (1 + u) + std::abs(o(i, c)) * (div * (1 + u) - 1) + eta;
+    }
+  }
+  return b;
 }
 
 }  // namespace attnlab

@@ -49,6 +49,14 @@ struct SoftmaxRoundingBound {
 struct SoftmaxRoundingAnalysis {
   SoftmaxRoundingAnalysis(const ConstRef<double>& q, const ConstRef<double>& k, const ConstRef<double>& v,
                           const AttentionOptions& opts);
+  /// The same for a softmax over a pattern — row i sees the keys pattern[i] only: the local window and the sparse
+  /// patterns, whose emulation (local_output, pattern_softmax) is the materialised transcription restricted to the
+  /// pattern (logits stored under eager, P stored, the sums in float32), so the materialised bound holds with the
+  /// pattern's largest row in place of n_k. O and P·V̄ over the pattern in float64; bound() then takes
+  /// streaming = false only.
+  SoftmaxRoundingAnalysis(const ConstRef<double>& q, const ConstRef<double>& k, const ConstRef<double>& v,
+                          const std::vector<std::vector<Index>>& pattern, double scale);
+  bool over_pattern = false;
   Index n_k = 0, d = 0;
   double scale = 0, input_max = 0;
   VectorX<double> qk_max;                       // max over the visible j of q̄_iᵀk̄_j
@@ -65,5 +73,38 @@ struct SoftmaxRoundingAnalysis {
 SoftmaxRoundingBound softmax_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                             const ConstRef<double>& v, const AttentionOptions& opts, bool streaming,
                                             Index tile = 256);
+
+/// Linear attention's bound (Katharopoulos et al. 2020 eq. (6): O_i = φ(q_i)ᵀS / φ(q_i)ᵀz, S = Σ_j φ(k_j)v_jᵀ,
+/// z = Σ_j φ(k_j)), non-causal, as streamed_kernel_output emulates it (operators/kernel.cpp; linear's note): Q, K, V
+/// stored; the features φ formed in float32 from the stored inputs and stored; S and z summed in float32 (stored
+/// under eager); the numerators φ̂ᵀŜ and normalisers φ̂ᵀẑ in float32 (stored under eager); divided (eager) or
+/// multiplied by the normaliser's float32 reciprocal (careful); O stored. Worst case and rigorous, the same unit
+/// roundoffs as above, sums of m terms within γ_m whatever their order (Higham 2002 §3.1):
+///   features  each entry's upper envelope Φ⁺ = φ + Δφ with |φ̂ − φ| ≤ Δφ = a + (φ + a)((1+2u₃₂)(1+u) − 1) + η:
+///             a bounds φ(x̂) − φ(x) for the stored input, |x̂ − x| ≤ u·x̄: elu + 1 is 1-Lipschitz and e^x below 0,
+///             so a = u·x̄·min(1, e^{min(x,0) + u·x̄}); relu keeps x ≤ 0 at 0, a = u·x̄·[x > 0]; elu's exp within
+///             2 ulp (relu's max exact);
+///   sums      every term φ̂_im ψ̂_jm v̂_jc of the numerator passes at most ρ = (1+γ_{n+2})(1+γ_{M+1})(1+u)^{2e}
+///             (e = 1 eager: S and N stored), and since φ, ψ ≥ 0 and the envelopes are upper ones,
+///             |N̂ − N| ≤ E_N = ρ·Φ⁺(Ψ⁺ᵀ|V|⁺) − Φ(Ψᵀ|V|) + e·η·((1+γ_{M+1})(1+u)·Φ⁺1 + 1), |V|⁺ = |V|(1+u) + η;
+///             the normaliser's E_D the same with V = 1 (exact, not stored);
+///   output    |N̂/D̂ − O| ≤ (E_N + |O|·E_D) / (D − E_D) while D > E_D; the division (eager) or reciprocal and
+///             product (careful) add (1+u₃₂)^{1 or 2}, storing O (1+u) and η.
+/// +inf where no guarantee holds: an input at the format's largest value, under eager a stored S, z, numerator or
+/// normaliser whose envelope reaches it (fp16's 65504: the key sum of about a thousand elu + 1 features — the
+/// all-zero rows the emulation reproduces), or D ≤ E_D (relu's vanishing rows).
+struct KernelRoundingBound {
+  double u = 0, eta = 0;
+  MatrixR<double> output;  // the componentwise bound on |Ô − O|, n_q × d_v (+inf in a row without a guarantee)
+  Index rows_without_guarantee = 0;
+  double output_norm() const { return output.norm(); }
+};
+
+enum class LinearFeature;
+/// The bound for linear attention with feature map `feature` on (q, k, v) given in float64 (the unrounded inputs),
+/// under opts.storage and opts.policy; non-causal (a causal mask is refused).
+KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                          const ConstRef<double>& v, LinearFeature feature,
+                                          const AttentionOptions& opts);
 
 }  // namespace attnlab
