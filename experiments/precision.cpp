@@ -7,8 +7,9 @@
 // emulated, dQ, dK, dV against the method's own float64 gradients (err_dq, ...), the non-finite gradient entries
 // (grad_nonfinite) and the entries the backward's rounding overflowed (grad_overflow: its stored tensors, the
 // forward's formed again among them). The fp64 rows give each method's
-// approximation error, the yardstick the rounding error is read against. For exact attention and linear attention
-// also their derived worst-case rounding bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the
+// approximation error, the yardstick the rounding error is read against. For exact attention, the pattern methods
+// (local, sparse: exact's materialised bound over their pattern) and linear attention also their derived worst-case
+// rounding bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the
 // measured error over the bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); linear's
 // gives up on a row where the format may overflow (`bound_rows_none`; `bound` only when it gives up nowhere,
 // `bound_ratio` over the rows it holds). A method or policy the library does not emulate is a `refused` row, not a
@@ -18,6 +19,7 @@
 #include "attnlab/core/random.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/methods/linear.hpp"
+#include "attnlab/operators/sparse.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
 
@@ -103,6 +105,7 @@ class Precision final : public SourcesExperiment {
         rows.push_back(r);
       };
       add("fp64", "", "err_total", (own - exact.output()).norm() / exact_norm);
+      std::optional<SoftmaxRoundingAnalysis> pattern_analysis;  // the pattern methods' bound (formed when asked)
       // The backward where the emulation covers it (the registry's StorageEmulation::backward): dQ, dK, dV against
       // the method's own float64 gradients.
       const MethodDescriptor& desc = find_method(m64->name());
@@ -160,6 +163,26 @@ class Precision final : public SourcesExperiment {
             for (Index i = 0; i < err.size(); ++i) outside += !(err.data()[i] <= b.output.data()[i]);
             add(format, pol, "bound", b.output_norm() / exact_norm);
             add(format, pol, "bound_ratio", (od - analysis->o).norm() / b.output_norm());
+            add(format, pol, "bound_violations", double(outside));
+          }
+          if (!native && (m->name() == "local" || m->name() == "sparse")) {
+            // The pattern methods: exact attention's materialised bound over their pattern (read from the float64
+            // method's own sparse P̃), formed once per spec.
+            if (!pattern_analysis) {
+              const auto* sp = dynamic_cast<const SparseOperator<double>*>(&m64->op());
+              require(sp != nullptr, "precision: {} has no sparse operator", spec);
+              std::vector<std::vector<Index>> pattern{std::size_t(n)};
+              for (Index i = 0; i < n; ++i)
+                for (typename SparseOperator<double>::Sparse::InnerIterator it(sp->matrix(), i); it; ++it)
+                  pattern[std::size_t(i)].push_back(it.col());
+              pattern_analysis.emplace(p.q, p.k, p.v, pattern, AttentionOptions{}.resolved_scale(d));
+            }
+            const SoftmaxRoundingBound b = pattern_analysis->bound(opts, false);
+            const MatrixR<double> err = (od - own).cwiseAbs();
+            Index outside = 0;
+            for (Index i = 0; i < err.size(); ++i) outside += !(err.data()[i] <= b.output.data()[i]);
+            add(format, pol, "bound", b.output_norm() / own_norm);
+            add(format, pol, "bound_ratio", (od - own).norm() / b.output_norm());
             add(format, pol, "bound_violations", double(outside));
           }
           if (!native && m->name() == "linear") {

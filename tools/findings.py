@@ -889,7 +889,7 @@ def precision(F, R):
     # The emulated backward (exact's two paths, the pattern softmax, ProbSparse's exact rows, the kernel methods,
     # Linformer, Nyström): dQ's rounding error, and where the gradients fail.
     for s in ("exact_stream", "exact_mat", "local64", "reformer64", "probsparse5", "linear", "performer256",
-              "performer64", "linformer256", "nystrom64", "nystrom_svd64"):
+              "performer64", "linformer256", "nystrom64", "nystrom_svd64", "scatterbrain"):
         c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
         for fmt in ("bf16", "fp16"):
             for pol in ("eager", "careful"):
@@ -925,7 +925,8 @@ def precision(F, R):
                       f"{s}: total error against exact float64 attention in {fmt} careful, gaussian, n = {n}, t = 1",
                       "precision")
     # Exact attention's derived worst-case bound (analysis/rounding_bound.hpp) against every measurement.
-    b = d[d.metric.isin(["bound", "bound_ratio", "bound_violations"])]
+    bounds = d[d.metric.isin(["bound", "bound_ratio", "bound_violations", "bound_rows_none"])]
+    b = bounds[bounds.spec.str.startswith("exact")]
     F.add("precision.bound_cells", int((b.metric == "bound_violations").sum()), str,
           "cells (exact, both paths, every source, length, temperature, format, policy) where the emulated output "
           "was checked entry by entry against the derived worst-case rounding bound", "precision")
@@ -941,6 +942,37 @@ def precision(F, R):
               "t = 1", "precision")
         F.add(f"precision.bound_{fmt}_measured", pick(c, metric="bound_ratio").iloc[0], lambda x: sig(x, 2),
               f"what the measurement reached of that bound (‖Ô − O‖_F / ‖bound‖_F), {fmt} careful", "precision")
+    # The pattern methods' bound (exact's materialised one over their pattern) and linear attention's (its own
+    # derivation; +inf on the rows where the format may overflow).
+    pb = bounds[bounds.method.isin(["local", "sparse"])]
+    F.add("precision.pattern_bound_cells", int((pb.metric == "bound_violations").sum()), str,
+          "cells (local windows, every source, length, temperature, format, policy) checked entry by entry against "
+          "exact attention's materialised bound over the pattern", "precision")
+    F.add("precision.pattern_bound_violations", int(pick(pb, metric="bound_violations").sum()), str,
+          "local windows' output entries outside that bound, all cells", "precision")
+    F.add("precision.pattern_bound_ratio_max", pick(pb, metric="bound_ratio").max(), lambda x: sig(x, 2),
+          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of the local windows", "precision")
+    lb = bounds[bounds.method == "linear"]
+    F.add("precision.linear_bound_cells", int((lb.metric == "bound_violations").sum()), str,
+          "cells (linear attention, every source, length, temperature, format, policy) checked entry by entry "
+          "against its derived bound", "precision")
+    F.add("precision.linear_bound_violations", int(pick(lb, metric="bound_violations").sum()), str,
+          "linear attention's output entries outside its bound (a failed entry on a row without a guarantee is none)",
+          "precision")
+    F.add("precision.linear_bound_ratio_max", pick(lb, metric="bound_ratio").max(), lambda x: sig(x, 2),
+          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of linear attention, over its rows with a guarantee",
+          "precision")
+    for fmt in ("bf16", "fp16"):
+        c = lb[(lb.source == "gaussian") & (lb.n == n) & (lb.t == 1) & (lb.dtype == fmt) & (lb.policy == "careful")]
+        F.add(f"precision.linear_bound_{fmt}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
+              f"linear attention's derived bound ‖bound‖_F / ‖O‖_F, {fmt} careful, gaussian, n = {n}, t = 1",
+              "precision")
+    # Where the bound gives up (some row without a guarantee) against where the emulation fails, fp16 eager, t = 1.
+    none = lb[(lb.source == "gaussian") & (lb.t == 1) & (lb.dtype == "fp16") & (lb.policy == "eager")
+              & (lb.metric == "bound_rows_none") & (lb.value > 0)].n
+    F.add("precision.linear_bound_gives_up_n", f"n = {none.min()}" if len(none) else "none", str,
+          "the shortest length at which linear attention's bound gives up on some row (fp16 eager, gaussian, t = 1: "
+          "the format may overflow there)", "precision")
     # Where the format costs more than the approximation: every method and budget (exact left out), cells without a
     # failure, per source at t = 1 (every length of the generated sources; every head of the model sources).
     key = ["source", "n", "seed", "sequence", "layer", "head", "spec", "t"]
