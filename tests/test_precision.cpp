@@ -173,10 +173,8 @@ TEST(Precision, RefusalsSayWhy) {
   EXPECT_NE(message([&] { make_method<float>("performer:features=16,kernel=trig")->compute(q, k, o); })
                 .find("positive"),
             std::string::npos);
-  // VQ's causal form; a method without any backward (SVD's rank truncation) says that, not "not emulated".
-  AttentionOptions causal = o;
-  causal.causal = true;
-  EXPECT_NE(message([&] { make_method<float>("vq:codes=8")->compute(q, k, causal); }).find("non-causal only"),
+  // VQ's two-codebook form; a method without any backward (SVD's rank truncation) says that, not "not emulated".
+  EXPECT_NE(message([&] { make_method<float>("vq:codes=8,quantize=both")->compute(q, k, o); }).find("emulated for"),
             std::string::npos);
   auto sv = make_method<float>("svd:rank=4");
   sv->compute(q, k, o);
@@ -721,6 +719,56 @@ TEST(Precision, CurBackwardEmulated) {
       }
   }
   EXPECT_LE(failures, 2);  // the ill-conditioned case's fp16 only
+}
+
+// VQ's causal form under emulated storage (Transformer-VQ's blockwise transcription, blocks of 64 queries and the
+// cache): with a fixed codebook and keys near its codes (no assignment flips), the output and the gradients within a
+// few units of the format of float64's (careful 8u, eager 16u), over lengths that leave a partial block and with more
+// keys than queries (keys every query sees start the cache). Its fp32 path is the native float32 one.
+TEST(Precision, VqCausalEmulated) {
+  const Index d = 32;
+  const MatrixR<float> codebook = gaussian(16, d, 5);
+  const std::string path = ::testing::TempDir() + "attnlab_precision_vq_causal_codebook.npy";
+  write_npy<double>(path, codebook.cast<double>());
+  const std::string spec = "vq:codes=16,codebook=" + path;
+  for (const auto& [nq, nk] : {std::pair<Index, Index>{200, 200}, {150, 230}}) {
+    const MatrixR<float> q = gaussian(nq, d, 1), v = gaussian(nk, d, 3), dout = gaussian(nq, d, 4);
+    MatrixR<float> k = gaussian(nk, d, 2, 0.1f);
+    for (Index j = 0; j < nk; ++j) k.row(j) += codebook.row((7 * j) % 16);
+    AttentionOptions causal;
+    causal.causal = true;
+    auto m64 = make_method<double>(spec);
+    m64->compute(q.cast<double>(), k.cast<double>(), causal);
+    const MatrixR<double> o64 = m64->output(v.cast<double>());
+    const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
+    for (const Storage st : {Storage::bf16, Storage::fp16})
+      for (const Policy pol : {Policy::eager, Policy::careful}) {
+        SCOPED_TRACE(::testing::Message() << "n_q " << nq << " n_k " << nk << " " << storage_name(st) << " "
+                                          << policy_name(pol));
+        AttentionOptions o = causal;
+        o.storage = st;
+        o.policy = pol;
+        auto m = make_method<float>(spec);
+        m->compute(q, k, o);
+        const MatrixR<float> out = m->output(v);
+        const Gradients<float> g = m->backward(v, dout);
+        ASSERT_EQ(m->output_check().nonfinite, 0u);
+        ASSERT_EQ(m->gradient_check().nonfinite, 0u);
+        bool cache = false;
+        for (const auto& e : m->rounding()) cache = cache || e.what == "cache: per-code value sums, counts";
+        EXPECT_EQ(cache, pol == Policy::eager);  // the cache is stored under eager only
+        const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
+        EXPECT_LT(rel(out, o64), tol);
+        EXPECT_LT(rel(g.dq, g64.dq), tol);
+        EXPECT_LT(rel(g.dk, g64.dk), tol);
+        EXPECT_LT(rel(g.dv, g64.dv), tol);
+        std::printf("  vq causal n_q %lld n_k %lld %s %-7s O %.2e dQ %.2e dK %.2e dV %.2e (u = %.1e)\n",
+                    static_cast<long long>(nq), static_cast<long long>(nk), storage_name(st).c_str(),
+                    policy_name(pol).c_str(), rel(out, o64), rel(g.dq, g64.dq), rel(g.dk, g64.dk),
+                    rel(g.dv, g64.dv), u);
+      }
+  }
+  std::remove(path.c_str());
 }
 
 // VQ's backward under emulated storage (hard, keys, non-causal: the transcription's reverse mode, dK straight-through)

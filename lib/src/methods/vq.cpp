@@ -104,15 +104,19 @@ MethodDescriptor VqOptions::registry_entry() {
           "codebook and assignments held fixed; dK = dK̂ by the straight-through estimator (Lingle 2023); "
           "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"))
       .with_storage(StorageEmulation::both(
-          "assign=hard, quantize=keys, non-causal (others refused); the codebook fitted by k-means in float32 on the "
+          "assign=hard, quantize=keys (others refused); the codebook fitted by k-means in float32 on the "
           "stored keys, their assignments from it; both policies: Q, K, V, the codebook C, the weights "
           "exp(ℓ − max ℓ) over the codes and O in the format; eager also the logits QCᵀ and s·QCᵀ, the per-code key "
           "counts and value sums ΔᵀV (Transformer-VQ's cache), the numerators and the normalisers, divided "
-          "unguarded; careful keeps those in float32")
+          "unguarded; careful keeps those in float32. Causal: Transformer-VQ's blockwise form (Lingle 2023 §3.3), "
+          "blocks of 64 queries each over its own keys under the mask (their weights those of their codes) and the "
+          "cache of every earlier key, the cache stored after every block under eager")
           .with_backward("the transcription's reverse mode, codebook and assignments fixed, dK straight-through: V, "
                          "dO, ∂L/∂weights and dQ, dK, dV stored under both policies; eager also the division's "
                          "gradients, ∂L/∂logits and its ·s, ∂L/∂ΔᵀV and each code's key-gradient sums; careful "
-                         "keeps those in float32"));
+                         "keeps those in float32. Causal: the blockwise form's reverse mode, the blocks last to "
+                         "first: the same tensors per block, and under eager also the cache's gradient and the "
+                         "per-code key-gradient sums after every block and the block's per-key logit gradients"));
 }
 
 void VqOptions::check_size(const ProblemSize& s) const {
@@ -123,8 +127,8 @@ void VqOptions::check_size(const ProblemSize& s) const {
 template <typename T>
 Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   require(opts.storage == Storage::native ||
-              (this->o_.assign == VqAssign::Hard && this->o_.quantize == VqQuantize::Keys && !opts.causal),
-          "vq: {} storage is emulated for assign=hard, quantize=keys, non-causal only", storage_name(opts.storage));
+              (this->o_.assign == VqAssign::Hard && this->o_.quantize == VqQuantize::Keys),
+          "vq: {} storage is emulated for assign=hard, quantize=keys only", storage_name(opts.storage));
   if (given_) {
     // A fixed codebook: no k-means, each key its nearest code (codebook_attention), nothing fitted on these keys.
     require_codebook_d(this->o_.codebook, given_->cols(), k.cols());
@@ -207,7 +211,8 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
 ///              was formed from, or one copied query) passes dC'_b / |cluster b| to each of its queries.
 template <typename T>
 Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
-  if (this->options().storage != Storage::native) return emulated_backward(v, d_out);
+  if (this->options().storage != Storage::native)
+    return this->options().causal ? emulated_causal_backward(v, d_out) : emulated_backward(v, d_out);
   const T s = T(this->options().scale);
   if (this->o_.quantize == VqQuantize::Both) {
     const auto& op = static_cast<const MeanFieldOperator<T>&>(*op_);
@@ -293,6 +298,7 @@ template <typename T>
 MatrixR<T> VqMethod<T>::do_output(const ConstRef<T>& v) const {
   const AttentionOptions& opts = this->options();
   if (opts.storage == Storage::native) return op_->apply(v);
+  if (opts.causal) return emulated_causal_output(v, this->rounding_hook(), nullptr);
   const Rounding r = this->rounding_hook();
   const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
   MatrixR<T> c = centroids_;
@@ -399,6 +405,170 @@ Gradients<T> VqMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef
   for (Index j = 0; j < v.rows(); ++j) {
     const MatrixR<T>& G = gy[std::size_t(a[std::size_t(j)])];
     g.dk.row(j) = s * (G.leftCols(dv) * v.row(j).transpose() + G.col(dv)).transpose();
+  }
+  return g;
+}
+
+/// What emulated_causal_output keeps for its backward, per block of queries: the weights exp(ℓ − max) as stored
+/// (rows × codes), the cache before the block (per-code value sums and counts, as stored), and the block's numerators
+/// and normalisers as stored.
+template <typename T>
+struct VqMethod<T>::CausalTape {
+  std::vector<MatrixR<T>> w, u, num;
+  std::vector<VectorX<T>> cnt, den;
+};
+
+/// Transformer-VQ's blockwise causal form (Lingle 2023 §3.3) as a transcription computes it, every stored tensor
+/// rounded by `r`: C stored, ℓ = s·QCᵀ (QCᵀ and ·s stored under eager); the cache starts with the keys every query
+/// sees (those before the first query's own, n_k > n_q); per block of kCausalBlock queries, row i's weights
+/// w_iy = exp(ℓ_iy − max) over the codes present among the keys it sees (the cache's and the block's up to its own),
+/// stored; the block's keys enter with their codes' weights under the causal mask, so row i's numerator is
+/// w_i·U + Σ_{t ≤ i} w_{i,a(t)} v_t and its normaliser w_i·N + Σ_{t ≤ i} w_{i,a(t)} (stored under eager), O = num /
+/// den unguarded; then the block's keys join the cache (U, N stored under eager).
+template <typename T>
+MatrixR<T> VqMethod<T>::emulated_causal_output(const ConstRef<T>& v, const Rounding& r, CausalTape* tape) const {
+  const AttentionOptions& opts = this->options();
+  const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
+  MatrixR<T> c = centroids_;
+  r(c, Held::tensor, "codebook C");
+  MatrixR<T> logits = q_ * c.transpose();
+  r(logits, Held::accumulator, "logits s·QCᵀ");
+  logits *= T(opts.scale);
+  r(logits, Held::accumulator, "logits s·QCᵀ");
+  const Index nq = q_.rows(), nk = v.rows(), off = nk - nq, codes = c.rows(), dv = v.cols();
+  MatrixR<T> u = MatrixR<T>::Zero(codes, dv);
+  VectorX<T> cnt = VectorX<T>::Zero(codes);
+  for (Index j = 0; j < off; ++j) {  // the keys every query sees: the cache before the first block
+    u.row(a[std::size_t(j)]) += v.row(j);
+    cnt(a[std::size_t(j)]) += T(1);
+  }
+  r(u, Held::accumulator, "cache: per-code value sums, counts");
+  r(cnt, Held::accumulator, "cache: per-code value sums, counts");
+  MatrixR<T> out(nq, dv);
+  std::vector<char> present(static_cast<std::size_t>(codes));
+  for (Index i0 = 0; i0 < nq; i0 += kCausalBlock) {
+    const Index len = std::min(kCausalBlock, nq - i0), k0 = i0 + off;  // the block's keys: k0 .. k0 + len − 1
+    for (Index y = 0; y < codes; ++y) present[std::size_t(y)] = cnt(y) > 0;
+    MatrixR<T> w(len, codes);
+    for (Index t = 0; t < len; ++t) {
+      present[std::size_t(a[std::size_t(k0 + t)])] = 1;  // row t sees the block's keys up to its own
+      T mx = -std::numeric_limits<T>::infinity();
+      for (Index y = 0; y < codes; ++y)
+        if (present[std::size_t(y)]) mx = std::max(mx, logits(i0 + t, y));
+      for (Index y = 0; y < codes; ++y)
+        w(t, y) = present[std::size_t(y)] ? std::exp(logits(i0 + t, y) - mx) : T(0);
+    }
+    r(w, Held::tensor, "weights exp(ℓ − max)");
+    MatrixR<T> el = MatrixR<T>::Zero(len, len);  // the block's keys' weights under the mask
+    for (Index t = 0; t < len; ++t)
+      for (Index x = 0; x <= t; ++x) el(t, x) = w(t, a[std::size_t(k0 + x)]);
+    MatrixR<T> num = w * u;
+    num.noalias() += el * v.middleRows(k0, len);
+    VectorX<T> den = w * cnt;
+    den += el.rowwise().sum();
+    r(num, Held::accumulator, "numerators, normalisers");
+    r(den, Held::accumulator, "numerators, normalisers");
+    out.middleRows(i0, len) = (num.array().colwise() / den.array()).matrix();
+    if (tape) {
+      tape->w.push_back(w);
+      tape->u.push_back(u);
+      tape->cnt.push_back(cnt);
+      tape->num.push_back(std::move(num));
+      tape->den.push_back(std::move(den));
+    }
+    for (Index t = 0; t < len; ++t) {
+      u.row(a[std::size_t(k0 + t)]) += v.row(k0 + t);
+      cnt(a[std::size_t(k0 + t)]) += T(1);
+    }
+    r(u, Held::accumulator, "cache: per-code value sums, counts");
+    r(cnt, Held::accumulator, "cache: per-code value sums, counts");
+  }
+  return out;
+}
+
+/// Reverse mode through emulated_causal_output (its tensors formed again untallied, then the blocks last to first),
+/// codebook and assignments fixed. Per block, with wn_i = dO_i/den_i and wd_i = −dO_iᵀnum_i/den_i²: ∂L/∂w =
+/// wn·Uᵀ + wd·Nᵀ plus the block's keys' ∂L/∂el_it = wn_i·v_t + wd_i added at their codes (stored), ∂L/∂ℓ = w ∘ ∂L/∂w
+/// and its ·s, dQ = s·∂L/∂ℓ·C; dV of the block's keys = elᵀ·wn plus the cache's gradient from later blocks
+/// (Σ wᵀ·wn, stored under eager after every block); dK̂ of the block's keys, straight-through as the native backward
+/// defines it (every query that sees the key): the block's own pairs s·(el ∘ ∂L/∂el)ᵀQ, and the later blocks' by
+/// code, s·G_y [v_j; 1] with G_y = Σ_i w_iy q_i [wn_i, wd_i] (stored under eager after every block).
+template <typename T>
+Gradients<T> VqMethod<T>::emulated_causal_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const Rounding r = this->rounding_hook(), again = r.untallied();
+  CausalTape tape;
+  emulated_causal_output(v, again, &tape);
+  MatrixR<T> c = centroids_;
+  again(c, Held::tensor, "");
+  const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
+  const T s = T(this->options().scale);
+  const Index nq = q_.rows(), nk = v.rows(), off = nk - nq, codes = c.rows(), dv = v.cols(), d = q_.cols();
+  Gradients<T> g;
+  g.dq.resize(nq, d);
+  g.dk.resize(nk, d);
+  g.dv.resize(nk, dv);
+  MatrixR<T> du = MatrixR<T>::Zero(codes, dv);  // ∂L/∂(the cache's value sums) from the blocks after the current one
+  std::vector<MatrixR<T>> gy(static_cast<std::size_t>(codes), MatrixR<T>::Zero(d, dv + 1));
+  const auto straight_through = [&](Index j) {  // the later blocks' share of key j's dK̂
+    const MatrixR<T>& G = gy[std::size_t(a[std::size_t(j)])];
+    return (G.leftCols(dv) * v.row(j).transpose() + G.col(dv)).transpose();
+  };
+  const Index blocks = Index(tape.w.size());
+  for (Index b = blocks - 1; b >= 0; --b) {
+    const Index i0 = b * kCausalBlock, len = std::min(kCausalBlock, nq - i0), k0 = i0 + off;
+    const MatrixR<T>& w = tape.w[std::size_t(b)];
+    const VectorX<T>& den = tape.den[std::size_t(b)];
+    const auto dob = d_out.middleRows(i0, len);
+    MatrixR<T> wn = dob.array().colwise() / den.array();
+    VectorX<T> wd = -((dob.array() * tape.num[std::size_t(b)].array()).rowwise().sum() / den.array().square()).matrix();
+    r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+    r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+    const auto vb = v.middleRows(k0, len);
+    MatrixR<T> del = wn * vb.transpose();  // ∂L/∂el_it = wn_i·v_t + wd_i, t ≤ i
+    del.colwise() += wd;
+    MatrixR<T> el = MatrixR<T>::Zero(len, len);
+    for (Index t = 0; t < len; ++t)
+      for (Index x = 0; x < len; ++x) {
+        if (x <= t) el(t, x) = w(t, a[std::size_t(k0 + x)]);
+        else del(t, x) = T(0);
+      }
+    MatrixR<T> dw = wn * tape.u[std::size_t(b)].transpose();
+    dw.noalias() += wd * tape.cnt[std::size_t(b)].transpose();
+    for (Index t = 0; t < len; ++t)
+      for (Index x = 0; x <= t; ++x) dw(t, a[std::size_t(k0 + x)]) += del(t, x);
+    r(dw, Held::tensor, "backward: ∂L/∂weights");
+    MatrixR<T> dl = w.cwiseProduct(dw);
+    r(dl, Held::accumulator, "backward: ∂L/∂logits");
+    dl *= s;
+    r(dl, Held::accumulator, "backward: ∂L/∂logits");
+    g.dq.middleRows(i0, len).noalias() = dl * c;
+    // The block's keys: their pairs with the block's queries, then the later blocks' share (the cache, by code).
+    g.dv.middleRows(k0, len).noalias() = el.transpose() * wn;
+    MatrixR<T> dlog = el.cwiseProduct(del);
+    r(dlog, Held::accumulator, "backward: the block's per-key logit gradients");
+    g.dk.middleRows(k0, len).noalias() = dlog.transpose() * q_.middleRows(i0, len);
+    for (Index t = 0; t < len; ++t) {
+      g.dv.row(k0 + t) += du.row(a[std::size_t(k0 + t)]);
+      g.dk.row(k0 + t) += straight_through(k0 + t);
+    }
+    g.dk.middleRows(k0, len) *= s;
+    // This block's share for the earlier keys.
+    du.noalias() += w.transpose() * wn;
+    r(du, Held::accumulator, "backward: the cache's gradient");
+    MatrixR<T> x(len, dv + 1);
+    x.leftCols(dv) = wn;
+    x.col(dv) = wd;
+#pragma omp parallel for schedule(dynamic)
+    for (Index y = 0; y < codes; ++y) {
+      if (!(w.col(y).array() != T(0)).any()) continue;
+      MatrixR<T>& G = gy[std::size_t(y)];
+      G.noalias() += q_.middleRows(i0, len).transpose() * (w.col(y).asDiagonal() * x);
+      r(G, Held::accumulator, "backward: per-code key-gradient sums");
+    }
+  }
+  for (Index j = 0; j < off; ++j) {  // the keys every query sees: every block's share
+    g.dv.row(j) = du.row(a[std::size_t(j)]);
+    g.dk.row(j) = s * straight_through(j);
   }
   return g;
 }

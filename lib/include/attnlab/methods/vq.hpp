@@ -130,6 +130,15 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
   /// do_backward under an emulated reduced storage (hard, keys, non-causal): the transcription's backward (vq.cpp).
   Gradients<T> emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
+  /// The causal form under an emulated reduced storage: Transformer-VQ's blockwise transcription (Lingle 2023 §3.3:
+  /// blocks of kCausalBlock queries, each attending to its own keys under the mask and to the cache — the per-code
+  /// value sums and counts of every earlier key), stored as the registry entry's note says. With a tape, each
+  /// block's stored weights, cache and the rows' numerators and normalisers are kept for the backward.
+  static constexpr Index kCausalBlock = 64;
+  struct CausalTape;
+  MatrixR<T> emulated_causal_output(const ConstRef<T>& v, const Rounding& r, CausalTape* tape) const;
+  /// Reverse mode through emulated_causal_output, codebook and assignments fixed, dK straight-through.
+  Gradients<T> emulated_causal_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
 
   std::shared_ptr<const MatrixR<double>> given_;  // the fixed codebook (codebook=PATH.npy), else null
   double inertia_ = 0;
