@@ -104,6 +104,47 @@ TYPED_TEST(ExactTest, StreamingMatchesMaterialized) {
     }
 }
 
+// Few queries over many keys take the split-KV path (groups of kSplitKeys keys merged in order): the same output and
+// row log-sum-exp as the independent long-double formula, with and without the mask, for rows at their own positions
+// in a longer sequence (ProbSparse's selected queries: QueryLayout) and for the last rows of one.
+TYPED_TEST(ExactTest, FewQueriesOverManyKeysSplitTheKeys) {
+  using T = TypeParam;
+  const Index nk = 2 * kSplitKeys + 300, d = 16, nq_full = nk;
+  const MatrixR<T> k = randn<T>(nk, d, 2), v = randn<T>(nk, 8, 3), qfull = randn<T>(nq_full, d, 1);
+  const std::vector<Index> rows = {0, 5, 700, 2047, 2048, 2049, 3000, 4395};
+  MatrixR<T> q(Index(rows.size()), d);
+  for (std::size_t r = 0; r < rows.size(); ++r) q.row(Index(r)) = qfull.row(rows[r]);
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  for (const bool causal : {false, true}) {
+    AttentionOptions o;
+    o.causal = causal;
+    VectorX<T> lse;
+    const MatrixR<T> out = exact_output<T>(q, k, v, o, kDefaultTile, QueryLayout{rows, nq_full}, &lse);
+    MatrixR<double> p = MatrixR<double>::Zero(Index(rows.size()), nk);  // each row over the keys it sees
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Index seen = causal ? rows[r] + 1 : nk;
+      const MatrixR<T> qr = q.row(Index(r)), ks = k.topRows(seen);
+      p.row(Index(r)).head(seen) = naive_attention<T>(qr, ks, o.resolved_scale(d), false);
+    }
+    EXPECT_LT(rel_err(out, (p * v.template cast<double>()).eval()), tol) << (causal ? "causal" : "");
+    // ℓ against the row's own log-sum-exp, formed again in float64.
+    const MatrixR<double> qd = q.template cast<double>(), kd = k.template cast<double>();
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Index last = causal ? rows[r] : nk - 1;
+      const Eigen::VectorXd z = (kd.topRows(last + 1) * qd.row(Index(r)).transpose()) * o.resolved_scale(d);
+      const double ref = z.maxCoeff() + std::log((z.array() - z.maxCoeff()).exp().sum());
+      EXPECT_NEAR(double(lse(Index(r))), ref, tol * std::abs(ref) + tol);
+    }
+  }
+  // The last 20 rows of a sequence (decoding-like: n_q < n_k, the causal offset).
+  const MatrixR<T> qlast = qfull.bottomRows(20);
+  AttentionOptions o;
+  o.causal = true;
+  const MatrixR<T> out = exact_output<T>(qlast, k, v, o);
+  const MatrixR<double> p = naive_attention<T>(qlast, k, o.resolved_scale(d), true);
+  EXPECT_LT(rel_err(out, (p * v.template cast<double>()).eval()), tol);
+}
+
 TYPED_TEST(ExactTest, OperatorReproducesMatrix) {
   using T = TypeParam;
   for (const auto& c : kCases) {

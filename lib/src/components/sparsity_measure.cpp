@@ -75,10 +75,14 @@ std::vector<Index> select_queries(const VectorX<double>& measure, Index u, bool 
   const Index n = measure.size();
   std::vector<Index> sel;
   if (!causal) {
+    // The u largest, ties to the earlier query (a stable sort's first u, as a set): a selection, not a sort, O(n).
     std::vector<Index> order(static_cast<std::size_t>(n));
     std::iota(order.begin(), order.end(), Index(0));
-    std::stable_sort(order.begin(), order.end(), [&](Index a, Index b) { return measure(a) > measure(b); });
-    sel.assign(order.begin(), order.begin() + std::min(u, n));
+    const Index take = std::min(u, n);
+    std::nth_element(order.begin(), order.begin() + take - (take > 0 ? 1 : 0), order.end(), [&](Index a, Index b) {
+      return measure(a) > measure(b) || (measure(a) == measure(b) && a < b);
+    });
+    sel.assign(order.begin(), order.begin() + take);
   } else {
     std::priority_queue<double, std::vector<double>, std::greater<>> best;  // the u largest so far
     for (Index i = 0; i < n; ++i) {

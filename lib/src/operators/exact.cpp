@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace attnlab {
 using detail::checked_tile;
@@ -57,6 +58,57 @@ struct OnlineRows {
   }
 };
 
+/// exact_output's split-KV path (its header): the n_q ≤ tile queries against the keys in groups of kSplitKeys, each
+/// group's online softmax over its key tiles (its own m, ℓ and accumulator per row) in parallel, then merged in group
+/// order: m = max_g m_g, ℓ = Σ_g e^{m_g − m} ℓ_g, acc = Σ_g e^{m_g − m} acc_g (a group a row does not see is skipped;
+/// key 0 is in group 0, so m is finite).
+template <typename T>
+void split_keys_output(const Tiler<T>& t, const ConstRef<T>& v, Index tile, MatrixR<T>& out, VectorX<T>* row_lse) {
+  const Index nq = t.q.rows(), dv = v.cols(), kend = t.key_end(0, nq);
+  const Index groups = (kend + kSplitKeys - 1) / kSplitKeys;
+  std::vector<OnlineRows<T>> part(static_cast<std::size_t>(groups), OnlineRows<T>(nq, dv));
+#pragma omp parallel for schedule(dynamic)
+  for (Index g = 0; g < groups; ++g) {
+    if (cancel_requested()) continue;
+    OnlineRows<T>& w = part[std::size_t(g)];
+    w.reset(nq);
+    const Index g0 = g * kSplitKeys, gend = std::min(kend, g0 + kSplitKeys);
+    for (Index j0 = g0; j0 < gend; j0 += tile) {
+      const Index bj = std::min(tile, gend - j0);
+      t.logits(0, nq, j0, bj, w.s);
+      for (Index r = 0; r < nq; ++r) {
+        if (t.visible(r, j0, bj) == 0) {  // masked for this row (causal): nothing to add
+          w.s.row(r).setZero();
+          continue;
+        }
+        const T mnew = std::max(w.m(r), t.row_max(w.s, r, r, j0));
+        const T alpha = std::exp(w.m(r) - mnew);
+        t.exp_row(w.s, r, r, j0, mnew);
+        w.l(r) = alpha * w.l(r) + w.s.row(r).sum();
+        w.acc.row(r) *= alpha;
+        w.m(r) = mnew;
+      }
+      w.acc.noalias() += w.s * v.middleRows(j0, bj);
+    }
+  }
+  throw_if_cancelled();
+  for (Index r = 0; r < nq; ++r) {
+    T m = -std::numeric_limits<T>::infinity();
+    for (const OnlineRows<T>& w : part)
+      if (w.l(r) > T(0)) m = std::max(m, w.m(r));
+    T l = 0;
+    out.row(r).setZero();
+    for (const OnlineRows<T>& w : part) {
+      if (!(w.l(r) > T(0))) continue;
+      const T a = std::exp(w.m(r) - m);
+      l += a * w.l(r);
+      out.row(r) += a * w.acc.row(r);
+    }
+    out.row(r) /= l;
+    if (row_lse) (*row_lse)(r) = m + std::log(l);
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -71,6 +123,10 @@ MatrixR<T> exact_output(const ConstRef<T>& q, const ConstRef<T>& k, const ConstR
   const Index nq = q.rows(), dv = v.cols();
   MatrixR<T> out(nq, dv);
   if (row_lse) row_lse->resize(nq);
+  if (!rounding.active() && nq >= 1 && nq <= tile && t.key_end(0, nq) >= 2 * kSplitKeys) {
+    split_keys_output<T>(t, v, tile, out, row_lse);
+    return out;
+  }
   t.for_query_tiles(tile, [&] { return OnlineRows<T>(tile, dv); }, [&](OnlineRows<T>& w, Index i0, Index bi) {
     w.reset(bi);
     t.for_key_tiles(i0, bi, tile, w.s, [&](MatrixR<T>& s, Index j0, Index bj) {

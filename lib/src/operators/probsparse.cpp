@@ -24,7 +24,8 @@ MatrixR<T> ProbSparseOperator<T>::lazy_apply(const ConstRef<T>& x) const {
   MatrixR<T> y(nq_, x.cols());
   if (!causal_) {
     const Eigen::Matrix<T, 1, Eigen::Dynamic> sum = x.colwise().sum();
-    for (Index i = 0; i < nq_; ++i) y.row(i) = sum * lazy_weight(i);
+#pragma omp parallel for schedule(static)
+    for (Index i = 0; i < nq_; ++i) y.row(i) = sum * lazy_weight(i);  // n × d writes (and the fresh y's pages)
     return y;
   }
   Eigen::Matrix<T, 1, Eigen::Dynamic> prefix = Eigen::Matrix<T, 1, Eigen::Dynamic>::Zero(x.cols());

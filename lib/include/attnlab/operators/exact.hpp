@@ -22,6 +22,8 @@ struct QueryLayout {
 
 /// Default tile edge of the streaming kernels: a tile² logit block of float64 is 512 KiB.
 constexpr Index kDefaultTile = 256;
+/// Keys per group of exact_output's split-KV path (few queries over many keys).
+constexpr Index kSplitKeys = 2048;
 
 /// The exact attention matrix as an operator; keeps copies of Q and K (O((n_q + n_k)·d)) and the row
 /// log-sum-exp, never P.
@@ -63,6 +65,10 @@ MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const Attent
 
 /// O = softmax(scale·QKᵀ [+ mask])·V, streaming over key tiles with an online softmax. With `row_lse`, also the
 /// rows' log-sum-exp ℓ_i that the pass forms anyway (what the backward needs: Dao 2023, FlashAttention-2, Alg. 1).
+/// Few queries over many keys (n_q ≤ tile, n_k ≥ 2·kSplitKeys: ProbSparse's selected rows, decoding), natively: the
+/// keys split into fixed groups of kSplitKeys, each group's online softmax in parallel, the groups' (m, ℓ, acc) merged
+/// in group order (split-KV, as FlashDecoding does) — one query tile would otherwise keep one thread busy and the
+/// rest waiting; the groups are fixed, so the sums do not depend on the thread count.
 /// With a reduced storage's `rounding`: each tile of P in the format before its product with V (both policies, as
 /// FlashAttention-2 converts P for its second product); under eager also the logits, the running sums ℓ and the
 /// running accumulator after every tile; under careful those stay in float32. The final O is the caller's to round.
