@@ -576,6 +576,12 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
   }
   const std::string input_note = notes.empty() ? "" : fmt::format("Input: {}.", fmt::join(notes, "; "));
   require(o.threads >= 0, "report: threads must be ≥ 0, got {}", o.threads);
+  // Costs timed here on more threads than this machine has cores would measure the scheduler, not the methods: the
+  // costs for a larger machine are that machine's (tools/bench_gpu.py or tools/bench_threads.py there, then --costs).
+  require(o.threads <= omp_get_num_procs() || !o.costs.empty(),
+          "report: --threads {} exceeds this machine's {} cores: costs timed here would measure oversubscription; "
+          "measure on the machine you mean (tools/bench_gpu.py --device cpu there) and pass its table with --costs",
+          o.threads, omp_get_num_procs());
   fs::create_directories(o.out);
   // The thread count for this report only: restored on return, also when an error or Ctrl-C ends it.
   struct Threads {

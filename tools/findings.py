@@ -567,6 +567,20 @@ def bench(F, results):
               "attnlab's default build and PyTorch (timing)", "bench")
         F.add("bench.allocator_worst", a.ratio.max(), lambda x: sig(x, 2),
               "the largest such ratio over attnlab's methods, float32, n = 4096 and 16384 (timing)", "bench")
+    # Each method's parallel efficiency (tools/bench_threads.py: the scaling run at 1 and 2 threads, one run).
+    threads_csv = os.path.join(results, "bench", "threads.csv")
+    if os.path.exists(threads_csv):
+        import bench_threads  # tools/: the table is its own function, so the page and the tool agree
+        rows = pd.read_csv(threads_csv).to_dict("records")
+        md, summary = bench_threads.table(rows)
+        F.add("bench.threads_table", md.strip(), str, "tools/bench_threads.py: every method at 1 and 2 threads "
+              "(timing)", "bench")
+        F.add("bench.threads_device", rows[0]["device"], str, "the CPU bench_threads.py ran on", "bench")
+        for spec, short in (("probsparse", "probsparse"), ("nystrom", "nystrom"), ("exact:impl=streaming", "exact")):
+            x = [r for r in summary if r["n"] == 16384 and r["spec"].startswith(spec)]
+            if x:
+                F.add(f"bench.threads_{short}_speedup", x[0]["speedup"], lambda v: f"{v:.2f}×",
+                      f"{short}: speed-up from 1 to 2 threads, float32, n = 16384 (timing)", "bench")
     paths = os.path.join(results, "bench", "cost_paths.md")
     if os.path.exists(paths):
         F.add("bench.cost_paths", open(paths).read().strip(), str, "tools/cost_paths.py: every path's cost of the "

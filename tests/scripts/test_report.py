@@ -130,6 +130,11 @@ c.check(r.returncode != 0 and "--precision" in r.stderr, f"--policy without --pr
 r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
         "--cost-n", 0)
 c.check(r.returncode != 0 and "cost" in r.stderr.lower(), f"--cost-n 0 refused: {r.stderr.strip()}")
+# Costs timed on more threads than this machine's cores would time the scheduler: refused before any work.
+r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
+        "--threads", str((os.cpu_count() or 1) + 1))
+c.check(r.returncode != 0 and "cores" in r.stderr and "--costs" in r.stderr,
+        f"--threads above the cores refused: {r.stderr.strip()[-200:]}")
 
 # A report built from costs measured elsewhere (--costs FILE: issue "Costs on the machine the user runs"): it times
 # nothing, names the file's device wherever it quotes a cost, and recommends from the file's numbers. Two synthetic
