@@ -104,6 +104,7 @@ int run_suite(int argc, char** argv, Register register_all) {
   benchmark::AddCustomContext("attnlab_arch", ATTNLAB_BENCH_ARCH);
   benchmark::AddCustomContext("attnlab_products", product_backend());
   benchmark::AddCustomContext("attnlab_cost_context", cost_context());
+  benchmark::AddCustomContext("attnlab_cpu", cpu_name());  // the device every figure of the run is quoted for
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   benchmark::AddCustomContext("glibc_tunables", tunables ? tunables : "");
   register_all();

@@ -552,6 +552,14 @@ def bench(F, results):
         rows.append(f"| {m} | {both('attnlab_s', a)} | {both('speedup_vs_exact', a)} | {both('attnlab_s', b)} | "
                     f"{num(b.torch_s.iloc[0])} | {both('torch_over_attnlab', b)} |")
     F.add("bench.table_f32", "\n".join(rows), str, "the float32 table of results/bench (timing)", "bench")
+    # The device that table holds for, as the run's context recorded it.
+    ctx_path = os.path.join(results, "bench", "attnlab.json")
+    if os.path.exists(ctx_path):
+        ctx = json.load(open(ctx_path)).get("context", {})
+        cpu = ctx.get("attnlab_cpu") or "a CPU whose model that run did not record"
+        F.add("bench.device", f"{cpu} ({ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz; "
+              f"{ctx.get('attnlab_cost_context', '')})", str, "the machine the benchmark table was measured on",
+              "bench")
     # The allocator setting: the default build and PyTorch with glibc's defaults and with GLIBC_TUNABLES.
     a, _ = allocator_frame(os.path.join(results, "bench"))
     if a is not None:

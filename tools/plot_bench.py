@@ -28,10 +28,16 @@ def fmt(x, spec=".3g"):
     return "–" if x != x else format(x, spec)
 
 
+def machine(c):
+    """The device a run's costs hold for, as its context recorded it (the CPU's name since the suite records it)."""
+    cpu = c.get("attnlab_cpu") or "CPU model not recorded by this run"
+    return f"{cpu}, {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz"
+
+
 def table(both, contexts):
     c = next(iter(contexts.values()))
     tunables = ", ".join(sorted(set(both.glibc_tunables.fillna("")) - {""})) or "(unset: glibc defaults, as users run)"
-    lines = [f"Machine: {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz; "
+    lines = [f"Machine: {machine(c)}; "
              "OpenBLAS core type (PyTorch and the fast build): "
              f"{', '.join(sorted(set(both.openblas_coretype.dropna())))}; "
              f"allocator for all: GLIBC_TUNABLES={tunables}; "
@@ -133,7 +139,7 @@ def backward_table(d, contexts):
     backward) beside PyTorch autograd of the eager transcription, and exact's backward rate against the GEMM's."""
     builds = [b for b in BUILDS if b in contexts]
     c = next(iter(contexts.values()))
-    lines = [f"Machine: {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz; OpenBLAS core type "
+    lines = [f"Machine: {machine(c)}; OpenBLAS core type "
              f"(PyTorch and the fast build): {', '.join(sorted(set(d.openblas_coretype.dropna())))}; "
              f"GLIBC_TUNABLES unset (as users run); {c.get('attnlab_cost_context', '')}. Builds: "
              + "; ".join(f"{b}: -march={contexts[b].get('attnlab_arch', '?')}, products by "
