@@ -145,6 +145,31 @@ TYPED_TEST(ExactTest, FewQueriesOverManyKeysSplitTheKeys) {
   EXPECT_LT(rel_err(out, (p * v.template cast<double>()).eval()), tol);
 }
 
+// exact_matrix forms its logits by blocks in parallel (rows, or columns for few rows); every block a multiple of the
+// register tiles, so each entry is summed as in one product of the whole: P is bit for bit the softmax of that one
+// product, on shapes that take each path (and leave remainders of every kind).
+TYPED_TEST(ExactTest, MaterializedLogitsAreOneProductsBits) {
+  using T = TypeParam;
+  struct Shape {
+    Index nq, nk, d;
+  };
+  for (const Shape& sh : {Shape{500, 300, 64}, Shape{1001, 37, 16}, Shape{64, 5000, 64}, Shape{13, 9001, 33},
+                          Shape{250, 2100, 8}}) {
+    const MatrixR<T> q = randn<T>(sh.nq, sh.d, 7), k = randn<T>(sh.nk, sh.d, 8);
+    const AttentionOptions o;
+    const MatrixR<T> p = exact_matrix<T>(q, k, o);
+    MatrixR<T> ref;
+    ref.noalias() = q * k.transpose();
+    ref *= T(o.resolved_scale(sh.d));
+    for (Index i = 0; i < ref.rows(); ++i) {
+      ref.row(i) = (ref.row(i).array() - ref.row(i).maxCoeff()).exp();
+      ref.row(i) /= ref.row(i).sum();
+    }
+    EXPECT_TRUE(p == ref) << "nq " << sh.nq << " nk " << sh.nk << " d " << sh.d << ": largest difference "
+                          << (p - ref).cwiseAbs().maxCoeff();
+  }
+}
+
 TYPED_TEST(ExactTest, OperatorReproducesMatrix) {
   using T = TypeParam;
   for (const auto& c : kCases) {

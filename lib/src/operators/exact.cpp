@@ -20,6 +20,11 @@ using detail::checked_tile;
 using detail::Tiler;
 using detail::validate;
 
+namespace {
+/// exact_matrix's blocks of rows (many queries) or of columns (few queries, many keys) for its parallel logits.
+constexpr Index kLogitRows = 240, kLogitCols = 960;
+}  // namespace
+
 template <typename T>
 MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts,
                         const Rounding& rounding) {
@@ -29,7 +34,43 @@ MatrixR<T> exact_matrix(const ConstRef<T>& q, const ConstRef<T>& k, const Attent
   Tiler<T> t(q, k, opts);
   t.rounding = rounding;
   MatrixR<T> p;
-  t.logits(0, q.rows(), 0, k.rows(), p);
+  const Index nq = q.rows(), nk = k.rows();
+  if (nq > kLogitRows) {
+    // The logits by blocks of rows in parallel (one GEMM call is one thread). P is row-major, so Eigen forms Pᵀ = K·Qᵀ:
+    // P's rows are the product's columns, taken 4 at a time by its register tile; blocks of 240 rows keep every entry
+    // in the same kernel and depth order as in the whole product — the same bits
+    // (ExactTest.MaterializedLogitsAreOneProductsBits).
+    p.resize(nq, nk);
+    const Index blocks = (nq + kLogitRows - 1) / kLogitRows;
+#pragma omp parallel for schedule(dynamic)
+    for (Index b = 0; b < blocks; ++b) {
+      const Index i0 = b * kLogitRows, bi = std::min(kLogitRows, nq - i0);
+      auto blk = p.middleRows(i0, bi);
+      blk.noalias() = q.middleRows(i0, bi) * k.transpose();
+      rounding.span(blk.data(), std::size_t(bi * nk), Held::accumulator, "logits QKᵀ");
+      blk *= t.scale;
+      rounding.span(blk.data(), std::size_t(bi * nk), Held::accumulator, "logits s·QKᵀ");
+    }
+  } else if (nk > 2 * kLogitCols) {
+    // Few rows (Nyström's landmarks against every key): by blocks of columns — the product's rows, whose register
+    // tile is 24 or 12 (AVX2, float or double) and 48 or 24 (AVX-512): 960 is a multiple of each.
+    p.resize(nq, nk);
+    const Index blocks = (nk + kLogitCols - 1) / kLogitCols;
+#pragma omp parallel for schedule(dynamic)
+    for (Index b = 0; b < blocks; ++b) {
+      const Index j0 = b * kLogitCols, bj = std::min(kLogitCols, nk - j0);
+      p.middleCols(j0, bj).noalias() = q * k.middleRows(j0, bj).transpose();
+    }
+    if (rounding.active()) {
+      rounding(p, Held::accumulator, "logits QKᵀ");
+      p *= t.scale;
+      rounding(p, Held::accumulator, "logits s·QKᵀ");
+    } else {
+      p *= t.scale;
+    }
+  } else {
+    t.logits(0, nq, 0, nk, p);
+  }
   // Row softmax with the max subtracted first: exp never overflows, and the row's max becomes exp(0) = 1,
   // so the sum is ≥ 1 and never underflows (stable log-sum-exp).
 #pragma omp parallel for schedule(static)
