@@ -4,6 +4,9 @@
 #include "attnlab/operators/exact.hpp"
 #include "test_util.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <vector>
 
 namespace attnlab {
@@ -135,6 +138,32 @@ TYPED_TEST(ExactTest, FewQueriesOverManyKeysSplitTheKeys) {
       const double ref = z.maxCoeff() + std::log((z.array() - z.maxCoeff()).exp().sum());
       EXPECT_NEAR(double(lse(Index(r))), ref, tol * std::abs(ref) + tol);
     }
+  }
+  // The groups are fixed: the bits do not depend on the thread count.
+  {
+    const int before = omp_get_max_threads();
+    AttentionOptions o;
+    omp_set_num_threads(1);
+    const MatrixR<T> one = exact_output<T>(q, k, v, o, kDefaultTile, QueryLayout{rows, nq_full});
+    omp_set_num_threads(std::max(2, before));
+    const MatrixR<T> two = exact_output<T>(q, k, v, o, kDefaultTile, QueryLayout{rows, nq_full});
+    omp_set_num_threads(before);
+    EXPECT_TRUE(one == two) << "split-KV bits differ between 1 and 2 threads";
+  }
+  // A group whose logits overflow makes its rows NaN (as the tiled path's), never finite without that group.
+  {
+    MatrixR<T> kb = k, qb = q;
+    kb.row(3000).setConstant(T(1e20));
+    qb.row(0).setConstant(T(1e20));
+    qb.row(1).setConstant(T(1e20));
+    if constexpr (std::is_same_v<T, double>) {
+      kb.row(3000).setConstant(T(1e200));
+      qb.topRows(2).setConstant(T(1e200));
+    }
+    AttentionOptions o;
+    const MatrixR<T> out = exact_output<T>(qb, kb, v, o);
+    EXPECT_FALSE(out.row(0).allFinite()) << "an overflowed group was dropped";
+    EXPECT_TRUE(out.bottomRows(out.rows() - 2).allFinite());
   }
   // The last 20 rows of a sequence (decoding-like: n_q < n_k, the causal offset).
   const MatrixR<T> qlast = qfull.bottomRows(20);

@@ -399,6 +399,12 @@ TEST(MethodsII, ProbSparseCausalSelectionIsOnline) {
   // u = 2: selected when among the 2 largest so far: 0 (5), 1 (1: only 2 seen), 2 (6), 4 (7), 6 (8).
   EXPECT_EQ(select_queries(m, 2, true), (std::vector<Index>{0, 1, 2, 4, 6}));
   EXPECT_EQ(select_queries(m, 2, false), (std::vector<Index>{4, 6}));
+  // Ties go to the earlier query (as a stable sort's first u); a NaN measure (logits that overflowed) ranks last.
+  VectorX<double> ties = VectorX<double>::Constant(9, 1.0);
+  EXPECT_EQ(select_queries(ties, 4, false), (std::vector<Index>{0, 1, 2, 3}));
+  ties(0) = std::numeric_limits<double>::quiet_NaN();
+  ties(5) = 2;
+  EXPECT_EQ(select_queries(ties, 3, false), (std::vector<Index>{1, 2, 5}));
 }
 
 // Scatterbrain: Ã equals exp(s·qᵀk) on the band, so P̃ is proportional to P there row by row; off the band P̃ is the

@@ -369,6 +369,96 @@ TEST(RoundingBound, LinearAttentionRespectsItEntryByEntry) {
       }
 }
 
+// Linear attention's bound at the edges of float32 and of the format (a review's counterexamples): values so small
+// that float32 underflows and careful's guarded reciprocal clamps, so large that float32's sums overflow, and queries
+// far below −88.72, where Eigen's vectorised exp clamps e^x to about 2.9e-39. The bound must hold or give up (+inf).
+TEST(RoundingBound, LinearAttentionAtFloat32sEdges) {
+  struct Case {
+    const char* what;
+    MatrixR<float> q, k, v;
+  };
+  std::vector<Case> cases;
+  {
+    MatrixR<float> q(2, 1), k(2, 1), v(2, 1);
+    q << 1e-30f, 1e-30f;
+    k << 1e-15f, 1e-15f;
+    v << 1, 1;
+    cases.push_back({"float32 underflow (relu)", q, k, v});
+    q << 1e-20f, 1e-20f;
+    k << 1e-19f, 1e-19f;
+    cases.push_back({"a subnormal normaliser (relu)", q, k, v});
+  }
+  {
+    MatrixR<float> q = MatrixR<float>::Constant(4, 2, 1e19f), k = q, v = MatrixR<float>::Ones(4, 2);
+    cases.push_back({"float32 overflow", q, k, v});
+  }
+  {
+    MatrixR<float> q(3, 8), k(3, 8), v(3, 8);
+    q << -100, -25.3f, -1e4f, -1e4f, -1e4f, -1e4f, -1e4f, -1e4f, -90, -3, -200, 1, 0, 0, 0, 0, -95, -95, -95, -95,
+        -95, -95, -95, -95;
+    k.setZero();
+    k.row(0).setConstant(1e30f);
+    k.row(1) << -200, 30, 0, 0, 0, 0, 0, 0;
+    v.setOnes();
+    v.row(1) *= -1;
+    cases.push_back({"exp clamped below −88.72", q, k, v});
+  }
+  Index held = 0, gave_up = 0;  // entries held to a finite bound, entries without a guarantee
+  for (const Case& c : cases)
+    for (const char* spec : {"linear", "linear:feature=relu"})
+      for (const Storage st : {Storage::bf16, Storage::fp16})
+        for (const Policy pol : {Policy::eager, Policy::careful}) {
+          SCOPED_TRACE(::testing::Message() << c.what << " " << spec << " " << storage_name(st) << " "
+                                            << policy_name(pol));
+          const LinearFeature feature =
+              std::string(spec) == "linear" ? LinearFeature::Elu : LinearFeature::Relu;
+          const MatrixR<double> q = c.q.cast<double>(), k = c.k.cast<double>(), v = c.v.cast<double>();
+          AttentionOptions o;
+          o.storage = st;
+          o.policy = pol;
+          const KernelRoundingBound b = linear_rounding_bound(q, k, v, feature, o);
+          // The reference in exact arithmetic (long double), and the emulation; where the emulation refuses (a
+          // non-finite feature), nothing to hold.
+          MatrixR<float> out;
+          try {
+            auto m = make_method<float>(spec);
+            m->compute(c.q, c.k, o);
+            out = m->output(c.v);
+          } catch (const Error&) {
+            continue;
+          }
+          for (Index i = 0; i < q.rows(); ++i) {
+            long double num[8] = {0}, den = 0;
+            for (Index j = 0; j < k.rows(); ++j) {
+              long double w = 0;
+              for (Index x = 0; x < q.cols(); ++x) {
+                const auto phi = [&](long double y) {
+                  return feature == LinearFeature::Relu ? std::max(y, 0.0L) : (y > 0 ? y + 1 : std::exp(y));
+                };
+                w += phi(q(i, x)) * phi(k(j, x));
+              }
+              den += w;
+              for (Index x = 0; x < v.cols(); ++x) num[x] += w * v(j, x);
+            }
+            for (Index x = 0; x < v.cols(); ++x) {
+              if (std::isinf(b.output(i, x))) {
+                ++gave_up;
+                continue;
+              }
+              ++held;
+              ASSERT_TRUE(den > 0) << "a finite bound on a row with no normaliser";
+              const double err = std::abs(double(out(i, x)) - double(num[x] / den));
+              EXPECT_LE(err, b.output(i, x)) << "row " << i << " col " << x;
+            }
+          }
+        }
+  // Both happen: the edges are not all given up on, and the underflow and overflow cases are.
+  EXPECT_GT(held, 0);
+  EXPECT_GT(gave_up, 0);
+  std::printf("  edges: %lld entries held to a finite bound, %lld without a guarantee\n", static_cast<long long>(held),
+              static_cast<long long>(gave_up));
+}
+
 // The materialised exact backward under emulated storage, against a transcription of its roundings written out here
 // (autograd's tensors, core/precision.hpp's round_stored on each): Q, K, V, dO stored; P the forward's stored
 // probabilities; dP = dO·Vᵀ stored; D in float32; dS = P ∘ (dP − D) stored, s·dS stored again under eager; dQ, dK,

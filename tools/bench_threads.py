@@ -74,12 +74,15 @@ def table(rows):
     for r in rows:
         specs.setdefault(r["method"], set()).add(r["spec"])
     label = {r["spec"]: (r["method"] if len(specs[r["method"]]) == 1 else r["spec"].split(",tile=")[0]) for r in rows}
+    if len(set(label.values())) < len(label):  # two specs that differ only in their tile: the specs in full
+        label = {sp: sp for sp in label}
     by = {}
     for r in rows:
         by.setdefault((label[r["spec"]], int(r["n"])), {})[int(r["threads"])] = float(r["time_s"])
-    device = rows[0]["device"] or "this machine's CPU"
+    text = lambda x: x if isinstance(x, str) else ""  # noqa: E731  (a CSV's empty field reads back as NaN)
+    device = text(rows[0]["device"]) or "this machine's CPU"
     # The kernels as the first run recorded them, less its thread count (the table's columns give those).
-    kernels = " ".join(w for w in str(rows[0]["kernels"] or "").split() if not w.startswith("threads="))
+    kernels = " ".join(w for w in text(rows[0]["kernels"]).split() if not w.startswith("threads="))
     lines = [f"Float32, d = 64, compute + output, the fastest of the repeats; measured on {device}"
              f"{' (' + kernels + ')' if kernels else ''}. Amdahl's 16-thread figure is an extrapolation from "
              f"{counts[0]} and {top} threads, not a measurement, and says little where the efficiency is within "
@@ -93,7 +96,7 @@ def table(rows):
             continue
         s = t[counts[0]] / t[top] if t[top] > 0 else float("nan")
         eff = s / (top / counts[0])
-        a = amdahl(s, top / counts[0])
+        a = amdahl(s, top) if counts[0] == 1 else None  # Amdahl's law needs the one-thread time
         out.append({"spec": spec, "n": n, "speedup": s, "efficiency": eff, "amdahl16": a})
         lines.append(f"| {spec} | {n} | " + " | ".join(f"{t[c] * 1e3:.3g}" if c in t else "–" for c in counts)
                      + f" | {s:.2f}× | {eff:.0%} | {'–' if a is None else f'{a:.1f}×'} |")
@@ -113,7 +116,7 @@ def main():
         counts = sorted({int(x) for x in a.threads.split(",") if x.strip()})
     except ValueError:
         sys.exit(f"bench_threads: --threads {a.threads!r}: give comma-separated integers")
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if not counts or counts[0] < 1:
         sys.exit("bench_threads: thread counts must be ≥ 1")
     if counts[-1] > cores:

@@ -968,12 +968,13 @@ def precision(F, R):
     # derivation; +inf on the rows where the format may overflow).
     pb = bounds[bounds.method.isin(["local", "sparse"])]
     F.add("precision.pattern_bound_cells", int((pb.metric == "bound_violations").sum()), str,
-          "cells (local windows, every source, length, temperature, format, policy) checked entry by entry against "
-          "exact attention's materialised bound over the pattern", "precision")
+          "cells (the pattern methods the experiment runs — local windows, sparse patterns —, every source, length, "
+          "temperature, format, policy) checked entry by entry against exact attention's materialised bound over the "
+          "pattern", "precision")
     F.add("precision.pattern_bound_violations", int(pick(pb, metric="bound_violations").sum()), str,
-          "local windows' output entries outside that bound, all cells", "precision")
+          "the pattern methods' output entries outside that bound, all cells", "precision")
     F.add("precision.pattern_bound_ratio_max", pick(pb, metric="bound_ratio").max(), lambda x: sig(x, 2),
-          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of the local windows", "precision")
+          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of the pattern methods", "precision")
     lb = bounds[bounds.method == "linear"]
     F.add("precision.linear_bound_cells", int((lb.metric == "bound_violations").sum()), str,
           "cells (linear attention, every source, length, temperature, format, policy) checked entry by entry "

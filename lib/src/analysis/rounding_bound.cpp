@@ -162,6 +162,10 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
   b.eta = std::ldexp(1.0, fp16 ? -25 : -134);
   const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), lift = eta / u;
   const double big = fp16 ? 65504.0 : 3.3895313892515355e38;
+  // float32's largest and smallest normal values, its absolute error per product in the subnormal range (half its
+  // smallest subnormal, 2⁻¹⁵⁰, taken as 2⁻¹⁴⁹) and its floor on forming a feature (above).
+  const double max32 = double(std::numeric_limits<float>::max()), min32 = double(std::numeric_limits<float>::min());
+  const double eta32 = std::ldexp(1.0, -149), floor32 = std::ldexp(1.0, -126);
   const double inf = std::numeric_limits<double>::infinity();
   const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const Index nq = q.rows(), nk = k.rows(), m = q.cols(), dv = v.cols();
@@ -182,7 +186,9 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
           a = u * xbar * std::min(1.0, std::exp(std::min(xv, 0.0) + u * xbar));
         }
         f(i, c) = phi;
-        up(i, c) = phi + a + (phi + a) * store + eta;
+        // floor32: float32's own absolute error in forming φ — e^x underflowing in float32, and Eigen's vectorised
+        // exp clamping its argument at −88.72 (e^x ≈ 2.9e-39 below it): both under 2⁻¹²⁶.
+        up(i, c) = phi + a + (phi + a) * store + eta + floor32;
       }
   };
   MatrixR<double> fq, fqu, fk, fku;
@@ -198,26 +204,38 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
   const VectorX<double> d_up = fqu * z_up, d_ref = fq * VectorX<double>(fk.colwise().sum().transpose());
   const MatrixR<double> o = (fq * (fk.transpose() * v)).array().colwise() / d_ref.array();
   const VectorX<double> fq_sum = fqu.rowwise().sum();
+  // The sums S, z, N, D: in the format under eager (its largest value), float32 under careful (float32's).
+  const double limit = eager ? big : max32;
   const bool global_overflow =
       std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()}) >= big ||
-      std::max(fqu.maxCoeff(), fku.maxCoeff()) >= big ||
-      (eager && (rho_s * s_up.maxCoeff() >= big || rho_s * z_up.maxCoeff() >= big));
+      std::max(fqu.maxCoeff(), fku.maxCoeff()) >= big || rho_s * s_up.maxCoeff() >= limit ||
+      rho_s * z_up.maxCoeff() >= limit;
   const double extra = e * eta * ((1 + gamma(double(m + 1))) * (1 + u));
   const double div = std::pow(1 + u32, eager ? 1 : 2);
   b.output.resize(nq, dv);
   for (Index i = 0; i < nq; ++i) {
-    const double ed = rho * d_up(i) - d_ref(i) + (extra * fq_sum(i) + e * eta) + 1e-15 * rho * d_up(i);
-    const bool none = global_overflow || (eager && (rho * d_up(i) >= big || rho * n_up.row(i).maxCoeff() >= big)) ||
-                      !(d_ref(i) > ed);
+    // Absolute terms: the stored S (or z) and N (or D) underflowing (eager: η), every float32 product underflowing
+    // (η₃₂ per product of S's and N's sums), and float64's own rounding of these envelopes (1e-15 of them).
+    const double absolute = extra * fq_sum(i) + e * eta + double(nk + m + 4) * eta32 * (1 + 2 * fq_sum(i));
+    const double ed = rho * d_up(i) - d_ref(i) + absolute + 1e-15 * rho * d_up(i);
+    // Careful takes the normaliser's float32 reciprocal guarded (safe_inverse): a D̂ below float32's smallest
+    // normal value is clamped there, so no guarantee either.
+    const bool none = global_overflow || rho * d_up(i) >= limit || rho * n_up.row(i).maxCoeff() >= limit ||
+                      !(d_ref(i) - ed > (eager ? 0.0 : 2 * min32));
     b.rows_without_guarantee += none;
     for (Index c = 0; c < dv; ++c) {
       if (none) {
         b.output(i, c) = inf;
         continue;
       }
-      const double en = rho * n_up(i, c) - n_ref(i, c) + (extra * fq_sum(i) + e * eta) + 1e-15 * rho * n_up(i, c);
+      const double en = rho * n_up(i, c) - n_ref(i, c) + absolute + 1e-15 * rho * n_up(i, c);
       const double y = (en + std::abs(o(i, c)) * ed) / (d_ref(i) - ed);
       b.output(i, c) = y * div * (1 + u) + std::abs(o(i, c)) * (div * (1 + u) - 1) + eta;
+    }
+    // O is stored in the format: a row whose entries may reach its largest value has no guarantee.
+    if (!none && (o.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
+      b.output.row(i).setConstant(inf);
+      ++b.rows_without_guarantee;
     }
   }
   return b;

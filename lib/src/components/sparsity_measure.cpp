@@ -76,11 +76,16 @@ std::vector<Index> select_queries(const VectorX<double>& measure, Index u, bool 
   std::vector<Index> sel;
   if (!causal) {
     // The u largest, ties to the earlier query (a stable sort's first u, as a set): a selection, not a sort, O(n).
+    // A NaN measure (logits that overflowed: inf − inf) ranks last, so that the comparison is a strict total order.
+    std::vector<double> key(static_cast<std::size_t>(n));
+    for (Index i = 0; i < n; ++i)
+      key[std::size_t(i)] = std::isnan(measure(i)) ? -std::numeric_limits<double>::infinity() : measure(i);
     std::vector<Index> order(static_cast<std::size_t>(n));
     std::iota(order.begin(), order.end(), Index(0));
     const Index take = std::min(u, n);
     std::nth_element(order.begin(), order.begin() + take - (take > 0 ? 1 : 0), order.end(), [&](Index a, Index b) {
-      return measure(a) > measure(b) || (measure(a) == measure(b) && a < b);
+      const double ka = key[std::size_t(a)], kb = key[std::size_t(b)];
+      return ka > kb || (ka == kb && a < b);
     });
     sel.assign(order.begin(), order.begin() + take);
   } else {

@@ -100,47 +100,70 @@ struct OnlineRows {
 };
 
 /// exact_output's split-KV path (its header): the n_q ≤ tile queries against the keys in groups of kSplitKeys, each
-/// group's online softmax over its key tiles (its own m, ℓ and accumulator per row) in parallel, then merged in group
-/// order: m = max_g m_g, ℓ = Σ_g e^{m_g − m} ℓ_g, acc = Σ_g e^{m_g − m} acc_g (a group a row does not see is skipped;
-/// key 0 is in group 0, so m is finite).
+/// group's online softmax over its key tiles (its own m, ℓ and accumulator per row; the logit tile a buffer of the
+/// thread's) in parallel, then merged in group order: m = max_g m_g, ℓ = Σ_g e^{m_g − m} ℓ_g, acc = Σ_g e^{m_g − m}
+/// acc_g. A group the row sees none of is skipped (key 0 is in group 0, so m is finite); one whose logits overflowed
+/// (a non-finite m or ℓ) makes the row NaN, as the tiled path's would be — never a finite row without that group.
 template <typename T>
 void split_keys_output(const Tiler<T>& t, const ConstRef<T>& v, Index tile, MatrixR<T>& out, VectorX<T>* row_lse) {
   const Index nq = t.q.rows(), dv = v.cols(), kend = t.key_end(0, nq);
   const Index groups = (kend + kSplitKeys - 1) / kSplitKeys;
-  std::vector<OnlineRows<T>> part(static_cast<std::size_t>(groups), OnlineRows<T>(nq, dv));
-#pragma omp parallel for schedule(dynamic)
-  for (Index g = 0; g < groups; ++g) {
-    if (cancel_requested()) continue;
-    OnlineRows<T>& w = part[std::size_t(g)];
-    w.reset(nq);
-    const Index g0 = g * kSplitKeys, gend = std::min(kend, g0 + kSplitKeys);
-    for (Index j0 = g0; j0 < gend; j0 += tile) {
-      const Index bj = std::min(tile, gend - j0);
-      t.logits(0, nq, j0, bj, w.s);
-      for (Index r = 0; r < nq; ++r) {
-        if (t.visible(r, j0, bj) == 0) {  // masked for this row (causal): nothing to add
-          w.s.row(r).setZero();
-          continue;
+  struct Part {
+    MatrixR<T> acc;
+    VectorX<T> m, l;
+  };
+  std::vector<Part> part(static_cast<std::size_t>(groups));
+#pragma omp parallel
+  {
+    MatrixR<T> s;  // the thread's logit tile
+#pragma omp for schedule(dynamic)
+    for (Index g = 0; g < groups; ++g) {
+      if (cancel_requested()) continue;
+      Part& w = part[std::size_t(g)];
+      w.acc.setZero(nq, dv);
+      w.m.setConstant(nq, -std::numeric_limits<T>::infinity());
+      w.l.setZero(nq);
+      const Index g0 = g * kSplitKeys, gend = std::min(kend, g0 + kSplitKeys);
+      for (Index j0 = g0; j0 < gend; j0 += tile) {
+        const Index bj = std::min(tile, gend - j0);
+        t.logits(0, nq, j0, bj, s);
+        for (Index r = 0; r < nq; ++r) {
+          if (t.visible(r, j0, bj) == 0) {  // masked for this row (causal): nothing to add
+            s.row(r).setZero();
+            continue;
+          }
+          const T mnew = std::max(w.m(r), t.row_max(s, r, r, j0));
+          const T alpha = std::exp(w.m(r) - mnew);
+          t.exp_row(s, r, r, j0, mnew);
+          w.l(r) = alpha * w.l(r) + s.row(r).sum();
+          w.acc.row(r) *= alpha;
+          w.m(r) = mnew;
         }
-        const T mnew = std::max(w.m(r), t.row_max(w.s, r, r, j0));
-        const T alpha = std::exp(w.m(r) - mnew);
-        t.exp_row(w.s, r, r, j0, mnew);
-        w.l(r) = alpha * w.l(r) + w.s.row(r).sum();
-        w.acc.row(r) *= alpha;
-        w.m(r) = mnew;
+        w.acc.noalias() += s * v.middleRows(j0, bj);
       }
-      w.acc.noalias() += w.s * v.middleRows(j0, bj);
     }
   }
   throw_if_cancelled();
+  constexpr T nan = std::numeric_limits<T>::quiet_NaN();
   for (Index r = 0; r < nq; ++r) {
     T m = -std::numeric_limits<T>::infinity();
-    for (const OnlineRows<T>& w : part)
-      if (w.l(r) > T(0)) m = std::max(m, w.m(r));
+    bool finite = true;
+    for (Index g = 0; g < groups; ++g) {
+      if (t.visible(r, g * kSplitKeys, std::min(kSplitKeys, kend - g * kSplitKeys)) == 0) continue;
+      const Part& w = part[std::size_t(g)];
+      finite = finite && std::isfinite(w.m(r)) && std::isfinite(w.l(r));
+      m = std::max(m, w.m(r));
+    }
+    if (!finite) {
+      out.row(r).setConstant(nan);
+      if (row_lse) (*row_lse)(r) = nan;
+      continue;
+    }
     T l = 0;
     out.row(r).setZero();
-    for (const OnlineRows<T>& w : part) {
-      if (!(w.l(r) > T(0))) continue;
+    for (Index g = 0; g < groups; ++g) {
+      if (t.visible(r, g * kSplitKeys, std::min(kSplitKeys, kend - g * kSplitKeys)) == 0) continue;
+      const Part& w = part[std::size_t(g)];
       const T a = std::exp(w.m(r) - m);
       l += a * w.l(r);
       out.row(r) += a * w.acc.row(r);

@@ -79,20 +79,25 @@ SoftmaxRoundingBound softmax_rounding_bound(const ConstRef<double>& q, const Con
 /// stored; the features φ formed in float32 from the stored inputs and stored; S and z summed in float32 (stored
 /// under eager); the numerators φ̂ᵀŜ and normalisers φ̂ᵀẑ in float32 (stored under eager); divided (eager) or
 /// multiplied by the normaliser's float32 reciprocal (careful); O stored. Worst case and rigorous, the same unit
-/// roundoffs as above, sums of m terms within γ_m whatever their order (Higham 2002 §3.1):
-///   features  each entry's upper envelope Φ⁺ = φ + Δφ with |φ̂ − φ| ≤ Δφ = a + (φ + a)((1+2u₃₂)(1+u) − 1) + η:
-///             a bounds φ(x̂) − φ(x) for the stored input, |x̂ − x| ≤ u·x̄: elu + 1 is 1-Lipschitz and e^x below 0,
-///             so a = u·x̄·min(1, e^{min(x,0) + u·x̄}); relu keeps x ≤ 0 at 0, a = u·x̄·[x > 0]; elu's exp within
-///             2 ulp (relu's max exact);
+/// roundoffs as above, sums of m terms within γ_m whatever their order (Higham 2002 §3.1), and float32's underflow:
+/// every product within η₃₂ = 2⁻¹⁴⁹ absolute beside its relative error:
+///   features  each entry's upper envelope Φ⁺ = φ + Δφ with |φ̂ − φ| ≤ Δφ = a + (φ + a)((1+2u₃₂)(1+u) − 1) + η
+///             + 2⁻¹²⁶: a bounds φ(x̂) − φ(x) for the stored input, |x̂ − x| ≤ u·x̄: elu + 1 is 1-Lipschitz and e^x
+///             below 0, so a = u·x̄·min(1, e^{min(x,0) + u·x̄}); relu keeps x ≤ 0 at 0, a = u·x̄·[x > 0]; elu's exp
+///             within 2 ulp where float32 holds e^x as a normal number, and within 2⁻¹²⁶ absolute below (float32's
+///             underflow, and Eigen's vectorised exp, which clamps its argument at −88.72: e^x ≈ 2.9e-39 there);
 ///   sums      every term φ̂_im ψ̂_jm v̂_jc of the numerator passes at most ρ = (1+γ_{n+2})(1+γ_{M+1})(1+u)^{2e}
 ///             (e = 1 eager: S and N stored), and since φ, ψ ≥ 0 and the envelopes are upper ones,
 ///             |N̂ − N| ≤ E_N = ρ·Φ⁺(Ψ⁺ᵀ|V|⁺) − Φ(Ψᵀ|V|) + e·η·((1+γ_{M+1})(1+u)·Φ⁺1 + 1), |V|⁺ = |V|(1+u) + η;
 ///             the normaliser's E_D the same with V = 1 (exact, not stored);
+///             E_N and E_D also carry (n + M + 4)·η₃₂·(1 + 2·Φ⁺1) for float32's underflowing products;
 ///   output    |N̂/D̂ − O| ≤ (E_N + |O|·E_D) / (D − E_D) while D > E_D; the division (eager) or reciprocal and
 ///             product (careful) add (1+u₃₂)^{1 or 2}, storing O (1+u) and η.
-/// +inf where no guarantee holds: an input at the format's largest value, under eager a stored S, z, numerator or
-/// normaliser whose envelope reaches it (fp16's 65504: the key sum of about a thousand elu + 1 features — the
-/// all-zero rows the emulation reproduces), or D ≤ E_D (relu's vanishing rows).
+/// +inf where no guarantee holds: an input at the format's largest value; a sum S, z, numerator or normaliser whose
+/// envelope reaches the largest value of what holds it (the format under eager — fp16's 65504: the key sum of about
+/// a thousand elu + 1 features, the all-zero rows the emulation reproduces —, float32 under careful); D ≤ E_D
+/// (relu's vanishing rows), or under careful D − E_D below twice float32's smallest normal value (the guarded
+/// reciprocal clamps there); a row of O whose envelope reaches the format's largest value.
 struct KernelRoundingBound {
   double u = 0, eta = 0;
   MatrixR<double> output;  // the componentwise bound on |Ô − O|, n_q × d_v (+inf in a row without a guarantee)
