@@ -2,7 +2,7 @@
 """Each method's parallel efficiency on this machine: `attnlab run scaling` at every thread count asked for, in one
 run (issue "Costs on the machine the user runs", item 4).
 
-    tools/bench_threads.py [--n 4096 16384] [--threads 1,2] [--repeats 7] [--methods SPEC ...]
+    tools/bench_threads.py [--n 4096 16384] [--threads 1,2] [--repeats 15] [--methods SPEC ...]
                            [--out results/bench/threads.csv] [--md results/bench/threads.md]
 
 Float32, d = 64, every method's default (and exact both ways) unless --methods; each time the fastest of --repeats
@@ -107,7 +107,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (each ≤ this machine's cores)")
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--methods", nargs="*", default=None, help="method specs (default: scaling's: every method)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "threads.csv"))
     ap.add_argument("--md", default=str(ROOT / "results" / "bench" / "threads.md"))
