@@ -270,6 +270,14 @@ def scaling(F, R):
           "materialized exact attention: peak memory ratio between the two largest n (a doubling)", "scaling")
     nmax = t.n.max()
     F.add("scaling.nmax", nmax, integer, "largest n of the scaling run", "scaling")
+    # The device these costs hold for, as the run's .config recorded it (the CPU's name since it is recorded).
+    config = os.path.join(R, "scaling.csv.gz.config")
+    lines = open(config, encoding="utf-8").read().splitlines() if os.path.exists(config) else []
+    cpu = next((x.split(":", 1)[1].strip() for x in lines if x.startswith("# costs measured on:")), "")
+    kernels = next((x.split(":", 1)[1].strip() for x in lines if x.startswith("# costs measured with:")), "")
+    F.add("scaling.device", f"{cpu or 'this project’s 2-core x86-64 machine (CPU model not recorded by that run)'}"
+          f"{', ' + kernels if kernels else ''}", str, "the machine and kernels the scaling run's costs were measured "
+          "with", "scaling")
     F.add("scaling.streaming_mem_kib", mem[(mem.variant == "exact") & (mem.n == nmax)]["value"].max() / 2**10,
           integer, "streaming exact attention: peak memory above the inputs at the largest n (KiB; resolution one "
           "4 KiB page)", "scaling")
