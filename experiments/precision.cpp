@@ -105,6 +105,17 @@ class Precision final : public SourcesExperiment {
         rows.push_back(r);
       };
       add("fp64", "", "err_total", (own - exact.output()).norm() / exact_norm);
+      // A softmax bound's rows beside the measured output od: its size against ‖ref‖, the measured error over it
+      // and the entries outside it.
+      const auto add_bound = [&](const std::string& format, const std::string& pol, const SoftmaxRoundingBound& b,
+                                 const MatrixR<double>& od, const MatrixR<double>& ref, double ref_norm) {
+        const MatrixR<double> err = (od - ref).cwiseAbs();
+        Index outside = 0;
+        for (Index i = 0; i < err.size(); ++i) outside += !(err.data()[i] <= b.output.data()[i]);
+        add(format, pol, "bound", b.output_norm() / ref_norm);
+        add(format, pol, "bound_ratio", (od - ref).norm() / b.output_norm());
+        add(format, pol, "bound_violations", double(outside));
+      };
       std::optional<SoftmaxRoundingAnalysis> pattern_analysis;  // the pattern methods' bound (formed when asked)
       // The backward where the emulation covers it (the registry's StorageEmulation::backward): dQ, dK, dV against
       // the method's own float64 gradients.
@@ -157,13 +168,7 @@ class Precision final : public SourcesExperiment {
             // The derived worst-case bound (analysis/rounding_bound.hpp) beside the measurement.
             if (!analysis) analysis.emplace(p.q, p.k, p.v, AttentionOptions{});
             const bool streaming = spec.find("materialized") == std::string::npos;
-            const SoftmaxRoundingBound b = analysis->bound(opts, streaming);
-            const MatrixR<double> err = (od - analysis->o).cwiseAbs();
-            Index outside = 0;
-            for (Index i = 0; i < err.size(); ++i) outside += !(err.data()[i] <= b.output.data()[i]);
-            add(format, pol, "bound", b.output_norm() / exact_norm);
-            add(format, pol, "bound_ratio", (od - analysis->o).norm() / b.output_norm());
-            add(format, pol, "bound_violations", double(outside));
+            add_bound(format, pol, analysis->bound(opts, streaming), od, analysis->o, exact_norm);
           }
           if (!native && (m->name() == "local" || m->name() == "sparse")) {
             // The pattern methods: exact attention's materialised bound over their pattern (read from the float64
@@ -171,19 +176,9 @@ class Precision final : public SourcesExperiment {
             if (!pattern_analysis) {
               const auto* sp = dynamic_cast<const SparseOperator<double>*>(&m64->op());
               require(sp != nullptr, "precision: {} has no sparse operator", spec);
-              std::vector<std::vector<Index>> pattern{std::size_t(n)};
-              for (Index i = 0; i < n; ++i)
-                for (typename SparseOperator<double>::Sparse::InnerIterator it(sp->matrix(), i); it; ++it)
-                  pattern[std::size_t(i)].push_back(it.col());
-              pattern_analysis.emplace(p.q, p.k, p.v, pattern, AttentionOptions{}.resolved_scale(d));
+              pattern_analysis.emplace(p.q, p.k, p.v, sp->row_keys(), AttentionOptions{}.resolved_scale(d));
             }
-            const SoftmaxRoundingBound b = pattern_analysis->bound(opts, false);
-            const MatrixR<double> err = (od - own).cwiseAbs();
-            Index outside = 0;
-            for (Index i = 0; i < err.size(); ++i) outside += !(err.data()[i] <= b.output.data()[i]);
-            add(format, pol, "bound", b.output_norm() / own_norm);
-            add(format, pol, "bound_ratio", (od - own).norm() / b.output_norm());
-            add(format, pol, "bound_violations", double(outside));
+            add_bound(format, pol, pattern_analysis->bound(opts, false), od, own, own_norm);
           }
           if (!native && m->name() == "linear") {
             // Linear attention's derived bound (the same file): +inf on a row where the format may overflow; counted

@@ -67,6 +67,22 @@ MatrixR<float> gaussian(Index n, Index d, std::uint64_t seed, float scale = 1.0f
 
 // Every value of each format, the midpoints between neighbours (ties: to even) and the floats either side of them,
 // the overflow threshold, float32's subnormals, and a million random float32 bit patterns.
+// The formats' constants the bounds take, against their definitions: u = 2^−p, η half the smallest subnormal (the
+// value round_to sends the next subnormal's half to), the largest finite value (what rounds to itself just below
+// overflow).
+TEST(Precision, FormatConstants) {
+  EXPECT_EQ(unit_roundoff(Format::bf16), std::ldexp(1.0, -8));
+  EXPECT_EQ(unit_roundoff(Format::fp16), std::ldexp(1.0, -11));
+  EXPECT_EQ(half_min_subnormal(Format::bf16), std::ldexp(1.0, -134));
+  EXPECT_EQ(half_min_subnormal(Format::fp16), std::ldexp(1.0, -25));
+  EXPECT_EQ(largest_finite(Format::fp16), 65504.0);
+  EXPECT_EQ(largest_finite(Format::bf16), 3.3895313892515355e38);
+  for (const Format f : {Format::bf16, Format::fp16}) {
+    EXPECT_EQ(round_to(f, largest_finite(f)), largest_finite(f));
+    EXPECT_EQ(round_to(f, 3 * half_min_subnormal(f)), 4 * half_min_subnormal(f));  // to the even subnormal
+  }
+}
+
 TEST(Precision, RoundStoredEqualsExactRounding) {
   for (Storage s : {Storage::bf16, Storage::fp16}) {
     const Format f = storage_format(s);
@@ -270,12 +286,7 @@ TEST(RoundingBound, PatternMethodsRespectItEntryByEntry) {
           m64->compute(q, k, o64);
           const auto* sp = dynamic_cast<const SparseOperator<double>*>(&m64->op());
           ASSERT_NE(sp, nullptr) << spec;
-          std::vector<std::vector<Index>> pattern{std::size_t(n)};
-          const auto& mat = sp->matrix();
-          for (Index i = 0; i < n; ++i)
-            for (typename SparseOperator<double>::Sparse::InnerIterator it(mat, i); it; ++it)
-              pattern[std::size_t(i)].push_back(it.col());
-          const SoftmaxRoundingAnalysis analysis(q, k, v, pattern, o64.resolved_scale(q.cols()));
+          const SoftmaxRoundingAnalysis analysis(q, k, v, sp->row_keys(), o64.resolved_scale(q.cols()));
           const MatrixR<double> own = m64->output(v);
           EXPECT_LT((own - analysis.o).norm(), 1e-12 * own.norm()) << "the pattern read back is not the method's";
           for (const Storage st : {Storage::bf16, Storage::fp16})
@@ -524,7 +535,7 @@ TEST(Precision, CausalKernelFormsEmulated) {
       auto m = make_method<float>(spec, 3);
       m->compute(q, k, o);
       const MatrixR<float> oc = m->output(v);
-      const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8);
+      const double u = unit_roundoff(storage_format(st));
       EXPECT_EQ(m->output_check().nonfinite + m->output_check().zero_rows, 0u);
       EXPECT_LT((oc - on).norm() / on.norm(), 8 * u) << storage_name(st);
     }
@@ -602,7 +613,7 @@ TEST(Precision, PerformerFloat16EagerBackwardOverflows) {
       }
       EXPECT_EQ(m->gradient_check().nonfinite, 0u);
       EXPECT_EQ(at_division, 0u);
-      const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8);
+      const double u = unit_roundoff(storage_format(st));
       // eager rounds every step of the features' backward (∂L/∂exponent = ∂L/∂φ∘φ onwards): looser than careful.
       const double tol = (pol == Policy::eager ? 32 : 8) * u;
       EXPECT_LT(rel(g.dq, g64.dq), tol);
@@ -641,7 +652,7 @@ TEST(Precision, CausalKernelBackwardEmulated) {
           auto m = make_method<float>(spec, 3);
           m->compute(q, k, o);
           const Gradients<float> g = m->backward(v, dout);
-          const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8);
+          const double u = unit_roundoff(storage_format(st));
           if (st == Storage::fp16 && pol == Policy::eager && std::string(spec).rfind("performer", 0) == 0) {
             // Its normaliser's gradient overflows as the non-causal one does (PerformerFloat16EagerBackwardOverflows).
             EXPECT_GT(m->gradient_check().nonfinite, 0u);
@@ -685,7 +696,7 @@ TEST(Precision, NystromBackwardEmulated) {
         const double fwd = (m->output(v).cast<double>() - o64).norm() / o64.norm();
         const Gradients<float> g = m->backward(v, dout);
         ASSERT_EQ(m->gradient_check().nonfinite, 0u);
-        const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8);
+        const double u = unit_roundoff(storage_format(st));
         const double worst = std::max({rel(g.dq, g64.dq), rel(g.dk, g64.dk), rel(g.dv, g64.dv)});
         EXPECT_LT(worst, 4 * std::max(fwd, u));
         if (std::string(spec) == "nystrom:landmarks=32") {
@@ -715,7 +726,7 @@ TEST(Precision, EfficientBackwardEmulated) {
       m->compute(q, k, o);
       const Gradients<float> g = m->backward(v, dout);
       ASSERT_EQ(m->gradient_check().nonfinite, 0u);
-      const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
+      const double u = unit_roundoff(storage_format(st)), tol = (pol == Policy::eager ? 16 : 8) * u;
       EXPECT_LT(rel(g.dq, g64.dq), tol);
       EXPECT_LT(rel(g.dk, g64.dk), tol);
       EXPECT_LT(rel(g.dv, g64.dv), tol);
@@ -746,7 +757,7 @@ TEST(Precision, ScatterbrainBackwardEmulated) {
         bool tallied = false;  // the backward's own tensors reach the log
         for (const auto& e : m->rounding()) tallied = tallied || e.what == "backward: ∂L/∂φ(q), ∂L/∂φ(k)";
         EXPECT_TRUE(tallied);
-        const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
+        const double u = unit_roundoff(storage_format(st)), tol = (pol == Policy::eager ? 16 : 8) * u;
         EXPECT_LT(rel(g.dq, g64.dq), tol);
         EXPECT_LT(rel(g.dk, g64.dk), tol);
         EXPECT_LT(rel(g.dv, g64.dv), tol);
@@ -784,7 +795,7 @@ TEST(Precision, CurBackwardEmulated) {
         m->compute(q, k, o);
         const double fwd = (m->output(v).cast<double>() - o64).norm() / o64.norm();
         const Gradients<float> g = m->backward(v, dout);
-        const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8);
+        const double u = unit_roundoff(storage_format(st));
         if (m->gradient_check().nonfinite > 0) {
           ++failures;
           std::uint64_t overflow = 0;
@@ -847,7 +858,7 @@ TEST(Precision, VqCausalEmulated) {
         bool cache = false;
         for (const auto& e : m->rounding()) cache = cache || e.what == "cache: per-code value sums, counts";
         EXPECT_EQ(cache, pol == Policy::eager);  // the cache is stored under eager only
-        const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
+        const double u = unit_roundoff(storage_format(st)), tol = (pol == Policy::eager ? 16 : 8) * u;
         EXPECT_LT(rel(out, o64), tol);
         EXPECT_LT(rel(g.dq, g64.dq), tol);
         EXPECT_LT(rel(g.dk, g64.dk), tol);
@@ -888,7 +899,7 @@ TEST(Precision, VqBackwardEmulated) {
       m->output(v);
       const Gradients<float> g = m->backward(v, dout);
       ASSERT_EQ(m->gradient_check().nonfinite, 0u);
-      const double u = std::ldexp(1.0, st == Storage::fp16 ? -11 : -8), tol = (pol == Policy::eager ? 16 : 8) * u;
+      const double u = unit_roundoff(storage_format(st)), tol = (pol == Policy::eager ? 16 : 8) * u;
       EXPECT_LT(rel(g.dq, g64.dq), tol);
       EXPECT_LT(rel(g.dk, g64.dk), tol);
       EXPECT_LT(rel(g.dv, g64.dv), tol);

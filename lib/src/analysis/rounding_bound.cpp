@@ -2,6 +2,7 @@
 #include "attnlab/analysis/rounding_bound.hpp"
 
 #include "attnlab/core/error.hpp"
+#include "attnlab/core/formats.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/operators/exact.hpp"
 
@@ -10,6 +11,12 @@
 #include <limits>
 
 namespace attnlab {
+namespace {
+
+/// x̄ = |x| + η/u, so that |fl(x) − x| ≤ u·x̄, with fp16's η/u = 2⁻¹⁴ (bf16's is 2⁻¹²⁶): one x̄ for both formats.
+MatrixR<double> lifted(const ConstRef<double>& x) { return (x.cwiseAbs().array() + std::ldexp(1.0, -14)).matrix(); }
+
+}  // namespace
 
 double SoftmaxRoundingBound::output_norm() const { return output.norm(); }
 
@@ -19,14 +26,12 @@ SoftmaxRoundingAnalysis::SoftmaxRoundingAnalysis(const ConstRef<double>& q, cons
                                                  const ConstRef<double>& v, const AttentionOptions& opts) {
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   require(v.rows() == k.rows(), "softmax rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
-  const double lift = std::ldexp(1.0, -14);  // η/u of fp16 (bf16's is 2⁻¹²⁶)
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq;
   n_k = nk;
   d = q.cols();
   scale = opts.resolved_scale(d);
   input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
-  const MatrixR<double> qb = q.cwiseAbs().array() + lift, kb = k.cwiseAbs().array() + lift;
-  const MatrixR<double> vb = v.cwiseAbs().array() + lift;
+  const MatrixR<double> qb = lifted(q), kb = lifted(k), vb = lifted(v);
   qk_max.resize(nq);
   visible.resize(std::size_t(nq));
   vbar_visible_max.resize(nq);
@@ -60,12 +65,10 @@ SoftmaxRoundingAnalysis::SoftmaxRoundingAnalysis(const ConstRef<double>& q, cons
           v.rows(), pattern.size());
   require(scale_in > 0, "softmax rounding bound: scale = {}", scale_in);
   over_pattern = true;
-  const double lift = std::ldexp(1.0, -14);  // as above
   d = q.cols();
   scale = scale_in;
   input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
-  const MatrixR<double> qb = q.cwiseAbs().array() + lift, kb = k.cwiseAbs().array() + lift;
-  const MatrixR<double> vb = v.cwiseAbs().array() + lift;
+  const MatrixR<double> qb = lifted(q), kb = lifted(k), vb = lifted(v);
   qk_max.resize(nq);
   visible.resize(std::size_t(nq));
   vbar_visible_max.resize(nq);
@@ -103,13 +106,13 @@ SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound(const AttentionOptions& opts
   require(!(over_pattern && streaming),
           "softmax rounding bound: a pattern's softmax is materialised (streaming = false)");
   require(tile >= 1, "softmax rounding bound: tile = {}", tile);
-  const bool fp16 = opts.storage == Storage::fp16;
+  const Format format = storage_format(opts.storage);
   const bool eager = opts.policy == Policy::eager;
   SoftmaxRoundingBound b;
-  b.u = std::ldexp(1.0, fp16 ? -11 : -8);
-  b.eta = std::ldexp(1.0, fp16 ? -25 : -134);
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
   const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24);
-  const double big = fp16 ? 65504.0 : 3.3895313892515355e38;  // the largest finite value
+  const double big = largest_finite(format);
   const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const Index nq = o.rows(), nk = n_k;
   const Index tiles = streaming ? (nk + tile - 1) / tile : 0;
@@ -156,12 +159,13 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
   require(v.rows() == k.rows(), "linear rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
   require(!opts.causal, "linear rounding bound: derived for the non-causal form only");
   require(opts.storage != Storage::native, "linear rounding bound: give a reduced storage (bf16 or fp16)");
-  const bool fp16 = opts.storage == Storage::fp16, eager = opts.policy == Policy::eager;
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
   KernelRoundingBound b;
-  b.u = std::ldexp(1.0, fp16 ? -11 : -8);
-  b.eta = std::ldexp(1.0, fp16 ? -25 : -134);
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
   const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), lift = eta / u;
-  const double big = fp16 ? 65504.0 : 3.3895313892515355e38;
+  const double big = largest_finite(format);
   // float32's largest and smallest normal values, its absolute error per product in the subnormal range (half its
   // smallest subnormal, 2⁻¹⁵⁰, taken as 2⁻¹⁴⁹) and its floor on forming a feature (above).
   const double max32 = double(std::numeric_limits<float>::max()), min32 = double(std::numeric_limits<float>::min());

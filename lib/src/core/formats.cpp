@@ -29,6 +29,13 @@ Layout layout(Format f) {
 
 }  // namespace
 
+double unit_roundoff(Format f) { return std::ldexp(1.0, -layout(f).p); }
+double half_min_subnormal(Format f) { return std::ldexp(1.0, layout(f).emin - layout(f).p); }
+double largest_finite(Format f) {
+  const Layout l = layout(f);
+  return std::ldexp(2.0 - std::ldexp(1.0, 1 - l.p), l.emax);
+}
+
 std::string format_name(Format f) {
   switch (f) {
     case Format::fp64: return "fp64";
@@ -58,7 +65,7 @@ double round_to(Format f, double x) {
   // x·2^−q is exact (a power of two) and at most 2^p in magnitude: nearbyint rounds it to nearest, ties to even, in
   // the default rounding mode, exactly as the format stores it; the result times 2^q is exact too.
   const double r = std::ldexp(std::nearbyint(std::ldexp(x, -q)), q);
-  const double largest = std::ldexp(2.0 - std::ldexp(1.0, 1 - l.p), l.emax);
+  const double largest = largest_finite(f);
   if (std::fabs(r) > largest) return std::copysign(std::numeric_limits<double>::infinity(), x);
   return r;
 }

@@ -291,6 +291,19 @@ Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d
 
 template KMeansResult<float> vq_fit_codebook<float>(const ConstRef<float>&, Index, Index, std::uint64_t);
 template KMeansResult<double> vq_fit_codebook<double>(const ConstRef<double>&, Index, Index, std::uint64_t);
+/// The emulated forward's first steps, shared by every emulated path: C stored (into c), then ℓ = s·QCᵀ with QCᵀ and
+/// its ·s each stored as accumulators (eager). With an untallied `r` the backward forms them again as stored.
+template <typename T>
+MatrixR<T> VqMethod<T>::stored_logits(const Rounding& r, MatrixR<T>& c) const {
+  c = centroids_;
+  r(c, Held::tensor, "codebook C");
+  MatrixR<T> logits = q_ * c.transpose();
+  r(logits, Held::accumulator, "logits s·QCᵀ");
+  logits *= T(this->options().scale);
+  r(logits, Held::accumulator, "logits s·QCᵀ");
+  return logits;
+}
+
 /// Emulated half storage (hard assignment, keys quantized, non-causal; Lingle 2023 Fig. 2 written as a transcription
 /// computes it): C stored; ℓ = s·QCᵀ; per code the key count and the value sum ΔᵀV; E = exp(ℓ − max_y ℓ) over the
 /// codes that hold keys; O = (E·ΔᵀV) / (E·counts). Which of these each policy stores: the registry entry's note.
@@ -301,12 +314,8 @@ MatrixR<T> VqMethod<T>::do_output(const ConstRef<T>& v) const {
   if (opts.causal) return emulated_causal_output(v, this->rounding_hook(), nullptr);
   const Rounding r = this->rounding_hook();
   const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
-  MatrixR<T> c = centroids_;
-  r(c, Held::tensor, "codebook C");
-  MatrixR<T> logits = q_ * c.transpose();
-  r(logits, Held::accumulator, "logits s·QCᵀ");
-  logits *= T(opts.scale);
-  r(logits, Held::accumulator, "logits s·QCᵀ");
+  MatrixR<T> c;
+  MatrixR<T> logits = stored_logits(r, c);
   const Index codes = c.rows();
   MatrixR<T> sums = MatrixR<T>::Zero(codes, v.cols());
   VectorX<T> counts = VectorX<T>::Zero(codes);
@@ -345,12 +354,8 @@ Gradients<T> VqMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef
   const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
   const T s = T(opts.scale);
   // The forward's stored tensors, formed again as do_output forms them.
-  MatrixR<T> c = centroids_;
-  again(c, Held::tensor, "");
-  MatrixR<T> w = q_ * c.transpose();
-  again(w, Held::accumulator, "");
-  w *= s;
-  again(w, Held::accumulator, "");
+  MatrixR<T> c;
+  MatrixR<T> w = stored_logits(again, c);
   const Index codes = c.rows(), nq = q_.rows(), dv = v.cols(), d = q_.cols();
   MatrixR<T> sums = MatrixR<T>::Zero(codes, dv);
   VectorX<T> counts = VectorX<T>::Zero(codes);
@@ -409,12 +414,13 @@ Gradients<T> VqMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef
   return g;
 }
 
-/// What emulated_causal_output keeps for its backward, per block of queries: the weights exp(ℓ − max) as stored
-/// (rows × codes), the cache before the block (per-code value sums and counts, as stored), and the block's numerators
-/// and normalisers as stored.
+/// What emulated_causal_output keeps for its backward: the codebook as stored and, per block of queries, the weights
+/// exp(ℓ − max) as stored (rows × codes) and the block's keys' weights under the mask (rows × rows), the cache before
+/// the block (per-code value sums and counts, as stored), and the block's numerators and normalisers as stored.
 template <typename T>
 struct VqMethod<T>::CausalTape {
-  std::vector<MatrixR<T>> w, u, num;
+  MatrixR<T> c;  // the codebook as stored
+  std::vector<MatrixR<T>> w, el, u, num;
   std::vector<VectorX<T>> cnt, den;
 };
 
@@ -427,14 +433,10 @@ struct VqMethod<T>::CausalTape {
 /// den unguarded; then the block's keys join the cache (U, N stored under eager).
 template <typename T>
 MatrixR<T> VqMethod<T>::emulated_causal_output(const ConstRef<T>& v, const Rounding& r, CausalTape* tape) const {
-  const AttentionOptions& opts = this->options();
   const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
-  MatrixR<T> c = centroids_;
-  r(c, Held::tensor, "codebook C");
-  MatrixR<T> logits = q_ * c.transpose();
-  r(logits, Held::accumulator, "logits s·QCᵀ");
-  logits *= T(opts.scale);
-  r(logits, Held::accumulator, "logits s·QCᵀ");
+  MatrixR<T> c;
+  const MatrixR<T> logits = stored_logits(r, c);
+  if (tape) tape->c = c;
   const Index nq = q_.rows(), nk = v.rows(), off = nk - nq, codes = c.rows(), dv = v.cols();
   MatrixR<T> u = MatrixR<T>::Zero(codes, dv);
   VectorX<T> cnt = VectorX<T>::Zero(codes);
@@ -471,6 +473,7 @@ MatrixR<T> VqMethod<T>::emulated_causal_output(const ConstRef<T>& v, const Round
     out.middleRows(i0, len) = (num.array().colwise() / den.array()).matrix();
     if (tape) {
       tape->w.push_back(w);
+      tape->el.push_back(el);
       tape->u.push_back(u);
       tape->cnt.push_back(cnt);
       tape->num.push_back(std::move(num));
@@ -498,8 +501,7 @@ Gradients<T> VqMethod<T>::emulated_causal_backward(const ConstRef<T>& v, const C
   const Rounding r = this->rounding_hook(), again = r.untallied();
   CausalTape tape;
   emulated_causal_output(v, again, &tape);
-  MatrixR<T> c = centroids_;
-  again(c, Held::tensor, "");
+  const MatrixR<T>& c = tape.c;
   const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
   const T s = T(this->options().scale);
   const Index nq = q_.rows(), nk = v.rows(), off = nk - nq, codes = c.rows(), dv = v.cols(), d = q_.cols();
@@ -524,14 +526,10 @@ Gradients<T> VqMethod<T>::emulated_causal_backward(const ConstRef<T>& v, const C
     r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
     r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
     const auto vb = v.middleRows(k0, len);
+    const MatrixR<T>& el = tape.el[std::size_t(b)];
     MatrixR<T> del = wn * vb.transpose();  // ∂L/∂el_it = wn_i·v_t + wd_i, t ≤ i
     del.colwise() += wd;
-    MatrixR<T> el = MatrixR<T>::Zero(len, len);
-    for (Index t = 0; t < len; ++t)
-      for (Index x = 0; x < len; ++x) {
-        if (x <= t) el(t, x) = w(t, a[std::size_t(k0 + x)]);
-        else del(t, x) = T(0);
-      }
+    del.template triangularView<Eigen::StrictlyUpper>().setZero();
     MatrixR<T> dw = wn * tape.u[std::size_t(b)].transpose();
     dw.noalias() += wd * tape.cnt[std::size_t(b)].transpose();
     for (Index t = 0; t < len; ++t)

@@ -22,6 +22,13 @@ std::string format_name(Format f);
 /// The format a name gives (also "float64", "float32", "bfloat16", "float16"); an unknown name is an Error.
 Format parse_format(const std::string& name);
 
+/// The format's unit roundoff u = 2^−p (bf16 2⁻⁸, fp16 2⁻¹¹: |fl(x) − x| ≤ u·|x| in the normal range), half its
+/// smallest subnormal η (bf16 2⁻¹³⁴, fp16 2⁻²⁵: the absolute error below it) and its largest finite value (bf16
+/// 3.39e38, fp16 65504) — the constants the rounding-error bounds take (analysis/rounding_bound.hpp).
+double unit_roundoff(Format f);
+double half_min_subnormal(Format f);
+double largest_finite(Format f);
+
 /// x rounded to the format, directly from double (never through float32: rounding twice can differ from rounding
 /// once), returned as a double that the format represents exactly. NaN stays NaN, ±inf and ±0 stay.
 double round_to(Format f, double x);

@@ -136,6 +136,8 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
   /// block's stored weights, cache and the rows' numerators and normalisers are kept for the backward.
   static constexpr Index kCausalBlock = 64;
   struct CausalTape;
+  /// C stored (into c) and ℓ = s·QCᵀ as every emulated path stores them (vq.cpp).
+  MatrixR<T> stored_logits(const Rounding& r, MatrixR<T>& c) const;
   MatrixR<T> emulated_causal_output(const ConstRef<T>& v, const Rounding& r, CausalTape* tape) const;
   /// Reverse mode through emulated_causal_output, codebook and assignments fixed, dK straight-through.
   Gradients<T> emulated_causal_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;

@@ -6,6 +6,8 @@
 
 #include <Eigen/SparseCore>
 
+#include <vector>
+
 namespace attnlab {
 
 template <typename T>
@@ -21,6 +23,13 @@ class SparseOperator final : public AttentionOperator<T> {
     out = MatrixR<T>(p_.middleRows(first, count));
   }
   const Sparse& matrix() const { return p_; }
+  /// The keys each row holds (its stored entries, ascending): the pattern P̃ was formed over.
+  std::vector<std::vector<Index>> row_keys() const {
+    std::vector<std::vector<Index>> keys{std::size_t(p_.rows())};
+    for (Index i = 0; i < p_.rows(); ++i)
+      for (typename Sparse::InnerIterator it(p_, i); it; ++it) keys[std::size_t(i)].push_back(it.col());
+    return keys;
+  }
 
  private:
   Sparse p_;
