@@ -63,6 +63,11 @@ void add_report(CLI::App& app) {
                   "tools/bench_gpu.py writes (results/bench/gpu_*.csv); the report names its device wherever it quotes "
                   "a cost")
       ->check(CLI::ExistingFile);
+  sub->add_option("--exact-peer", f->opts.exact_peer,
+                  "a faster exact attention on this CPU: tools/bench_exact_peer.py's table (attnlab's exact against "
+                  "PyTorch's scaled_dot_product_attention, measured here at the report's threads); the speed-ups and "
+                  "the keep-exact rule are then over the faster of the two, named")
+      ->check(CLI::ExistingFile);
   sub->add_option("--costs-dtype", f->opts.costs_dtype,
                   "with --costs: the table's format to take (default: --precision's, else the table's only one, "
                   "else fp32)");

@@ -159,4 +159,84 @@ CostTable read_costs(const std::string& file, const std::string& dtype, Index d,
   return t;
 }
 
+double ExactPeer::ratio_at(Index n) const {
+  for (std::size_t i = 0; i < ratio.size(); ++i) {
+    if (ratio[i].first == n) return ratio[i].second;
+    if (i + 1 < ratio.size() && ratio[i].first < n && n < ratio[i + 1].first) {
+      const double x0 = std::log(double(ratio[i].first)), x1 = std::log(double(ratio[i + 1].first));
+      const double w = (std::log(double(n)) - x0) / (x1 - x0);
+      return std::exp((1 - w) * std::log(ratio[i].second) + w * std::log(ratio[i + 1].second));
+    }
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+ExactPeer read_exact_peer(const std::string& file, Index threads, const std::string& cpu) {
+  std::istringstream in(read_text_file(file));
+  std::string line;
+  require(bool(std::getline(in, line)), "report --exact-peer {}: the file is empty", file);
+  const std::vector<std::string> header = split_csv_line(line);
+  const auto col = [&](const char* name) {
+    const auto it = std::find(header.begin(), header.end(), name);
+    require(it != header.end(), "report --exact-peer {}: no column '{}' (tools/bench_exact_peer.py writes the "
+            "table: impl, build, dtype, n, threads, time_s, device, detail)", file, name);
+    return std::size_t(it - header.begin());
+  };
+  const std::size_t ci = col("impl"), cb = col("build"), cdt = col("dtype"), cn = col("n"), ct = col("threads"),
+                    cs = col("time_s"), cdv = col("device"), cde = col("detail");
+  std::map<std::string, std::map<Index, double>> attnlab_by_build;
+  std::map<Index, double> peer;
+  std::set<Index> counts;
+  std::set<std::string> devices;
+  ExactPeer p;
+  p.file = file;
+  p.threads = threads;
+  Index line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line == "\r") continue;
+    const std::vector<std::string> f = split_csv_line(line);
+    require(f.size() == header.size(), "report --exact-peer {}: line {} has {} fields, the header {}", file, line_no,
+            f.size(), header.size());
+    Index n = 0, t = 0;
+    double s = 0;
+    try {
+      std::size_t a = 0, b = 0, c = 0;
+      n = Index(std::stoll(f[cn], &a));
+      t = Index(std::stoll(f[ct], &b));
+      s = std::stod(f[cs], &c);
+      require(a == f[cn].size() && b == f[ct].size() && c == f[cs].size() && n > 0 && t > 0 && s > 0 &&
+                  std::isfinite(s), "");
+    } catch (const std::exception&) {
+      throw Error(fmt::format("report --exact-peer {}: line {}: n, threads and time_s must be positive numbers",
+                              file, line_no));
+    }
+    counts.insert(t);
+    if (t != threads) continue;
+    devices.insert(f[cdv]);
+    if (f[ci] == "attnlab") {
+      attnlab_by_build[f[cb]][n] = s;
+    } else if (f[cdt] == "fp32") {
+      peer[n] = s;
+      p.peer = f[ci];
+      p.detail = f[cde];
+    }
+  }
+  require(counts.count(threads) > 0, "report --exact-peer {}: no rows at {} threads (it has {}): measure at this "
+          "thread count (tools/bench_exact_peer.py --threads)", file, threads, fmt::join(counts, ", "));
+  require(devices.size() == 1, "report --exact-peer {}: rows of several CPUs ({})", file, fmt::join(devices, "; "));
+  p.device = *devices.begin();
+  require(p.device == cpu, "report --exact-peer {}: measured on '{}', this CPU is '{}': the ratio of two kernels "
+          "is the CPU's own — measure it here (tools/bench_exact_peer.py)", file, p.device, cpu);
+  require(!peer.empty(), "report --exact-peer {}: no float32 rows of a peer at {} threads", file, threads);
+  const auto b = attnlab_by_build.count("default") ? attnlab_by_build.find("default") : attnlab_by_build.begin();
+  require(b != attnlab_by_build.end() && (attnlab_by_build.size() == 1 || b->first == "default"),
+          "report --exact-peer {}: attnlab's rows: {} builds and none labelled 'default'", file,
+          attnlab_by_build.size());
+  for (const auto& [n, s] : b->second)
+    if (peer.count(n)) p.ratio.emplace_back(n, s / peer.at(n));
+  require(!p.ratio.empty(), "report --exact-peer {}: no length measured by both attnlab and {}", file, p.peer);
+  return p;
+}
+
 }  // namespace attnlab::report

@@ -39,4 +39,25 @@ struct CostTable {
 /// refuses, rows of several devices or head counts (a file joining runs), or a table without exact attention.
 CostTable read_costs(const std::string& file, const std::string& dtype, Index d, bool causal);
 
+/// A faster exact attention on this CPU than attnlab's own (issue "Costs on the machine the user runs", item 5), for
+/// `attnlab report --exact-peer FILE`: the ratio attnlab's exact time / the peer's (PyTorch's fused
+/// scaled_dot_product_attention), float32, at one thread count, as tools/bench_exact_peer.py measures both in one run
+/// (results/bench/exact_peer.csv). The report keeps timing attnlab's methods and its exact here and divides the
+/// exact time by this ratio where it is above 1, so that every speed-up is over the fastest exact attention measured
+/// on this CPU, named.
+struct ExactPeer {
+  std::string file, device, peer, detail;  ///< the file; its CPU; "PyTorch SDPA"; the peer's version and kernels
+  Index threads = 0;
+  std::vector<std::pair<Index, double>> ratio;  ///< n → attnlab's time / the peer's, by n
+  /// The ratio at length n: measured, or interpolated in log n between the two measured lengths around it; NaN
+  /// outside them.
+  double ratio_at(Index n) const;
+};
+
+/// Reads such a file (columns impl, build, dtype, n, threads, time_s, device, detail): attnlab's rows of the build
+/// labelled `default` (or of its only build) against the peer's float32 rows at `threads`. Error for a missing
+/// column, an unreadable number, no rows at that thread count (naming those it has), another CPU than `cpu` (a ratio
+/// is a property of the CPU it was measured on), or no length measured by both.
+ExactPeer read_exact_peer(const std::string& file, Index threads, const std::string& cpu);
+
 }  // namespace attnlab::report

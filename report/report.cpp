@@ -59,6 +59,9 @@ struct HeadResult {
   Index head = 0, n = 0, d = 0;
   double entropy = 0, entropy_max = 0, fro2 = 0, exact_seconds = 0, exact_seconds_median = 0;  // fro2 = ‖P‖_F²
   double exact_noise = 0;
+  /// The exact time speed-ups are over: exact_seconds, or with --exact-peer the peer's where it is faster (its
+  /// ratio to attnlab's exact at cost_n, peer_ratio > 1, applied to exact_seconds).
+  double baseline_seconds = 0, peer_ratio = NAN;
   double exact_rounding = NAN;  // under a reduced storage: exact attention's own error in the format
   Index cost_n = 0;  // the length the costs were measured at
   Index r90 = -1, r99 = -1;  // ranks holding 90% / 99% of ‖P‖_F² (-1: beyond the values computed)
@@ -119,8 +122,18 @@ std::vector<BudgetFamily> chosen_families(const Options& o) {
   return out;
 }
 
+/// The exact attention a head's speed-ups are over: attnlab's, or the peer where --exact-peer says it is faster at
+/// the head's cost length.
+std::string baseline_name(const HeadResult& r, const ExactPeer* peer) {
+  if (!peer) return "attnlab's exact";
+  return r.peer_ratio > 1 ? fmt::format("{} ({}; {:.2f}× faster than attnlab's exact here)", peer->peer,
+                                        peer->detail, r.peer_ratio)
+                          : fmt::format("attnlab's exact ({} is {:.2f}× its time here)", peer->peer,
+                                        1 / r.peer_ratio);
+}
+
 HeadResult analyse(const std::string& layer, Index head, const HeadData& h, const std::vector<BudgetFamily>& families,
-                   const Options& o, const CostTable* costs) {
+                   const Options& o, const CostTable* costs, const ExactPeer* peer) {
   HeadResult r;
   r.layer = layer;
   r.head = head;
@@ -173,6 +186,11 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
     r.exact_seconds = c.min_s;
     r.exact_seconds_median = c.median_s;
     r.exact_noise = noise_of(c);
+  }
+  r.baseline_seconds = r.exact_seconds;
+  if (peer) {  // the ratio at cost_n was checked before any work
+    r.peer_ratio = peer->ratio_at(r.cost_n);
+    if (r.peer_ratio > 1) r.baseline_seconds = r.exact_seconds / r.peer_ratio;
   }
   const bool matrix = r.n <= o.dense_limit;
   const Index n_min = std::min(r.n, h.k.rows());
@@ -251,14 +269,14 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
       if (matrix) p.p_error = *e.value("P_rel_fro");
       if (costs) {
         p.seconds = p.seconds_median = costs->seconds(p.spec, r.cost_n);  // NaN: not in the table at this length
-        p.speedup = speedup(r.exact_seconds, p.seconds);
+        p.speedup = speedup(r.baseline_seconds, p.seconds);
         p.noise = o.noise;
       } else if (b <= std::min(r.cost_n, r.n)) {
         const Cost c = measure_method<float>(p.spec, qf, kf, vf, 0, aopts, co);
         if (!c.refused) {
           p.seconds = c.min_s;
           p.seconds_median = c.median_s;
-          p.speedup = speedup(r.exact_seconds, c.min_s);
+          p.speedup = speedup(r.baseline_seconds, c.min_s);
           p.noise = noise_of(c);
         }
       }
@@ -280,7 +298,7 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
   // Recommendation (recommend(): the rule, in one place).
   std::vector<Candidate> cands;
   for (const Point* p : by_time) cands.push_back({p->family, p->budget, p->error, p->seconds, p->noise});
-  const Recommendation rec = recommend(cands, o.target, r.exact_seconds, r.exact_noise);
+  const Recommendation rec = recommend(cands, o.target, r.baseline_seconds, r.exact_noise);
   if (rec.pick >= 0) {
     const Point* pick = by_time[std::size_t(rec.pick)];
     r.fit = pick;
@@ -288,8 +306,10 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
     else
       r.why = fmt::format("{} {} meets the target ({:.3g}) but is not faster than exact beyond the timing noise "
                           "({:.3g} ms against {:.3g} ms at n = {} on {})",
-                          pick->family, pick->budget, pick->error, pick->seconds * 1e3, r.exact_seconds * 1e3,
-                          r.cost_n, costs ? costs->device : "this CPU");
+                          pick->family, pick->budget, pick->error, pick->seconds * 1e3, r.baseline_seconds * 1e3,
+                          r.cost_n, costs  ? costs->device
+                                    : peer ? fmt::format("this CPU; exact: {}", baseline_name(r, peer))
+                                           : "this CPU");
   }
   if (!r.best && r.why.empty()) {
     const auto it = std::min_element(r.points.begin(), r.points.end(),
@@ -574,6 +594,20 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
   } else {
     require(o.costs_dtype.empty(), "report: --costs-dtype needs --costs");
   }
+  // A faster exact attention on this CPU: its ratio at every cost length, checked before any work.
+  std::optional<ExactPeer> peer;
+  if (!o.exact_peer.empty()) {
+    require(o.costs.empty(), "report: --exact-peer is for costs timed here; a --costs table has its own exact "
+            "attention");
+    peer = read_exact_peer(o.exact_peer, o.threads > 0 ? o.threads : omp_get_max_threads(), cpu_name());
+    for (const auto& l : layers)
+      for (const auto& h : l.heads) {
+        const Index n = o.cost_n > 0 ? o.cost_n : h.q.rows();
+        require(std::isfinite(peer->ratio_at(n)), "report --exact-peer {}: no ratio at n = {} (measured at n = "
+                "{} … {}): give --cost-n within them, or measure that length", o.exact_peer, n,
+                peer->ratio.front().first, peer->ratio.back().first);
+      }
+  }
   const std::string input_note = notes.empty() ? "" : fmt::format("Input: {}.", fmt::join(notes, "; "));
   require(o.threads >= 0, "report: threads must be ≥ 0, got {}", o.threads);
   // Costs timed here on more threads than this machine has cores would measure the scheduler, not the methods: the
@@ -597,7 +631,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
   for (const auto& l : layers) total += Index(l.heads.size());
   for (const auto& l : layers)
     for (std::size_t h = 0; h < l.heads.size(); ++h) {
-      results.push_back(analyse(l.name, Index(h), l.heads[h], families, o, costs ? &*costs : nullptr));
+      results.push_back(analyse(l.name, Index(h), l.heads[h], families, o, costs ? &*costs : nullptr,
+                                peer ? &*peer : nullptr));
       ++done;
       if (o.progress)
         fmt::print(stderr, "report: [{}/{}] {} head {}: {} \n", done, total, l.name, h, recommendation(results.back()));
@@ -623,6 +658,10 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
       if (h.r99 > 0) csv.write(hk, "rank_99", double(h.r99));
       csv.write(hk, "time_s", h.exact_seconds);
       csv.write(hk, "time_median_s", h.exact_seconds_median);
+      if (peer) {  // the exact time the speed-ups are over, and the peer's ratio behind it
+        csv.write(hk, "baseline_time_s", h.baseline_seconds);
+        csv.write(hk, "exact_peer_ratio", h.peer_ratio);
+      }
       csv.write(hk, "cost_n", double(h.cost_n));
       if (o.storage != Storage::native) {
         if (std::isfinite(h.exact_rounding)) csv.write(hk, "out_rel_fro", h.exact_rounding);
@@ -684,16 +723,26 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
         "the table's exact attention on that device; nothing timed on this machine; {} of {} method × budget points "
         "have no cost in the table at that length (no candidates)",
         cost_where, costs->where(), uncosted, points);
+  } else if (peer) {
+    cost_sentence = fmt::format(
+        "cost {}: float32 compute + output in steady state (a warm-up, then the fastest of {} calls) on {}, against "
+        "the fastest exact attention measured on this CPU: {} — the ratio of the two measured in one run at {} "
+        "threads ({}), interpolated to n = {}, applied to attnlab's exact timed here; speed-ups for this CPU and "
+        "thread count, not a GPU's",
+        cost_where, o.repeats, cost_device(), baseline_name(results[0], &*peer), peer->threads, peer->file, cost_n);
   } else {
     cost_sentence = fmt::format(
         "cost {}: float32 compute + output in steady state (a warm-up, then the fastest of {} calls) on {}, against "
         "attnlab's exact streaming attention timed the same way — speed-ups for this CPU and thread count, not a "
-        "GPU's nor another library's exact attention (`--costs FILE` takes costs measured on your device)",
+        "GPU's nor another library's exact attention (`--costs FILE` takes costs measured on your device; "
+        "`--exact-peer FILE` PyTorch's fused exact attention measured on this CPU)",
         cost_where, o.repeats, cost_device());
   }
   const std::string on_device = costs ? costs->device + (costs->dtype.empty() ? "" : ", " + costs->dtype) : "";
+  const std::string over = peer && results[0].peer_ratio > 1 ? " over " + peer->peer : "";
   const std::string speedup_on = costs ? "speed-up on " + on_device
-                                       : fmt::format("speed-up on this CPU, {} threads", omp_get_max_threads());
+                                       : fmt::format("speed-up{} on this CPU, {} threads", over,
+                                                     omp_get_max_threads());
   std::string md = fmt::format("# {}\n\n{} heads (n = {}, d = {}); target output error ‖O − Õ‖_F/‖O‖_F ≤ {:g}; "
                                "{}; times within the timing noise (≥ {:.0f}%) count as equal.\n\n",
                                o.title, results.size(), results[0].n, results[0].d, o.target, cost_sentence,

@@ -67,6 +67,11 @@ struct Options {
   std::string costs;
   /// The table's format to take ("": the precision's when bf16 / fp16, else the table's only one, else fp32).
   std::string costs_dtype;
+  /// A faster exact attention on this CPU (costs.hpp's ExactPeer; tools/bench_exact_peer.py's table, measured here at
+  /// the report's thread count): costs are still timed here, but each head's exact time is divided by attnlab's
+  /// exact / the peer's ratio where it is above 1, so every speed-up and the keep-exact rule are against the fastest
+  /// exact attention measured on this CPU, named. Not with `costs` (that table has its own exact attention).
+  std::string exact_peer;
 };
 
 struct Summary {
