@@ -425,9 +425,11 @@ PYBIND11_MODULE(_core, m) {
       [](const py::handle& q, const py::handle& k, const py::handle& v, const std::string& model_dir,
          const std::string& out, double target, const std::vector<std::string>& families, const std::string& layers,
          Index seq, Index repeats, bool causal, bool quiet, int threads, const std::string& storage,
-         const std::string& policy, const std::string& costs, const std::string& costs_dtype) {
+         const std::string& policy, const std::string& costs, const std::string& costs_dtype,
+         const std::string& exact_peer) {
         report::Options o;
         o.costs = costs;
+        o.exact_peer = exact_peer;
         o.costs_dtype = costs_dtype;
         o.storage = parse_storage(storage);
         o.policy = parse_policy(policy);
@@ -466,7 +468,8 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("model_dir"), py::arg("out"), py::arg("target"),
       py::arg("families"), py::arg("layers"), py::arg("seq"), py::arg("repeats"), py::arg("causal"), py::arg("quiet"),
-      py::arg("threads"), py::arg("storage"), py::arg("policy"), py::arg("costs"), py::arg("costs_dtype"));
+      py::arg("threads"), py::arg("storage"), py::arg("policy"), py::arg("costs"), py::arg("costs_dtype"),
+      py::arg("exact_peer"));
 
   m.def("threads", [] { return module_threads(); });
   m.def(

@@ -597,6 +597,29 @@ def bench(F, results):
             if x:
                 F.add(f"bench.threads_{short}_speedup", x[0]["speedup"], lambda v: f"{v:.2f}×",
                       f"{short}: speed-up from 1 to 2 threads, float32, n = 16384 (timing)", "bench")
+    # attnlab's exact against PyTorch's fused exact attention on the same CPU (tools/bench_exact_peer.py, one run).
+    peer_csv = os.path.join(results, "bench", "exact_peer.csv")
+    if os.path.exists(peer_csv):
+        import bench_exact_peer  # tools/: the page and the tool draw the same table
+        rows = pd.read_csv(peer_csv, keep_default_na=False).to_dict("records")
+        md, summary = bench_exact_peer.table(rows)
+        F.add("bench.exact_peer_table", md.strip(), str, "tools/bench_exact_peer.py: attnlab's exact against PyTorch's "
+              "SDPA, float32 (timing)", "bench")
+        F.add("bench.exact_peer_device", rows[0]["device"], str, "the CPU it ran on", "bench")
+        peer = next(r for r in rows if r["impl"] != "attnlab")
+        F.add("bench.exact_peer_torch", peer["detail"].split(",")[0], str, "the peer's PyTorch", "bench")
+        for s_ in summary:
+            n, t = s_["n"], s_["threads"]
+            for b, ratio in s_["ratios"].items():
+                if ratio is not None:
+                    F.add(f"bench.exact_peer_{b}_{n}_t{t}", ratio, lambda x: f"{x:.2f}×",
+                          f"attnlab's exact ({b} build) / PyTorch SDPA, float32, n = {n}, {t} thread(s) (timing)",
+                          "bench")
+            if s_["peer_s"]:
+                F.add(f"bench.exact_peer_sdpa_ms_{n}_t{t}", s_["peer_s"] * 1e3, lambda x: sig(x, 3),
+                      f"PyTorch SDPA, float32, n = {n}, {t} thread(s), ms (timing)", "bench")
+            F.add(f"bench.exact_peer_fastest_{n}_t{t}", s_["fastest"], str,
+                  f"the fastest float32 exact attention measured, n = {n}, {t} thread(s)", "bench")
     paths = os.path.join(results, "bench", "cost_paths.md")
     if os.path.exists(paths):
         F.add("bench.cost_paths", open(paths).read().strip(), str, "tools/cost_paths.py: every path's cost of the "

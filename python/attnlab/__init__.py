@@ -390,7 +390,7 @@ def generate(source="gaussian", n=1024, d=64, *, n_k=None, d_v=None, seed=0, dty
 
 def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target=0.05, families=None, layers="all",
            seq=0, repeats=3, causal=False, quiet=False, threads=0, dtype=None, precision=None, policy="eager",
-           costs="", costs_dtype=""):
+           costs="", costs_dtype="", exact_peer=""):
     """Writes a report directory (index.html, report.csv, summary.md) answering 'which approximation for my
     model?': per head the entropy, spectrum, every method's error against its measured cost at several budgets,
     the Pareto frontier and the cheapest method under `target` output error; per layer × head the recommendation
@@ -404,7 +404,11 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
     costs='FILE.csv': recommend for the device the costs were measured on (tools/bench_gpu.py's table, or yours:
     columns method, budget, n, ms; optional d, dtype, pass, causal, status, device_name) instead of timing here;
     costs_dtype picks the table's format (default: precision's, else its only one, else fp32). Every sentence that
-    quotes a cost names the device it was measured on."""
+    quotes a cost names the device it was measured on.
+
+    exact_peer='FILE.csv': tools/bench_exact_peer.py's table (attnlab's exact against PyTorch's fused
+    scaled_dot_product_attention, measured on this CPU at the report's threads): the speed-ups and the keep-exact
+    rule are then over the faster of the two, named in the summary."""
     model_dir, out = _path("model_dir", model_dir), _path("out", out)
     target = _real("target", target)
     families = _specs("families", families, "nystrom", "every family")
@@ -423,8 +427,11 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
     costs, costs_dtype = _path("costs", costs), _str("costs_dtype", costs_dtype, "bf16")
     if costs and not os.path.isfile(costs):
         raise ValueError(f"report: costs={costs!r} is not a file")
+    exact_peer = _path("exact_peer", exact_peer)
+    if exact_peer and not os.path.isfile(exact_peer):
+        raise ValueError(f"report: exact_peer={exact_peer!r} is not a file")
     return _core.report(q, k, v, model_dir, out, target, families, layers, seq, repeats, causal, quiet, threads,
-                        storage, policy, costs, costs_dtype)
+                        storage, policy, costs, costs_dtype, exact_peer)
 
 
 def vq_codebook(keys, codes=64, *, iters=20, seed=0, dtype=None):

@@ -233,6 +233,27 @@ def test_report_writes_html_csv_and_summary(tmp_path, qkv):
         attnlab.report(q, k, v, out=str(tmp_path / "x"), families=["nope"], quiet=True)
     with pytest.raises(ValueError, match="target"):
         attnlab.report(q, k, v, out=str(tmp_path / "x"), target=-1, quiet=True)
+    # exact_peer= (the command's --exact-peer): a peer 4× faster than attnlab's exact on this CPU at one thread —
+    # the speed-ups are over it, named; a file of another CPU is refused.
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
+               "unknown CPU")
+    for name, device in (("peer.csv", cpu), ("other.csv", "Other CPU")):
+        with open(tmp_path / name, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["impl", "build", "dtype", "n", "threads", "time_s", "device", "detail"])
+            for n_ in (128, 512):
+                w.writerow(["attnlab", "default", "fp32", n_, 1, 4e-3, device, "attnlab default"])
+                w.writerow(["PyTorch SDPA", "", "fp32", n_, 1, 1e-3, device, "torch 9.9"])
+    attnlab.report(q, k, v, out=str(tmp_path / "peer"), families=["local"], repeats=1, quiet=True, threads=1,
+                   exact_peer=str(tmp_path / "peer.csv"))
+    rows = list(csv.DictReader(open(tmp_path / "peer" / "report.csv")))
+    base = {r["head"]: float(r["value"]) for r in rows if r["metric"] == "baseline_time_s"}
+    exact = {r["head"]: float(r["value"]) for r in rows if r["metric"] == "time_s" and r["spec"] == "exact"}
+    assert set(base) == {"0", "1"} and all(abs(base[h] * 4 - exact[h]) <= 1e-12 * exact[h] for h in base)
+    assert "over PyTorch SDPA" in open(tmp_path / "peer" / "summary.md", encoding="utf-8").read()
+    with pytest.raises(ValueError, match="this CPU is"):
+        attnlab.report(q, k, v, out=str(tmp_path / "x"), families=["local"], quiet=True, threads=1,
+                       exact_peer=str(tmp_path / "other.csv"))
 
 
 def test_threads_setting_and_same_result():
