@@ -8,7 +8,8 @@
 // (grad_nonfinite) and the entries the backward's rounding overflowed (grad_overflow: its stored tensors, the
 // forward's formed again among them). The fp64 rows give each method's
 // approximation error, the yardstick the rounding error is read against. For exact attention, the pattern methods
-// (local, sparse: exact's materialised bound over their pattern) and linear attention also their derived worst-case
+// (local, sparse: exact's materialised bound over their pattern), Linformer (the same over its projected keys and
+// values, with the envelopes of EK and FV as formed) and linear attention also their derived worst-case
 // rounding bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the
 // measured error over the bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); linear's
 // gives up on a row where the format may overflow (`bound_rows_none`; `bound` only when it gives up nowhere,
@@ -19,6 +20,7 @@
 #include "attnlab/core/random.hpp"
 #include "attnlab/core/registry.hpp"
 #include "attnlab/methods/linear.hpp"
+#include "attnlab/methods/linformer.hpp"
 #include "attnlab/operators/sparse.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
@@ -179,6 +181,19 @@ class Precision final : public SourcesExperiment {
               pattern_analysis.emplace(p.q, p.k, p.v, sp->row_keys(), AttentionOptions{}.resolved_scale(d));
             }
             add_bound(format, pol, pattern_analysis->bound(opts, false), od, own, own_norm);
+          }
+          if (!native && m->name() == "linformer") {
+            // Linformer: exact's materialised bound over the projected keys and values, with the envelopes of EK
+            // and FV as its emulation forms and stores them (the float64 method's E and F, and the float32
+            // method's, which it stores).
+            const auto* l64 = dynamic_cast<const LinformerMethod<double>*>(m64.get());
+            const auto* l32 = dynamic_cast<const LinformerMethod<float>*>(m.get());
+            require(l64 != nullptr && l32 != nullptr, "precision: {} is not a Linformer", spec);
+            const auto& [e32, f32] = l32->projections();
+            add_bound(format, pol,
+                      linformer_rounding_bound(p.q, p.k, p.v, l64->projections().first, l64->projections().second,
+                                               e32.cast<double>(), f32.cast<double>(), opts),
+                      od, own, own_norm);
           }
           if (!native && m->name() == "linear") {
             // Linear attention's derived bound (the same file): +inf on a row where the format may overflow; counted

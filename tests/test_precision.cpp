@@ -10,6 +10,7 @@
 #include "attnlab/io/npy.hpp"
 #include "attnlab/io/sources.hpp"
 #include "attnlab/methods/linear.hpp"
+#include "attnlab/methods/linformer.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/operators/sparse.hpp"
 
@@ -311,6 +312,82 @@ TEST(RoundingBound, PatternMethodsRespectItEntryByEntry) {
             }
         }
     }
+}
+
+// Linformer's bound (linformer_rounding_bound): exact attention's materialised bound over the projected keys EK and
+// values FV, with the envelopes of their float32 formation and storage, against the emulation entry by entry —
+// Gaussian, uniform and pooled projections, shared or not, sources and temperatures, a length past fp16's reach for
+// the keys' envelope (no guarantee: +inf, and the emulation does overflow there).
+TEST(RoundingBound, LinformerRespectsItEntryByEntry) {
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {1.0, 4.0}) {
+      const Index n = 300;
+      SourceOptions src;
+      src.kind = kind;
+      Qkv<float> p = generate_problem<float>(src, n, n, 32, 32, 11);
+      p.q *= float(t);
+      const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+      for (const char* spec : {"linformer:k=32", "linformer:k=64,projection=pool",
+                               "linformer:k=16,projection=uniform,share_kv=true"}) {
+        auto m64 = make_method<double>(spec, 5);
+        m64->compute(q, k);
+        const auto* l64 = dynamic_cast<const LinformerMethod<double>*>(m64.get());
+        ASSERT_NE(l64, nullptr) << spec;
+        const MatrixR<double> own = m64->output(v);
+        for (const Storage st : {Storage::bf16, Storage::fp16})
+          for (const Policy pol : {Policy::eager, Policy::careful}) {
+            SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " " << storage_name(st) << " "
+                                              << policy_name(pol));
+            AttentionOptions o;
+            o.storage = st;
+            o.policy = pol;
+            auto m = make_method<float>(spec, 5);
+            m->compute(p.q, p.k, o);
+            const auto* l32 = dynamic_cast<const LinformerMethod<float>*>(m.get());
+            ASSERT_NE(l32, nullptr);
+            const MatrixR<double> out = m->output(p.v).cast<double>();
+            const SoftmaxRoundingBound b =
+                linformer_rounding_bound(q, k, v, l64->projections().first, l64->projections().second,
+                                         l32->projections().first.cast<double>(),
+                                         l32->projections().second.cast<double>(), o);
+            const MatrixR<double> err = (out - own).cwiseAbs();
+            Index violations = 0;
+            for (Index i = 0; i < err.size(); ++i) violations += !(err.data()[i] <= b.output.data()[i]);
+            EXPECT_EQ(violations, 0) << "worst excess " << (err.array() - b.output.array()).maxCoeff();
+            EXPECT_TRUE(std::isfinite(b.output_norm()));
+            if (t == 1.0 && std::string(kind) == "gaussian")
+              std::printf("  %-48s %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n", spec, storage_name(st).c_str(),
+                          policy_name(pol).c_str(), (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
+          }
+      }
+    }
+  // Keys of 30000 in fp16, one ±1 projection: E·K passes its largest value (65504) — the bound gives up, and the
+  // emulation's stored EK is ±inf there.
+  const Index n = 256;
+  MatrixR<double> q = MatrixR<double>::Constant(n, 8, 0.01), k = MatrixR<double>::Constant(n, 8, 30000.0);
+  const MatrixR<double> v = MatrixR<double>::Ones(n, 8);
+  auto m64 = make_method<double>("linformer:k=1,projection=uniform", 1);
+  m64->compute(q, k);
+  AttentionOptions o;
+  o.storage = Storage::fp16;
+  auto m = make_method<float>("linformer:k=1,projection=uniform", 1);
+  m->compute(q.cast<float>(), k.cast<float>(), o);
+  (void)m->output(v.cast<float>());
+  RoundingTally all;
+  for (const auto& r : m->rounding()) all += r.tally;
+  EXPECT_GT(all.overflow, 0u) << "the emulation stores E·K overflowing";
+  const auto* l64 = dynamic_cast<const LinformerMethod<double>*>(m64.get());
+  const auto* l32 = dynamic_cast<const LinformerMethod<float>*>(m.get());
+  const SoftmaxRoundingBound b = linformer_rounding_bound(
+      q, k, v, l64->projections().first, l64->projections().second, l32->projections().first.cast<double>(),
+      l32->projections().second.cast<double>(), o);
+  EXPECT_TRUE(std::isinf(b.output_norm()));
+  AttentionOptions causal = o;
+  causal.causal = true;
+  EXPECT_THROW(linformer_rounding_bound(q, k, v, l64->projections().first, l64->projections().second,
+                                        l32->projections().first.cast<double>(),
+                                        l32->projections().second.cast<double>(), causal),
+               Error);
 }
 
 // Linear attention's derived worst-case bound (analysis/rounding_bound.hpp, linear_rounding_bound) against the

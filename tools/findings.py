@@ -1021,6 +1021,23 @@ def precision(F, R):
         F.add(f"precision.linear_bound_{fmt}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
               f"linear attention's derived bound ‖bound‖_F / ‖O‖_F, {fmt} careful, gaussian, n = {n}, t = 1",
               "precision")
+    # Linformer's (exact's materialised bound over the projected keys and values, with the envelopes of EK and FV
+    # as formed in float32 and stored).
+    fb = bounds[bounds.method == "linformer"]
+    F.add("precision.linformer_bound_cells", int((fb.metric == "bound_violations").sum()), str,
+          "cells (Linformer's specs, every source, length, temperature, format, policy) checked entry by entry "
+          "against its derived bound", "precision")
+    F.add("precision.linformer_bound_violations", int(pick(fb, metric="bound_violations").sum()), str,
+          "Linformer's output entries outside its bound, all cells", "precision")
+    F.add("precision.linformer_bound_ratio_max", pick(fb, metric="bound_ratio").max(), lambda x: sig(x, 2),
+          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Linformer", "precision")
+    for proj in ("pool", "gaussian"):
+        for fmt in ("bf16", "fp16"):
+            c = fb[(fb.source == "gaussian") & (fb.n == n) & (fb.t == 1) & (fb.dtype == fmt)
+                   & (fb.policy == "careful") & fb.spec.str.startswith(f"linformer:k=256,projection={proj}")]
+            F.add(f"precision.linformer_bound_{proj}_{fmt}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
+                  f"Linformer's derived bound ‖bound‖_F / ‖O‖_F, k = 256, {proj} projections, {fmt} careful, "
+                  f"gaussian, n = {n}, t = 1", "precision")
     # Where the bound gives up (some row without a guarantee) against where the emulation fails, fp16 eager, t = 1.
     none = lb[(lb.source == "gaussian") & (lb.t == 1) & (lb.dtype == "fp16") & (lb.policy == "eager")
               & (lb.metric == "bound_rows_none") & (lb.value > 0)].n

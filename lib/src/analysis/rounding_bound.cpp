@@ -152,6 +152,79 @@ SoftmaxRoundingBound softmax_rounding_bound(const ConstRef<double>& q, const Con
   return SoftmaxRoundingAnalysis(q, k, v, opts).bound(opts, streaming, tile);
 }
 
+SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                              const ConstRef<double>& v, const ConstRef<double>& e,
+                                              const ConstRef<double>& f, const ConstRef<double>& e32,
+                                              const ConstRef<double>& f32, const AttentionOptions& opts) {
+  const Index n = k.rows(), kk = e.rows(), nq = q.rows();
+  require(q.cols() == k.cols() && v.rows() == n && e.cols() == n && f.cols() == n && f.rows() == kk &&
+              e32.rows() == kk && e32.cols() == n && f32.rows() == kk && f32.cols() == n && kk >= 1,
+          "linformer rounding bound: Q {}×{}, K {}×{}, V {} rows, E {}×{}, F {}×{}", nq, q.cols(), n, k.cols(),
+          v.rows(), kk, e.cols(), f.rows(), f.cols());
+  require(opts.storage != Storage::native, "linformer rounding bound: give a reduced storage (bf16 or fp16)");
+  require(!opts.causal, "linformer rounding bound: Linformer is non-causal");
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  SoftmaxRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), eta32 = std::ldexp(1.0, -149);
+  const double big = largest_finite(format), inf = std::numeric_limits<double>::infinity();
+  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
+  const auto stored = [&](const ConstRef<double>& x) {
+    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, y); }));
+  };
+  const double s = opts.resolved_scale(q.cols()), gn = gamma(double(n));
+  // The projected keys and values as formed and stored, against the float64 method's: the header's ΔK', ΔV' (plus
+  // 2n·2⁻⁵³ of the magnitudes for float64's own rounding of the two products formed here).
+  const auto projected = [&](const ConstRef<double>& p64, const ConstRef<double>& p32, const ConstRef<double>& x,
+                             MatrixR<double>& ref, MatrixR<double>& delta) {
+    const MatrixR<double> ps = stored(p32), xs = stored(x);
+    const MatrixR<double> formed = ps * xs, mag = ps.cwiseAbs() * xs.cwiseAbs();
+    ref = p64 * x;
+    const MatrixR<double> sum_err = (gn * mag).array() + double(n) * eta32;
+    delta = (formed - ref).cwiseAbs() + sum_err + u * (formed.cwiseAbs() + sum_err) +
+            MatrixR<double>::Constant(ref.rows(), ref.cols(), eta) +
+            2 * double(n + 2) * std::ldexp(1.0, -53) * (mag + p64.cwiseAbs() * x.cwiseAbs());
+  };
+  MatrixR<double> ek, dk, fv, dv;
+  projected(e, e32, k, ek, dk);
+  projected(f, f32, v, fv, dv);
+  const MatrixR<double> qs = stored(q), dq = (qs - q).cwiseAbs(), qa = q.cwiseAbs();
+  const MatrixR<double> kup = ek.cwiseAbs() + dk, vup = fv.cwiseAbs() + dv;
+  // Per query the largest A_ij and input-error term over the k projected keys.
+  const MatrixR<double> a = qs.cwiseAbs() * kup.transpose(), c = dq * kup.transpose() + qa * dk.transpose();
+  const double e_z = (1 + gamma(double(q.cols()))) * std::pow(1 + u, eager ? 2 : 0) * (1 + u32) - 1;
+  const double g = gamma(double(kk + 8)), gk = gamma(double(kk));
+  const bool stored_overflow = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(),
+                                         e32.cwiseAbs().maxCoeff(), f32.cwiseAbs().maxCoeff(), kup.maxCoeff(),
+                                         vup.maxCoeff()}) >= big / (1 + u);
+  AttentionOptions native;
+  native.scale = s;
+  const MatrixR<double> o = exact_output<double>(q, ek, fv, native);
+  const MatrixR<double> pv = exact_output<double>(q, ek, MatrixR<double>(fv.cwiseAbs()), native);
+  const MatrixR<double> pd = exact_output<double>(q, ek, dv, native);
+  const Eigen::Matrix<double, 1, Eigen::Dynamic> vcol = vup.colwise().maxCoeff();
+  b.logit.resize(nq);
+  b.ratio.resize(nq);
+  b.output.resize(nq, fv.cols());
+  for (Index i = 0; i < nq; ++i) {
+    const double amax = a.row(i).maxCoeff(), zmax = s * amax * (1 + e_z);
+    const double di = s * c.row(i).maxCoeff() + s * e_z * amax + 2 * u32 * zmax;
+    b.logit(i) = di;
+    const bool overflow = stored_overflow || (eager && std::max(1.0, 1.0 / s) * zmax >= big);
+    const double r = overflow ? inf : std::exp(2 * di) * (1 + u) * (1 + u) * (1 + g) * (1 + g);
+    b.ratio(i) = r;
+    for (Index col = 0; col < fv.cols(); ++col) {
+      const double err = overflow ? inf
+                                  : (r * (1 + gk) - 1) * pv(i, col) + r * (1 + gk) * pd(i, col) +
+                                        double(kk) * eta * (1 + gk) * vcol(col);
+      b.output(i, col) = (1 + u) * err + u * std::abs(o(i, col)) + eta;
+    }
+  }
+  return b;
+}
+
 KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                           const ConstRef<double>& v, LinearFeature feature,
                                           const AttentionOptions& opts) {

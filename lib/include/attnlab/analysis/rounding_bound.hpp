@@ -69,6 +69,28 @@ struct SoftmaxRoundingAnalysis {
   SoftmaxRoundingBound bound(const AttentionOptions& opts, bool streaming, Index tile = 256) const;
 };
 
+/// Linformer's bound (Wang et al. 2020 eq. (7): O = softmax(s·Q(EK)ᵀ)·(FV), E, F: k × n), as its emulation computes
+/// it (linformer.cpp): Q, K, V and E, F stored (E, F from the float32 method's own draws, e32 and f32, within 4u₃₂ of
+/// the float64 e and f the reference uses), EK and FV summed in float32 over the n positions and stored, then exact
+/// attention's materialised transcription over the k projected keys (logits stored under eager, P stored, P·FV in
+/// float32, O stored). The stored inputs are known exactly (round to nearest even: round_to), so the projected keys'
+/// error is bounded entry by entry without a worst case for the inputs' rounding:
+///   |EK_stored − E·K| ≤ ΔK' = |Ê·K̂ − E·K| + γ_n·|Ê|·|K̂| + u·(|Ê·K̂| + γ_n·|Ê|·|K̂|) + η + n·η₃₂ (the float32 sum in
+///   any order, its underflowing products, then the storing), and ΔV' for FV the same;
+///   logits    |ẑ_ij − z_ij| ≤ D_ij = s·[|Q̂ − Q|_iᵀ(|K'| + ΔK')_j + |Q|_iᵀΔK'_j] + s·e_z·A_ij + 2u₃₂·|ẑ|max, with
+///             A_ij = |Q̂|_iᵀ(|K'| + ΔK')_j ≥ |q̂ᵀk̂'| and e_z = (1+γ_d)(1+u)^{2e}(1+u₃₂) − 1 (e = 1 eager: the product
+///             and the scaled product stored); D_i = max_j D_ij (taken as the sum of the two terms' maxima);
+///   weights   R_i = e^{2D_i}(1+u)²(1+γ_{k+8})², as exact's materialised bound;
+///   output    |Ô_ic − O_ic| ≤ (1+u)·[(R_i(1+γ_k) − 1)·(P|V'|)_ic + R_i(1+γ_k)·(P·ΔV')_ic
+///             + k·η·(1+γ_k)·max_j(|V'| + ΔV')_jc] + u·|O_ic| + η,
+/// from P̂V̂' − PV' = P(r − 1)V' + P·r·δ with r ∈ [1/R, R], |δ| ≤ ΔV'. +inf where |K'| + ΔK', |V'| + ΔV' or (eager)
+/// a logit may reach the format's largest value. O is the float64 method's own output (e, f). The projected keys'
+/// envelopes depend on the format: one call per format and policy (O(n·k·d) float64 work).
+SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                              const ConstRef<double>& v, const ConstRef<double>& e,
+                                              const ConstRef<double>& f, const ConstRef<double>& e32,
+                                              const ConstRef<double>& f32, const AttentionOptions& opts);
+
 /// Both steps at once, for exact attention on (q, k, v) given in float64 (the unrounded inputs).
 SoftmaxRoundingBound softmax_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                             const ConstRef<double>& v, const AttentionOptions& opts, bool streaming,

@@ -54,6 +54,11 @@ template <typename T>
 class LinformerMethod final : public ConfiguredMethod<LinformerOptions, LowRankMethod<T>> {
  public:
   using ConfiguredMethod<LinformerOptions, LowRankMethod<T>>::ConfiguredMethod;
+  /// The parameters E, F (k × n_k) of the last compute() (analysis/rounding_bound.hpp's Linformer form takes them).
+  const std::pair<MatrixR<T>, MatrixR<T>>& projections() const {
+    require(ef_ != nullptr, "linformer: projections() before compute()");
+    return *ef_;
+  }
 
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
