@@ -9,11 +9,11 @@
 // forward's formed again among them). The fp64 rows give each method's
 // approximation error, the yardstick the rounding error is read against. For exact attention, the pattern methods
 // (local, sparse: exact's materialised bound over their pattern), Linformer (the same over its projected keys and
-// values, with the envelopes of EK and FV as formed) and linear attention also their derived worst-case
-// rounding bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the
-// measured error over the bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); linear's
-// gives up on a row where the format may overflow (`bound_rows_none`; `bound` only when it gives up nowhere,
-// `bound_ratio` over the rows it holds). A method or policy the library does not emulate is a `refused` row, not a
+// values, with the envelopes of EK and FV as formed), linear attention and Performer (careful) also their derived
+// worst-case rounding bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the
+// bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); the kernel methods' give up on a row
+// where the format may overflow (`bound_rows_none`; `bound` only when they give up nowhere, `bound_ratio` over the
+// rows they hold). A method or policy the library does not emulate is a `refused` row, not a
 // silent gap.
 #include "attnlab/analysis/rounding_bound.hpp"
 #include "attnlab/core/precision.hpp"
@@ -21,6 +21,7 @@
 #include "attnlab/core/registry.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/linformer.hpp"
+#include "attnlab/methods/performer.hpp"
 #include "attnlab/operators/sparse.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
@@ -195,12 +196,9 @@ class Precision final : public SourcesExperiment {
                                                e32.cast<double>(), f32.cast<double>(), opts),
                       od, own, own_norm);
           }
-          if (!native && m->name() == "linear") {
-            // Linear attention's derived bound (the same file): +inf on a row where the format may overflow; counted
-            // (bound_rows_none), its finite rows held to it, and a failed row must be one of them.
-            const LinearFeature feature =
-                m->spec().find("feature=relu") != std::string::npos ? LinearFeature::Relu : LinearFeature::Elu;
-            const KernelRoundingBound b = linear_rounding_bound(p.q, p.k, p.v, feature, opts);
+          // A kernel method's bound (the same file): +inf on a row where the format may overflow; counted
+          // (bound_rows_none), its finite rows held to it, and a failed row must be one of them.
+          const auto add_kernel_bound = [&](const KernelRoundingBound& b) {
             Index outside = 0;
             double measured = 0, bounded = 0;
             for (Index i = 0; i < od.size(); ++i) {
@@ -215,6 +213,19 @@ class Precision final : public SourcesExperiment {
             if (b.rows_without_guarantee == 0) add(format, pol, "bound", b.output_norm() / own_norm);
             if (bounded > 0) add(format, pol, "bound_ratio", std::sqrt(measured / bounded));
             add(format, pol, "bound_violations", double(outside));
+          };
+          if (!native && m->name() == "linear") {
+            const LinearFeature feature =
+                m->spec().find("feature=relu") != std::string::npos ? LinearFeature::Relu : LinearFeature::Elu;
+            add_kernel_bound(linear_rounding_bound(p.q, p.k, p.v, feature, opts));
+          }
+          if (!native && m->name() == "performer" && policy == Policy::careful) {
+            // Performer's (careful only: eager's reference-code features are not derived), with the float64 and the
+            // float32 method's own ω.
+            const auto* p64 = dynamic_cast<const PerformerMethod<double>*>(m64.get());
+            const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
+            require(p64 != nullptr && p32 != nullptr, "precision: {} is not a Performer", spec);
+            add_kernel_bound(performer_rounding_bound(p.q, p.k, p.v, p64->omega(), p32->omega().cast<double>(), opts));
           }
           if (!native) {
             add(format, pol, "overflow", double(forward.overflow));

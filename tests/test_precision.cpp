@@ -11,6 +11,7 @@
 #include "attnlab/io/sources.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/linformer.hpp"
+#include "attnlab/methods/performer.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/operators/sparse.hpp"
 
@@ -388,6 +389,52 @@ TEST(RoundingBound, LinformerRespectsItEntryByEntry) {
                                         l32->projections().first.cast<double>(),
                                         l32->projections().second.cast<double>(), causal),
                Error);
+}
+
+// Performer's bound (performer_rounding_bound, careful policy, non-causal) against the emulation entry by entry:
+// sources, temperatures, feature counts, both formats; the O it is built around is the float64 method's own output;
+// eager and the causal form are refused (not derived).
+TEST(RoundingBound, PerformerCarefulRespectsItEntryByEntry) {
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {1.0, 2.0}) {
+      const Index n = 300;
+      SourceOptions src;
+      src.kind = kind;
+      Qkv<float> p = generate_problem<float>(src, n, n, 32, 32, 13);
+      p.q *= float(t);
+      const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+      for (const char* spec : {"performer:features=64", "performer:features=16,orthogonal=false"}) {
+        auto m64 = make_method<double>(spec, 7);
+        m64->compute(q, k);
+        const auto* p64 = dynamic_cast<const PerformerMethod<double>*>(m64.get());
+        ASSERT_NE(p64, nullptr) << spec;
+        const MatrixR<double> own = m64->output(v);
+        for (const Storage st : {Storage::bf16, Storage::fp16}) {
+          SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " " << storage_name(st));
+          AttentionOptions o;
+          o.storage = st;
+          o.policy = Policy::careful;
+          auto m = make_method<float>(spec, 7);
+          m->compute(p.q, p.k, o);
+          const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
+          ASSERT_NE(p32, nullptr);
+          const MatrixR<double> out = m->output(p.v).cast<double>();
+          const KernelRoundingBound b = performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(), o);
+          EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+          const MatrixR<double> err = (out - own).cwiseAbs();
+          Index violations = 0;
+          for (Index i = 0; i < err.size(); ++i) violations += !(err.data()[i] <= b.output.data()[i]);
+          EXPECT_EQ(violations, 0) << "worst excess " << (err.array() - b.output.array()).maxCoeff();
+          EXPECT_EQ(b.rows_without_guarantee, 0);
+          if (t == 1.0 && std::string(kind) == "gaussian")
+            std::printf("  %-40s %s careful |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n", spec, storage_name(st).c_str(),
+                        (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
+          AttentionOptions eager = o;
+          eager.policy = Policy::eager;
+          EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(), eager), Error);
+        }
+      }
+    }
 }
 
 // Linear attention's derived worst-case bound (analysis/rounding_bound.hpp, linear_rounding_bound) against the

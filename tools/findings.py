@@ -1038,6 +1038,38 @@ def precision(F, R):
             F.add(f"precision.linformer_bound_{proj}_{fmt}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
                   f"Linformer's derived bound ‖bound‖_F / ‖O‖_F, k = 256, {proj} projections, {fmt} careful, "
                   f"gaussian, n = {n}, t = 1", "precision")
+    # Performer's (careful: the stabilised features' exponent errors, then linear's sums and division).
+    pfb = bounds[(bounds.method == "performer") & (bounds.policy == "careful")]
+    F.add("precision.performer_bound_cells", int((pfb.metric == "bound_violations").sum()), str,
+          "cells (Performer careful, every spec, source, length, temperature, format) checked entry by entry against "
+          "its derived bound", "precision")
+    F.add("precision.performer_bound_violations", int(pick(pfb, metric="bound_violations").sum()), str,
+          "Performer's output entries outside its bound, all cells", "precision")
+    F.add("precision.performer_bound_ratio_max", pick(pfb, metric="bound_ratio").max(), lambda x: sig(x, 2),
+          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Performer careful, over its rows with a guarantee",
+          "precision")
+    for fmt in ("bf16", "fp16"):
+        c = pfb[(pfb.source == "gaussian") & (pfb.n == n) & (pfb.t == 1) & (pfb.dtype == fmt)
+                & pfb.spec.str.startswith("performer:features=256")]
+        F.add(f"precision.performer_bound_{fmt}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
+              f"Performer's derived bound ‖bound‖_F / ‖O‖_F, 256 features, {fmt} careful, gaussian, n = {n}, t = 1",
+              "precision")
+    tr = pfb[(pfb.source == "trained") & (pfb.dtype == "fp16") & (pfb.metric == "bound_rows_none")]
+    F.add("precision.performer_bound_trained_fp16_none", int(tr.value.max()) if len(tr) else 0, str,
+          "the most rows of one trained head (n = 512) on which Performer careful's bound gives up in fp16, any t "
+          "(its features underflow fp16's range there)", "precision")
+    uf = d[(d.method == "performer") & (d.policy == "careful") & (d.source == "trained") & (d.t == 1)
+           & (d.metric.isin(["err_rounding", "underflow"]))]
+    for fmt in ("bf16", "fp16"):
+        x = uf[(uf.dtype == fmt) & uf.spec.str.startswith("performer:features=256")]
+        F.add(f"precision.performer_trained_{fmt}_rounding", pick(x, metric="err_rounding").max(),
+              lambda v: sig(v, 2), f"Performer 256 careful's rounding error on the trained heads, {fmt}, t = 1, the "
+              "largest over the heads", "precision")
+    F.add("precision.performer_trained_fp16_underflow",
+          int(pick(uf[(uf.dtype == "fp16") & uf.spec.str.startswith("performer:features=256")],
+                   metric="underflow").max()), str,
+          "stored entries of Performer 256 careful that underflowed to zero on one trained head, fp16, t = 1",
+          "precision")
     # Where the bound gives up (some row without a guarantee) against where the emulation fails, fp16 eager, t = 1.
     none = lb[(lb.source == "gaussian") & (lb.t == 1) & (lb.dtype == "fp16") & (lb.policy == "eager")
               & (lb.metric == "bound_rows_none") & (lb.value > 0)].n

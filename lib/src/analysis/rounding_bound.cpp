@@ -225,52 +225,26 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
   return b;
 }
 
-KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
-                                          const ConstRef<double>& v, LinearFeature feature,
-                                          const AttentionOptions& opts) {
-  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
-  require(v.rows() == k.rows(), "linear rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
-  require(!opts.causal, "linear rounding bound: derived for the non-causal form only");
-  require(opts.storage != Storage::native, "linear rounding bound: give a reduced storage (bf16 or fp16)");
+namespace {
+
+/// The kernel methods' shared part of the bound (the header's "sums" and "output"), given per query and key the
+/// exact non-negative features φ, ψ and upper envelopes Φ⁺ ≥ φ + |φ̂ − φ|, Ψ⁺ likewise (the stored features, any
+/// weights folded in), the inputs' largest magnitude and the number of terms each key sum adds (n_sum).
+KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double>& fqu, const MatrixR<double>& fk,
+                                 const MatrixR<double>& fku, const ConstRef<double>& v, double input_max, Index n_sum,
+                                 const AttentionOptions& opts) {
   const Format format = storage_format(opts.storage);
   const bool eager = opts.policy == Policy::eager;
   KernelRoundingBound b;
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
-  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), lift = eta / u;
+  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24);
   const double big = largest_finite(format);
-  // float32's largest and smallest normal values, its absolute error per product in the subnormal range (half its
-  // smallest subnormal, 2⁻¹⁵⁰, taken as 2⁻¹⁴⁹) and its floor on forming a feature (above).
   const double max32 = double(std::numeric_limits<float>::max()), min32 = double(std::numeric_limits<float>::min());
-  const double eta32 = std::ldexp(1.0, -149), floor32 = std::ldexp(1.0, -126);
+  const double eta32 = std::ldexp(1.0, -149);
   const double inf = std::numeric_limits<double>::infinity();
   const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
-  const Index nq = q.rows(), nk = k.rows(), m = q.cols(), dv = v.cols();
-  const double store = (1 + (feature == LinearFeature::Elu ? 2 : 0) * u32) * (1 + u) - 1;
-  // φ and its upper envelope Φ⁺ (the header's "features").
-  const auto features = [&](const ConstRef<double>& x, MatrixR<double>& f, MatrixR<double>& up) {
-    f.resize(x.rows(), x.cols());
-    up.resize(x.rows(), x.cols());
-    for (Index i = 0; i < x.rows(); ++i)
-      for (Index c = 0; c < x.cols(); ++c) {
-        const double xv = x(i, c), xbar = std::abs(xv) + lift;
-        double phi, a;
-        if (feature == LinearFeature::Relu) {
-          phi = std::max(xv, 0.0);
-          a = xv > 0 ? u * xbar : 0.0;
-        } else {
-          phi = std::max(xv, 0.0) + std::exp(std::min(xv, 0.0));
-          a = u * xbar * std::min(1.0, std::exp(std::min(xv, 0.0) + u * xbar));
-        }
-        f(i, c) = phi;
-        // floor32: float32's own absolute error in forming φ — e^x underflowing in float32, and Eigen's vectorised
-        // exp clamping its argument at −88.72 (e^x ≈ 2.9e-39 below it): both under 2⁻¹²⁶.
-        up(i, c) = phi + a + (phi + a) * store + eta + floor32;
-      }
-  };
-  MatrixR<double> fq, fqu, fk, fku;
-  features(q, fq, fqu);
-  features(k, fk, fku);
+  const Index nq = fq.rows(), nk = n_sum, m = fq.cols(), dv = v.cols();
   const MatrixR<double> va = v.cwiseAbs(), vau = (va.array() * (1 + u) + eta).matrix();
   const double e = eager ? 1 : 0;
   const double rho_s = (1 + gamma(double(nk + 2))) * std::pow(1 + u, e);  // a stored S or z entry's envelope factor
@@ -280,11 +254,12 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
   const MatrixR<double> n_up = fqu * s_up, n_ref = fq * (fk.transpose() * va);
   const VectorX<double> d_up = fqu * z_up, d_ref = fq * VectorX<double>(fk.colwise().sum().transpose());
   const MatrixR<double> o = (fq * (fk.transpose() * v)).array().colwise() / d_ref.array();
+  b.reference = o;
   const VectorX<double> fq_sum = fqu.rowwise().sum();
   // The sums S, z, N, D: in the format under eager (its largest value), float32 under careful (float32's).
   const double limit = eager ? big : max32;
   const bool global_overflow =
-      std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()}) >= big ||
+      input_max >= big ||
       std::max(fqu.maxCoeff(), fku.maxCoeff()) >= big || rho_s * s_up.maxCoeff() >= limit ||
       rho_s * z_up.maxCoeff() >= limit;
   const double extra = e * eta * ((1 + gamma(double(m + 1))) * (1 + u));
@@ -316,6 +291,135 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
     }
   }
   return b;
+}
+
+}  // namespace
+
+KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                          const ConstRef<double>& v, LinearFeature feature,
+                                          const AttentionOptions& opts) {
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  require(v.rows() == k.rows(), "linear rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
+  require(!opts.causal, "linear rounding bound: derived for the non-causal form only");
+  require(opts.storage != Storage::native, "linear rounding bound: give a reduced storage (bf16 or fp16)");
+  const Format format = storage_format(opts.storage);
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = std::ldexp(1.0, -24), lift = eta / u;
+  const double floor32 = std::ldexp(1.0, -126);  // float32's floor on forming a feature (below)
+  const double store = (1 + (feature == LinearFeature::Elu ? 2 : 0) * u32) * (1 + u) - 1;
+  // φ and its upper envelope Φ⁺ (the header's "features").
+  const auto features = [&](const ConstRef<double>& x, MatrixR<double>& f, MatrixR<double>& up) {
+    f.resize(x.rows(), x.cols());
+    up.resize(x.rows(), x.cols());
+    for (Index i = 0; i < x.rows(); ++i)
+      for (Index c = 0; c < x.cols(); ++c) {
+        const double xv = x(i, c), xbar = std::abs(xv) + lift;
+        double phi, a;
+        if (feature == LinearFeature::Relu) {
+          phi = std::max(xv, 0.0);
+          a = xv > 0 ? u * xbar : 0.0;
+        } else {
+          phi = std::max(xv, 0.0) + std::exp(std::min(xv, 0.0));
+          a = u * xbar * std::min(1.0, std::exp(std::min(xv, 0.0) + u * xbar));
+        }
+        f(i, c) = phi;
+        // floor32: float32's own absolute error in forming φ — e^x underflowing in float32, and Eigen's vectorised
+        // exp clamping its argument at −88.72 (e^x ≈ 2.9e-39 below it): both under 2⁻¹²⁶.
+        up(i, c) = phi + a + (phi + a) * store + eta + floor32;
+      }
+  };
+  MatrixR<double> fq, fqu, fk, fku;
+  features(q, fq, fqu);
+  features(k, fk, fku);
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  return kernel_bound(fq, fqu, fk, fku, v, input_max, k.rows(), opts);
+}
+
+KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                             const ConstRef<double>& v, const ConstRef<double>& omega,
+                                             const ConstRef<double>& omega32, const AttentionOptions& opts) {
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
+  require(v.rows() == nk && omega.cols() == d && omega32.rows() == mf && omega32.cols() == d && mf >= 1,
+          "performer rounding bound: V {} rows, K {}; ω {}×{}, its float32 draw {}×{}", v.rows(), nk, mf,
+          omega.cols(), omega32.rows(), omega32.cols());
+  require(!opts.causal, "performer rounding bound: derived for the non-causal form only");
+  require(opts.storage != Storage::native, "performer rounding bound: give a reduced storage (bf16 or fp16)");
+  require(opts.policy == Policy::careful,
+          "performer rounding bound: derived for the careful policy (attnlab's stabilised features); eager follows "
+          "the reference code's, whose failures the experiment reports");
+  const Format format = storage_format(opts.storage);
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = std::ldexp(1.0, -24);
+  const double floor32 = std::ldexp(1.0, -126), e32 = 4 * u32;  // an exp's absolute floor and relative error
+  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
+  const auto stored = [&](const ConstRef<double>& x) {
+    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, y); }));
+  };
+  const double rs = std::sqrt(opts.resolved_scale(d)), lscale = 0.5 * std::log(double(mf));
+  const double e_proj = (1 + u32) * (1 + u32) * (1 + gamma(double(d))) - 1;  // s^½x in float32, then ωᵀ(s^½x)
+  const double e_norm = std::pow(1 + u32, 5) * (1 + gamma(double(d))) - 1;   // ½‖s^½x‖² in float32
+  const double d_l = lscale * ((1 + e32) * (1 + u32) - 1);                   // ½·log M in float32
+  // Per row: the exact projections p = s^½xωᵀ, and the bound Δp on the float32 projections of the stored rows.
+  const auto projections = [&](const ConstRef<double>& x, MatrixR<double>& p, MatrixR<double>& dp) {
+    const MatrixR<double> xs = stored(x);
+    p = rs * x * omega.transpose();
+    dp = (rs * xs * omega32.transpose() - p).cwiseAbs() + e_proj * rs * xs.cwiseAbs() * omega32.cwiseAbs().transpose();
+    dp.array() += 2 * double(d + 2) * std::ldexp(1.0, -53) * (rs * x.cwiseAbs() * omega.cwiseAbs().transpose()).array();
+  };
+  // Queries: φ = e^{p − max p}; the row's stabiliser moves by at most max Δp and the subtraction rounds.
+  MatrixR<double> pq, dpq;
+  projections(q, pq, dpq);
+  MatrixR<double> fq(nq, mf), fqu(nq, mf);
+  for (Index i = 0; i < nq; ++i) {
+    const double mx = pq.row(i).maxCoeff(), dm = dpq.row(i).maxCoeff();
+    for (Index m = 0; m < mf; ++m) {
+      const double a = pq(i, m) - mx;
+      const double theta = dpq(i, m) + dm + u32 * (std::abs(a) + dpq(i, m) + dm);
+      fq(i, m) = std::exp(a);
+      fqu(i, m) = (fq(i, m) * std::exp(theta) * (1 + e32) + floor32) * (1 + u) + eta;
+    }
+  }
+  // Keys: ψ = e^{p − ‖s^½k‖²/2 − ½log M − C} with C the largest log-scale g = max p − ‖s^½k‖²/2 − ½log M. The
+  // emulation's key stabilisers (its row maximum, its chunk's and the global largest log-scale) cancel in the
+  // exponents it adds up to, apart from each subtraction's rounding; the global one moves by at most ΔG.
+  MatrixR<double> pk, dpk;
+  projections(k, pk, dpk);
+  const MatrixR<double> ks = stored(k);
+  VectorX<double> hn(nk), dhn(nk), g(nk), dg(nk);
+  for (Index j = 0; j < nk; ++j) {
+    const double exact = 0.5 * rs * rs * k.row(j).squaredNorm(), formed = 0.5 * rs * rs * ks.row(j).squaredNorm();
+    hn(j) = exact;
+    dhn(j) = std::abs(formed - exact) + e_norm * formed + 4 * double(d + 2) * std::ldexp(1.0, -53) * formed;
+    const double mx = pk.row(j).maxCoeff(), dm = dpk.row(j).maxCoeff();
+    g(j) = mx - hn(j) - lscale;
+    dg(j) = dm + dhn(j) + d_l + u32 * (std::abs(mx) + dm + hn(j) + dhn(j)) + u32 * (std::abs(g(j)) + dm + dhn(j) + d_l);
+  }
+  const double c = g.maxCoeff(), dgmax = dg.maxCoeff();
+  MatrixR<double> fk(nk, mf), fku(nk, mf);
+  for (Index j = 0; j < nk; ++j) {
+    const double mx = pk.row(j).maxCoeff(), dm = dpk.row(j).maxCoeff(), gc = g(j) - c;
+    // The weight e^{g − m_c}·e^{m_c − max}: upper envelope of its float32 value (two exps, each underflowing to at
+    // most 2⁻¹²⁶).
+    const double wc_up = std::exp(gc + 3 * dgmax + u32 * 2 * (std::abs(gc) + 2 * dgmax)) * (1 + e32) * (1 + e32) +
+                         3 * floor32;
+    for (Index m = 0; m < mf; ++m) {
+      const double a = pk(j, m) - mx;
+      const double theta = dpk(j, m) + dhn(j) + d_l + dgmax +
+                           u32 * ((std::abs(a) + 2 * dm) + (std::abs(mx) + hn(j) + dm + dhn(j)) +
+                                  (std::abs(g(j)) + dg(j)) + 2 * (std::abs(gc) + 2 * dgmax));
+      fk(j, m) = std::exp(a + gc);
+      const double f_up = (std::exp(std::min(a + dpk(j, m) + dm + u32 * (std::abs(a) + 2 * dm), 0.0) +
+                                    u32 * (std::abs(a) + 2 * dm)) *
+                               (1 + e32) +
+                           floor32) *
+                              (1 + u) +
+                          eta;
+      fku(j, m) = fk(j, m) * std::exp(theta) * std::pow(1 + e32, 3) * (1 + u) * (1 + u32) * (1 + u32) +
+                  ((eta + floor32 * (1 + u)) * wc_up + f_up * 3 * floor32) * (1 + u32) * (1 + u32);
+    }
+  }
+  const Index chunks = (nk + 2047) / 2048;  // streamed_kernel_output's key chunks: their weighted sums added
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  return kernel_bound(fq, fqu, fk, fku, v, input_max, nk + chunks, opts);
 }
 
 }  // namespace attnlab

@@ -123,6 +123,7 @@ SoftmaxRoundingBound softmax_rounding_bound(const ConstRef<double>& q, const Con
 struct KernelRoundingBound {
   double u = 0, eta = 0;
   MatrixR<double> output;  // the componentwise bound on |Ô − O|, n_q × d_v (+inf in a row without a guarantee)
+  MatrixR<double> reference;  // O, in float64 from the features the bound is built around (the method's own output)
   Index rows_without_guarantee = 0;
   double output_norm() const { return output.norm(); }
 };
@@ -133,5 +134,26 @@ enum class LinearFeature;
 KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                           const ConstRef<double>& v, LinearFeature feature,
                                           const AttentionOptions& opts);
+
+/// Performer's bound (Choromanski et al. 2021 Lemma 1: positive features φ(x)_m = e^{ω_mᵀx_s − ‖x_s‖²/2}/√M,
+/// x_s = s^½x), non-causal, careful policy, as its emulation computes it (methods/performer.cpp, operators/kernel.cpp):
+/// Q, K, V stored; the features formed in float32 from the stored rows with the float32 method's ω (omega32; omega is
+/// the float64 method's, the reference), each query's divided by its largest (e^{p − max p}), each key's with its
+/// log-scale g = max p − ‖x_s‖²/2 − ½log M apart; the features stored; a key's weight e^{g − m_c} (its chunk's
+/// largest) and its chunk's e^{m_c − max} in float32; the sums, numerators and normalisers in float32 (the guarded
+/// reciprocal); O stored. The stored rows are known exactly (round_to), so the projections' error is bounded entry
+/// by entry: Δp = |s^½x̂ᵀω₃₂ − s^½xᵀω| + ((1+u₃₂)²(1+γ_d) − 1)·s^½|x̂|ᵀ|ω₃₂|, the half squared norm's likewise. Each
+/// feature's exponent then moves by at most θ: queries Δp + max_m Δp (the row's stabiliser) + u₃₂|p − max p + …|;
+/// keys Δp + Δ(‖x_s‖²/2) + Δ(½log M) + ΔG (the global stabiliser, the largest log-scale's own error) + u₃₂ times each
+/// rounded subtraction's operands — the key's row and chunk stabilisers cancel in the exponents the emulation adds
+/// (its f·w·c), apart from those roundings. With each exp within 4u₃₂ (2 ulp) and 2⁻¹²⁶ absolute (underflow and
+/// Eigen's clamp), the features' upper envelopes Φ⁺ = (φe^θ(1+4u₃₂) + 2⁻¹²⁶)(1+u) + η, Ψ⁺ likewise through the weight
+/// products, enter linear attention's sums and division (the same derivation as linear_rounding_bound, over n + the
+/// key chunks' count of terms). The query's stabiliser is a common factor that cancels exactly; counting its error in
+/// θ is conservative. Eager (the reference code's features, every step stored) and the causal form are refused: not
+/// derived.
+KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                             const ConstRef<double>& v, const ConstRef<double>& omega,
+                                             const ConstRef<double>& omega32, const AttentionOptions& opts);
 
 }  // namespace attnlab

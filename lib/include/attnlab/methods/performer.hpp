@@ -57,6 +57,11 @@ template <typename T>
 class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMethod<T>> {
  public:
   using ConfiguredMethod<PerformerOptions, KernelMethod<T>>::ConfiguredMethod;
+  /// The projections ω (M × d) of the last compute() (analysis/rounding_bound.hpp's Performer bound takes them).
+  const MatrixR<T>& omega() const {
+    require(omega_d_ >= 0, "performer: omega() before compute()");
+    return omega_;
+  }
 
  private:
   void prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
