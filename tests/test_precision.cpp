@@ -437,6 +437,47 @@ TEST(RoundingBound, PerformerCarefulRespectsItEntryByEntry) {
     }
 }
 
+// Taylor attention's bound (taylor_rounding_bound: signed features [1, x/‖x‖]) against the emulation entry by entry:
+// sources, temperatures, a zero query row and a key row that rounds to zero in the format, both formats and policies;
+// the O it is built around is the float64 method's own.
+TEST(RoundingBound, TaylorRespectsItEntryByEntry) {
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {1.0, 8.0}) {
+      const Index n = 300;
+      SourceOptions src;
+      src.kind = kind;
+      Qkv<float> p = generate_problem<float>(src, n, n, 32, 32, 17);
+      p.q *= float(t);
+      p.q.row(3).setZero();
+      p.k.row(5).setConstant(1e-30f);  // zero in both formats: its direction is lost
+      const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+      auto m64 = make_method<double>("taylor", 0);
+      m64->compute(q, k);
+      const MatrixR<double> own = m64->output(v);
+      for (const Storage st : {Storage::bf16, Storage::fp16})
+        for (const Policy pol : {Policy::eager, Policy::careful}) {
+          SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << storage_name(st) << " "
+                                            << policy_name(pol));
+          AttentionOptions o;
+          o.storage = st;
+          o.policy = pol;
+          auto m = make_method<float>("taylor", 0);
+          m->compute(p.q, p.k, o);
+          const MatrixR<double> out = m->output(p.v).cast<double>();
+          const KernelRoundingBound b = taylor_rounding_bound(q, k, v, o);
+          EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+          EXPECT_EQ(b.rows_without_guarantee, 0);
+          const MatrixR<double> err = (out - own).cwiseAbs();
+          Index violations = 0;
+          for (Index i = 0; i < err.size(); ++i) violations += !(err.data()[i] <= b.output.data()[i]);
+          EXPECT_EQ(violations, 0) << "worst excess " << (err.array() - b.output.array()).maxCoeff();
+          if (t == 1.0 && std::string(kind) == "gaussian")
+            std::printf("  taylor %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n", storage_name(st).c_str(),
+                        policy_name(pol).c_str(), (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
+        }
+    }
+}
+
 // Linear attention's derived worst-case bound (analysis/rounding_bound.hpp, linear_rounding_bound) against the
 // emulation, entry by entry: sources, temperatures (q and k scaled by t: linear attention has no scale), both feature
 // maps, formats and policies. Where the emulation fails (fp16 eager from n = 1024: the key sum passes 65504 and

@@ -228,11 +228,15 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
 namespace {
 
 /// The kernel methods' shared part of the bound (the header's "sums" and "output"), given per query and key the
-/// exact non-negative features φ, ψ and upper envelopes Φ⁺ ≥ φ + |φ̂ − φ|, Ψ⁺ likewise (the stored features, any
-/// weights folded in), the inputs' largest magnitude and the number of terms each key sum adds (n_sum).
+/// exact features' magnitudes |φ|, |ψ| (fq, fk) and upper envelopes Φ⁺ ≥ |φ| + |φ̂ − φ|, Ψ⁺ likewise (the stored
+/// features, any weights folded in), the inputs' largest magnitude and the number of terms each key sum adds (n_sum).
+/// Signed features (taylor's) also give the features themselves (fq_signed, fk_signed: the normaliser and O come from
+/// them, the error terms from the magnitudes: |φ̂ψ̂ − φψ| ≤ Φ⁺Ψ⁺ − |φ||ψ|), and then careful's guarded reciprocal
+/// clamps where |D̂| < max(2⁻²³·Σ|φ̂||ψ̂|, 2⁻¹²⁶): no guarantee there either.
 KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double>& fqu, const MatrixR<double>& fk,
                                  const MatrixR<double>& fku, const ConstRef<double>& v, double input_max, Index n_sum,
-                                 const AttentionOptions& opts) {
+                                 const AttentionOptions& opts, const MatrixR<double>* fq_signed = nullptr,
+                                 const MatrixR<double>* fk_signed = nullptr) {
   const Format format = storage_format(opts.storage);
   const bool eager = opts.policy == Policy::eager;
   KernelRoundingBound b;
@@ -252,8 +256,14 @@ KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double
   const MatrixR<double> s_up = fku.transpose() * vau;  // Ψ⁺ᵀ|V|⁺ (M × d_v)
   const VectorX<double> z_up = fku.colwise().sum().transpose();
   const MatrixR<double> n_up = fqu * s_up, n_ref = fq * (fk.transpose() * va);
-  const VectorX<double> d_up = fqu * z_up, d_ref = fq * VectorX<double>(fk.colwise().sum().transpose());
-  const MatrixR<double> o = (fq * (fk.transpose() * v)).array().colwise() / d_ref.array();
+  const MatrixR<double>& sq = fq_signed ? *fq_signed : fq;
+  const MatrixR<double>& sk = fk_signed ? *fk_signed : fk;
+  const VectorX<double> d_up = fqu * z_up, d_ref = sq * VectorX<double>(sk.colwise().sum().transpose());
+  // Σ|φ||ψ|: the error terms' reference (d_ref itself for non-negative features).
+  const VectorX<double> d_abs = fq_signed ? VectorX<double>(fq * VectorX<double>(fk.colwise().sum().transpose())) : d_ref;
+  const MatrixR<double> o = (sq * (sk.transpose() * v)).array().colwise() / d_ref.array();
+  // With signed features: |Σ φ̂ψ̂| ≤ Σ Φ⁺Ψ⁺ bounds the guarded reciprocal's magnitude.
+  const double eps32 = std::ldexp(1.0, -23);
   b.reference = o;
   const VectorX<double> fq_sum = fqu.rowwise().sum();
   // The sums S, z, N, D: in the format under eager (its largest value), float32 under careful (float32's).
@@ -269,11 +279,12 @@ KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double
     // Absolute terms: the stored S (or z) and N (or D) underflowing (eager: η), every float32 product underflowing
     // (η₃₂ per product of S's and N's sums), and float64's own rounding of these envelopes (1e-15 of them).
     const double absolute = extra * fq_sum(i) + e * eta + double(nk + m + 4) * eta32 * (1 + 2 * fq_sum(i));
-    const double ed = rho * d_up(i) - d_ref(i) + absolute + 1e-15 * rho * d_up(i);
+    const double ed = rho * d_up(i) - d_abs(i) + absolute + 1e-15 * rho * d_up(i);
     // Careful takes the normaliser's float32 reciprocal guarded (safe_inverse): a D̂ below float32's smallest
     // normal value is clamped there, so no guarantee either.
+    const double clamp = eager ? 0.0 : fq_signed ? std::max(eps32 * rho * d_up(i), 2 * min32) : 2 * min32;
     const bool none = global_overflow || rho * d_up(i) >= limit || rho * n_up.row(i).maxCoeff() >= limit ||
-                      !(d_ref(i) - ed > (eager ? 0.0 : 2 * min32));
+                      !(d_ref(i) - ed > clamp);
     b.rows_without_guarantee += none;
     for (Index c = 0; c < dv; ++c) {
       if (none) {
@@ -420,6 +431,48 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   const Index chunks = (nk + 2047) / 2048;  // streamed_kernel_output's key chunks: their weighted sums added
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
   return kernel_bound(fq, fqu, fk, fku, v, input_max, nk + chunks, opts);
+}
+
+KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                          const ConstRef<double>& v, const AttentionOptions& opts) {
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  require(v.rows() == k.rows(), "taylor rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
+  require(!opts.causal, "taylor rounding bound: derived for the non-causal form only");
+  require(opts.storage != Storage::native, "taylor rounding bound: give a reduced storage (bf16 or fp16)");
+  const Format format = storage_format(opts.storage);
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = std::ldexp(1.0, -24);
+  const double floor32 = std::ldexp(1.0, -126);
+  const Index d = q.cols();
+  const double gd = double(d) * u32 / (1 - double(d) * u32);
+  // x/‖x‖ in float32: the squared norm within γ_d, its square root and the division each within u₃₂.
+  const double e_t = (1 + u32) * (1 + u32) / (std::sqrt(1 - gd) * (1 - u32)) - 1;
+  // φ = [1, x/‖x‖] (0 for a zero row, as the method takes it), |φ| and Φ⁺ = |φ| + |φ̂ − φ|: the stored row known
+  // exactly (round_to), so |φ(x̂) − φ(x)| is computed; then float32's relative e_t and its floor, the storing.
+  const auto features = [&](const ConstRef<double>& x, MatrixR<double>& f, MatrixR<double>& fa, MatrixR<double>& up) {
+    const Index n = x.rows();
+    f.resize(n, d + 1);
+    up.resize(n, d + 1);
+    f.col(0).setOnes();
+    up.col(0).setOnes();  // the constant feature is exact in every format
+    for (Index i = 0; i < n; ++i) {
+      VectorX<double> xs(d);
+      for (Index c = 0; c < d; ++c) xs(c) = round_to(format, x(i, c));
+      const double nx = x.row(i).norm(), ns = xs.norm();
+      for (Index c = 0; c < d; ++c) {
+        const double exact = nx > 0 ? x(i, c) / nx : 0.0, known = ns > 0 ? xs(c) / ns : 0.0;
+        f(i, c + 1) = exact;
+        const double formed = std::abs(known) * (1 + e_t) + floor32;
+        up(i, c + 1) = std::abs(exact) + std::abs(known - exact) + std::abs(known) * e_t + floor32 + u * formed + eta +
+                       4 * std::ldexp(1.0, -53) * double(d + 2) * (std::abs(known) + std::abs(exact));
+      }
+    }
+    fa = f.cwiseAbs();
+  };
+  MatrixR<double> fq, fqa, fqu, fk, fka, fku;
+  features(q, fq, fqa, fqu);
+  features(k, fk, fka, fku);
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  return kernel_bound(fqa, fqu, fka, fku, v, input_max, k.rows(), opts, &fq, &fk);
 }
 
 }  // namespace attnlab

@@ -152,6 +152,15 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 /// key chunks' count of terms). The query's stabiliser is a common factor that cancels exactly; counting its error in
 /// θ is conservative. Eager (the reference code's features, every step stored) and the causal form are refused: not
 /// derived.
+/// Taylor attention's bound (taylor.hpp: φ(x) = [1, x/‖x‖], sim = 1 + cos ≥ 0), non-causal, both policies, as its
+/// emulation computes it (linear's kernel path with signed features): each direction x/‖x‖ formed in float32 from the
+/// stored row (known exactly: round_to) — the squared norm within γ_d, the square root and the division within u₃₂ —
+/// and stored; then linear attention's sums and division, the error terms from the features' magnitudes
+/// (|φ̂ψ̂ − φψ| ≤ Φ⁺Ψ⁺ − |φ||ψ|) and the normaliser from the signed features; careful's guarded reciprocal clamps
+/// where |D̂| < max(2⁻²³·Σ|φ̂||ψ̂|, 2⁻¹²⁶) (no guarantee there).
+KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                          const ConstRef<double>& v, const AttentionOptions& opts);
+
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
                                              const ConstRef<double>& omega32, const AttentionOptions& opts);
