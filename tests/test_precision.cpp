@@ -478,6 +478,67 @@ TEST(RoundingBound, TaylorRespectsItEntryByEntry) {
     }
 }
 
+// The kernel methods' causal bound (linear_rounding_bound and taylor_rounding_bound under a causal mask: the chunked
+// transcription's state, stored after every absorb under eager, and its stored scores) against the emulation entry by
+// entry: elu + 1, relu and taylor, chunks of 64 and 48 (a partial last chunk), n_k > n_q (keys before the first
+// query, absorbed first), long enough in fp16 eager for the state to overflow (no guarantee there, and every failed
+// row is one of those).
+TEST(RoundingBound, CausalKernelMethodsRespectItEntryByEntry) {
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const auto& [nq, nk] : {std::pair<Index, Index>{300, 300}, {250, 330}, {1500, 1500}}) {
+      SourceOptions src;
+      src.kind = kind;
+      Qkv<float> p = generate_problem<float>(src, nq, nk, 32, 32, 19);
+      const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+      for (const char* spec : {"linear", "linear:feature=relu,chunk=48", "taylor:chunk=48"}) {
+        const std::string name = spec;
+        const Index chunk = name.find("chunk=48") != std::string::npos ? 48 : 64;
+        AttentionOptions c64;
+        c64.causal = true;
+        auto m64 = make_method<double>(spec);
+        m64->compute(q, k, c64);
+        const MatrixR<double> own = m64->output(v);
+        for (const Storage st : {Storage::bf16, Storage::fp16})
+          for (const Policy pol : {Policy::eager, Policy::careful}) {
+            SCOPED_TRACE(::testing::Message() << kind << " " << nq << "×" << nk << " " << spec << " "
+                                              << storage_name(st) << " " << policy_name(pol));
+            AttentionOptions o = c64;
+            o.storage = st;
+            o.policy = pol;
+            auto m = make_method<float>(spec);
+            m->compute(p.q, p.k, o);
+            const MatrixR<double> out = m->output(p.v).cast<double>();
+            const KernelRoundingBound b =
+                name.rfind("taylor", 0) == 0
+                    ? taylor_rounding_bound(q, k, v, o, chunk)
+                    : linear_rounding_bound(q, k, v,
+                                            name.find("relu") != std::string::npos ? LinearFeature::Relu
+                                                                                   : LinearFeature::Elu,
+                                            o, chunk);
+            Index violations = 0, failed_outside = 0;
+            for (Index i = 0; i < nq; ++i) {
+              const bool failed = !out.row(i).allFinite();
+              failed_outside += failed && !std::isinf(b.output(i, 0));
+              for (Index c = 0; c < out.cols(); ++c)
+                violations += !(std::isinf(b.output(i, c)) || std::abs(out(i, c) - own(i, c)) <= b.output(i, c));
+            }
+            EXPECT_EQ(violations, 0) << "rows without a guarantee " << b.rows_without_guarantee;
+            EXPECT_EQ(failed_outside, 0);
+            const MatrixR<double> rows_ok = b.reference;  // the O the bound is built around
+            EXPECT_LT((rows_ok - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+            if (!(st == Storage::fp16 && pol == Policy::eager) && name != "linear:feature=relu,chunk=48") {
+              EXPECT_EQ(b.rows_without_guarantee, 0);
+            }
+            if (nq == 1500 && std::string(kind) == "gaussian")
+              std::printf("  causal %-30s %s %-7s bound / |O|_F %.3g, rows without a guarantee %lld\n", spec,
+                          storage_name(st).c_str(), policy_name(pol).c_str(),
+                          b.rows_without_guarantee == 0 ? b.output_norm() / own.norm() : -1.0,
+                          static_cast<long long>(b.rows_without_guarantee));
+          }
+      }
+    }
+}
+
 // Linear attention's derived worst-case bound (analysis/rounding_bound.hpp, linear_rounding_bound) against the
 // emulation, entry by entry: sources, temperatures (q and k scaled by t: linear attention has no scale), both feature
 // maps, formats and policies. Where the emulation fails (fp16 eager from n = 1024: the key sum passes 65504 and

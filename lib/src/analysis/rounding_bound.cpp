@@ -260,7 +260,8 @@ KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double
   const MatrixR<double>& sk = fk_signed ? *fk_signed : fk;
   const VectorX<double> d_up = fqu * z_up, d_ref = sq * VectorX<double>(sk.colwise().sum().transpose());
   // Σ|φ||ψ|: the error terms' reference (d_ref itself for non-negative features).
-  const VectorX<double> d_abs = fq_signed ? VectorX<double>(fq * VectorX<double>(fk.colwise().sum().transpose())) : d_ref;
+  const VectorX<double> d_abs =
+      fq_signed ? VectorX<double>(fq * VectorX<double>(fk.colwise().sum().transpose())) : d_ref;
   const MatrixR<double> o = (sq * (sk.transpose() * v)).array().colwise() / d_ref.array();
   // With signed features: |Σ φ̂ψ̂| ≤ Σ Φ⁺Ψ⁺ bounds the guarded reciprocal's magnitude.
   const double eps32 = std::ldexp(1.0, -23);
@@ -304,14 +305,117 @@ KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double
   return b;
 }
 
+/// kernel_bound's causal form, as emulated_causal_kernel_output computes it (operators/kernel.cpp): queries in chunks
+/// of `chunk`, each seeing the state S, z of every earlier key (absorbed chunk by chunk: S += ΨᵀV in float32, stored
+/// after every absorb under eager) and its own chunk's keys through the scores A = φ̂ψ̂ᵀ, masked and stored (a tensor:
+/// both policies); num = A·V_c + φ̂·S and den = A·1 + φ̂·z in float32 (stored under eager); the division as above.
+/// Every term φ_mψ_m v of query i's numerator passes at most ρ_i = (1+u)^e·(1+γ_{len+M})·max[(1+γ_M)(1+u),
+/// ((1+γ_{L+1})(1+u)^e)^{a_i}] (a_i absorbs before its chunk, L the longest absorbed block); absolute terms: η per
+/// stored score, a_i·η per stored state entry (eager), η per stored numerator and normaliser (eager), float32's
+/// underflowing products. The envelopes' prefix sums are formed key by key (O(n·M·d_v)).
+KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR<double>& fqu,
+                                        const MatrixR<double>& fk, const MatrixR<double>& fku,
+                                        const ConstRef<double>& v, double input_max, Index chunk,
+                                        const AttentionOptions& opts,
+                                        const MatrixR<double>* fq_signed = nullptr,
+                                        const MatrixR<double>* fk_signed = nullptr) {
+  require(chunk >= 1, "causal kernel rounding bound: chunk = {}", chunk);
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24);
+  const double big = largest_finite(format);
+  const double max32 = double(std::numeric_limits<float>::max()), min32 = double(std::numeric_limits<float>::min());
+  const double eta32 = std::ldexp(1.0, -149), eps32 = std::ldexp(1.0, -23);
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
+  const MatrixR<double>& sq = fq_signed ? *fq_signed : fq;
+  const MatrixR<double>& sk = fk_signed ? *fk_signed : fk;
+  const Index nq = fq.rows(), nk = fk.rows(), m = fq.cols(), dv = v.cols(), off = nk - nq;
+  const double e = eager ? 1 : 0;
+  const double limit = eager ? big : max32;
+  const MatrixR<double> va = v.cwiseAbs(), vau = (va.array() * (1 + u) + eta).matrix();
+  const Index longest = std::max(chunk, off);
+  const double absorb = (1 + gamma(double(longest + 1))) * std::pow(1 + u, e);  // one absorb's factor on S, z
+  const bool global_overflow = input_max >= big || std::max(fqu.maxCoeff(), fku.maxCoeff()) >= big;
+  // Running sums over the keys seen so far: the envelopes Ψ⁺ᵀ|V|⁺ and Σψ⁺, the references |ψ|ᵀ|v|, Σ|ψ|, and the
+  // signed ψᵀv, Σψ for O.
+  MatrixR<double> s_up = MatrixR<double>::Zero(m, dv), s_abs = s_up, s_sgn = s_up;
+  VectorX<double> z_up = VectorX<double>::Zero(m), z_abs = z_up, z_sgn = z_up;
+  const auto add_key = [&](Index j) {
+    s_up.noalias() += fku.row(j).transpose() * vau.row(j);
+    s_abs.noalias() += fk.row(j).transpose() * va.row(j);
+    s_sgn.noalias() += sk.row(j).transpose() * v.row(j);
+    z_up += fku.row(j).transpose();
+    z_abs += fk.row(j).transpose();
+    z_sgn += sk.row(j).transpose();
+  };
+  Index seen = 0;  // keys added to the running sums
+  b.output.resize(nq, dv);
+  b.reference.resize(nq, dv);
+  for (Index i0 = 0; i0 < nq; i0 += chunk) {
+    const Index len = std::min(chunk, nq - i0), j0 = i0 + off;
+    const Index absorbs = i0 / chunk + (off > 0 ? 1 : 0);  // absorbs before this chunk
+    // The state as this chunk reads it: every key before j0; a stored state that may overflow: no guarantee.
+    while (seen < j0) add_key(seen++);
+    const double rho_state = std::pow(absorb, double(absorbs));
+    const bool state_overflow =
+        absorbs > 0 && (rho_state * s_up.maxCoeff() >= limit || rho_state * z_up.maxCoeff() >= limit);
+    const double intra = (1 + gamma(double(m))) * (1 + u);
+    const double rho = std::pow(1 + u, e) * (1 + gamma(double(len + m))) * std::max(intra, rho_state);
+    for (Index r = 0; r < len; ++r) {
+      const Index i = i0 + r, last = j0 + r;  // query i sees keys ≤ last
+      while (seen <= last) add_key(seen++);
+      const double fq_sum = fqu.row(i).sum();
+      // A's stored entries (this chunk's keys up to i): η each, and none may reach the format's largest value.
+      double a_max = 0, v_intra = 0;
+      for (Index j = j0; j <= last; ++j) a_max = std::max(a_max, (1 + gamma(double(m))) * fqu.row(i).dot(fku.row(j)));
+      const VectorX<double> v_intra_col =
+          vau.middleRows(j0, last - j0 + 1).colwise().sum().transpose();  // Σ over the chunk's keys of |V|⁺
+      v_intra = double(last - j0 + 1);
+      const double absolute_d = (1 + gamma(double(len + m))) * eta * v_intra +
+                                e * double(absorbs) * eta * rho * fq_sum + e * eta +
+                                double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum);
+      const double d_up = fqu.row(i).dot(z_up), d_abs = fq.row(i).dot(z_abs), d_ref = sq.row(i).dot(z_sgn);
+      const double ed = rho * d_up - d_abs + absolute_d + 1e-15 * rho * d_up;
+      const double clamp = eager ? 0.0 : fq_signed ? std::max(eps32 * rho * d_up, 2 * min32) : 2 * min32;
+      const VectorX<double> n_up = (fqu.row(i) * s_up).transpose(), n_abs = (fq.row(i) * s_abs).transpose();
+      const VectorX<double> o = (sq.row(i) * s_sgn).transpose() / d_ref;
+      b.reference.row(i) = o.transpose();
+      const bool none = global_overflow || state_overflow || a_max >= big / (1 + u) || rho * d_up >= limit ||
+                        rho * n_up.maxCoeff() >= limit || !(d_ref - ed > clamp);
+      b.rows_without_guarantee += none;
+      const double div = std::pow(1 + u32, eager ? 1 : 2);
+      for (Index c = 0; c < dv; ++c) {
+        if (none) {
+          b.output(i, c) = inf;
+          continue;
+        }
+        const double absolute_n = (1 + gamma(double(len + m))) * eta * v_intra_col(c) +
+                                  e * double(absorbs) * eta * rho * fq_sum + e * eta +
+                                  double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum);
+        const double en = rho * n_up(c) - n_abs(c) + absolute_n + 1e-15 * rho * n_up(c);
+        const double y = (en + std::abs(o(c)) * ed) / (d_ref - ed);
+        b.output(i, c) = y * div * (1 + u) + std::abs(o(c)) * (div * (1 + u) - 1) + eta;
+      }
+      if (!none && (o.cwiseAbs().transpose() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
+        b.output.row(i).setConstant(inf);
+        ++b.rows_without_guarantee;
+      }
+    }
+  }
+  return b;
+}
+
 }  // namespace
 
 KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                           const ConstRef<double>& v, LinearFeature feature,
-                                          const AttentionOptions& opts) {
+                                          const AttentionOptions& opts, Index chunk) {
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   require(v.rows() == k.rows(), "linear rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
-  require(!opts.causal, "linear rounding bound: derived for the non-causal form only");
   require(opts.storage != Storage::native, "linear rounding bound: give a reduced storage (bf16 or fp16)");
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = std::ldexp(1.0, -24), lift = eta / u;
@@ -342,6 +446,7 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
   features(q, fq, fqu);
   features(k, fk, fku);
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  if (opts.causal) return causal_kernel_bound(fq, fqu, fk, fku, v, input_max, chunk, opts);
   return kernel_bound(fq, fqu, fk, fku, v, input_max, k.rows(), opts);
 }
 
@@ -434,10 +539,9 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
 }
 
 KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
-                                          const ConstRef<double>& v, const AttentionOptions& opts) {
+                                          const ConstRef<double>& v, const AttentionOptions& opts, Index chunk) {
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   require(v.rows() == k.rows(), "taylor rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
-  require(!opts.causal, "taylor rounding bound: derived for the non-causal form only");
   require(opts.storage != Storage::native, "taylor rounding bound: give a reduced storage (bf16 or fp16)");
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = std::ldexp(1.0, -24);
@@ -472,6 +576,7 @@ KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const Const
   features(q, fq, fqa, fqu);
   features(k, fk, fka, fku);
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  if (opts.causal) return causal_kernel_bound(fqa, fqu, fka, fku, v, input_max, chunk, opts, &fq, &fk);
   return kernel_bound(fqa, fqu, fka, fku, v, input_max, k.rows(), opts, &fq, &fk);
 }
 

@@ -130,10 +130,14 @@ struct KernelRoundingBound {
 
 enum class LinearFeature;
 /// The bound for linear attention with feature map `feature` on (q, k, v) given in float64 (the unrounded inputs),
-/// under opts.storage and opts.policy; non-causal (a causal mask is refused).
+/// under opts.storage and opts.policy. Under a causal mask, the chunked transcription the emulation runs (either
+/// causal form; `chunk`, the method's chunk option): queries in chunks, each reading the state S, z of every earlier
+/// key — absorbed chunk by chunk in float32 and stored after every absorb under eager, so a term absorbed a chunks
+/// before passes a more roundings ((1+γ_{L+1})(1+u)^e each) — and its own chunk's keys through the masked scores
+/// A = φ̂ψ̂ᵀ, stored under both policies (η each, and no guarantee where one may overflow); the rest as above.
 KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                           const ConstRef<double>& v, LinearFeature feature,
-                                          const AttentionOptions& opts);
+                                          const AttentionOptions& opts, Index chunk = 64);
 
 /// Performer's bound (Choromanski et al. 2021 Lemma 1: positive features φ(x)_m = e^{ω_mᵀx_s − ‖x_s‖²/2}/√M,
 /// x_s = s^½x), non-causal, careful policy, as its emulation computes it (methods/performer.cpp, operators/kernel.cpp):
@@ -157,9 +161,9 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 /// stored row (known exactly: round_to) — the squared norm within γ_d, the square root and the division within u₃₂ —
 /// and stored; then linear attention's sums and division, the error terms from the features' magnitudes
 /// (|φ̂ψ̂ − φψ| ≤ Φ⁺Ψ⁺ − |φ||ψ|) and the normaliser from the signed features; careful's guarded reciprocal clamps
-/// where |D̂| < max(2⁻²³·Σ|φ̂||ψ̂|, 2⁻¹²⁶) (no guarantee there).
+/// where |D̂| < max(2⁻²³·Σ|φ̂||ψ̂|, 2⁻¹²⁶) (no guarantee there). Causal: the chunked form, as linear's.
 KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
-                                          const ConstRef<double>& v, const AttentionOptions& opts);
+                                          const ConstRef<double>& v, const AttentionOptions& opts, Index chunk = 64);
 
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
