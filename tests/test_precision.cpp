@@ -539,6 +539,44 @@ TEST(RoundingBound, CausalKernelMethodsRespectItEntryByEntry) {
     }
 }
 
+// Efficient attention's bound (efficient_rounding_bound) against the emulation entry by entry: sources, temperatures
+// (sharp softmaxes over the features and over the positions), both formats and policies; its O is the method's own.
+TEST(RoundingBound, EfficientRespectsItEntryByEntry) {
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {1.0, 6.0}) {
+      SourceOptions src;
+      src.kind = kind;
+      Qkv<float> p = generate_problem<float>(src, 300, 340, 32, 24, 23);
+      p.q *= float(t);
+      p.k *= float(t);
+      const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+      auto m64 = make_method<double>("efficient", 0);
+      m64->compute(q, k);
+      const MatrixR<double> own = m64->output(v);
+      for (const Storage st : {Storage::bf16, Storage::fp16})
+        for (const Policy pol : {Policy::eager, Policy::careful}) {
+          SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << storage_name(st) << " "
+                                            << policy_name(pol));
+          AttentionOptions o;
+          o.storage = st;
+          o.policy = pol;
+          auto m = make_method<float>("efficient", 0);
+          m->compute(p.q, p.k, o);
+          const MatrixR<double> out = m->output(p.v).cast<double>();
+          const KernelRoundingBound b = efficient_rounding_bound(q, k, v, o);
+          EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+          EXPECT_EQ(b.rows_without_guarantee, 0);
+          const MatrixR<double> err = (out - own).cwiseAbs();
+          Index violations = 0;
+          for (Index i = 0; i < err.size(); ++i) violations += !(err.data()[i] <= b.output.data()[i]);
+          EXPECT_EQ(violations, 0) << "worst excess " << (err.array() - b.output.array()).maxCoeff();
+          if (t == 1.0 && std::string(kind) == "gaussian")
+            std::printf("  efficient %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n", storage_name(st).c_str(),
+                        policy_name(pol).c_str(), (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
+        }
+    }
+}
+
 // Linear attention's derived worst-case bound (analysis/rounding_bound.hpp, linear_rounding_bound) against the
 // emulation, entry by entry: sources, temperatures (q and k scaled by t: linear attention has no scale), both feature
 // maps, formats and policies. Where the emulation fails (fp16 eager from n = 1024: the key sum passes 65504 and

@@ -580,4 +580,74 @@ KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const Const
   return kernel_bound(fqa, fqu, fka, fku, v, input_max, k.rows(), opts, &fq, &fk);
 }
 
+KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                             const ConstRef<double>& v, const AttentionOptions& opts) {
+  require(q.cols() == k.cols() && v.rows() == k.rows() && q.rows() >= 1 && k.rows() >= 1,
+          "efficient rounding bound: Q {}×{}, K {}×{}, V {} rows", q.rows(), q.cols(), k.rows(), k.cols(), v.rows());
+  require(!opts.causal, "efficient rounding bound: efficient attention is non-causal");
+  require(opts.storage != Storage::native, "efficient rounding bound: give a reduced storage (bf16 or fp16)");
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), e32 = 4 * u32, floor32 = std::ldexp(1.0, -126);
+  const double eta32 = std::ldexp(1.0, -149), big = largest_finite(format);
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
+  const Index n = k.rows(), d = q.cols();
+  const auto stored = [&](const ConstRef<double>& x) {
+    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, y); }));
+  };
+  // A softmax over a vector x in float32 from its stored x̂ (the max, e^{x̂ − max} within 4u₃₂ after the
+  // subtraction's u₃₂, their sum within γ_m, the division within u₃₂), then stored: each entry within
+  // p·(R·e^{2Δ}(1+u) − 1) + 2⁻¹²⁶(1+u) + η of the exact softmax p of x, Δ = max|x̂ − x| (its conditioning, as the
+  // header's), R = e^{2u₃₂·max|x̂ − max x̂|}(1+4u₃₂)²(1+γ_m)(1+u₃₂).
+  const auto softmax_bound = [&](const VectorX<double>& x, const VectorX<double>& xs, VectorX<double>& p,
+                                 VectorX<double>& dp) {
+    const Index m = x.size();
+    const double mx = x.maxCoeff(), mxs = xs.maxCoeff();
+    p = (x.array() - mx).exp();
+    p /= p.sum();
+    const double delta = (xs - x).cwiseAbs().maxCoeff(), width = (xs.array() - mxs).abs().maxCoeff();
+    const double r = std::exp(2 * u32 * width) * (1 + e32) * (1 + e32) * (1 + gamma(double(m))) * (1 + u32);
+    dp = (p * (r * std::exp(2 * delta) * (1 + u) - 1)).array() + floor32 * (1 + u) + eta;
+  };
+  const MatrixR<double> qs = stored(q), ks = stored(k), vs = stored(v);
+  MatrixR<double> a(q.rows(), d), da(q.rows(), d), bk(n, d), db(n, d);
+  for (Index i = 0; i < q.rows(); ++i) {
+    VectorX<double> p, dp;
+    softmax_bound(q.row(i).transpose(), qs.row(i).transpose(), p, dp);
+    a.row(i) = p.transpose();
+    da.row(i) = dp.transpose();
+  }
+  for (Index c = 0; c < d; ++c) {
+    VectorX<double> p, dp;
+    softmax_bound(k.col(c), ks.col(c), p, dp);
+    bk.col(c) = p;
+    db.col(c) = dp;
+  }
+  // C = BᵀV (d × d_v): the stored B and V (|V̂ − V| known), the float32 sum over n, stored under eager.
+  const MatrixR<double> va = v.cwiseAbs(), vup = va + (vs - v).cwiseAbs();
+  const MatrixR<double> bup = bk + db;
+  const double e = eager ? 1 : 0;
+  const MatrixR<double> c = bk.transpose() * v;
+  const MatrixR<double> c_up = ((bup.transpose() * vup) * ((1 + gamma(double(n))) * std::pow(1 + u, e))).array() +
+                               e * eta + double(n) * eta32;
+  const MatrixR<double> dc = c_up - bk.transpose() * va;  // ≥ |Ĉ − C|: Ĉ's envelope less the exact |B|ᵀ|V|
+  // O = ÂĈ in float32 (γ_d), stored.
+  const MatrixR<double> o = a * c;
+  b.reference = o;
+  const MatrixR<double> err = (da * c_up + a * dc + gamma(double(d)) * (a + da) * c_up).array() + double(d) * eta32;
+  b.output = (err * (1 + u) + u * o.cwiseAbs()).array() + eta;
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  const bool overflow = input_max >= big || (eager && c_up.maxCoeff() >= big);
+  for (Index i = 0; i < o.rows(); ++i)
+    if (overflow || (o.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
+      b.output.row(i).setConstant(inf);
+      ++b.rows_without_guarantee;
+    }
+  return b;
+}
+
 }  // namespace attnlab

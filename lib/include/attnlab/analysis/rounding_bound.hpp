@@ -165,6 +165,17 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                           const ConstRef<double>& v, const AttentionOptions& opts, Index chunk = 64);
 
+/// Efficient attention's bound (Shen et al. 2021: O = softmax₂(Q)·(softmax₁(K)ᵀV)), both policies, as its emulation
+/// computes it (methods/efficient.cpp): Q, K, V stored (known exactly: round_to); each softmax in float32 from the
+/// stored values — within a ratio R = e^{2u₃₂·w}(1+4u₃₂)²(1+γ_m)(1+u₃₂) of the softmax of the stored values (w the
+/// widest shifted entry, m the softmax's length), which is within e^{±2Δ} of the exact one's (Δ the largest input
+/// change: the softmax's conditioning, Blanchard, Higham & Higham 2021) — then stored (1+u, η); C = BᵀV summed in
+/// float32 over n (stored under eager); O = A·C in float32, stored: |Ô − O| ≤ (1+u)·[ΔA·C⁺ + A·ΔC + γ_d(A + ΔA)C⁺]
+/// + u|O| + η with C⁺ the stored C's envelope and ΔC = C⁺ − |B|ᵀ|V|. +inf where an input, the stored C (eager) or a
+/// row of O may reach the format's largest value.
+KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                             const ConstRef<double>& v, const AttentionOptions& opts);
+
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
                                              const ConstRef<double>& omega32, const AttentionOptions& opts);
