@@ -219,13 +219,16 @@ class Precision final : public SourcesExperiment {
                 m->spec().find("feature=relu") != std::string::npos ? LinearFeature::Relu : LinearFeature::Elu;
             add_kernel_bound(linear_rounding_bound(p.q, p.k, p.v, feature, opts));
           }
-          if (!native && m->name() == "performer" && policy == Policy::careful) {
+          if (!native && m->name() == "performer" && policy == Policy::careful &&
+              dynamic_cast<const PerformerMethod<double>*>(m64.get())->settings().kernel ==
+                  PerformerKernel::Positive) {
             // Performer's (careful only: eager's reference-code features are not derived), with the float64 and the
             // float32 method's own ω.
             const auto* p64 = dynamic_cast<const PerformerMethod<double>*>(m64.get());
             const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
             require(p64 != nullptr && p32 != nullptr, "precision: {} is not a Performer", spec);
-            add_kernel_bound(performer_rounding_bound(p.q, p.k, p.v, p64->omega(), p32->omega().cast<double>(), opts));
+            add_kernel_bound(performer_rounding_bound(p.q, p.k, p.v, p64->omega(), p32->omega().cast<double>(),
+                                                      p64->settings().kernel, opts));
           }
           if (!native) {
             add(format, pol, "overflow", double(forward.overflow));

@@ -12,6 +12,7 @@
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/linformer.hpp"
 #include "attnlab/methods/performer.hpp"
+#include "attnlab/methods/probsparse.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/operators/sparse.hpp"
 
@@ -419,7 +420,8 @@ TEST(RoundingBound, PerformerCarefulRespectsItEntryByEntry) {
           const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
           ASSERT_NE(p32, nullptr);
           const MatrixR<double> out = m->output(p.v).cast<double>();
-          const KernelRoundingBound b = performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(), o);
+          const KernelRoundingBound b = performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
+                                                                 PerformerKernel::Positive, o);
           EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
           const MatrixR<double> err = (out - own).cwiseAbs();
           Index violations = 0;
@@ -431,7 +433,12 @@ TEST(RoundingBound, PerformerCarefulRespectsItEntryByEntry) {
                         (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
           AttentionOptions eager = o;
           eager.policy = Policy::eager;
-          EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(), eager), Error);
+          EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
+                                                PerformerKernel::Positive, eager),
+                       Error);
+          EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
+                                                PerformerKernel::Trig, o),
+                       Error);
         }
       }
     }
@@ -575,6 +582,124 @@ TEST(RoundingBound, EfficientRespectsItEntryByEntry) {
                         policy_name(pol).c_str(), (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
         }
     }
+}
+
+// ProbSparse's bound (probsparse_rounding_bound): where both runs chose alike, exact's streaming bound on the exact
+// rows and the lazy rows' own; a flipped row is counted, not bounded. Entry by entry against the emulation: sources,
+// temperatures, factors, both formats and policies; its O is the float64 method's own.
+TEST(RoundingBound, ProbSparseRespectsItWhereTheChoicesAgree) {
+  Index flips = 0;
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {1.0, 4.0}) {
+      SourceOptions src;
+      src.kind = kind;
+      Qkv<float> p = generate_problem<float>(src, 400, 400, 32, 32, 29);
+      p.q *= float(t);
+      const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+      const SoftmaxRoundingAnalysis analysis(q, k, v, AttentionOptions{});
+      for (const char* spec : {"probsparse", "probsparse:factor=2"}) {
+        auto m64 = make_method<double>(spec, 3);
+        m64->compute(q, k);
+        const MatrixR<double> own = m64->output(v);
+        const auto* s64 = dynamic_cast<const ProbSparseMethod<double>*>(m64.get());
+        ASSERT_NE(s64, nullptr);
+        for (const Storage st : {Storage::bf16, Storage::fp16})
+          for (const Policy pol : {Policy::eager, Policy::careful}) {
+            SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " " << storage_name(st) << " "
+                                              << policy_name(pol));
+            AttentionOptions o;
+            o.storage = st;
+            o.policy = pol;
+            auto m = make_method<float>(spec, 3);
+            m->compute(p.q, p.k, o);
+            const auto* s32 = dynamic_cast<const ProbSparseMethod<float>*>(m.get());
+            ASSERT_NE(s32, nullptr);
+            const MatrixR<double> out = m->output(p.v).cast<double>();
+            const KernelRoundingBound b =
+                probsparse_rounding_bound(analysis, v, s64->selected_queries(), s32->selected_queries(), o);
+            EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+            Index violations = 0;
+            for (Index i = 0; i < out.size(); ++i)
+              violations += !(std::isinf(b.output.data()[i]) ||
+                              std::abs(out.data()[i] - own.data()[i]) <= b.output.data()[i]);
+            EXPECT_EQ(violations, 0);
+            flips += b.rows_without_guarantee;
+          }
+      }
+    }
+  std::printf("  probsparse: %lld rows chosen differently in the format, over every case\n",
+              static_cast<long long>(flips));
+}
+
+// Inputs where the emulation's float32 sums overflow before anything is stored: the bounds give no guarantee there,
+// never a finite (or NaN) promise. A review's counterexamples: Performer's key chunk summed before its factor scales
+// it; Linformer's F·V whose partial sums pass float32's largest value though F·V is 0; Linformer's e^{2D} beyond
+// double's range beside a zero column of V.
+TEST(RoundingBound, FloatOverflowBeforeStoringGivesNoGuarantee) {
+  AttentionOptions o;
+  o.storage = Storage::bf16;
+  o.policy = Policy::careful;
+  {
+    const Index n = 4096, d = 16;
+    Rng rng(31);
+    MatrixR<double> q = gaussian_matrix<double>(64, d, rng), k = MatrixR<double>::Zero(n, d);
+    MatrixR<double> v = MatrixR<double>::Ones(n, d);
+    const double s = AttentionOptions{}.resolved_scale(d);
+    // one key repeated, ‖s^½k‖ = 6
+    k.bottomRows(n - 2048).setConstant(6.0 / std::sqrt(s) / std::sqrt(double(d)));
+    v.bottomRows(n - 2048).setConstant(1e36);
+    auto m64 = make_method<double>("performer:features=16", 1);
+    m64->compute(q, k);
+    auto m = make_method<float>("performer:features=16", 1);
+    m->compute(q.cast<float>(), k.cast<float>(), o);
+    const MatrixR<float> out = m->output(v.cast<float>());
+    EXPECT_FALSE(out.allFinite()) << "the emulation's chunk sum overflows float32";
+    const KernelRoundingBound b = performer_rounding_bound(
+        q, k, v, dynamic_cast<const PerformerMethod<double>*>(m64.get())->omega(),
+        dynamic_cast<const PerformerMethod<float>*>(m.get())->omega().cast<double>(), PerformerKernel::Positive, o);
+    EXPECT_EQ(b.rows_without_guarantee, q.rows());
+  }
+  for (const Policy pol : {Policy::careful, Policy::eager}) {
+    o.policy = pol;
+    const Index n = 64;
+    Rng rng(37);
+    const MatrixR<double> q = gaussian_matrix<double>(n, 8, rng), k = gaussian_matrix<double>(n, 8, rng);
+    auto m = make_method<float>("linformer:k=1,projection=uniform", 2);
+    m->compute(q.cast<float>(), k.cast<float>(), o);
+    const auto* l32 = dynamic_cast<const LinformerMethod<float>*>(m.get());
+    MatrixR<double> v(n, 8);
+    for (Index j = 0; j < n; ++j)
+      v.row(j).setConstant((j < n / 2 ? 2.5e38 : -2.5e38) * (l32->projections().second(0, j) > 0 ? 1.0 : -1.0));
+    auto m64 = make_method<double>("linformer:k=1,projection=uniform", 2);
+    m64->compute(q, k);
+    const auto* l64 = dynamic_cast<const LinformerMethod<double>*>(m64.get());
+    const MatrixR<float> out = m->output(v.cast<float>());
+    EXPECT_FALSE(out.allFinite()) << "F·V's float32 partial sums overflow";
+    const SoftmaxRoundingBound b =
+        linformer_rounding_bound(q, k, v, l64->projections().first, l64->projections().second,
+                                 l32->projections().first.cast<double>(), l32->projections().second.cast<double>(), o);
+    EXPECT_TRUE(std::isinf(b.output.maxCoeff())) << "no guarantee where float32's sums may overflow";
+    for (Index i = 0; i < out.size(); ++i)
+      EXPECT_TRUE(std::isinf(b.output.data()[i]) || std::isfinite(out.data()[i]));
+  }
+  {
+    o.policy = Policy::careful;
+    Rng rng(41);
+    const MatrixR<double> q = (3e4 * gaussian_matrix<double>(128, 8, rng)).cast<float>().cast<double>();
+    const MatrixR<double> k = (3e4 * gaussian_matrix<double>(128, 8, rng)).cast<float>().cast<double>();
+    MatrixR<double> v = gaussian_matrix<double>(128, 8, rng);
+    v.col(3).setZero();
+    auto m64 = make_method<double>("linformer:k=16,projection=pool", 0);
+    m64->compute(q, k);
+    auto m = make_method<float>("linformer:k=16,projection=pool", 0);
+    m->compute(q.cast<float>(), k.cast<float>(), o);
+    const SoftmaxRoundingBound b = linformer_rounding_bound(
+        q, k, v, dynamic_cast<const LinformerMethod<double>*>(m64.get())->projections().first,
+        dynamic_cast<const LinformerMethod<double>*>(m64.get())->projections().second,
+        dynamic_cast<const LinformerMethod<float>*>(m.get())->projections().first.cast<double>(),
+        dynamic_cast<const LinformerMethod<float>*>(m.get())->projections().second.cast<double>(), o);
+    EXPECT_FALSE(b.output.hasNaN()) << "e^{2D} beyond double's range is +inf, never inf·0";
+  }
 }
 
 // Linear attention's derived worst-case bound (analysis/rounding_bound.hpp, linear_rounding_bound) against the

@@ -3,6 +3,7 @@
 
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/formats.hpp"
+#include "attnlab/components/random_features.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/operators/exact.hpp"
 
@@ -112,13 +113,15 @@ SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound(const AttentionOptions& opts
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
   const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24);
-  const double big = largest_finite(format);
+  const double big = largest_finite(format), max32 = double(std::numeric_limits<float>::max());
   const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const Index nq = o.rows(), nk = n_k;
   const Index tiles = streaming ? (nk + tile - 1) / tile : 0;
   const Index te = streaming && eager ? tiles : 0;  // tiles whose running sums and accumulator are stored
   const double s = scale;
-  const double e_logit = std::pow(1 + u, 2 + 2 * (eager ? 1 : 0)) * (1 + gamma(double(d))) * (1 + u32) - 1;
+  // The scaling multiplies by the scale as float32 holds it: two u₃₂ (its rounding and the product's).
+  const double e_logit =
+      std::pow(1 + u, 2 + 2 * (eager ? 1 : 0)) * (1 + gamma(double(d))) * (1 + u32) * (1 + u32) - 1;
   const double g = gamma(double(nk + 8 + 4 * tiles)), gn = gamma(double(nk));
   const double inf = std::numeric_limits<double>::infinity();
   b.logit.resize(nq);
@@ -129,8 +132,15 @@ SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound(const AttentionOptions& opts
     const double vis = double(visible[std::size_t(i)]);
     b.logit(i) = di;
     // Eager stores QKᵀ before the scale, then s·QKᵀ: either may pass the format's largest value.
+    // The streaming accumulator Σ e^{z − m}v is unnormalised (up to the visible count times max|v|), and P·V's
+    // partial sums reach R·max|v|: in float32 under careful (and under eager between its storings) either may pass
+    // float32's largest value.
+    const double acc_max = streaming ? vis * (1 + g) * vbar_visible_max(i)
+                                     : std::exp(2 * di) * (1 + u) * (1 + u) * (1 + g) * (1 + g) * (1 + gn) *
+                                           vbar_visible_max(i);
     const bool overflow = input_max >= big || (eager && std::max(1.0, 1.0 / s) * zmax >= big) ||
-                          (te > 0 && (vis * (1 + g) >= big || vis * (1 + g) * vbar_visible_max(i) >= big));
+                          (te > 0 && (vis * (1 + g) >= big || vis * (1 + g) * vbar_visible_max(i) >= big)) ||
+                          !(acc_max < max32);
     b.ratio(i) = overflow ? inf : std::exp(2 * di) * std::pow(1 + u, double(2 + 2 * te)) * (1 + g) * (1 + g);
   }
   b.output.resize(nq, o.cols());
@@ -172,15 +182,17 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
   const double big = largest_finite(format), inf = std::numeric_limits<double>::infinity();
   const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const auto stored = [&](const ConstRef<double>& x) {
-    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, y); }));
+    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, double(float(y))); }));
   };
   const double s = opts.resolved_scale(q.cols()), gn = gamma(double(n));
   // The projected keys and values as formed and stored, against the float64 method's: the header's ΔK', ΔV' (plus
   // 2n·2⁻⁵³ of the magnitudes for float64's own rounding of the two products formed here).
+  double partial_max = 0;  // the float32 sums' partial sums reach at most Σ|Ê||K̂| (Σ|F̂||V̂|)
   const auto projected = [&](const ConstRef<double>& p64, const ConstRef<double>& p32, const ConstRef<double>& x,
                              MatrixR<double>& ref, MatrixR<double>& delta) {
     const MatrixR<double> ps = stored(p32), xs = stored(x);
     const MatrixR<double> formed = ps * xs, mag = ps.cwiseAbs() * xs.cwiseAbs();
+    partial_max = std::max(partial_max, (1 + gn) * mag.maxCoeff());
     ref = p64 * x;
     const MatrixR<double> sum_err = (gn * mag).array() + double(n) * eta32;
     delta = (formed - ref).cwiseAbs() + sum_err + u * (formed.cwiseAbs() + sum_err) +
@@ -194,11 +206,12 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
   const MatrixR<double> kup = ek.cwiseAbs() + dk, vup = fv.cwiseAbs() + dv;
   // Per query the largest A_ij and input-error term over the k projected keys.
   const MatrixR<double> a = qs.cwiseAbs() * kup.transpose(), c = dq * kup.transpose() + qa * dk.transpose();
-  const double e_z = (1 + gamma(double(q.cols()))) * std::pow(1 + u, eager ? 2 : 0) * (1 + u32) - 1;
+  const double e_z = (1 + gamma(double(q.cols()))) * std::pow(1 + u, eager ? 2 : 0) * (1 + u32) * (1 + u32) - 1;
   const double g = gamma(double(kk + 8)), gk = gamma(double(kk));
   const bool stored_overflow = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(),
                                          e32.cwiseAbs().maxCoeff(), f32.cwiseAbs().maxCoeff(), kup.maxCoeff(),
-                                         vup.maxCoeff()}) >= big / (1 + u);
+                                         vup.maxCoeff()}) >= big / (1 + u) ||
+                              partial_max >= double(std::numeric_limits<float>::max());
   AttentionOptions native;
   native.scale = s;
   const MatrixR<double> o = exact_output<double>(q, ek, fv, native);
@@ -212,8 +225,10 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
     const double amax = a.row(i).maxCoeff(), zmax = s * amax * (1 + e_z);
     const double di = s * c.row(i).maxCoeff() + s * e_z * amax + 2 * u32 * zmax;
     b.logit(i) = di;
-    const bool overflow = stored_overflow || (eager && std::max(1.0, 1.0 / s) * zmax >= big);
-    const double r = overflow ? inf : std::exp(2 * di) * (1 + u) * (1 + u) * (1 + g) * (1 + g);
+    const double r0 = std::exp(2 * di) * (1 + u) * (1 + u) * (1 + g) * (1 + g);
+    // e^{2D} beyond double's range is no guarantee either (and inf·0 would make the bound NaN).
+    const bool overflow = stored_overflow || (eager && std::max(1.0, 1.0 / s) * zmax >= big) || !std::isfinite(r0);
+    const double r = overflow ? inf : r0;
     b.ratio(i) = r;
     for (Index col = 0; col < fv.cols(); ++col) {
       const double err = overflow ? inf
@@ -452,7 +467,10 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
-                                             const ConstRef<double>& omega32, const AttentionOptions& opts) {
+                                             const ConstRef<double>& omega32, PerformerKernel kernel,
+                                             const AttentionOptions& opts) {
+  require(kernel == PerformerKernel::Positive,
+          "performer rounding bound: derived for the positive features (kernel=positive) only");
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
   require(v.rows() == nk && omega.cols() == d && omega32.rows() == mf && omega32.cols() == d && mf >= 1,
@@ -468,7 +486,7 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   const double floor32 = std::ldexp(1.0, -126), e32 = 4 * u32;  // an exp's absolute floor and relative error
   const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const auto stored = [&](const ConstRef<double>& x) {
-    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, y); }));
+    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, double(float(y))); }));
   };
   const double rs = std::sqrt(opts.resolved_scale(d)), lscale = 0.5 * std::log(double(mf));
   const double e_proj = (1 + u32) * (1 + u32) * (1 + gamma(double(d))) - 1;  // s^½x in float32, then ωᵀ(s^½x)
@@ -535,7 +553,22 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   }
   const Index chunks = (nk + 2047) / 2048;  // streamed_kernel_output's key chunks: their weighted sums added
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
-  return kernel_bound(fq, fqu, fk, fku, v, input_max, nk + chunks, opts);
+  KernelRoundingBound b = kernel_bound(fq, fqu, fk, fku, v, input_max, nk + chunks, opts);
+  // A chunk's sums are formed in float32 before its factor e^{m_c − max} scales them: each term f̂·ŵ·|v̂| ≤
+  // (1+4u₃₂)²(1+u)·|V̂| (f̂, ŵ ≤ 1 up to their exp's error), so a chunk whose Σ|V̂| may pass float32's largest value
+  // gives no guarantee anywhere.
+  const double gc = gamma(2048.0), max32 = double(std::numeric_limits<float>::max());
+  const MatrixR<double> vs = stored(v);
+  for (Index c0 = 0; c0 < nk; c0 += 2048) {
+    const Index len = std::min<Index>(2048, nk - c0);
+    const double worst = vs.middleRows(c0, len).cwiseAbs().colwise().sum().maxCoeff();
+    if ((1 + gc) * (1 + e32) * (1 + e32) * (1 + u) * (1 + u32) * worst >= max32) {
+      b.output.setConstant(std::numeric_limits<double>::infinity());
+      b.rows_without_guarantee = nq;
+      break;
+    }
+  }
+  return b;
 }
 
 KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
@@ -560,7 +593,7 @@ KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const Const
     up.col(0).setOnes();  // the constant feature is exact in every format
     for (Index i = 0; i < n; ++i) {
       VectorX<double> xs(d);
-      for (Index c = 0; c < d; ++c) xs(c) = round_to(format, x(i, c));
+      for (Index c = 0; c < d; ++c) xs(c) = round_to(format, double(float(x(i, c))));
       const double nx = x.row(i).norm(), ns = xs.norm();
       for (Index c = 0; c < d; ++c) {
         const double exact = nx > 0 ? x(i, c) / nx : 0.0, known = ns > 0 ? xs(c) / ns : 0.0;
@@ -597,7 +630,7 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
   const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const Index n = k.rows(), d = q.cols();
   const auto stored = [&](const ConstRef<double>& x) {
-    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, y); }));
+    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, double(float(y))); }));
   };
   // A softmax over a vector x in float32 from its stored x̂ (the max, e^{x̂ − max} within 4u₃₂ after the
   // subtraction's u₃₂, their sum within γ_m, the division within u₃₂), then stored: each entry within
@@ -641,12 +674,65 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
   const MatrixR<double> err = (da * c_up + a * dc + gamma(double(d)) * (a + da) * c_up).array() + double(d) * eta32;
   b.output = (err * (1 + u) + u * o.cwiseAbs()).array() + eta;
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
-  const bool overflow = input_max >= big || (eager && c_up.maxCoeff() >= big);
+  const bool overflow = input_max >= big || (eager && c_up.maxCoeff() >= big) ||
+                        !(c_up.maxCoeff() < double(std::numeric_limits<float>::max()));  // C's float32 sums
   for (Index i = 0; i < o.rows(); ++i)
     if (overflow || (o.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
       b.output.row(i).setConstant(inf);
       ++b.rows_without_guarantee;
     }
+  return b;
+}
+
+KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exact, const ConstRef<double>& v,
+                                              const std::vector<Index>& selected, const std::vector<Index>& chosen,
+                                              const AttentionOptions& opts) {
+  require(!opts.causal && !exact.over_pattern,
+          "probsparse rounding bound: the non-causal form, on exact attention's analysis of the same Q, K, V");
+  require(opts.storage != Storage::native, "probsparse rounding bound: give a reduced storage (bf16 or fp16)");
+  const Index nq = exact.o.rows(), n = v.rows(), dv = v.cols();
+  require(v.rows() == exact.n_k && dv == exact.o.cols(), "probsparse rounding bound: V is not the analysis' V");
+  const Format format = storage_format(opts.storage);
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), inf = std::numeric_limits<double>::infinity();
+  const double gn = double(n) * u32 / (1 - double(n) * u32);
+  std::vector<char> in64(std::size_t(nq), 0), in32(std::size_t(nq), 0);
+  for (const auto* set : {&selected, &chosen})
+    for (const Index i : *set) require(i >= 0 && i < nq, "probsparse rounding bound: query {} of {}", i, nq);
+  for (const Index i : selected) in64[std::size_t(i)] = 1;
+  for (const Index i : chosen) in32[std::size_t(i)] = 1;
+  // Exact rows: exact attention's streaming bound (the emulation's tiles of kDefaultTile keys).
+  const SoftmaxRoundingBound rows = exact.bound(opts, true, kDefaultTile);
+  // Lazy rows: mean(V), from the stored V (known exactly) summed in float32 and scaled by fl(1/n), stored.
+  const MatrixR<double> vs = v.unaryExpr([&](double y) { return round_to(format, double(float(y))); });
+  const Eigen::Matrix<double, 1, Eigen::Dynamic> mean = v.colwise().mean(), mean_s = vs.colwise().mean(),
+                                                 abs_s = vs.cwiseAbs().colwise().mean();
+  Eigen::Matrix<double, 1, Eigen::Dynamic> lazy(dv);
+  const double max32 = double(std::numeric_limits<float>::max());
+  for (Index c = 0; c < dv; ++c) {
+    if (!((1 + gn) * abs_s(c) * double(n) < max32)) {  // ΣV's float32 partial sums may overflow
+      lazy(c) = inf;
+      continue;
+    }
+    const double formed = std::abs(mean_s(c) - mean(c)) + ((1 + gn) * (1 + u32) * (1 + u32) - 1) * abs_s(c) +
+                          4 * double(n) * std::ldexp(1.0, -53) * abs_s(c);
+    lazy(c) = formed + u * (std::abs(mean(c)) + formed) + eta;
+  }
+  b.output.resize(nq, dv);
+  b.reference.resize(nq, dv);
+  for (Index i = 0; i < nq; ++i) {
+    const bool sel = in64[std::size_t(i)] != 0;
+    b.reference.row(i) = sel ? exact.o.row(i) : mean;
+    if (sel != (in32[std::size_t(i)] != 0)) {  // a flipped choice: no rounding bound covers it
+      b.output.row(i).setConstant(inf);
+      ++b.rows_without_guarantee;
+      continue;
+    }
+    b.output.row(i) = sel ? rows.output.row(i) : lazy;
+    if (!b.output.row(i).allFinite()) ++b.rows_without_guarantee;
+  }
   return b;
 }
 

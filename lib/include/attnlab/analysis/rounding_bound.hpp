@@ -21,7 +21,9 @@
 // streaming, ℓ could pass the format's largest finite value the bound is +inf for that row: no guarantee, and the
 // tallies report the overflow.
 // The bound is worst case over every rounding: random rounding errors cancel, so measurements sit well below it; it
-// is what they must never exceed (tests/test_rounding_bound.cpp, the precision experiment's `bound_*` metrics).
+// is what they must never exceed (tests/test_precision.cpp's RoundingBound tests, the precision experiment's `bound_*`
+// metrics). Every bound takes, in float64, the float32 values the emulation was given (exact's and the pattern
+// methods' analysis assumes them; the other bounds round a double input to float32 first, as a caller's cast does).
 #pragma once
 
 #include "attnlab/core/options.hpp"
@@ -154,8 +156,9 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 /// Eigen's clamp), the features' upper envelopes Φ⁺ = (φe^θ(1+4u₃₂) + 2⁻¹²⁶)(1+u) + η, Ψ⁺ likewise through the weight
 /// products, enter linear attention's sums and division (the same derivation as linear_rounding_bound, over n + the
 /// key chunks' count of terms). The query's stabiliser is a common factor that cancels exactly; counting its error in
-/// θ is conservative. Eager (the reference code's features, every step stored) and the causal form are refused: not
-/// derived.
+/// θ is conservative. A key chunk's sums are formed in float32 before its factor scales them: where a chunk's Σ|V̂|
+/// may pass float32's largest value there is no guarantee. Eager (the reference code's features, every step stored),
+/// the causal form and the other kernels (trig, hyperbolic) are refused: not derived.
 /// Taylor attention's bound (taylor.hpp: φ(x) = [1, x/‖x‖], sim = 1 + cos ≥ 0), non-causal, both policies, as its
 /// emulation computes it (linear's kernel path with signed features): each direction x/‖x‖ formed in float32 from the
 /// stored row (known exactly: round_to) — the squared norm within γ_d, the square root and the division within u₃₂ —
@@ -176,8 +179,21 @@ KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const Const
 KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const AttentionOptions& opts);
 
+/// ProbSparse's bound (Zhou et al. 2021 eq. (3): exact rows for the top-u queries, mean(V) for the others),
+/// non-causal, given the choices of both runs: `selected` the float64 method's top-u queries, `chosen` the emulated
+/// run's (ascending). Its choice is discrete, and rounding can flip it (the measure M moves): a row chosen
+/// differently gets +inf — no rounding bound covers a flip; rows_without_guarantee counts them. Where the choices
+/// agree: an exact row has exact attention's streaming bound (`exact`, the analysis of the same Q, K, V; the
+/// emulation's tiles of kDefaultTile keys — the split-KV path is not taken under a reduced storage); a lazy row is
+/// mean(V) from the stored V (known exactly) summed in float32 (γ_n) and scaled by fl(1/n), stored.
+KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exact, const ConstRef<double>& v,
+                                              const std::vector<Index>& selected, const std::vector<Index>& chosen,
+                                              const AttentionOptions& opts);
+
+enum class PerformerKernel;
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
-                                             const ConstRef<double>& omega32, const AttentionOptions& opts);
+                                             const ConstRef<double>& omega32, PerformerKernel kernel,
+                                             const AttentionOptions& opts);
 
 }  // namespace attnlab

@@ -67,6 +67,12 @@ class ProbSparseMethod final : public ConfiguredMethod<ProbSparseOptions, Method
   std::vector<std::pair<std::string, double>> diagnostics() const override {
     return {{"selected_queries", op_ ? double(op_->selected()) : 0.0}};
   }
+  /// The queries that got exact rows in the last compute(), ascending (analysis/rounding_bound.hpp's ProbSparse
+  /// bound compares two runs' choices).
+  const std::vector<Index>& selected_queries() const {
+    require(op_.has_value(), "probsparse: selected_queries() before compute()");
+    return op_->selected_queries();
+  }
 
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;

@@ -54,6 +54,8 @@ class ProbSparseOperator final : public AttentionOperator<T> {
   MatrixR<T> output(const ConstRef<T>& v, ProbSparseWorkspace<T>* ws = nullptr, const Rounding& rounding = {}) const;
   /// How many queries get exact rows.
   Index selected() const { return Index(selected_.size()); }
+  /// Which: the active queries, ascending.
+  const std::vector<Index>& selected_queries() const { return selected_; }
   /// The backward of output(v) given the selection (Zhou et al. 2021, eq. (3) with the top-u set held fixed):
   /// the selected rows are exact softmax attention at their causal positions — exact_backward (FlashAttention-2
   /// Alg. 2) on them, from their outputs and log-sum-exp (output()'s, or one forward pass); the lazy rows are
