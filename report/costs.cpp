@@ -171,7 +171,8 @@ double ExactPeer::ratio_at(Index n) const {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-ExactPeer read_exact_peer(const std::string& file, Index threads, const std::string& cpu) {
+ExactPeer read_exact_peer(const std::string& file, Index threads, const std::string& cpu, const std::string& kernels,
+                          Index d) {
   std::istringstream in(read_text_file(file));
   std::string line;
   require(bool(std::getline(in, line)), "report --exact-peer {}: the file is empty", file);
@@ -179,15 +180,14 @@ ExactPeer read_exact_peer(const std::string& file, Index threads, const std::str
   const auto col = [&](const char* name) {
     const auto it = std::find(header.begin(), header.end(), name);
     require(it != header.end(), "report --exact-peer {}: no column '{}' (tools/bench_exact_peer.py writes the "
-            "table: impl, build, dtype, n, threads, time_s, device, detail)", file, name);
+            "table: impl, build, dtype, n, d, threads, time_s, device, detail)", file, name);
     return std::size_t(it - header.begin());
   };
-  const std::size_t ci = col("impl"), cb = col("build"), cdt = col("dtype"), cn = col("n"), ct = col("threads"),
+  const std::size_t ci = col("impl"), cdt = col("dtype"), cn = col("n"), cd = col("d"), ct = col("threads"),
                     cs = col("time_s"), cdv = col("device"), cde = col("detail");
-  std::map<std::string, std::map<Index, double>> attnlab_by_build;
-  std::map<Index, double> peer;
-  std::set<Index> counts;
-  std::set<std::string> devices;
+  std::map<Index, double> mine, peer;
+  std::set<Index> counts, dims;
+  std::set<std::string> devices, peers, builds;
   ExactPeer p;
   p.file = file;
   p.threads = threads;
@@ -198,42 +198,52 @@ ExactPeer read_exact_peer(const std::string& file, Index threads, const std::str
     const std::vector<std::string> f = split_csv_line(line);
     require(f.size() == header.size(), "report --exact-peer {}: line {} has {} fields, the header {}", file, line_no,
             f.size(), header.size());
-    Index n = 0, t = 0;
+    Index n = 0, t = 0, dd = 0;
     double s = 0;
     try {
-      std::size_t a = 0, b = 0, c = 0;
+      std::size_t a = 0, b = 0, c = 0, e = 0;
       n = Index(std::stoll(f[cn], &a));
       t = Index(std::stoll(f[ct], &b));
       s = std::stod(f[cs], &c);
-      require(a == f[cn].size() && b == f[ct].size() && c == f[cs].size() && n > 0 && t > 0 && s > 0 &&
-                  std::isfinite(s), "");
+      dd = Index(std::stoll(f[cd], &e));
+      require(a == f[cn].size() && b == f[ct].size() && c == f[cs].size() && e == f[cd].size() && n > 0 && t > 0 &&
+                  dd > 0 && s > 0 && std::isfinite(s),
+              "");
     } catch (const std::exception&) {
-      throw Error(fmt::format("report --exact-peer {}: line {}: n, threads and time_s must be positive numbers",
+      throw Error(fmt::format("report --exact-peer {}: line {}: n, d, threads and time_s must be positive numbers",
                               file, line_no));
     }
     counts.insert(t);
-    if (t != threads) continue;
+    dims.insert(dd);
+    if (t != threads || dd != d) continue;
     devices.insert(f[cdv]);
     if (f[ci] == "attnlab") {
-      attnlab_by_build[f[cb]][n] = s;
+      // This binary's rows: the build whose kernels are the ones this command runs (detail "attnlab LABEL: ...").
+      const std::string& detail = f[cde];
+      const auto colon = detail.find(": ");
+      const std::string k = colon == std::string::npos ? "" : detail.substr(colon + 2);
+      builds.insert(k);
+      if (k == kernels) mine[n] = s;
     } else if (f[cdt] == "fp32") {
       peer[n] = s;
+      peers.insert(f[ci]);
       p.peer = f[ci];
       p.detail = f[cde];
     }
   }
   require(counts.count(threads) > 0, "report --exact-peer {}: no rows at {} threads (it has {}): measure at this "
           "thread count (tools/bench_exact_peer.py --threads)", file, threads, fmt::join(counts, ", "));
+  require(dims.count(d) > 0, "report --exact-peer {}: no rows at the heads' dimension d = {} (it has d = {})", file, d,
+          fmt::join(dims, ", "));
   require(devices.size() == 1, "report --exact-peer {}: rows of several CPUs ({})", file, fmt::join(devices, "; "));
   p.device = *devices.begin();
   require(p.device == cpu, "report --exact-peer {}: measured on '{}', this CPU is '{}': the ratio of two kernels "
           "is the CPU's own — measure it here (tools/bench_exact_peer.py)", file, p.device, cpu);
-  require(!peer.empty(), "report --exact-peer {}: no float32 rows of a peer at {} threads", file, threads);
-  const auto b = attnlab_by_build.count("default") ? attnlab_by_build.find("default") : attnlab_by_build.begin();
-  require(b != attnlab_by_build.end() && (attnlab_by_build.size() == 1 || b->first == "default"),
-          "report --exact-peer {}: attnlab's rows: {} builds and none labelled 'default'", file,
-          attnlab_by_build.size());
-  for (const auto& [n, s] : b->second)
+  require(peers.size() == 1, "report --exact-peer {}: {} float32 peers at {} threads ({}): one table, one peer", file,
+          peers.size(), threads, fmt::join(peers, ", "));
+  require(!mine.empty(), "report --exact-peer {}: no attnlab rows with this command's kernels ({}); the table's: {} — "
+          "time this build (tools/bench_exact_peer.py --build LABEL=BIN)", file, kernels, fmt::join(builds, "; "));
+  for (const auto& [n, s] : mine)
     if (peer.count(n)) p.ratio.emplace_back(n, s / peer.at(n));
   require(!p.ratio.empty(), "report --exact-peer {}: no length measured by both attnlab and {}", file, p.peer);
   return p;

@@ -54,10 +54,13 @@ struct ExactPeer {
   double ratio_at(Index n) const;
 };
 
-/// Reads such a file (columns impl, build, dtype, n, threads, time_s, device, detail): attnlab's rows of the build
-/// labelled `default` (or of its only build) against the peer's float32 rows at `threads`. Error for a missing
-/// column, an unreadable number, no rows at that thread count (naming those it has), another CPU than `cpu` (a ratio
-/// is a property of the CPU it was measured on), or no length measured by both.
-ExactPeer read_exact_peer(const std::string& file, Index threads, const std::string& cpu);
+/// Reads such a file (columns impl, build, dtype, n, d, threads, time_s, device, detail): the attnlab rows of the
+/// build whose kernels (its detail, "attnlab LABEL: products=… isa=…") are `kernels` — this command's, from
+/// cost_context() less its thread count — against the one peer's float32 rows, at `threads` and head dimension `d`.
+/// Error for a missing column, an unreadable number, no rows at that thread count or dimension (naming those it
+/// has), another CPU than `cpu` (a ratio is a property of the CPU it was measured on), no rows of this build's
+/// kernels (naming the table's), several peers, or no length measured by both.
+ExactPeer read_exact_peer(const std::string& file, Index threads, const std::string& cpu, const std::string& kernels,
+                          Index d);
 
 }  // namespace attnlab::report

@@ -126,10 +126,10 @@ std::vector<BudgetFamily> chosen_families(const Options& o) {
 /// the head's cost length.
 std::string baseline_name(const HeadResult& r, const ExactPeer* peer) {
   if (!peer) return "attnlab's exact";
-  return r.peer_ratio > 1 ? fmt::format("{} ({}; {:.2f}× faster than attnlab's exact here)", peer->peer,
-                                        peer->detail, r.peer_ratio)
-                          : fmt::format("attnlab's exact ({} is {:.2f}× its time here)", peer->peer,
-                                        1 / r.peer_ratio);
+  if (r.baseline_seconds < r.exact_seconds)
+    return fmt::format("{} ({}; {:.2f}× faster than attnlab's exact here)", peer->peer, peer->detail, r.peer_ratio);
+  return fmt::format("attnlab's exact ({} takes {:.2f}× its time here{})", peer->peer, 1 / r.peer_ratio,
+                     r.peer_ratio > 1 ? ": within the timing noise, equal" : "");
 }
 
 HeadResult analyse(const std::string& layer, Index head, const HeadData& h, const std::vector<BudgetFamily>& families,
@@ -188,9 +188,9 @@ HeadResult analyse(const std::string& layer, Index head, const HeadData& h, cons
     r.exact_noise = noise_of(c);
   }
   r.baseline_seconds = r.exact_seconds;
-  if (peer) {  // the ratio at cost_n was checked before any work
+  if (peer) {  // the ratio at cost_n was checked before any work; within the timing noise the two count as equal
     r.peer_ratio = peer->ratio_at(r.cost_n);
-    if (r.peer_ratio > 1) r.baseline_seconds = r.exact_seconds / r.peer_ratio;
+    if (r.peer_ratio > 1 + o.noise) r.baseline_seconds = r.exact_seconds / r.peer_ratio;
   }
   const bool matrix = r.n <= o.dense_limit;
   const Index n_min = std::min(r.n, h.k.rows());
@@ -599,7 +599,13 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
   if (!o.exact_peer.empty()) {
     require(o.costs.empty(), "report: --exact-peer is for costs timed here; a --costs table has its own exact "
             "attention");
-    peer = read_exact_peer(o.exact_peer, o.threads > 0 ? o.threads : omp_get_max_threads(), cpu_name());
+    require(!o.causal, "report --exact-peer: the table measured non-causal exact attention; a causal report's "
+            "baseline is attnlab's causal exact");
+    // This command's kernels, as the table's detail records a build's (cost_context() less its thread count).
+    std::string kernels = cost_context();
+    kernels = kernels.substr(kernels.find(' ') + 1);
+    peer = read_exact_peer(o.exact_peer, o.threads > 0 ? o.threads : omp_get_max_threads(), cpu_name(), kernels,
+                           layers.front().heads.front().q.cols());
     for (const auto& l : layers)
       for (const auto& h : l.heads) {
         const Index n = o.cost_n > 0 ? o.cost_n : h.q.rows();
@@ -727,8 +733,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
     cost_sentence = fmt::format(
         "cost {}: float32 compute + output in steady state (a warm-up, then the fastest of {} calls) on {}, against "
         "the fastest exact attention measured on this CPU: {} — the ratio of the two measured in one run at {} "
-        "threads ({}), interpolated to n = {}, applied to attnlab's exact timed here; speed-ups for this CPU and "
-        "thread count, not a GPU's",
+        "threads ({}; at n = {}, interpolated in log n between measured lengths), applied to attnlab's exact timed "
+        "here; speed-ups for this CPU and thread count, not a GPU's",
         cost_where, o.repeats, cost_device(), baseline_name(results[0], &*peer), peer->threads, peer->file, cost_n);
   } else {
     cost_sentence = fmt::format(
@@ -739,7 +745,8 @@ Summary write_report(const std::vector<Layer>& layers, const Options& o) {
         cost_where, o.repeats, cost_device());
   }
   const std::string on_device = costs ? costs->device + (costs->dtype.empty() ? "" : ", " + costs->dtype) : "";
-  const std::string over = peer && results[0].peer_ratio > 1 ? " over " + peer->peer : "";
+  const std::string over =
+      peer && results[0].baseline_seconds < results[0].exact_seconds ? " over " + peer->peer : "";
   const std::string speedup_on = costs ? "speed-up on " + on_device
                                        : fmt::format("speed-up{} on this CPU, {} threads", over,
                                                      omp_get_max_threads());

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """attnlab's exact attention against the exact attention a user of current PyTorch already has on the same CPU
 (issue "Costs on the machine the user runs", item 5): `torch.nn.functional.scaled_dot_product_attention` (PyTorch
->= 2.0; on the CPU its fused flash-attention kernel) and attnlab's streaming exact attention, float32, one head,
-d = 64, the same lengths and thread counts, in one run.
+>= 2.0; on the CPU its fused flash-attention kernel) and attnlab's streaming exact attention, float32, one head, the
+same head dimensions, lengths and thread counts, in one run.
 
-    tools/bench_exact_peer.py --torch-python PY [--n 1024,4096,16384] [--threads 1,2] [--repeats 15]
+    tools/bench_exact_peer.py --torch-python PY [--n 1024,4096,16384] [--d 32,64] [--threads 1,2] [--repeats 15]
                               [--build LABEL=BIN ...] [--out results/bench/exact_peer.csv] [--md ...]
     tools/bench_exact_peer.py --table-only [--out ...] [--md ...]
 
@@ -18,7 +18,7 @@ the same statistic around the call under no_grad, in float32 and, for informatio
 to the same count. Every row records the CPU, attnlab's kernels (its run's .config), torch's version, the CPU
 capability its kernels dispatch to and the SDPA backend torch chose for these inputs.
 
-Writes tidy rows (impl, build, dtype, n, threads, time_s, device, detail) and a Markdown table per length and thread
+Writes tidy rows (impl, build, dtype, n, d, threads, time_s, device, detail) and a Markdown table per length and thread
 count: each build's time, PyTorch's, the ratio attnlab / PyTorch (> 1: attnlab slower) and the fastest float32 exact
 attention measured — the baseline the README's speed-ups are restated against.
 """
@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_threads  # noqa: E402  (the scaling run and its .config reading)
 
 ROOT = Path(__file__).resolve().parent.parent
-FIELDS = ["impl", "build", "dtype", "n", "threads", "time_s", "device", "detail"]
+FIELDS = ["impl", "build", "dtype", "n", "d", "threads", "time_s", "device", "detail"]
 PEER = "PyTorch SDPA"
 
 # Run by --torch-python: one JSON line per (n, threads, dtype), or {"error": ...} and exit status 3.
@@ -53,8 +53,8 @@ if not hasattr(F, "scaled_dot_product_attention"):
 cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
 dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
 g = torch.Generator().manual_seed(a["seed"])
-for n in a["n"]:
-    q, k, v = (torch.randn(1, 1, n, a["d"], generator=g) for _ in range(3))
+for n, d in [(n, d) for d in a["d"] for n in a["n"]]:
+    q, k, v = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))
     for t in a["threads"]:
         torch.set_num_threads(t)
         for name in a["dtypes"]:
@@ -74,15 +74,15 @@ for n in a["n"]:
             if torch.get_num_threads() != t:
                 print(json.dumps({"error": f"torch runs {torch.get_num_threads()} threads, asked for {t}"}))
                 sys.exit(3)
-            print(json.dumps({"n": n, "threads": t, "dtype": name, "time_s": best,
+            print(json.dumps({"n": n, "d": d, "threads": t, "dtype": name, "time_s": best,
                               "detail": f"torch {torch.__version__}, cpu capability {cap}, SDPA backend {backend}"}),
                   flush=True)
 """
 
 
-def time_peer(python, ns, counts, repeats, dtypes, device, probe=False):
+def time_peer(python, ns, ds, counts, repeats, dtypes, device, probe=False):
     """PyTorch's rows; with probe, only whether `python` has a torch with SDPA (before anything is timed)."""
-    cmd = [python, "-c", PEER_SCRIPT, json.dumps({"n": ns, "threads": counts, "repeats": repeats, "d": 64,
+    cmd = [python, "-c", PEER_SCRIPT, json.dumps({"n": ns, "threads": counts, "repeats": repeats, "d": ds,
                                                    "dtypes": dtypes, "seed": 0})]
     if not probe:
         print(f"bench_exact_peer: {PEER} through {python}", flush=True)
@@ -98,7 +98,7 @@ def time_peer(python, ns, counts, repeats, dtypes, device, probe=False):
             continue
         if "error" in r:
             sys.exit(f"bench_exact_peer: {r['error']}")
-        rows.append({"impl": PEER, "build": "", "dtype": r["dtype"], "n": r["n"], "threads": r["threads"],
+        rows.append({"impl": PEER, "build": "", "dtype": r["dtype"], "n": r["n"], "d": r["d"], "threads": r["threads"],
                      "time_s": r["time_s"], "device": device, "detail": r["detail"]})
     if p.returncode != 0 or not (rows or probe):
         sys.exit(f"bench_exact_peer: {python} failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
@@ -114,28 +114,28 @@ def table(rows):
             builds.append(r["build"])
     cells = {}
     for r in rows:
-        key = (int(r["n"]), int(r["threads"]))
+        key = (int(r["d"]), int(r["n"]), int(r["threads"]))
         name = f"attnlab {r['build']}" if r["impl"] == "attnlab" else f"{PEER} {r['dtype']}"
         cells.setdefault(key, {})[name] = float(r["time_s"])
     device = next((text(r["device"]) for r in rows if text(r["device"])), "this machine's CPU")
     details = sorted({text(r["detail"]) for r in rows if text(r["detail"])})
-    lines = [f"Exact attention, one head, d = 64, forward, the fastest of the repeats; measured on {device}. "
+    lines = [f"Exact attention, one head, forward, the fastest of the repeats; measured on {device}. "
              + "; ".join(details) + ". Ratio = attnlab / PyTorch in float32 (> 1: attnlab is slower).", "",
-             "| n | threads | " + " | ".join(f"attnlab {b} (ms)" for b in builds)
+             "| d | n | threads | " + " | ".join(f"attnlab {b} (ms)" for b in builds)
              + f" | {PEER} fp32 (ms) | {PEER} bf16 (ms) | " + " | ".join(f"ratio, {b}" for b in builds)
              + " | fastest fp32 exact |",
-             "|---|---|" + "---|" * (2 * len(builds) + 3)]
+             "|---|---|---|" + "---|" * (2 * len(builds) + 3)]
     summary = []
     ms = lambda x: "–" if x is None else f"{x * 1e3:.3g}"  # noqa: E731
-    for (n, t), c in sorted(cells.items()):
+    for (d, n, t), c in sorted(cells.items()):
         peer = c.get(f"{PEER} fp32")
         ratios = {b: (c[f"attnlab {b}"] / peer if peer and f"attnlab {b}" in c else None) for b in builds}
         fp32 = {k: v for k, v in c.items() if k.startswith("attnlab") or k == f"{PEER} fp32"}
         fastest = min(fp32, key=fp32.get) if fp32 else "–"
-        summary.append({"n": n, "threads": t, "ratios": ratios, "fastest": fastest,
+        summary.append({"d": d, "n": n, "threads": t, "ratios": ratios, "fastest": fastest,
                         "fastest_s": fp32.get(fastest), "peer_s": peer,
                         "attnlab_s": {b: c.get(f"attnlab {b}") for b in builds}})
-        lines.append(f"| {n} | {t} | " + " | ".join(ms(c.get(f'attnlab {b}')) for b in builds)
+        lines.append(f"| {d} | {n} | {t} | " + " | ".join(ms(c.get(f'attnlab {b}')) for b in builds)
                      + f" | {ms(peer)} | {ms(c.get(f'{PEER} bf16'))} | "
                      + " | ".join("–" if ratios[b] is None else f"{ratios[b]:.2f}" for b in builds)
                      + f" | {fastest} |")
@@ -146,6 +146,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--torch-python", help="a Python whose torch has scaled_dot_product_attention (torch >= 2)")
     ap.add_argument("--n", default="1024,4096,16384", help="comma-separated lengths")
+    ap.add_argument("--d", default="32,64", help="comma-separated head dimensions")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (each ≤ this machine's cores)")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--dtypes", default="fp32,bf16", help="PyTorch's formats (fp32 is the comparison; bf16 said)")
@@ -167,11 +168,12 @@ def main():
             sys.exit("bench_exact_peer: give --torch-python PY, a Python with torch >= 2 (see the header)")
         try:
             ns = [int(x) for x in a.n.split(",") if x.strip()]
+            ds = [int(x) for x in a.d.split(",") if x.strip()]
             counts = sorted({int(x) for x in a.threads.split(",") if x.strip()})
         except ValueError:
             sys.exit(f"bench_exact_peer: --n {a.n!r} / --threads {a.threads!r}: give comma-separated integers")
-        if not ns or min(ns) < 1 or not counts or counts[0] < 1:
-            sys.exit("bench_exact_peer: lengths and thread counts must be ≥ 1")
+        if not ns or min(ns) < 1 or not ds or min(ds) < 1 or not counts or counts[0] < 1:
+            sys.exit("bench_exact_peer: lengths, head dimensions and thread counts must be ≥ 1")
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         if counts[-1] > cores:
             sys.exit(f"bench_exact_peer: {counts[-1]} threads on a machine with {cores} cores would time the "
@@ -187,20 +189,20 @@ def main():
             if not sep or not label or not Path(path).exists():
                 sys.exit(f"bench_exact_peer: --build {b!r}: give LABEL=BIN with an existing attnlab command")
             builds.append((label, Path(path)))
-        time_peer(a.torch_python, [], counts, a.repeats, dtypes, "", probe=True)  # fail before timing anything
+        time_peer(a.torch_python, [], ds, counts, a.repeats, dtypes, "", probe=True)  # fail before timing anything
         rows, device = [], ""
         with tempfile.TemporaryDirectory() as tmp:
             for label, binary in builds:
-                for t in counts:
-                    sub = Path(tmp) / f"{label}_{t}"
+                for d, t in [(d, t) for d in ds for t in counts]:
+                    sub = Path(tmp) / f"{label}_{d}_{t}"
                     sub.mkdir()
-                    for r in bench_threads.run(binary, ns, t, a.repeats, ["exact"], sub):
+                    for r in bench_threads.run(binary, ns, t, a.repeats, ["exact"], sub, ["--d", str(d)]):
                         device = device or r["device"]
                         kernels = " ".join(w for w in r["kernels"].split() if not w.startswith("threads="))
-                        rows.append({"impl": "attnlab", "build": label, "dtype": "fp32", "n": r["n"],
+                        rows.append({"impl": "attnlab", "build": label, "dtype": "fp32", "n": r["n"], "d": d,
                                      "threads": t, "time_s": r["time_s"], "device": r["device"],
                                      "detail": f"attnlab {label}: {kernels}"})
-        rows += time_peer(a.torch_python, ns, counts, a.repeats, dtypes, device or bench_threads_cpu())
+        rows += time_peer(a.torch_python, ns, ds, counts, a.repeats, dtypes, device or bench_threads_cpu())
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         with open(a.out, "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS)

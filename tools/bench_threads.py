@@ -39,10 +39,11 @@ def config_line(path, prefix):
     return ""
 
 
-def run(binary, n, threads, repeats, methods, tmp):
+def run(binary, n, threads, repeats, methods, tmp, extra=()):
+    """The scaling run's time rows at one thread count (extra: more of its options, e.g. --d)."""
     out = Path(tmp) / f"scaling_t{threads}.csv"
     cmd = [str(binary), "run", "scaling", "--threads", str(threads), "--repeats", str(repeats), "--out", str(out),
-           "--n", *[str(x) for x in n]]
+           "--n", *[str(x) for x in n], *extra]
     if methods:
         cmd += ["--methods", *methods]
     print(f"bench_threads: {threads} thread(s): {' '.join(cmd[1:])}", flush=True)

@@ -609,17 +609,17 @@ def bench(F, results):
         peer = next(r for r in rows if r["impl"] != "attnlab")
         F.add("bench.exact_peer_torch", peer["detail"].split(",")[0], str, "the peer's PyTorch", "bench")
         for s_ in summary:
-            n, t = s_["n"], s_["threads"]
+            d, n, t = s_["d"], s_["n"], s_["threads"]
             for b, ratio in s_["ratios"].items():
                 if ratio is not None:
-                    F.add(f"bench.exact_peer_{b}_{n}_t{t}", ratio, lambda x: f"{x:.2f}×",
-                          f"attnlab's exact ({b} build) / PyTorch SDPA, float32, n = {n}, {t} thread(s) (timing)",
-                          "bench")
+                    F.add(f"bench.exact_peer_{b}_d{d}_{n}_t{t}", ratio, lambda x: f"{x:.2f}×",
+                          f"attnlab's exact ({b} build) / PyTorch SDPA, float32, d = {d}, n = {n}, {t} thread(s) "
+                          "(timing)", "bench")
             if s_["peer_s"]:
-                F.add(f"bench.exact_peer_sdpa_ms_{n}_t{t}", s_["peer_s"] * 1e3, lambda x: sig(x, 3),
-                      f"PyTorch SDPA, float32, n = {n}, {t} thread(s), ms (timing)", "bench")
-            F.add(f"bench.exact_peer_fastest_{n}_t{t}", s_["fastest"], str,
-                  f"the fastest float32 exact attention measured, n = {n}, {t} thread(s)", "bench")
+                F.add(f"bench.exact_peer_sdpa_ms_d{d}_{n}_t{t}", s_["peer_s"] * 1e3, lambda x: sig(x, 3),
+                      f"PyTorch SDPA, float32, d = {d}, n = {n}, {t} thread(s), ms (timing)", "bench")
+            F.add(f"bench.exact_peer_fastest_d{d}_{n}_t{t}", s_["fastest"], str,
+                  f"the fastest float32 exact attention measured, d = {d}, n = {n}, {t} thread(s)", "bench")
     paths = os.path.join(results, "bench", "cost_paths.md")
     if os.path.exists(paths):
         F.add("bench.cost_paths", open(paths).read().strip(), str, "tools/cost_paths.py: every path's cost of the "

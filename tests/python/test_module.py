@@ -237,13 +237,17 @@ def test_report_writes_html_csv_and_summary(tmp_path, qkv):
     # the speed-ups are over it, named; a file of another CPU is refused.
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                "unknown CPU")
+    saved = attnlab.threads()
+    attnlab.set_threads(1)
+    kernels = attnlab.cost(q[0], k[0], v[0], "exact", repeats=1, memory=False)["context"].split(" ", 1)[1]
+    attnlab.set_threads(saved)
     for name, device in (("peer.csv", cpu), ("other.csv", "Other CPU")):
         with open(tmp_path / name, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["impl", "build", "dtype", "n", "threads", "time_s", "device", "detail"])
+            w.writerow(["impl", "build", "dtype", "n", "d", "threads", "time_s", "device", "detail"])
             for n_ in (128, 512):
-                w.writerow(["attnlab", "default", "fp32", n_, 1, 4e-3, device, "attnlab default"])
-                w.writerow(["PyTorch SDPA", "", "fp32", n_, 1, 1e-3, device, "torch 9.9"])
+                w.writerow(["attnlab", "default", "fp32", n_, 16, 1, 4e-3, device, f"attnlab default: {kernels}"])
+                w.writerow(["PyTorch SDPA", "", "fp32", n_, 16, 1, 1e-3, device, "torch 9.9"])
     attnlab.report(q, k, v, out=str(tmp_path / "peer"), families=["local"], repeats=1, quiet=True, threads=1,
                    exact_peer=str(tmp_path / "peer.csv"))
     rows = list(csv.DictReader(open(tmp_path / "peer" / "report.csv")))

@@ -22,13 +22,14 @@ tool = os.path.join(ROOT, "tools", "bench_exact_peer.py")
 # The table from rows written by hand: two builds, PyTorch in both formats, at one length and two thread counts.
 rows = []
 for t, default, native, peer in ((1, 0.050, 0.040, 0.045), (2, 0.024, 0.030, 0.025)):
-    rows += [{"impl": "attnlab", "build": "default", "dtype": "fp32", "n": 4096, "threads": t, "time_s": default,
-              "device": "CPU X", "detail": "attnlab default: isa=AVX2"},
-             {"impl": "attnlab", "build": "native", "dtype": "fp32", "n": 4096, "threads": t, "time_s": native,
+    rows += [{"impl": "attnlab", "build": "default", "dtype": "fp32", "n": 4096, "d": 64, "threads": t,
+              "time_s": default, "device": "CPU X", "detail": "attnlab default: isa=AVX2"},
+             {"impl": "attnlab", "build": "native", "dtype": "fp32", "n": 4096, "d": 64, "threads": t,
+              "time_s": native,
               "device": "CPU X", "detail": "attnlab native: isa=AVX512"},
-             {"impl": bep.PEER, "build": "", "dtype": "fp32", "n": 4096, "threads": t, "time_s": peer,
+             {"impl": bep.PEER, "build": "", "dtype": "fp32", "n": 4096, "d": 64, "threads": t, "time_s": peer,
               "device": "CPU X", "detail": "torch 2.x"},
-             {"impl": bep.PEER, "build": "", "dtype": "bf16", "n": 4096, "threads": t, "time_s": peer / 2,
+             {"impl": bep.PEER, "build": "", "dtype": "bf16", "n": 4096, "d": 64, "threads": t, "time_s": peer / 2,
               "device": "CPU X", "detail": "torch 2.x"}]
 md, summary = bep.table(rows)
 c.check("measured on CPU X" in md, "the table names the device")
@@ -38,7 +39,7 @@ c.check(abs(one[1]["ratios"]["default"] - 0.050 / 0.045) < 1e-12, "the ratio is 
 c.check(one[1]["fastest"] == "attnlab native" and one[2]["fastest"] == "attnlab default",
         f"the fastest float32 exact per thread count ({one[1]['fastest']}, {one[2]['fastest']})")
 c.check(all("bf16" not in s["fastest"] for s in summary), "bfloat16 is said, not the float32 baseline")
-line = [x for x in md.splitlines() if x.startswith("| 4096 | 1 |")]
+line = [x for x in md.splitlines() if x.startswith("| 64 | 4096 | 1 |")]
 c.check(len(line) == 1 and "| 1.11 | 0.89 |" in line[0], f"the row's ratios ({line})")
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "exact_peer.csv")
@@ -68,11 +69,12 @@ with tempfile.TemporaryDirectory() as tmp:
                 f"{args} refused before timing ({r.returncode}: {r.stderr.strip()[-200:]})")
     torch2 = os.environ.get("ATTNLAB_TORCH2_PYTHON")
     if torch2 and cores >= 2:
-        r = subprocess.run([sys.executable, tool, "--torch-python", torch2, "--n", "256", "--threads", "1,2",
+        r = subprocess.run([sys.executable, tool, "--torch-python", torch2, "--n", "256", "--d", "16", "--threads", "1,2",
                             "--repeats", "1", "--out", out], capture_output=True, text=True, timeout=600)
         c.check(r.returncode == 0, f"a real run ({r.stderr.strip()[-300:]})")
         got = list(csv.DictReader(open(out))) if r.returncode == 0 else []
         c.check(len(got) == 2 + 2 * 2, f"attnlab and PyTorch fp32 + bf16 at both thread counts ({len(got)} rows)")
+        c.check({x["d"] for x in got} == {"16"}, "every row at the head dimension asked for")
         c.check(all(x["device"] for x in got), "every row names the device")
     else:
         print("skipped the real run: set ATTNLAB_TORCH2_PYTHON to a Python with torch >= 2")

@@ -210,22 +210,30 @@ c.check(r.returncode != 0 and "not measured at n = 8192" in r.stderr,
 # (nothing beats it: keep exact everywhere, speed-ups over it) and one at half its speed (attnlab's exact stands).
 cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
            "unknown CPU")
+# This command's kernels, as its runs record them (the table's attnlab rows must be this build's).
+run("run", "scaling", "--n", 64, "--repeats", 1, "--methods", "exact", "--out", path("kern.csv"))
+kernels = next(ln.split(":", 1)[1].strip() for ln in open(path("kern.csv") + ".config")
+               if ln.startswith("# costs measured with:"))
+kernels = kernels.split(" ", 1)[1]  # less the thread count
 
 
-def peer_file(name, ratio, device=cpu, threads=1):
+def peer_file(name, ratio, device=cpu, threads=1, dim=d, build_kernels=None):
     rows = []
     for n_ in (256, 1024):
-        rows.append(dict(impl="attnlab", build="default", dtype="fp32", n=n_, threads=threads, time_s=1e-3 * ratio,
-                         device=device, detail="attnlab default: isa=AVX2"))
-        rows.append(dict(impl="PyTorch SDPA", build="", dtype="fp32", n=n_, threads=threads, time_s=1e-3,
+        rows.append(dict(impl="attnlab", build="default", dtype="fp32", n=n_, d=dim, threads=threads,
+                         time_s=1e-3 * ratio, device=device,
+                         detail=f"attnlab default: {build_kernels or kernels}"))
+        rows.append(dict(impl="attnlab", build="other", dtype="fp32", n=n_, d=dim, threads=threads, time_s=1e-9,
+                         device=device, detail="attnlab other: products=a BLAS isa=none"))
+        rows.append(dict(impl="PyTorch SDPA", build="", dtype="fp32", n=n_, d=dim, threads=threads, time_s=1e-3,
                          device=device, detail="torch 9.9, SDPA backend FLASH_ATTENTION"))
-        rows.append(dict(impl="PyTorch SDPA", build="", dtype="bf16", n=n_, threads=threads, time_s=1e-6,
+        rows.append(dict(impl="PyTorch SDPA", build="", dtype="bf16", n=n_, d=dim, threads=threads, time_s=1e-6,
                          device=device, detail="torch 9.9, SDPA backend FLASH_ATTENTION"))
     pd.DataFrame(rows).to_csv(path(name), index=False)
     return path(name)
 
 
-for name, ratio in (("fast_peer", 100.0), ("slow_peer", 0.5)):
+for name, ratio in (("fast_peer", 100.0), ("slow_peer", 0.5), ("noise_peer", 1.05)):
     out = path(f"peer_{name}")
     r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", out,
             "--exact-peer", peer_file(f"{name}.csv", ratio), "--cost-n", 512, "--threads", 1, "--target", 0.9,
@@ -237,27 +245,34 @@ for name, ratio in (("fast_peer", 100.0), ("slow_peer", 0.5)):
     summary = open(os.path.join(out, "summary.md")).read()
     ex = df[df.spec == "exact"].pivot_table(index="head", columns="metric", values="value")
     c.check(np.allclose(ex.exact_peer_ratio, ratio), f"{name}: the peer's ratio at n = 512 (between 256 and 1024)")
-    want = ex.time_s / ratio if ratio > 1 else ex.time_s
+    want = ex.time_s / ratio if ratio > 1.1 else ex.time_s  # within the timing noise (10%): equal
     c.check(np.allclose(ex.baseline_time_s, want), f"{name}: the baseline is the faster exact attention")
     pts = df[df.family.notna() & (df.metric.isin(["time_s", "speedup_vs_exact"]))].pivot_table(
         index=["head", "family", "budget"], columns="metric", values="value")
     base = ex.baseline_time_s.reindex(pts.index.get_level_values("head")).values
     c.check(len(pts) > 0 and np.allclose(pts.speedup_vs_exact, base / pts.time_s),
             f"{name}: every speed-up is over that baseline")
-    if ratio > 1:
+    if ratio > 1.1:
         c.check("speed-up over PyTorch SDPA on this CPU, 1 threads" in summary and "torch 9.9" in summary
                 and "faster than attnlab's exact here" in summary,
                 f"{name}: the summary names the peer where it quotes speed-ups")
         fast = pts[pts.speedup_vs_exact > 1.3]  # a method beating even the 100× faster exact: none expected here
         rec = df[(df.metric == "recommended") & (df.value == 1)]
         c.check(rec.empty or not fast.empty, f"{name}: nothing recommended that does not beat the peer")
-    else:
-        c.check("attnlab's exact (PyTorch SDPA is 2.00× its time here)" in summary,
+    elif ratio < 1:
+        c.check("attnlab's exact (PyTorch SDPA takes 2.00× its time here)" in summary,
                 f"{name}: the summary says attnlab's exact is the faster one")
+    else:
+        c.check("within the timing noise, equal" in summary and "over PyTorch SDPA" not in summary,
+                f"{name}: a ratio within the noise leaves attnlab's exact the baseline, and says so")
 for args, want in ((["--exact-peer", peer_file("other.csv", 2.0, device="Other CPU")], "this CPU is"),
                    (["--exact-peer", peer_file("t4.csv", 2.0, threads=4)], "no rows at 1 threads"),
                    (["--exact-peer", peer_file("n.csv", 2.0), "--cost-n", 8192], "no ratio at n = 8192"),
-                   (["--exact-peer", peer_file("c.csv", 2.0), "--costs", costs_file("c2.csv", 0.1)], "own exact")):
+                   (["--exact-peer", peer_file("c.csv", 2.0), "--costs", costs_file("c2.csv", 0.1)], "own exact"),
+                   (["--exact-peer", peer_file("dim.csv", 2.0, dim=64)], "no rows at the heads' dimension d = 16"),
+                   (["--exact-peer", peer_file("k.csv", 2.0, build_kernels="products=x isa=y")],
+                    "this command's kernels"),
+                   (["--exact-peer", peer_file("causal.csv", 2.0), "--causal"], "non-causal")):
     r = run("report", "--q", path("rq.npy"), "--k", path("rk.npy"), "--v", path("rv.npy"), "--out", path("bad"),
             "--threads", 1, *(args if "--cost-n" in args else args + ["--cost-n", 512]))
     c.check(r.returncode != 0 and want in r.stderr, f"--exact-peer refused ({want}): {r.stderr.strip()[-200:]}")
