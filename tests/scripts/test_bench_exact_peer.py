@@ -69,8 +69,8 @@ with tempfile.TemporaryDirectory() as tmp:
                 f"{args} refused before timing ({r.returncode}: {r.stderr.strip()[-200:]})")
     torch2 = os.environ.get("ATTNLAB_TORCH2_PYTHON")
     if torch2 and cores >= 2:
-        r = subprocess.run([sys.executable, tool, "--torch-python", torch2, "--n", "256", "--d", "16", "--threads", "1,2",
-                            "--repeats", "1", "--out", out], capture_output=True, text=True, timeout=600)
+        r = subprocess.run([sys.executable, tool, "--torch-python", torch2, "--n", "256", "--d", "16", "--threads",
+                            "1,2", "--repeats", "1", "--out", out], capture_output=True, text=True, timeout=600)
         c.check(r.returncode == 0, f"a real run ({r.stderr.strip()[-300:]})")
         got = list(csv.DictReader(open(out))) if r.returncode == 0 else []
         c.check(len(got) == 2 + 2 * 2, f"attnlab and PyTorch fp32 + bf16 at both thread counts ({len(got)} rows)")
