@@ -456,7 +456,7 @@ TEST(RoundingBound, TaylorRespectsItEntryByEntry) {
       Qkv<float> p = generate_problem<float>(src, n, n, 32, 32, 17);
       p.q *= float(t);
       p.q.row(3).setZero();
-      p.k.row(5).setConstant(1e-30f);  // zero in both formats: its direction is lost
+      p.k.row(5).setConstant(1e-45f);  // a float32 subnormal, zero in both formats: its direction is lost
       const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
       auto m64 = make_method<double>("taylor", 0);
       m64->compute(q, k);
@@ -636,6 +636,37 @@ TEST(RoundingBound, ProbSparseRespectsItWhereTheChoicesAgree) {
 // it; Linformer's F·V whose partial sums pass float32's largest value though F·V is 0; Linformer's e^{2D} beyond
 // double's range beside a zero column of V.
 TEST(RoundingBound, FloatOverflowBeforeStoringGivesNoGuarantee) {
+  // Taylor attention in bf16 with rows whose float32 ‖x‖² overflows (×1e20) or sinks among subnormal squares
+  // (×1e-25): the direction the emulation forms is lost; those rows (and, for keys, every row that sees them) have no
+  // guarantee, and every other entry is held (a second review's counterexample).
+  for (const double scale : {1e20, 1e-25})
+    for (const bool causal : {false, true}) {
+      Rng rng(43);
+      const MatrixR<double> q = (scale * gaussian_matrix<double>(200, 16, rng)).cast<float>().cast<double>();
+      const MatrixR<double> k = gaussian_matrix<double>(200, 16, rng).cast<float>().cast<double>();
+      const MatrixR<double> v = gaussian_matrix<double>(200, 16, rng).cast<float>().cast<double>();
+      AttentionOptions c64;
+      c64.causal = causal;
+      auto m64 = make_method<double>("taylor", 0);
+      m64->compute(q, k, c64);
+      const MatrixR<double> own = m64->output(v);
+      for (const Policy pol : {Policy::eager, Policy::careful}) {
+        SCOPED_TRACE(::testing::Message() << "taylor ×" << scale << (causal ? " causal " : " ") << policy_name(pol));
+        AttentionOptions t = c64;
+        t.storage = Storage::bf16;
+        t.policy = pol;
+        auto m = make_method<float>("taylor", 0);
+        m->compute(q.cast<float>(), k.cast<float>(), t);
+        const MatrixR<double> out = m->output(v.cast<float>()).cast<double>();
+        const KernelRoundingBound b = taylor_rounding_bound(q, k, v, t);
+        Index violations = 0;
+        for (Index i = 0; i < out.size(); ++i)
+          violations +=
+              !(std::isinf(b.output.data()[i]) || std::abs(out.data()[i] - own.data()[i]) <= b.output.data()[i]);
+        EXPECT_EQ(violations, 0);
+        EXPECT_GT(b.rows_without_guarantee, 0);
+      }
+    }
   AttentionOptions o;
   o.storage = Storage::bf16;
   o.policy = Policy::careful;

@@ -390,7 +390,7 @@ KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR
       const VectorX<double> v_intra_col =
           vau.middleRows(j0, last - j0 + 1).colwise().sum().transpose();  // Σ over the chunk's keys of |V|⁺
       v_intra = double(last - j0 + 1);
-      const double absolute_d = (1 + gamma(double(len + m))) * eta * v_intra +
+      const double absolute_d = (1 + gamma(double(len + m))) * std::pow(1 + u, e) * eta * v_intra +
                                 e * double(absorbs) * eta * rho * fq_sum + e * eta +
                                 double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum);
       const double d_up = fqu.row(i).dot(z_up), d_abs = fq.row(i).dot(z_abs), d_ref = sq.row(i).dot(z_sgn);
@@ -408,7 +408,7 @@ KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR
           b.output(i, c) = inf;
           continue;
         }
-        const double absolute_n = (1 + gamma(double(len + m))) * eta * v_intra_col(c) +
+        const double absolute_n = (1 + gamma(double(len + m))) * std::pow(1 + u, e) * eta * v_intra_col(c) +
                                   e * double(absorbs) * eta * rho * fq_sum + e * eta +
                                   double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum);
         const double en = rho * n_up(c) - n_abs(c) + absolute_n + 1e-15 * rho * n_up(c);
@@ -595,6 +595,16 @@ KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const Const
       VectorX<double> xs(d);
       for (Index c = 0; c < d; ++c) xs(c) = round_to(format, double(float(x(i, c))));
       const double nx = x.row(i).norm(), ns = xs.norm();
+      // float32's ‖x̂‖² may overflow (the norm inf, the direction 0) or lose its relative accuracy among subnormal
+      // squares (bf16 holds such rows; fp16 cannot): no guarantee for such a row — an infinite envelope, so a query
+      // row gives up and a key row gives up for every query that sees it.
+      const double sq = ns * ns;
+      if (sq > 0 && (sq < std::ldexp(1.0, -100) ||
+                     sq * (1 + gd) * (1 + u32) * (1 + u32) >= double(std::numeric_limits<float>::max()))) {
+        for (Index c = 0; c < d; ++c) f(i, c + 1) = nx > 0 ? x(i, c) / nx : 0.0;
+        up.row(i).tail(d).setConstant(std::numeric_limits<double>::infinity());
+        continue;
+      }
       for (Index c = 0; c < d; ++c) {
         const double exact = nx > 0 ? x(i, c) / nx : 0.0, known = ns > 0 ? xs(c) / ns : 0.0;
         f(i, c + 1) = exact;
@@ -636,6 +646,7 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
   // subtraction's u₃₂, their sum within γ_m, the division within u₃₂), then stored: each entry within
   // p·(R·e^{2Δ}(1+u) − 1) + 2⁻¹²⁶(1+u) + η of the exact softmax p of x, Δ = max|x̂ − x| (its conditioning, as the
   // header's), R = e^{2u₃₂·max|x̂ − max x̂|}(1+4u₃₂)²(1+γ_m)(1+u₃₂).
+  bool softmax_overflow = false;  // e^{2Δ} beyond double's range: no guarantee (and 0·inf is NaN)
   const auto softmax_bound = [&](const VectorX<double>& x, const VectorX<double>& xs, VectorX<double>& p,
                                  VectorX<double>& dp) {
     const Index m = x.size();
@@ -644,7 +655,13 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
     p /= p.sum();
     const double delta = (xs - x).cwiseAbs().maxCoeff(), width = (xs.array() - mxs).abs().maxCoeff();
     const double r = std::exp(2 * u32 * width) * (1 + e32) * (1 + e32) * (1 + gamma(double(m))) * (1 + u32);
-    dp = (p * (r * std::exp(2 * delta) * (1 + u) - 1)).array() + floor32 * (1 + u) + eta;
+    const double ratio = r * std::exp(2 * delta) * (1 + u);
+    if (!std::isfinite(ratio)) {
+      softmax_overflow = true;
+      dp = VectorX<double>::Zero(m);
+      return;
+    }
+    dp = (p * (ratio - 1)).array() + floor32 * (1 + u) + eta;
   };
   const MatrixR<double> qs = stored(q), ks = stored(k), vs = stored(v);
   MatrixR<double> a(q.rows(), d), da(q.rows(), d), bk(n, d), db(n, d);
@@ -674,7 +691,7 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
   const MatrixR<double> err = (da * c_up + a * dc + gamma(double(d)) * (a + da) * c_up).array() + double(d) * eta32;
   b.output = (err * (1 + u) + u * o.cwiseAbs()).array() + eta;
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
-  const bool overflow = input_max >= big || (eager && c_up.maxCoeff() >= big) ||
+  const bool overflow = softmax_overflow || input_max >= big || (eager && c_up.maxCoeff() >= big) ||
                         !(c_up.maxCoeff() < double(std::numeric_limits<float>::max()));  // C's float32 sums
   for (Index i = 0; i < o.rows(); ++i)
     if (overflow || (o.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
