@@ -979,14 +979,20 @@ def precision(F, R):
                       "precision")
     # Exact attention's derived worst-case bound (analysis/rounding_bound.hpp) against every measurement.
     bounds = d[d.metric.isin(["bound", "bound_ratio", "bound_violations", "bound_rows_none"])]
+
+    def bound_checks(prefix, b, cells, outside, ratio):
+        """A derived bound's three numbers over the cells of b: how many were checked, the entries outside it, and
+        the largest share of it a measurement reached."""
+        F.add(f"{prefix}_cells", int((b.metric == "bound_violations").sum()), str, cells, "precision")
+        F.add(f"{prefix}_violations", int(pick(b, metric="bound_violations").sum()), str, outside, "precision")
+        F.add(f"{prefix}_ratio_max", pick(b, metric="bound_ratio").max(), lambda x: sig(x, 2), ratio, "precision")
+
     b = bounds[bounds.spec.str.startswith("exact")]
-    F.add("precision.bound_cells", int((b.metric == "bound_violations").sum()), str,
-          "cells (exact, both paths, every source, length, temperature, format, policy) where the emulated output "
-          "was checked entry by entry against the derived worst-case rounding bound", "precision")
-    F.add("precision.bound_violations", int(pick(b, metric="bound_violations").sum()), str,
-          "output entries outside the derived bound, all cells", "precision")
-    F.add("precision.bound_ratio_max", pick(b, metric="bound_ratio").max(), lambda x: sig(x, 2),
-          "the largest measured ‖Ô − O‖_F / ‖bound‖_F over all cells", "precision")
+    bound_checks("precision.bound", b,
+                 "cells (exact, both paths, every source, length, temperature, format, policy) where the emulated "
+                 "output was checked entry by entry against the derived worst-case rounding bound",
+                 "output entries outside the derived bound, all cells",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F over all cells")
     for fmt in ("bf16", "fp16"):
         c = b[(b.source == "gaussian") & (b.n == n) & (b.t == 1) & (b.dtype == fmt) & (b.policy == "careful")
               & b.spec.str.startswith("exact:impl=streaming")]
@@ -998,24 +1004,19 @@ def precision(F, R):
     # The pattern methods' bound (exact's materialised one over their pattern) and linear attention's (its own
     # derivation; +inf on the rows where the format may overflow).
     pb = bounds[bounds.method.isin(["local", "sparse"])]
-    F.add("precision.pattern_bound_cells", int((pb.metric == "bound_violations").sum()), str,
-          "cells (the pattern methods the experiment runs — local windows, sparse patterns —, every source, length, "
-          "temperature, format, policy) checked entry by entry against exact attention's materialised bound over the "
-          "pattern", "precision")
-    F.add("precision.pattern_bound_violations", int(pick(pb, metric="bound_violations").sum()), str,
-          "the pattern methods' output entries outside that bound, all cells", "precision")
-    F.add("precision.pattern_bound_ratio_max", pick(pb, metric="bound_ratio").max(), lambda x: sig(x, 2),
-          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of the pattern methods", "precision")
+    bound_checks("precision.pattern_bound", pb,
+                 "cells (the pattern methods the experiment runs — local windows, sparse patterns —, every source, "
+                 "length, temperature, format, policy) checked entry by entry against exact attention's materialised "
+                 "bound over the pattern",
+                 "the pattern methods' output entries outside that bound, all cells",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of the pattern methods")
     lb = bounds[bounds.method == "linear"]
-    F.add("precision.linear_bound_cells", int((lb.metric == "bound_violations").sum()), str,
-          "cells (linear attention, every source, length, temperature, format, policy) checked entry by entry "
-          "against its derived bound", "precision")
-    F.add("precision.linear_bound_violations", int(pick(lb, metric="bound_violations").sum()), str,
-          "linear attention's output entries outside its bound (a failed entry on a row without a guarantee is none)",
-          "precision")
-    F.add("precision.linear_bound_ratio_max", pick(lb, metric="bound_ratio").max(), lambda x: sig(x, 2),
-          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of linear attention, over its rows with a guarantee",
-          "precision")
+    bound_checks("precision.linear_bound", lb,
+                 "cells (linear attention, every source, length, temperature, format, policy) checked entry by "
+                 "entry against its derived bound",
+                 "linear attention's output entries outside its bound (a failed entry on a row without a guarantee is "
+                 "none)",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of linear attention, over its rows with a guarantee")
     for fmt in ("bf16", "fp16"):
         c = lb[(lb.source == "gaussian") & (lb.n == n) & (lb.t == 1) & (lb.dtype == fmt) & (lb.policy == "careful")]
         F.add(f"precision.linear_bound_{fmt}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
@@ -1024,13 +1025,11 @@ def precision(F, R):
     # Linformer's (exact's materialised bound over the projected keys and values, with the envelopes of EK and FV
     # as formed in float32 and stored).
     fb = bounds[bounds.method == "linformer"]
-    F.add("precision.linformer_bound_cells", int((fb.metric == "bound_violations").sum()), str,
-          "cells (Linformer's specs, every source, length, temperature, format, policy) checked entry by entry "
-          "against its derived bound", "precision")
-    F.add("precision.linformer_bound_violations", int(pick(fb, metric="bound_violations").sum()), str,
-          "Linformer's output entries outside its bound, all cells", "precision")
-    F.add("precision.linformer_bound_ratio_max", pick(fb, metric="bound_ratio").max(), lambda x: sig(x, 2),
-          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Linformer", "precision")
+    bound_checks("precision.linformer_bound", fb,
+                 "cells (Linformer's specs, every source, length, temperature, format, policy) checked entry by "
+                 "entry against its derived bound",
+                 "Linformer's output entries outside its bound, all cells",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Linformer")
     for proj in ("pool", "gaussian"):
         for fmt in ("bf16", "fp16"):
             c = fb[(fb.source == "gaussian") & (fb.n == n) & (fb.t == 1) & (fb.dtype == fmt)
@@ -1040,14 +1039,11 @@ def precision(F, R):
                   f"gaussian, n = {n}, t = 1", "precision")
     # Performer's (careful: the stabilised features' exponent errors, then linear's sums and division).
     pfb = bounds[(bounds.method == "performer") & (bounds.policy == "careful")]
-    F.add("precision.performer_bound_cells", int((pfb.metric == "bound_violations").sum()), str,
-          "cells (Performer careful, every spec, source, length, temperature, format) checked entry by entry against "
-          "its derived bound", "precision")
-    F.add("precision.performer_bound_violations", int(pick(pfb, metric="bound_violations").sum()), str,
-          "Performer's output entries outside its bound, all cells", "precision")
-    F.add("precision.performer_bound_ratio_max", pick(pfb, metric="bound_ratio").max(), lambda x: sig(x, 2),
-          "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Performer careful, over its rows with a guarantee",
-          "precision")
+    bound_checks("precision.performer_bound", pfb,
+                 "cells (Performer careful, every spec, source, length, temperature, format) checked entry by entry "
+                 "against its derived bound",
+                 "Performer's output entries outside its bound, all cells",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Performer careful, over its rows with a guarantee")
     for fmt in ("bf16", "fp16"):
         c = pfb[(pfb.source == "gaussian") & (pfb.n == n) & (pfb.t == 1) & (pfb.dtype == fmt)
                 & pfb.spec.str.startswith("performer:features=256")]

@@ -17,6 +17,27 @@ namespace {
 /// x̄ = |x| + η/u, so that |fl(x) − x| ≤ u·x̄, with fp16's η/u = 2⁻¹⁴ (bf16's is 2⁻¹²⁶): one x̄ for both formats.
 MatrixR<double> lifted(const ConstRef<double>& x) { return (x.cwiseAbs().array() + std::ldexp(1.0, -14)).matrix(); }
 
+// float32's unit roundoff, its absolute error per product in the subnormal range (half its smallest subnormal,
+// 2⁻¹⁵⁰, taken as 2⁻¹⁴⁹), its smallest normal value (also the floor of an exp that underflows) and its largest.
+constexpr double kU32 = 0x1p-24, kEta32 = 0x1p-149, kMin32 = 0x1p-126;
+const double kMax32 = double(std::numeric_limits<float>::max());
+
+/// γ_m = m·u₃₂/(1 − m·u₃₂): a sum or product of m float32 roundings, in any order (Higham 2002 §3.1).
+double gamma32(double m) { return m * kU32 / (1 - m * kU32); }
+
+/// Inputs given in float64 as the emulation stores them: float32 first (what the float32 method was given), then the
+/// format (round_to: known exactly).
+MatrixR<double> stored_in(Format format, const ConstRef<double>& x) {
+  return x.unaryExpr([&](double y) { return round_to(format, double(float(y))); });
+}
+
+/// A kernel bound's entry past the division (the header's "output"): |N̂/D̂ − N/D| ≤ (E_N + |O|·E_D)/(D − E_D), the
+/// division's or the reciprocal and product's float32 roundings (div), then O stored in the format.
+double divided_entry(double en, double ed, double o_abs, double d_ref, double div, double u, double eta) {
+  const double y = (en + o_abs * ed) / (d_ref - ed);
+  return y * div * (1 + u) + o_abs * (div * (1 + u) - 1) + eta;
+}
+
 }  // namespace
 
 double SoftmaxRoundingBound::output_norm() const { return output.norm(); }
@@ -112,17 +133,16 @@ SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound(const AttentionOptions& opts
   SoftmaxRoundingBound b;
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
-  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24);
-  const double big = largest_finite(format), max32 = double(std::numeric_limits<float>::max());
-  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
+  const double u = b.u, eta = b.eta, u32 = kU32;
+  const double big = largest_finite(format), max32 = kMax32;
   const Index nq = o.rows(), nk = n_k;
   const Index tiles = streaming ? (nk + tile - 1) / tile : 0;
   const Index te = streaming && eager ? tiles : 0;  // tiles whose running sums and accumulator are stored
   const double s = scale;
   // The scaling multiplies by the scale as float32 holds it: two u₃₂ (its rounding and the product's).
   const double e_logit =
-      std::pow(1 + u, 2 + 2 * (eager ? 1 : 0)) * (1 + gamma(double(d))) * (1 + u32) * (1 + u32) - 1;
-  const double g = gamma(double(nk + 8 + 4 * tiles)), gn = gamma(double(nk));
+      std::pow(1 + u, 2 + 2 * (eager ? 1 : 0)) * (1 + gamma32(double(d))) * (1 + u32) * (1 + u32) - 1;
+  const double g = gamma32(double(nk + 8 + 4 * tiles)), gn = gamma32(double(nk));
   const double inf = std::numeric_limits<double>::infinity();
   b.logit.resize(nq);
   b.ratio.resize(nq);
@@ -178,19 +198,15 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
   SoftmaxRoundingBound b;
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
-  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), eta32 = std::ldexp(1.0, -149);
+  const double u = b.u, eta = b.eta, u32 = kU32, eta32 = kEta32;
   const double big = largest_finite(format), inf = std::numeric_limits<double>::infinity();
-  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
-  const auto stored = [&](const ConstRef<double>& x) {
-    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, double(float(y))); }));
-  };
-  const double s = opts.resolved_scale(q.cols()), gn = gamma(double(n));
+  const double s = opts.resolved_scale(q.cols()), gn = gamma32(double(n));
   // The projected keys and values as formed and stored, against the float64 method's: the header's ΔK', ΔV' (plus
   // 2n·2⁻⁵³ of the magnitudes for float64's own rounding of the two products formed here).
   double partial_max = 0;  // the float32 sums' partial sums reach at most Σ|Ê||K̂| (Σ|F̂||V̂|)
   const auto projected = [&](const ConstRef<double>& p64, const ConstRef<double>& p32, const ConstRef<double>& x,
                              MatrixR<double>& ref, MatrixR<double>& delta) {
-    const MatrixR<double> ps = stored(p32), xs = stored(x);
+    const MatrixR<double> ps = stored_in(format, p32), xs = stored_in(format, x);
     const MatrixR<double> formed = ps * xs, mag = ps.cwiseAbs() * xs.cwiseAbs();
     partial_max = std::max(partial_max, (1 + gn) * mag.maxCoeff());
     ref = p64 * x;
@@ -202,16 +218,16 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
   MatrixR<double> ek, dk, fv, dv;
   projected(e, e32, k, ek, dk);
   projected(f, f32, v, fv, dv);
-  const MatrixR<double> qs = stored(q), dq = (qs - q).cwiseAbs(), qa = q.cwiseAbs();
+  const MatrixR<double> qs = stored_in(format, q), dq = (qs - q).cwiseAbs(), qa = q.cwiseAbs();
   const MatrixR<double> kup = ek.cwiseAbs() + dk, vup = fv.cwiseAbs() + dv;
   // Per query the largest A_ij and input-error term over the k projected keys.
   const MatrixR<double> a = qs.cwiseAbs() * kup.transpose(), c = dq * kup.transpose() + qa * dk.transpose();
-  const double e_z = (1 + gamma(double(q.cols()))) * std::pow(1 + u, eager ? 2 : 0) * (1 + u32) * (1 + u32) - 1;
-  const double g = gamma(double(kk + 8)), gk = gamma(double(kk));
+  const double e_z = (1 + gamma32(double(q.cols()))) * std::pow(1 + u, eager ? 2 : 0) * (1 + u32) * (1 + u32) - 1;
+  const double g = gamma32(double(kk + 8)), gk = gamma32(double(kk));
   const bool stored_overflow = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(),
                                          e32.cwiseAbs().maxCoeff(), f32.cwiseAbs().maxCoeff(), kup.maxCoeff(),
                                          vup.maxCoeff()}) >= big / (1 + u) ||
-                              partial_max >= double(std::numeric_limits<float>::max());
+                              partial_max >= kMax32;
   AttentionOptions native;
   native.scale = s;
   const MatrixR<double> o = exact_output<double>(q, ek, fv, native);
@@ -257,17 +273,16 @@ KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double
   KernelRoundingBound b;
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
-  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24);
+  const double u = b.u, eta = b.eta, u32 = kU32;
   const double big = largest_finite(format);
-  const double max32 = double(std::numeric_limits<float>::max()), min32 = double(std::numeric_limits<float>::min());
-  const double eta32 = std::ldexp(1.0, -149);
+  const double max32 = kMax32, min32 = kMin32;
+  const double eta32 = kEta32;
   const double inf = std::numeric_limits<double>::infinity();
-  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const Index nq = fq.rows(), nk = n_sum, m = fq.cols(), dv = v.cols();
   const MatrixR<double> va = v.cwiseAbs(), vau = (va.array() * (1 + u) + eta).matrix();
   const double e = eager ? 1 : 0;
-  const double rho_s = (1 + gamma(double(nk + 2))) * std::pow(1 + u, e);  // a stored S or z entry's envelope factor
-  const double rho = rho_s * (1 + gamma(double(m + 1))) * std::pow(1 + u, e);
+  const double rho_s = (1 + gamma32(double(nk + 2))) * std::pow(1 + u, e);  // a stored S or z entry's envelope factor
+  const double rho = rho_s * (1 + gamma32(double(m + 1))) * std::pow(1 + u, e);
   const MatrixR<double> s_up = fku.transpose() * vau;  // Ψ⁺ᵀ|V|⁺ (M × d_v)
   const VectorX<double> z_up = fku.colwise().sum().transpose();
   const MatrixR<double> n_up = fqu * s_up, n_ref = fq * (fk.transpose() * va);
@@ -288,7 +303,7 @@ KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double
       input_max >= big ||
       std::max(fqu.maxCoeff(), fku.maxCoeff()) >= big || rho_s * s_up.maxCoeff() >= limit ||
       rho_s * z_up.maxCoeff() >= limit;
-  const double extra = e * eta * ((1 + gamma(double(m + 1))) * (1 + u));
+  const double extra = e * eta * ((1 + gamma32(double(m + 1))) * (1 + u));
   const double div = std::pow(1 + u32, eager ? 1 : 2);
   b.output.resize(nq, dv);
   for (Index i = 0; i < nq; ++i) {
@@ -308,8 +323,7 @@ KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double
         continue;
       }
       const double en = rho * n_up(i, c) - n_ref(i, c) + absolute + 1e-15 * rho * n_up(i, c);
-      const double y = (en + std::abs(o(i, c)) * ed) / (d_ref(i) - ed);
-      b.output(i, c) = y * div * (1 + u) + std::abs(o(i, c)) * (div * (1 + u) - 1) + eta;
+      b.output(i, c) = divided_entry(en, ed, std::abs(o(i, c)), d_ref(i), div, u, eta);
     }
     // O is stored in the format: a row whose entries may reach its largest value has no guarantee.
     if (!none && (o.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
@@ -340,12 +354,11 @@ KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR
   KernelRoundingBound b;
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
-  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24);
+  const double u = b.u, eta = b.eta, u32 = kU32;
   const double big = largest_finite(format);
-  const double max32 = double(std::numeric_limits<float>::max()), min32 = double(std::numeric_limits<float>::min());
-  const double eta32 = std::ldexp(1.0, -149), eps32 = std::ldexp(1.0, -23);
+  const double max32 = kMax32, min32 = kMin32;
+  const double eta32 = kEta32, eps32 = std::ldexp(1.0, -23);
   const double inf = std::numeric_limits<double>::infinity();
-  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const MatrixR<double>& sq = fq_signed ? *fq_signed : fq;
   const MatrixR<double>& sk = fk_signed ? *fk_signed : fk;
   const Index nq = fq.rows(), nk = fk.rows(), m = fq.cols(), dv = v.cols(), off = nk - nq;
@@ -353,7 +366,7 @@ KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR
   const double limit = eager ? big : max32;
   const MatrixR<double> va = v.cwiseAbs(), vau = (va.array() * (1 + u) + eta).matrix();
   const Index longest = std::max(chunk, off);
-  const double absorb = (1 + gamma(double(longest + 1))) * std::pow(1 + u, e);  // one absorb's factor on S, z
+  const double absorb = (1 + gamma32(double(longest + 1))) * std::pow(1 + u, e);  // one absorb's factor on S, z
   const bool global_overflow = input_max >= big || std::max(fqu.maxCoeff(), fku.maxCoeff()) >= big;
   // Running sums over the keys seen so far: the envelopes Ψ⁺ᵀ|V|⁺ and Σψ⁺, the references |ψ|ᵀ|v|, Σ|ψ|, and the
   // signed ψᵀv, Σψ for O.
@@ -378,19 +391,19 @@ KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR
     const double rho_state = std::pow(absorb, double(absorbs));
     const bool state_overflow =
         absorbs > 0 && (rho_state * s_up.maxCoeff() >= limit || rho_state * z_up.maxCoeff() >= limit);
-    const double intra = (1 + gamma(double(m))) * (1 + u);
-    const double rho = std::pow(1 + u, e) * (1 + gamma(double(len + m))) * std::max(intra, rho_state);
+    const double intra = (1 + gamma32(double(m))) * (1 + u);
+    const double rho = std::pow(1 + u, e) * (1 + gamma32(double(len + m))) * std::max(intra, rho_state);
     for (Index r = 0; r < len; ++r) {
       const Index i = i0 + r, last = j0 + r;  // query i sees keys ≤ last
       while (seen <= last) add_key(seen++);
       const double fq_sum = fqu.row(i).sum();
       // A's stored entries (this chunk's keys up to i): η each, and none may reach the format's largest value.
       double a_max = 0, v_intra = 0;
-      for (Index j = j0; j <= last; ++j) a_max = std::max(a_max, (1 + gamma(double(m))) * fqu.row(i).dot(fku.row(j)));
+      for (Index j = j0; j <= last; ++j) a_max = std::max(a_max, (1 + gamma32(double(m))) * fqu.row(i).dot(fku.row(j)));
       const VectorX<double> v_intra_col =
           vau.middleRows(j0, last - j0 + 1).colwise().sum().transpose();  // Σ over the chunk's keys of |V|⁺
       v_intra = double(last - j0 + 1);
-      const double absolute_d = (1 + gamma(double(len + m))) * std::pow(1 + u, e) * eta * v_intra +
+      const double absolute_d = (1 + gamma32(double(len + m))) * std::pow(1 + u, e) * eta * v_intra +
                                 e * double(absorbs) * eta * rho * fq_sum + e * eta +
                                 double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum);
       const double d_up = fqu.row(i).dot(z_up), d_abs = fq.row(i).dot(z_abs), d_ref = sq.row(i).dot(z_sgn);
@@ -408,12 +421,11 @@ KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR
           b.output(i, c) = inf;
           continue;
         }
-        const double absolute_n = (1 + gamma(double(len + m))) * std::pow(1 + u, e) * eta * v_intra_col(c) +
+        const double absolute_n = (1 + gamma32(double(len + m))) * std::pow(1 + u, e) * eta * v_intra_col(c) +
                                   e * double(absorbs) * eta * rho * fq_sum + e * eta +
                                   double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum);
         const double en = rho * n_up(c) - n_abs(c) + absolute_n + 1e-15 * rho * n_up(c);
-        const double y = (en + std::abs(o(c)) * ed) / (d_ref - ed);
-        b.output(i, c) = y * div * (1 + u) + std::abs(o(c)) * (div * (1 + u) - 1) + eta;
+        b.output(i, c) = divided_entry(en, ed, std::abs(o(c)), d_ref, div, u, eta);
       }
       if (!none && (o.cwiseAbs().transpose() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
         b.output.row(i).setConstant(inf);
@@ -433,8 +445,8 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
   require(v.rows() == k.rows(), "linear rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
   require(opts.storage != Storage::native, "linear rounding bound: give a reduced storage (bf16 or fp16)");
   const Format format = storage_format(opts.storage);
-  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = std::ldexp(1.0, -24), lift = eta / u;
-  const double floor32 = std::ldexp(1.0, -126);  // float32's floor on forming a feature (below)
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32, lift = eta / u;
+  const double floor32 = kMin32;  // float32's floor on forming a feature (below)
   const double store = (1 + (feature == LinearFeature::Elu ? 2 : 0) * u32) * (1 + u) - 1;
   // φ and its upper envelope Φ⁺ (the header's "features").
   const auto features = [&](const ConstRef<double>& x, MatrixR<double>& f, MatrixR<double>& up) {
@@ -482,19 +494,15 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
           "performer rounding bound: derived for the careful policy (attnlab's stabilised features); eager follows "
           "the reference code's, whose failures the experiment reports");
   const Format format = storage_format(opts.storage);
-  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = std::ldexp(1.0, -24);
-  const double floor32 = std::ldexp(1.0, -126), e32 = 4 * u32;  // an exp's absolute floor and relative error
-  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
-  const auto stored = [&](const ConstRef<double>& x) {
-    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, double(float(y))); }));
-  };
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
+  const double floor32 = kMin32, e32 = 4 * u32;  // an exp's absolute floor and relative error
   const double rs = std::sqrt(opts.resolved_scale(d)), lscale = 0.5 * std::log(double(mf));
-  const double e_proj = (1 + u32) * (1 + u32) * (1 + gamma(double(d))) - 1;  // s^½x in float32, then ωᵀ(s^½x)
-  const double e_norm = std::pow(1 + u32, 5) * (1 + gamma(double(d))) - 1;   // ½‖s^½x‖² in float32
+  const double e_proj = (1 + u32) * (1 + u32) * (1 + gamma32(double(d))) - 1;  // s^½x in float32, then ωᵀ(s^½x)
+  const double e_norm = std::pow(1 + u32, 5) * (1 + gamma32(double(d))) - 1;   // ½‖s^½x‖² in float32
   const double d_l = lscale * ((1 + e32) * (1 + u32) - 1);                   // ½·log M in float32
   // Per row: the exact projections p = s^½xωᵀ, and the bound Δp on the float32 projections of the stored rows.
   const auto projections = [&](const ConstRef<double>& x, MatrixR<double>& p, MatrixR<double>& dp) {
-    const MatrixR<double> xs = stored(x);
+    const MatrixR<double> xs = stored_in(format, x);
     p = rs * x * omega.transpose();
     dp = (rs * xs * omega32.transpose() - p).cwiseAbs() + e_proj * rs * xs.cwiseAbs() * omega32.cwiseAbs().transpose();
     dp.array() += 2 * double(d + 2) * std::ldexp(1.0, -53) * (rs * x.cwiseAbs() * omega.cwiseAbs().transpose()).array();
@@ -517,7 +525,7 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   // exponents it adds up to, apart from each subtraction's rounding; the global one moves by at most ΔG.
   MatrixR<double> pk, dpk;
   projections(k, pk, dpk);
-  const MatrixR<double> ks = stored(k);
+  const MatrixR<double> ks = stored_in(format, k);
   VectorX<double> hn(nk), dhn(nk), g(nk), dg(nk);
   for (Index j = 0; j < nk; ++j) {
     const double exact = 0.5 * rs * rs * k.row(j).squaredNorm(), formed = 0.5 * rs * rs * ks.row(j).squaredNorm();
@@ -557,8 +565,8 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   // A chunk's sums are formed in float32 before its factor e^{m_c − max} scales them: each term f̂·ŵ·|v̂| ≤
   // (1+4u₃₂)²(1+u)·|V̂| (f̂, ŵ ≤ 1 up to their exp's error), so a chunk whose Σ|V̂| may pass float32's largest value
   // gives no guarantee anywhere.
-  const double gc = gamma(2048.0), max32 = double(std::numeric_limits<float>::max());
-  const MatrixR<double> vs = stored(v);
+  const double gc = gamma32(2048.0), max32 = kMax32;
+  const MatrixR<double> vs = stored_in(format, v);
   for (Index c0 = 0; c0 < nk; c0 += 2048) {
     const Index len = std::min<Index>(2048, nk - c0);
     const double worst = vs.middleRows(c0, len).cwiseAbs().colwise().sum().maxCoeff();
@@ -577,10 +585,10 @@ KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const Const
   require(v.rows() == k.rows(), "taylor rounding bound: V has {} rows, K has {}", v.rows(), k.rows());
   require(opts.storage != Storage::native, "taylor rounding bound: give a reduced storage (bf16 or fp16)");
   const Format format = storage_format(opts.storage);
-  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = std::ldexp(1.0, -24);
-  const double floor32 = std::ldexp(1.0, -126);
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
+  const double floor32 = kMin32;
   const Index d = q.cols();
-  const double gd = double(d) * u32 / (1 - double(d) * u32);
+  const double gd = gamma32(double(d));
   // x/‖x‖ in float32: the squared norm within γ_d, its square root and the division each within u₃₂.
   const double e_t = (1 + u32) * (1 + u32) / (std::sqrt(1 - gd) * (1 - u32)) - 1;
   // φ = [1, x/‖x‖] (0 for a zero row, as the method takes it), |φ| and Φ⁺ = |φ| + |φ̂ − φ|: the stored row known
@@ -600,7 +608,7 @@ KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const Const
       // row gives up and a key row gives up for every query that sees it.
       const double sq = ns * ns;
       if (sq > 0 && (sq < std::ldexp(1.0, -100) ||
-                     sq * (1 + gd) * (1 + u32) * (1 + u32) >= double(std::numeric_limits<float>::max()))) {
+                     sq * (1 + gd) * (1 + u32) * (1 + u32) >= kMax32)) {
         for (Index c = 0; c < d; ++c) f(i, c + 1) = nx > 0 ? x(i, c) / nx : 0.0;
         up.row(i).tail(d).setConstant(std::numeric_limits<double>::infinity());
         continue;
@@ -634,14 +642,10 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
   KernelRoundingBound b;
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
-  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), e32 = 4 * u32, floor32 = std::ldexp(1.0, -126);
-  const double eta32 = std::ldexp(1.0, -149), big = largest_finite(format);
+  const double u = b.u, eta = b.eta, u32 = kU32, e32 = 4 * u32, floor32 = kMin32;
+  const double eta32 = kEta32, big = largest_finite(format);
   const double inf = std::numeric_limits<double>::infinity();
-  const auto gamma = [&](double m) { return m * u32 / (1 - m * u32); };
   const Index n = k.rows(), d = q.cols();
-  const auto stored = [&](const ConstRef<double>& x) {
-    return MatrixR<double>(x.unaryExpr([&](double y) { return round_to(format, double(float(y))); }));
-  };
   // A softmax over a vector x in float32 from its stored x̂ (the max, e^{x̂ − max} within 4u₃₂ after the
   // subtraction's u₃₂, their sum within γ_m, the division within u₃₂), then stored: each entry within
   // p·(R·e^{2Δ}(1+u) − 1) + 2⁻¹²⁶(1+u) + η of the exact softmax p of x, Δ = max|x̂ − x| (its conditioning, as the
@@ -654,7 +658,7 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
     p = (x.array() - mx).exp();
     p /= p.sum();
     const double delta = (xs - x).cwiseAbs().maxCoeff(), width = (xs.array() - mxs).abs().maxCoeff();
-    const double r = std::exp(2 * u32 * width) * (1 + e32) * (1 + e32) * (1 + gamma(double(m))) * (1 + u32);
+    const double r = std::exp(2 * u32 * width) * (1 + e32) * (1 + e32) * (1 + gamma32(double(m))) * (1 + u32);
     const double ratio = r * std::exp(2 * delta) * (1 + u);
     if (!std::isfinite(ratio)) {
       softmax_overflow = true;
@@ -663,7 +667,7 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
     }
     dp = (p * (ratio - 1)).array() + floor32 * (1 + u) + eta;
   };
-  const MatrixR<double> qs = stored(q), ks = stored(k), vs = stored(v);
+  const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
   MatrixR<double> a(q.rows(), d), da(q.rows(), d), bk(n, d), db(n, d);
   for (Index i = 0; i < q.rows(); ++i) {
     VectorX<double> p, dp;
@@ -682,17 +686,17 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
   const MatrixR<double> bup = bk + db;
   const double e = eager ? 1 : 0;
   const MatrixR<double> c = bk.transpose() * v;
-  const MatrixR<double> c_up = ((bup.transpose() * vup) * ((1 + gamma(double(n))) * std::pow(1 + u, e))).array() +
+  const MatrixR<double> c_up = ((bup.transpose() * vup) * ((1 + gamma32(double(n))) * std::pow(1 + u, e))).array() +
                                e * eta + double(n) * eta32;
   const MatrixR<double> dc = c_up - bk.transpose() * va;  // ≥ |Ĉ − C|: Ĉ's envelope less the exact |B|ᵀ|V|
   // O = ÂĈ in float32 (γ_d), stored.
   const MatrixR<double> o = a * c;
   b.reference = o;
-  const MatrixR<double> err = (da * c_up + a * dc + gamma(double(d)) * (a + da) * c_up).array() + double(d) * eta32;
+  const MatrixR<double> err = (da * c_up + a * dc + gamma32(double(d)) * (a + da) * c_up).array() + double(d) * eta32;
   b.output = (err * (1 + u) + u * o.cwiseAbs()).array() + eta;
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
   const bool overflow = softmax_overflow || input_max >= big || (eager && c_up.maxCoeff() >= big) ||
-                        !(c_up.maxCoeff() < double(std::numeric_limits<float>::max()));  // C's float32 sums
+                        !(c_up.maxCoeff() < kMax32);  // C's float32 sums
   for (Index i = 0; i < o.rows(); ++i)
     if (overflow || (o.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
       b.output.row(i).setConstant(inf);
@@ -713,7 +717,7 @@ KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exa
   KernelRoundingBound b;
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
-  const double u = b.u, eta = b.eta, u32 = std::ldexp(1.0, -24), inf = std::numeric_limits<double>::infinity();
+  const double u = b.u, eta = b.eta, u32 = kU32, inf = std::numeric_limits<double>::infinity();
   const double gn = double(n) * u32 / (1 - double(n) * u32);
   std::vector<char> in64(std::size_t(nq), 0), in32(std::size_t(nq), 0);
   for (const auto* set : {&selected, &chosen})
@@ -723,11 +727,11 @@ KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exa
   // Exact rows: exact attention's streaming bound (the emulation's tiles of kDefaultTile keys).
   const SoftmaxRoundingBound rows = exact.bound(opts, true, kDefaultTile);
   // Lazy rows: mean(V), from the stored V (known exactly) summed in float32 and scaled by fl(1/n), stored.
-  const MatrixR<double> vs = v.unaryExpr([&](double y) { return round_to(format, double(float(y))); });
+  const MatrixR<double> vs = stored_in(format, v);
   const Eigen::Matrix<double, 1, Eigen::Dynamic> mean = v.colwise().mean(), mean_s = vs.colwise().mean(),
                                                  abs_s = vs.cwiseAbs().colwise().mean();
   Eigen::Matrix<double, 1, Eigen::Dynamic> lazy(dv);
-  const double max32 = double(std::numeric_limits<float>::max());
+  const double max32 = kMax32;
   for (Index c = 0; c < dv; ++c) {
     if (!((1 + gn) * abs_s(c) * double(n) < max32)) {  // ΣV's float32 partial sums may overflow
       lazy(c) = inf;
