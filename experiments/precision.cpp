@@ -9,9 +9,10 @@
 // forward's formed again among them). The fp64 rows give each method's
 // approximation error, the yardstick the rounding error is read against. For exact attention, the pattern methods
 // (local, sparse: exact's materialised bound over their pattern), Linformer (the same over its projected keys and
-// values, with the envelopes of EK and FV as formed), linear attention and Performer (careful) also their derived
-// worst-case rounding bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the
-// bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); the kernel methods' give up on a row
+// values, with the envelopes of EK and FV as formed), linear attention, Performer (both policies) and Reformer
+// (given both runs' key sets: a row whose set rounding moved has none) also their derived worst-case rounding
+// bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the bound
+// (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); the kernel methods' give up on a row
 // where the format may overflow (`bound_rows_none`; `bound` only when they give up nowhere, `bound_ratio` over the
 // rows they hold). A method or policy the library does not emulate is a `refused` row, not a
 // silent gap.
@@ -22,6 +23,7 @@
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/linformer.hpp"
 #include "attnlab/methods/performer.hpp"
+#include "attnlab/methods/reformer.hpp"
 #include "attnlab/operators/sparse.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
@@ -120,6 +122,7 @@ class Precision final : public SourcesExperiment {
         add(format, pol, "bound_violations", double(outside));
       };
       std::optional<SoftmaxRoundingAnalysis> pattern_analysis;  // the pattern methods' bound (formed when asked)
+      std::vector<std::vector<Index>> keys64;                   // Reformer's: the float64 method's key sets
       // The backward where the emulation covers it (the registry's StorageEmulation::backward): dQ, dK, dV against
       // the method's own float64 gradients.
       const MethodDescriptor& desc = find_method(m64->name());
@@ -219,16 +222,29 @@ class Precision final : public SourcesExperiment {
                 m->spec().find("feature=relu") != std::string::npos ? LinearFeature::Relu : LinearFeature::Elu;
             add_kernel_bound(linear_rounding_bound(p.q, p.k, p.v, feature, opts));
           }
-          if (!native && m->name() == "performer" && policy == Policy::careful &&
+          if (!native && m->name() == "performer" &&
               dynamic_cast<const PerformerMethod<double>*>(m64.get())->settings().kernel ==
                   PerformerKernel::Positive) {
-            // Performer's (careful only: eager's reference-code features are not derived), with the float64 and the
-            // float32 method's own ω.
+            // Performer's (careful: attnlab's stabilised features; eager: the reference code's, every step stored),
+            // with the float64 and the float32 method's own ω.
             const auto* p64 = dynamic_cast<const PerformerMethod<double>*>(m64.get());
             const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
             require(p64 != nullptr && p32 != nullptr, "precision: {} is not a Performer", spec);
             add_kernel_bound(performer_rounding_bound(p.q, p.k, p.v, p64->omega(), p32->omega().cast<double>(),
                                                       p64->settings().kernel, opts));
+          }
+          if (!native && m->name() == "reformer") {
+            // Reformer's, given both runs' key sets (a row whose set rounding moved is counted, not bounded): exact's
+            // streaming bound over the float64 method's key sets, in as many pieces as rounds.
+            const auto* r64 = dynamic_cast<const ReformerMethod<double>*>(m64.get());
+            const auto* r32 = dynamic_cast<const ReformerMethod<float>*>(m.get());
+            require(r64 != nullptr && r32 != nullptr, "precision: {} is not a Reformer", spec);
+            if (!pattern_analysis) {
+              keys64 = r64->key_sets();
+              pattern_analysis.emplace(p.q, p.k, p.v, keys64, AttentionOptions{}.resolved_scale(d));
+            }
+            add_kernel_bound(
+                reformer_rounding_bound(*pattern_analysis, keys64, r32->key_sets(), r64->settings().rounds, opts));
           }
           if (!native) {
             add(format, pol, "overflow", double(forward.overflow));

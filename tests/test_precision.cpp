@@ -13,6 +13,8 @@
 #include "attnlab/methods/linformer.hpp"
 #include "attnlab/methods/performer.hpp"
 #include "attnlab/methods/probsparse.hpp"
+#include "attnlab/methods/reformer.hpp"
+#include "attnlab/operators/codebook.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/operators/sparse.hpp"
 
@@ -400,10 +402,13 @@ TEST(RoundingBound, LinformerRespectsItEntryByEntry) {
                Error);
 }
 
-// Performer's bound (performer_rounding_bound, careful policy, non-causal) against the emulation entry by entry:
-// sources, temperatures, feature counts, both formats; the O it is built around is the float64 method's own output;
-// eager and the causal form are refused (not derived).
-TEST(RoundingBound, PerformerCarefulRespectsItEntryByEntry) {
+// Performer's bound (performer_rounding_bound, non-causal: careful's stabilised features, eager's reference-code
+// features with every step stored) against the emulation entry by entry: sources, temperatures, feature counts, both
+// formats and policies; the O it is built around is the float64 method's own output. Careful holds everywhere here;
+// eager may give up on a row (its fp16 features underflow, e^{−‖x‖²/2}), but where it gives up the failure is real
+// or the row is counted, and most rows keep a guarantee. The causal form and the trig kernel are refused.
+TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
+  Index rows = 0, given_up = 0;
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 2.0}) {
       const Index n = 300;
@@ -418,36 +423,49 @@ TEST(RoundingBound, PerformerCarefulRespectsItEntryByEntry) {
         const auto* p64 = dynamic_cast<const PerformerMethod<double>*>(m64.get());
         ASSERT_NE(p64, nullptr) << spec;
         const MatrixR<double> own = m64->output(v);
-        for (const Storage st : {Storage::bf16, Storage::fp16}) {
-          SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " " << storage_name(st));
-          AttentionOptions o;
-          o.storage = st;
-          o.policy = Policy::careful;
-          auto m = make_method<float>(spec, 7);
-          m->compute(p.q, p.k, o);
-          const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
-          ASSERT_NE(p32, nullptr);
-          const MatrixR<double> out = m->output(p.v).cast<double>();
-          const KernelRoundingBound b = performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
-                                                                 PerformerKernel::Positive, o);
-          EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
-          EXPECT_EQ(outside(out, own, b.output), 0)
-              << "worst excess " << ((out - own).cwiseAbs() - b.output).maxCoeff();
-          EXPECT_EQ(b.rows_without_guarantee, 0);
-          if (t == 1.0 && std::string(kind) == "gaussian")
-            std::printf("  %-40s %s careful |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n", spec, storage_name(st).c_str(),
-                        (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
-          AttentionOptions eager = o;
-          eager.policy = Policy::eager;
-          EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
-                                                PerformerKernel::Positive, eager),
-                       Error);
-          EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
-                                                PerformerKernel::Trig, o),
-                       Error);
-        }
+        for (const Storage st : {Storage::bf16, Storage::fp16})
+          for (const Policy pol : {Policy::careful, Policy::eager}) {
+            SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " " << storage_name(st) << " "
+                                              << policy_name(pol));
+            AttentionOptions o;
+            o.storage = st;
+            o.policy = pol;
+            auto m = make_method<float>(spec, 7);
+            m->compute(p.q, p.k, o);
+            const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
+            ASSERT_NE(p32, nullptr);
+            const MatrixR<double> out = m->output(p.v).cast<double>();
+            const KernelRoundingBound b = performer_rounding_bound(
+                q, k, v, p64->omega(), p32->omega().cast<double>(), PerformerKernel::Positive, o);
+            EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+            EXPECT_EQ(outside_guaranteed(out, own, b.output), 0);
+            if (pol == Policy::careful) {
+              EXPECT_EQ(outside(out, own, b.output), 0)
+                  << "worst excess " << ((out - own).cwiseAbs() - b.output).maxCoeff();
+              EXPECT_EQ(b.rows_without_guarantee, 0);
+            }
+            rows += n;
+            given_up += b.rows_without_guarantee;
+            if (t == 1.0 && std::string(kind) == "gaussian")
+              std::printf("  %-40s %s %-7s |ΔO|_F / |O|_F %.2e, / bound %.3f, bound / |O|_F %.3g, %lld rows without\n",
+                          spec, storage_name(st).c_str(), policy_name(pol).c_str(), (out - own).norm() / own.norm(),
+                          b.rows_without_guarantee ? 0.0 : (out - own).norm() / b.output_norm(),
+                          b.rows_without_guarantee ? 0.0 : b.output_norm() / own.norm(),
+                          static_cast<long long>(b.rows_without_guarantee));
+            AttentionOptions causal = o;
+            causal.causal = true;
+            EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
+                                                  PerformerKernel::Positive, causal),
+                         Error);
+            EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
+                                                  PerformerKernel::Trig, o),
+                         Error);
+          }
       }
     }
+  std::printf("  performer: %lld of %lld rows without a guarantee\n", static_cast<long long>(given_up),
+              static_cast<long long>(rows));
+  EXPECT_LT(given_up, rows / 4) << "the bound holds vacuously";
 }
 
 // Taylor attention's bound (taylor_rounding_bound: signed features [1, x/‖x‖]) against the emulation entry by entry:
@@ -622,6 +640,143 @@ TEST(RoundingBound, ProbSparseRespectsItWhereTheChoicesAgree) {
     }
   std::printf("  probsparse: %lld rows chosen differently in the format, over every case\n",
               static_cast<long long>(flips));
+}
+
+// Reformer's bound (reformer_rounding_bound): where both runs hashed every key of a row alike, exact's streaming bound
+// over the row's key set in `rounds` pieces (non-causal) or the pattern softmax's (causal); a row whose key set moved
+// is counted, not bounded. Entry by entry against the emulation: sources, temperatures, bucket/chunk/round settings,
+// both masks, formats and policies; its O is the float64 method's own. Most rows must keep a guarantee (else the
+// test would hold vacuously).
+TEST(RoundingBound, ReformerRespectsItWhereTheKeySetsAgree) {
+  Index rows = 0, moved = 0;
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {1.0, 4.0}) {
+      SourceOptions src;
+      src.kind = kind;
+      Qkv<float> p = generate_problem<float>(src, 300, 300, 32, 32, 31);
+      p.q *= float(t);
+      const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+      for (const char* spec : {"reformer:buckets=8,chunk=32", "reformer:buckets=4,chunk=16,rounds=4"})
+        for (const bool causal : {false, true}) {
+          AttentionOptions o64;
+          o64.causal = causal;
+          auto m64 = make_method<double>(spec, 3);
+          m64->compute(q, k, o64);
+          const MatrixR<double> own = m64->output(v);
+          const auto* sp = dynamic_cast<const SparseOperator<double>*>(&m64->op());
+          ASSERT_NE(sp, nullptr) << spec;
+          const std::vector<std::vector<Index>> keys64 = sp->row_keys();
+          ASSERT_EQ(dynamic_cast<const ReformerMethod<double>*>(m64.get())->key_sets(), keys64) << "P̃'s key sets";
+          const SoftmaxRoundingAnalysis analysis(q, k, v, keys64, o64.resolved_scale(q.cols()));
+          const Index rounds = std::string(spec).find("rounds=4") != std::string::npos ? 4 : 2;
+          for (const Storage st : {Storage::bf16, Storage::fp16})
+            for (const Policy pol : {Policy::eager, Policy::careful}) {
+              SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << (causal ? " causal " : " ")
+                                                << storage_name(st) << " " << policy_name(pol));
+              AttentionOptions o = o64;
+              o.storage = st;
+              o.policy = pol;
+              auto m = make_method<float>(spec, 3);
+              m->compute(p.q, p.k, o);
+              const MatrixR<double> out = m->output(p.v).cast<double>();
+              const auto* r32 = dynamic_cast<const ReformerMethod<float>*>(m.get());
+              ASSERT_NE(r32, nullptr);
+              const KernelRoundingBound b = reformer_rounding_bound(analysis, keys64, r32->key_sets(), rounds, o);
+              EXPECT_LT((b.reference - own).norm(), 1e-12 * own.norm()) << "the bound's O is not the method's";
+              EXPECT_EQ(outside_guaranteed(out, own, b.output), 0);
+              rows += out.rows();
+              moved += b.rows_without_guarantee;
+              if (t == 1.0 && std::string(kind) == "gaussian" && !causal) {
+                double measured = 0, bounded = 0;
+                for (Index i = 0; i < out.rows(); ++i)
+                  if (b.output.row(i).allFinite()) {
+                    measured += (out.row(i) - own.row(i)).squaredNorm();
+                    bounded += b.output.row(i).squaredNorm();
+                  }
+                std::printf("  %-38s %s %-7s |ΔO|_F / bound %.3f (rows with a guarantee), %lld rows without\n", spec,
+                            storage_name(st).c_str(), policy_name(pol).c_str(),
+                            bounded > 0 ? std::sqrt(measured / bounded) : 0.0,
+                            static_cast<long long>(b.rows_without_guarantee));
+              }
+            }
+        }
+    }
+  std::printf("  reformer: %lld of %lld rows without a guarantee (a key set moved by rounding)\n",
+              static_cast<long long>(moved), static_cast<long long>(rows));
+  EXPECT_LT(moved, rows / 2) << "the bound holds vacuously";
+}
+
+// Transformer-VQ's bound (vq_rounding_bound: hard assignment, a fixed codebook both runs share), where both runs
+// assigned every key alike, entry by entry against the emulation; its O is the float64 method's own. Keys near their
+// codes (no flip: the bound must hold everywhere) and keys spread between codes (a flip, if rounding moves one,
+// leaves the output without a guarantee, counted); temperatures; both formats and policies.
+TEST(RoundingBound, VqRespectsItWhereTheAssignmentsAgree) {
+  const Index n = 300, d = 32, codes = 16;
+  const MatrixR<float> codebook = gaussian(codes, d, 5);
+  const std::string path = ::testing::TempDir() + "attnlab_rounding_bound_vq_codebook.npy";
+  write_npy<double>(path, codebook.cast<double>());
+  const std::string spec = "vq:codes=16,codebook=" + path;
+  Index cases = 0, flipped = 0;
+  for (const float spread : {0.1f, 4.0f})
+    for (const double t : {1.0, 4.0}) {
+      MatrixR<float> q = gaussian(n, d, 1), k = gaussian(n, d, 2, spread);
+      const MatrixR<float> v = gaussian(n, d, 3);
+      q *= float(t);
+      for (Index j = 0; j < n; ++j) k.row(j) += codebook.row((7 * j) % codes);
+      auto m64 = make_method<double>(spec);
+      m64->compute(q.cast<double>(), k.cast<double>());
+      const MatrixR<double> own = m64->output(v.cast<double>());
+      const auto* op64 = dynamic_cast<const CodebookOperator<double>*>(&m64->op());
+      ASSERT_NE(op64, nullptr);
+      for (const Storage st : {Storage::bf16, Storage::fp16})
+        for (const Policy pol : {Policy::eager, Policy::careful}) {
+          SCOPED_TRACE(::testing::Message() << "spread " << spread << " t=" << t << " " << storage_name(st) << " "
+                                            << policy_name(pol));
+          AttentionOptions o;
+          o.storage = st;
+          o.policy = pol;
+          auto m = make_method<float>(spec);
+          m->compute(q, k, o);
+          const MatrixR<double> out = m->output(v).cast<double>();
+          const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&m->op());
+          ASSERT_NE(op32, nullptr);
+          const KernelRoundingBound b = vq_rounding_bound(q.cast<double>(), v.cast<double>(), codebook.cast<double>(),
+                                                          op64->assignment(), op32->assignment(), o);
+          EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+          EXPECT_EQ(outside_guaranteed(out, own, b.output), 0);
+          ++cases;
+          if (spread < 0.5f) {
+            EXPECT_EQ(b.rows_without_guarantee, 0) << "keys near their codes: no flip, no overflow";
+          }
+          flipped += b.rows_without_guarantee == n;
+          if (b.rows_without_guarantee == 0)
+            std::printf("  vq spread %.1f t=%g %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n", spread, t,
+                        storage_name(st).c_str(), policy_name(pol).c_str(), (out - own).norm() / b.output_norm(),
+                        b.output_norm() / own.norm());
+        }
+    }
+  std::printf("  vq: %lld of %lld cases without a guarantee (an assignment flipped)\n", static_cast<long long>(flipped),
+              static_cast<long long>(cases));
+  // A flipped assignment (here written in: rounding rarely moves a key across codes this far apart) changes a code's
+  // sum and count, which every query reads: no row keeps a guarantee, and the bound says so rather than promise one.
+  const MatrixR<float> q = gaussian(n, d, 1), v = gaussian(n, d, 3);
+  std::vector<Index> assigned(static_cast<std::size_t>(n)), chosen;
+  for (Index j = 0; j < n; ++j) assigned[std::size_t(j)] = (7 * j) % codes;
+  chosen = assigned;
+  chosen[5] = (chosen[5] + 1) % codes;
+  AttentionOptions o;
+  o.storage = Storage::bf16;
+  const KernelRoundingBound same = vq_rounding_bound(q.cast<double>(), v.cast<double>(), codebook.cast<double>(),
+                                                     assigned, assigned, o);
+  const KernelRoundingBound moved = vq_rounding_bound(q.cast<double>(), v.cast<double>(), codebook.cast<double>(),
+                                                      assigned, chosen, o);
+  EXPECT_EQ(same.rows_without_guarantee, 0);
+  EXPECT_EQ(moved.rows_without_guarantee, n);
+  EXPECT_TRUE(moved.output.array().isInf().all());
+  o.causal = true;
+  EXPECT_THROW(vq_rounding_bound(q.cast<double>(), v.cast<double>(), codebook.cast<double>(), assigned, assigned, o),
+               Error);
+  std::remove(path.c_str());
 }
 
 // Inputs where the emulation's float32 sums overflow before anything is stored: the bounds give no guarantee there,

@@ -1066,6 +1066,41 @@ def precision(F, R):
                    metric="underflow").max()), str,
           "stored entries of Performer 256 careful that underflowed to zero on one trained head, fp16, t = 1",
           "precision")
+    # Performer eager's (the reference code's features, every step stored: each stored exponent's rounding is a
+    # relative error of its feature) and Reformer's (exact's streaming bound over the key sets, given both runs'
+    # buckets: a row whose key set rounding moved has none).
+    peb = bounds[(bounds.method == "performer") & (bounds.policy == "eager")]
+    bound_checks("precision.performer_eager_bound", peb,
+                 "cells (Performer eager, every spec, source, length, temperature, format) checked entry by entry "
+                 "against its derived bound",
+                 "Performer eager's output entries outside its bound (a failed entry on a row without a guarantee is "
+                 "none)",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Performer eager, over its rows with a guarantee")
+    pe_none = peb[peb.metric == "bound_rows_none"]
+    for fmt in ("bf16", "fp16"):
+        x = pe_none[pe_none.dtype == fmt]
+        F.add(f"precision.performer_eager_bound_{fmt}_full", f"{int((x.value == 0).sum())} of {len(x)}", str,
+              f"Performer eager cells ({fmt}, every spec, source, length, temperature) where its bound holds on "
+              "every row", "precision")
+    c = peb[(peb.source == "gaussian") & (peb.n == 1024) & (peb.t == 1) & (peb.dtype == "fp16")
+            & peb.spec.str.startswith("performer:features=256")]
+    F.add("precision.performer_eager_bound_fp16", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
+          "Performer eager's derived bound ‖bound‖_F / ‖O‖_F, 256 features, fp16, gaussian, n = 1024, t = 1",
+          "precision")
+    rfb = bounds[bounds.method == "reformer"]
+    bound_checks("precision.reformer_bound", rfb,
+                 "cells (Reformer's specs, every source, length, temperature, format, policy) checked entry by entry "
+                 "against its derived bound on the rows whose key set both runs share",
+                 "Reformer's output entries outside its bound (rows whose key set moved carry none)",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Reformer, over its rows with a guarantee")
+    moved = rfb[rfb.metric == "bound_rows_none"]
+    for fmt in ("bf16", "fp16"):
+        for src in ("gaussian", "pretrained"):
+            x = moved[(moved.dtype == fmt) & (moved.source == src)]
+            F.add(f"precision.reformer_moved_{fmt}_{src}", pct(x.value.sum() / x.n.sum()), str,
+                  f"the share of Reformer's rows whose key set rounding moved ({fmt}, {src}, every spec, length, "
+                  "temperature and policy): the buckets of the stored Q, K hashed by float32 rotations differ from "
+                  "float64's", "precision")
     # Where the bound gives up (some row without a guarantee) against where the emulation fails, fp16 eager, t = 1.
     none = lb[(lb.source == "gaussian") & (lb.t == 1) & (lb.dtype == "fp16") & (lb.policy == "eager")
               & (lb.metric == "bound_rows_none") & (lb.value > 0)].n

@@ -100,12 +100,16 @@ SoftmaxRoundingAnalysis::SoftmaxRoundingAnalysis(const ConstRef<double>& q, cons
   for (Index i = 0; i < nq; ++i) {
     const auto& row = pattern[std::size_t(i)];
     require(!row.empty(), "softmax rounding bound: row {} of the pattern is empty", i);
+    for (const Index j : row) require(j >= 0 && j < nk, "softmax rounding bound: key {} out of range", j);
     n_k = std::max(n_k, Index(row.size()));
     visible[std::size_t(i)] = Index(row.size());
+  }
+#pragma omp parallel for schedule(dynamic, 64)
+  for (Index i = 0; i < nq; ++i) {  // rows apart
+    const auto& row = pattern[std::size_t(i)];
     std::vector<double> z(row.size());
     double mx = -std::numeric_limits<double>::infinity(), qk = 0, vm = 0;
     for (std::size_t t = 0; t < row.size(); ++t) {
-      require(row[t] >= 0 && row[t] < nk, "softmax rounding bound: key {} out of range", row[t]);
       z[t] = scale * q.row(i).dot(k.row(row[t]));
       mx = std::max(mx, z[t]);
       qk = std::max(qk, qb.row(i).dot(kb.row(row[t])));
@@ -124,10 +128,16 @@ SoftmaxRoundingAnalysis::SoftmaxRoundingAnalysis(const ConstRef<double>& q, cons
 }
 
 SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound(const AttentionOptions& opts, bool streaming, Index tile) const {
-  require(opts.storage != Storage::native, "softmax rounding bound: give a reduced storage (bf16 or fp16)");
   require(!(over_pattern && streaming),
           "softmax rounding bound: a pattern's softmax is materialised (streaming = false)");
   require(tile >= 1, "softmax rounding bound: tile = {}", tile);
+  return bound_in_pieces(opts, streaming ? (n_k + tile - 1) / tile : 0);
+}
+
+SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound_in_pieces(const AttentionOptions& opts, Index pieces) const {
+  require(opts.storage != Storage::native, "softmax rounding bound: give a reduced storage (bf16 or fp16)");
+  require(pieces >= 0, "softmax rounding bound: pieces = {}", pieces);
+  const bool streaming = pieces > 0;
   const Format format = storage_format(opts.storage);
   const bool eager = opts.policy == Policy::eager;
   SoftmaxRoundingBound b;
@@ -136,7 +146,7 @@ SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound(const AttentionOptions& opts
   const double u = b.u, eta = b.eta, u32 = kU32;
   const double big = largest_finite(format), max32 = kMax32;
   const Index nq = o.rows(), nk = n_k;
-  const Index tiles = streaming ? (nk + tile - 1) / tile : 0;
+  const Index tiles = pieces;
   const Index te = streaming && eager ? tiles : 0;  // tiles whose running sums and accumulator are stored
   const double s = scale;
   // The scaling multiplies by the scale as float32 holds it: two u₃₂ (its rounding and the product's).
@@ -477,6 +487,111 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
   return kernel_bound(fq, fqu, fk, fku, v, input_max, k.rows(), opts);
 }
 
+namespace {
+
+/// performer_rounding_bound under eager (the header: the reference code's features, every step stored). Per row x,
+/// with σ = s^½ and the stored row x̂ and ω̂ (both known exactly: round_to), every stored step's distance from its
+/// float64 value is bounded in turn — the rounding of a stored value within u·|x| + η, a float32 product or sum of m
+/// terms within γ_m of its magnitudes:
+///   s^½x      Δxs = σ|x̂ − x| + σ|x̂|((1+u₃₂)²(1+u) − 1) + η (the scale as float32 holds it, the product, storing)
+///   ωᵀx       Δp = (Δxs·|ω̂| + σ|x|·|ω̂ − ω| + γ_d·XS⁺·|ω̂| + d·η₃₂)(1+u) + u|p| + η, XS⁺ = σ|x̂|(1+u₃₂)²(1+u) + η
+///   x∘x, ‖x‖², ‖x‖²/2: each square within Δxs(2σ|x| + Δxs) + ((1+u₃₂)(1+u) − 1)XS⁺² + η, their float32 sum γ_d, the
+///             storings, the halving (exact in float32 but for η₃₂)
+///   exponent  p − ‖x‖²/2 in float32, stored; less the maximum (a query's largest projection, or the largest over
+///             every key: within max Δp of the exact one), in float32, stored: θ the sum of these moves
+///   feature   e^{â} in float32 (4u₃₂, 2⁻¹²⁶ absolute), stored: Φ⁺ = (φe^θ(1+4u₃₂) + 2⁻¹²⁶)(1+u) + η
+/// then linear attention's eager sums and division (kernel_bound, as linear_rounding_bound). The query's maximum is
+/// a factor that cancels, the keys' a common one: counting their moves in θ is conservative. No guarantee for a query
+/// whose stored intermediates may reach the format's largest value, nor anywhere when a key's may; rows whose
+/// features all underflow (e^{−‖x‖²/2}: long queries in fp16) give up through kernel_bound's D ≤ E_D.
+KernelRoundingBound performer_eager_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                          const ConstRef<double>& v, const ConstRef<double>& omega,
+                                          const ConstRef<double>& omega32, const AttentionOptions& opts) {
+  const Format format = storage_format(opts.storage);
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32, eta32 = kEta32;
+  const double big = largest_finite(format), floor32 = kMin32, e32 = 4 * u32, f64 = std::ldexp(1.0, -50);
+  const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
+  const double sigma = std::sqrt(opts.resolved_scale(d)), gd = gamma32(double(d));
+  const MatrixR<double> om_s = stored_in(format, omega32), om_abs = om_s.cwiseAbs();
+  const MatrixR<double> om_err = (om_s - omega).cwiseAbs();
+  struct Rows {
+    MatrixR<double> p, dp;  // exact projections σxωᵀ and the stored ones' distance
+    VectorX<double> h, dh;  // exact ‖σx‖²/2, the stored one's distance
+    VectorX<double> dmax;   // max over m of dp
+    std::vector<char> overflow;
+  };
+  const auto rows = [&](const ConstRef<double>& x) {
+    Rows r;
+    const MatrixR<double> xs = stored_in(format, x);
+    const MatrixR<double> dxs = (sigma * (xs - x).cwiseAbs().array() +
+                                 sigma * xs.cwiseAbs().array() * ((1 + u32) * (1 + u32) * (1 + u) - 1) + eta)
+                                    .matrix();
+    const MatrixR<double> xs_up = (sigma * xs.cwiseAbs().array() * (1 + u32) * (1 + u32) * (1 + u) + eta).matrix();
+    r.p = sigma * x * omega.transpose();
+    // One product for the three magnitude terms: [Δxs + γ_d·XS⁺ | σ|x|]·[|ω̂| | |ω̂ − ω|]ᵀ, each side also carrying
+    // float64's own rounding of p (≤ 2⁻⁵⁰·σ|x|ᵀ|ω|, with σ|x| ≤ XS⁺ + Δxs and |ω| ≤ |ω̂| + |ω̂ − ω|).
+    MatrixR<double> left(x.rows(), 2 * d), right(mf, 2 * d);
+    left << dxs + gd * xs_up + f64 * (dxs + xs_up), (1 + f64) * sigma * x.cwiseAbs();
+    right << om_abs, om_err;
+    const MatrixR<double> formed = (left * right.transpose()).array() + double(d) * eta32;
+    r.dp = (formed.array() * (1 + u) + u * r.p.array().abs() + eta).matrix();
+    r.h.resize(x.rows());
+    r.dh.resize(x.rows());
+    r.dmax = r.dp.rowwise().maxCoeff();
+    r.overflow.assign(std::size_t(x.rows()), 0);
+    for (Index i = 0; i < x.rows(); ++i) {
+      double sq_err = 0, sq_up = 0;
+      for (Index c = 0; c < d; ++c) {
+        const double up = xs_up(i, c) * xs_up(i, c);
+        sq_err += dxs(i, c) * (2 * sigma * std::abs(x(i, c)) + dxs(i, c)) + ((1 + u32) * (1 + u) - 1) * up + eta;
+        sq_up += up * (1 + u32) * (1 + u) + eta;
+      }
+      const double norm2 = sigma * sigma * x.row(i).squaredNorm();
+      const double d_norm2 = (sq_err + gd * sq_up) * (1 + u) + u * norm2 + eta + f64 * norm2;  // ‖x‖² stored
+      r.h(i) = norm2 / 2;
+      r.dh(i) = d_norm2 / 2 + eta32 + u * (r.h(i) + d_norm2 / 2) + eta;  // halved, stored
+      const double p_up = (r.p.row(i).cwiseAbs() + r.dp.row(i)).maxCoeff();
+      r.overflow[std::size_t(i)] =
+          xs_up.row(i).maxCoeff() >= big || p_up >= big || sq_up * (1 + u) >= big || p_up + r.h(i) + r.dh(i) >= big;
+    }
+    return r;
+  };
+  const Rows rq = rows(q), rk = rows(k);
+  const double g_max = rk.p.maxCoeff(), dg_max = rk.dmax.maxCoeff();
+  bool key_overflow = false;
+  for (const char o : rk.overflow) key_overflow = key_overflow || o;
+  // The features and their envelopes: exponent a = p − h − M (M the query's largest projection, or every key's).
+  const auto features = [&](const Rows& r, bool keys, MatrixR<double>& f, MatrixR<double>& up) {
+    const Index n = r.p.rows();
+    f.resize(n, mf);
+    up.resize(n, mf);
+    for (Index i = 0; i < n; ++i) {
+      const double mx = keys ? g_max : r.p.row(i).maxCoeff(), dm = keys ? dg_max : r.dmax(i);
+      for (Index m = 0; m < mf; ++m) {
+        const double diff = r.p(i, m) - r.h(i), a = diff - mx;
+        const double df = r.dp(i, m) + r.dh(i) + (u32 + u + u * u32) * (std::abs(diff) + r.dp(i, m) + r.dh(i)) + eta;
+        const double theta = df + dm + ((1 + u32) * (1 + u) - 1) * (std::abs(a) + df + dm) + eta;
+        f(i, m) = std::exp(a);
+        up(i, m) = (f(i, m) * std::exp(theta) * (1 + e32) + floor32) * (1 + u) + eta;
+      }
+    }
+  };
+  MatrixR<double> fq, fqu, fk, fku;
+  features(rq, false, fq, fqu);
+  features(rk, true, fk, fku);
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  KernelRoundingBound b = kernel_bound(fq, fqu, fk, fku, v, input_max, nk, opts);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (Index i = 0; i < nq; ++i)
+    if ((key_overflow || rq.overflow[std::size_t(i)]) && b.output.row(i).allFinite()) {
+      b.output.row(i).setConstant(inf);
+      ++b.rows_without_guarantee;
+    }
+  return b;
+}
+
+}  // namespace
+
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
                                              const ConstRef<double>& omega32, PerformerKernel kernel,
@@ -490,9 +605,7 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
           omega.cols(), omega32.rows(), omega32.cols());
   require(!opts.causal, "performer rounding bound: derived for the non-causal form only");
   require(opts.storage != Storage::native, "performer rounding bound: give a reduced storage (bf16 or fp16)");
-  require(opts.policy == Policy::careful,
-          "performer rounding bound: derived for the careful policy (attnlab's stabilised features); eager follows "
-          "the reference code's, whose failures the experiment reports");
+  if (opts.policy == Policy::eager) return performer_eager_bound(q, k, v, omega, omega32, opts);
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
   const double floor32 = kMin32, e32 = 4 * u32;  // an exp's absolute floor and relative error
@@ -753,6 +866,144 @@ KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exa
     }
     b.output.row(i) = sel ? rows.output.row(i) : lazy;
     if (!b.output.row(i).allFinite()) ++b.rows_without_guarantee;
+  }
+  return b;
+}
+
+KernelRoundingBound reformer_rounding_bound(const SoftmaxRoundingAnalysis& analysis,
+                                            const std::vector<std::vector<Index>>& selected,
+                                            const std::vector<std::vector<Index>>& chosen, Index rounds,
+                                            const AttentionOptions& opts) {
+  require(analysis.over_pattern, "reformer rounding bound: give the pattern form of the analysis (its key sets)");
+  require(rounds >= 1, "reformer rounding bound: rounds = {}", rounds);
+  const Index nq = analysis.o.rows();
+  require(Index(selected.size()) == nq && Index(chosen.size()) == nq,
+          "reformer rounding bound: key sets for {} and {} queries, the analysis has {}", selected.size(),
+          chosen.size(), nq);
+  // Non-causal: streamed round by round (at most `rounds` pieces per query); causal: the pattern softmax.
+  const SoftmaxRoundingBound rows = analysis.bound_in_pieces(opts, opts.causal ? 0 : rounds);
+  KernelRoundingBound b;
+  b.u = rows.u;
+  b.eta = rows.eta;
+  b.output = rows.output;
+  b.reference = analysis.o;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (Index i = 0; i < nq; ++i) {
+    // Key sets as P̃'s rows hold them (row_keys: ascending, duplicates merged): a bucket moved by rounding has no
+    // rounding bound.
+    const auto &a = selected[std::size_t(i)], &c = chosen[std::size_t(i)];
+    require(Index(a.size()) == analysis.visible[std::size_t(i)] && std::is_sorted(a.begin(), a.end()) &&
+                std::is_sorted(c.begin(), c.end()),
+            "reformer rounding bound: row {} holds {} keys (the analysis' row {}); give P̃'s ascending row_keys", i,
+            a.size(), analysis.visible[std::size_t(i)]);
+    if (a != c) b.output.row(i).setConstant(inf);
+    if (!b.output.row(i).allFinite()) ++b.rows_without_guarantee;
+  }
+  return b;
+}
+
+KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
+                                      const ConstRef<double>& codebook, const std::vector<Index>& assigned,
+                                      const std::vector<Index>& chosen, const AttentionOptions& opts) {
+  const Index nq = q.rows(), nk = v.rows(), d = q.cols(), dv = v.cols(), codes = codebook.rows();
+  require(codebook.cols() == d && codes >= 1 && Index(assigned.size()) == nk && Index(chosen.size()) == nk,
+          "vq rounding bound: Q {}×{}, V {} rows, a codebook {}×{}, assignments of {} and {} keys", nq, d, nk,
+          codes, codebook.cols(), assigned.size(), chosen.size());
+  require(!opts.causal, "vq rounding bound: derived for the non-causal form only");
+  require(opts.storage != Storage::native, "vq rounding bound: give a reduced storage (bf16 or fp16)");
+  for (const auto* a : {&assigned, &chosen})
+    for (const Index y : *a) require(y >= 0 && y < codes, "vq rounding bound: code {} of {}", y, codes);
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  const double e = eager ? 1 : 0;
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = kU32, eta32 = kEta32, big = largest_finite(format);
+  const double inf = std::numeric_limits<double>::infinity(), s = opts.resolved_scale(d);
+  // The stored values, known exactly; per code the key count N_y and the value sum S_y (float64, the reference's)
+  // and ΔS, the bound on the stored sum's distance from S: the stored values' own, the float32 sum's (γ_{N_y}) and,
+  // eager, the storing. Counts are exact in float32; eager stores them (u·N).
+  const MatrixR<double> qs = stored_in(format, q), vs = stored_in(format, v), cs = stored_in(format, codebook);
+  VectorX<double> count = VectorX<double>::Zero(codes);
+  MatrixR<double> sum = MatrixR<double>::Zero(codes, dv), sum_s = sum, sum_abs = sum;
+  for (Index j = 0; j < nk; ++j) {
+    const Index y = assigned[std::size_t(j)];
+    count(y) += 1;
+    sum.row(y) += v.row(j);
+    sum_s.row(y) += vs.row(j);
+    sum_abs.row(y) += vs.row(j).cwiseAbs();
+  }
+  MatrixR<double> s_up(codes, dv);  // |S| + ΔS
+  for (Index y = 0; y < codes; ++y)
+    for (Index c = 0; c < dv; ++c) {
+      const double formed = std::abs(sum_s(y, c) - sum(y, c)) + gamma32(count(y)) * sum_abs(y, c) +
+                            4 * count(y) * std::ldexp(1.0, -53) * sum_abs(y, c);  // float64's own sums
+      s_up(y, c) = std::abs(sum(y, c)) + formed + e * (u * (std::abs(sum(y, c)) + formed) + eta);
+    }
+  const VectorX<double> n_up = count * (1 + e * u);
+  // Logits ℓ = s·QCᵀ (float64) and the bound on the emulated ones' distance: the stored Q and C's own (exact), the
+  // float32 product and scaling (the scale as float32 holds it: two u₃₂), eager's two storings (u·|x| + η each).
+  const MatrixR<double> l = s * q * codebook.transpose(), ls = s * qs * cs.transpose();
+  const MatrixR<double> la = qs.cwiseAbs() * cs.cwiseAbs().transpose();
+  const double e_z = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) * (1 + u32) - 1;
+  const bool global_overflow =
+      std::max({q.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(), codebook.cwiseAbs().maxCoeff()}) >= big ||
+      (eager && (std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= big || s_up.maxCoeff() >= big ||
+                 n_up.maxCoeff() >= big));
+  b.output.resize(nq, dv);
+  b.reference.resize(nq, dv);
+  const Index flips = [&] {
+    Index f = 0;
+    for (Index j = 0; j < nk; ++j) f += assigned[std::size_t(j)] != chosen[std::size_t(j)];
+    return f;
+  }();
+  const double div = 1 + u32;  // num / den in float32
+  const double a_w = kMin32 * (1 + u) + eta;  // a weight's absolute floor: exp's underflow, then the storing
+  for (Index i = 0; i < nq; ++i) {
+    double mx = -inf, dz = 0, zabs = 0;
+    for (Index y = 0; y < codes; ++y) {
+      if (count(y) == 0) continue;  // a code without keys weighs exactly 0 in both runs
+      mx = std::max(mx, l(i, y));
+      dz = std::max(dz, std::abs(ls(i, y) - l(i, y)) + e_z * s * la(i, y) + e * eta * (1 + s) +
+                            double(d) * eta32 * s);
+      zabs = std::max(zabs, std::abs(l(i, y)));
+    }
+    // Each weight's exponent ℓ̂ − M̂ is ℓ − M plus its own logit's move (≤ D), the float32 subtraction's
+    // u₃₂·|ℓ̂ − M̂|, and M − M̂: that last is a factor common to the row, e^{M − M̂} ∈ [e^{−D}, e^{D}], which cancels
+    // in num/den but scales the absolute terms (and the values held, for the overflow checks) by up to e^{D}.
+    const double theta = dz + u32 * 2 * (zabs + dz);
+    const double rho = std::exp(theta) * (1 + 4 * u32) * (1 + u);
+    const double lift = std::exp(dz);
+    VectorX<double> w_ref(codes), w_up(codes);
+    for (Index y = 0; y < codes; ++y) {
+      w_ref(y) = count(y) > 0 ? std::exp(l(i, y) - mx) : 0.0;
+      w_up(y) = count(y) > 0 ? rho * w_ref(y) + a_w * lift : 0.0;
+    }
+    const double den = w_ref.dot(count), den_up = w_up.dot(n_up);
+    const Eigen::Matrix<double, 1, Eigen::Dynamic> num = w_ref.transpose() * sum,
+                                                   num_abs = w_ref.transpose() * sum.cwiseAbs(),
+                                                   num_up = w_up.transpose() * s_up;
+    const double g = gamma32(double(codes));
+    const double floor = double(codes) * eta32 * lift;  // float32's underflowing products
+    double ed = (1 + g) * den_up - den + floor + 1e-15 * den_up;
+    ed += e * (u * (den + ed) + eta * lift);
+    b.reference.row(i) = num / den;
+    const double limit = eager ? big : kMax32;
+    const bool none = flips > 0 || global_overflow || lift * (1 + g) * den_up >= limit ||
+                      lift * (1 + g) * num_up.maxCoeff() >= limit || !(den - ed > 0);
+    for (Index c = 0; c < dv; ++c) {
+      if (none) {
+        b.output(i, c) = inf;
+        continue;
+      }
+      double en = (1 + g) * num_up(c) - num_abs(c) + floor + 1e-15 * num_up(c);
+      en += e * (u * (num_abs(c) + en) + eta * lift);
+      b.output(i, c) = divided_entry(en, ed, std::abs(b.reference(i, c)), den, div, u, eta);
+    }
+    if (!none && (b.reference.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u))
+      b.output.row(i).setConstant(inf);
+    b.rows_without_guarantee += !b.output.row(i).allFinite();
   }
   return b;
 }

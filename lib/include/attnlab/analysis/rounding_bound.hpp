@@ -69,6 +69,9 @@ struct SoftmaxRoundingAnalysis {
   /// The bound under opts.storage (bf16 or fp16) and opts.policy: `streaming` for exact_output's tiles of `tile` keys
   /// (impl=streaming), else the materialised P (impl=materialized). O(n_q·d_v).
   SoftmaxRoundingBound bound(const AttentionOptions& opts, bool streaming, Index tile = 256) const;
+  /// The same for a softmax streamed in at most `pieces` pieces per query (an online softmax whose running sums and
+  /// accumulator, under eager, are stored after each piece; 0: materialised) — over a pattern too: Reformer's rounds.
+  SoftmaxRoundingBound bound_in_pieces(const AttentionOptions& opts, Index pieces) const;
 };
 
 /// Linformer's bound (Wang et al. 2020 eq. (7): O = softmax(s·Q(EK)ᵀ)·(FV), E, F: k × n), as its emulation computes
@@ -142,7 +145,7 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
                                           const AttentionOptions& opts, Index chunk = 64);
 
 /// Performer's bound (Choromanski et al. 2021 Lemma 1: positive features φ(x)_m = e^{ω_mᵀx_s − ‖x_s‖²/2}/√M,
-/// x_s = s^½x), non-causal, careful policy, as its emulation computes it (methods/performer.cpp, operators/kernel.cpp):
+/// x_s = s^½x), non-causal. Careful policy, as its emulation computes it (methods/performer.cpp, operators/kernel.cpp):
 /// Q, K, V stored; the features formed in float32 from the stored rows with the float32 method's ω (omega32; omega is
 /// the float64 method's, the reference), each query's divided by its largest (e^{p − max p}), each key's with its
 /// log-scale g = max p − ‖x_s‖²/2 − ½log M apart; the features stored; a key's weight e^{g − m_c} (its chunk's
@@ -157,8 +160,11 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 /// products, enter linear attention's sums and division (the same derivation as linear_rounding_bound, over n + the
 /// key chunks' count of terms). The query's stabiliser is a common factor that cancels exactly; counting its error in
 /// θ is conservative. A key chunk's sums are formed in float32 before its factor scales them: where a chunk's Σ|V̂|
-/// may pass float32's largest value there is no guarantee. Eager (the reference code's features, every step stored),
-/// the causal form and the other kernels (trig, hyperbolic) are refused: not derived.
+/// may pass float32's largest value there is no guarantee. Eager policy (the reference code's features, every step
+/// stored: s^½x, ωᵀx, x∘x, ‖x‖², ‖x‖²/2, the exponent, less the maximum — a query's largest projection, every key's
+/// largest): each stored step's distance from its float64 value bounded in turn from the stored row and ω̂ (known
+/// exactly), the exponent's total move θ, then linear attention's eager sums and division (rounding_bound.cpp,
+/// performer_eager_bound). The causal form and the other kernels (trig, hyperbolic) are refused: not derived.
 /// Taylor attention's bound (taylor.hpp: φ(x) = [1, x/‖x‖], sim = 1 + cos ≥ 0), non-causal, both policies, as its
 /// emulation computes it (linear's kernel path with signed features): each direction x/‖x‖ formed in float32 from the
 /// stored row (known exactly: round_to) — the squared norm within γ_d, the square root and the division within u₃₂ —
@@ -189,6 +195,40 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
 KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exact, const ConstRef<double>& v,
                                               const std::vector<Index>& selected, const std::vector<Index>& chosen,
                                               const AttentionOptions& opts);
+
+/// Reformer's bound (Kitaev et al. 2020 §2–3), given the key sets of both runs: `analysis` the pattern form over the
+/// float64 method's key sets (`selected`, its P̃'s row_keys), `chosen` the emulated run's. Hashing is discrete, and
+/// rounding can move a key to another bucket (the float32 rotations of the stored rows), which shifts the sorted
+/// chunks: a row whose key set differs gets +inf — no rounding bound covers it; rows_without_guarantee counts them.
+/// Where the sets agree: non-causal, the emulation streams the union round by round (reformer.cpp: per round the
+/// chunk's logits (s·q)·kᵀ in float32, stored under eager; its probabilities exp(ℓ − m) stored before their product
+/// with V; the running sum and accumulator stored after each round under eager), which is exact attention's
+/// streaming transcription with at most `rounds` pieces per query — its bound (bound_in_pieces) over the pattern,
+/// the logits' single storing counted as exact's two; causal, the pattern softmax (materialised), the pattern
+/// methods' bound. O is the float64 method's own output (analysis.o).
+KernelRoundingBound reformer_rounding_bound(const SoftmaxRoundingAnalysis& analysis,
+                                            const std::vector<std::vector<Index>>& selected,
+                                            const std::vector<std::vector<Index>>& chosen, Index rounds,
+                                            const AttentionOptions& opts);
+
+/// Transformer-VQ's bound (Lingle 2023 Fig. 2: O_i = Σ_y w_iy S_y / Σ_y w_iy N_y, w_iy = e^{s·q_iᵀc_y − M_i}, S_y
+/// and N_y the value sum and key count of code y), assign=hard, keys quantized, non-causal, given a codebook both runs
+/// share (codebook=PATH.npy, float32-representable) and the assignments of both runs: `assigned` the float64 method's,
+/// `chosen` the emulated run's. An assignment is discrete and rounding can flip it (the stored key nearer another
+/// code): every query sees every code, so one flipped key leaves the whole output without a guarantee. With a
+/// k-means codebook (codebook=window) the two runs fit different codebooks — a fit, not a rounding: not bounded.
+/// As its emulation computes it (VqMethod::do_output): Q, V and C stored (known exactly: round_to); the logits
+/// s·QĈᵀ in float32 (stored twice under eager); S and N summed in float32 (stored under eager); the weights
+/// e^{ℓ − max ℓ} in float32 and stored (both policies); num = W·S and den = W·N in float32 over the codes (stored
+/// under eager), divided, O stored. Per query, with D the largest logit move |ℓ̂ − ℓ| ≤ s|q̂ᵀĉ − qᵀc| + e_z·s·|q̂|ᵀ|ĉ|
+/// (+ eager's η and float32's underflow): each weight lies within ρ = e^{θ}(1+4u₃₂)(1+u) of its reference times the
+/// row's common factor e^{M − M̂} (which cancels in num/den), θ = D + u₃₂·2(max|ℓ| + D), plus an absolute floor
+/// (2⁻¹²⁶(1+u) + η) scaled by e^{D}; then the kernel bounds' sums and division (|N̂/D̂ − N/D| ≤
+/// (E_N + |O|E_D)/(D − E_D) with E from the upper envelopes ρW + floor and |S| + ΔS). +inf where an input, a stored
+/// logit, sum, count, numerator or normaliser, or a row of O may reach the largest value of what holds it.
+KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
+                                      const ConstRef<double>& codebook, const std::vector<Index>& assigned,
+                                      const std::vector<Index>& chosen, const AttentionOptions& opts);
 
 enum class PerformerKernel;
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,

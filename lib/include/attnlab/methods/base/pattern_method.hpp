@@ -12,6 +12,7 @@
 #include "attnlab/methods/base/lazy_method.hpp"
 
 #include <Eigen/SparseCore>
+#include <algorithm>
 #include <vector>
 
 namespace attnlab {
@@ -54,6 +55,17 @@ class PatternMethod : public LazyOperatorMethod<T> {
   std::vector<std::pair<std::string, double>> diagnostics() const override {
     const auto& op = static_cast<const SparseOperator<T>&>(this->do_op());
     return {{"keys_per_query", double(op.matrix().nonZeros()) / double(op.rows())}};
+  }
+  /// The keys each query attends to, as P̃ is formed over them (ascending, duplicates merged: SparseOperator's
+  /// row_keys) from the inputs as this call holds them (under a reduced storage: the stored Q and K, hashed or
+  /// chosen there), without forming P̃. Valid once compute() has returned.
+  std::vector<std::vector<Index>> key_sets() const {
+    Pattern p = pattern(this->queries(), this->keys(), this->options());
+    for (auto& row : p) {
+      std::sort(row.begin(), row.end());
+      row.erase(std::unique(row.begin(), row.end()), row.end());
+    }
+    return p;
   }
 
  protected:
