@@ -779,6 +779,117 @@ TEST(RoundingBound, VqRespectsItWhereTheAssignmentsAgree) {
   std::remove(path.c_str());
 }
 
+// A review's counterexamples to the Reformer and VQ bounds (two of them in exact attention's softmax bound, which
+// Reformer's inherits): each must hold or give up (+inf), never promise a finite bound the emulation breaks.
+//  - Eigen's vectorised exp clamps its argument at −88.72 (e^{−100} comes out about 2.9e-39, a bf16 subnormal),
+//    beside a value of 2e37: the probabilities' absolute error is float32's exp floor, not the format's η;
+//  - q·k formed in float32 before a tiny scale (Eigen takes the scale out of (s·Q)·Kᵀ) overflows though s·q·k = 128;
+//  - VQ: a code's float32 value sum passes float32's range (2 × 2e38) under careful; QCᵀ overflows before the scale.
+TEST(RoundingBound, ReviewCounterexamplesGiveNoFalsePromise) {
+  const auto outside_of = [](const MatrixR<float>& out, const MatrixR<double>& own, const MatrixR<double>& bound) {
+    return outside_guaranteed(out.cast<double>(), own, bound);
+  };
+  for (const Policy pol : {Policy::careful, Policy::eager}) {
+    SCOPED_TRACE(policy_name(pol));
+    {  // the exp clamp: n = 16, d = 1, every query sees logit 0 (key 0) and −100 (the rest), v_3 = 2e37
+      MatrixR<float> q = MatrixR<float>::Constant(16, 1, 10.0f), k = MatrixR<float>::Constant(16, 1, -10.0f),
+                     v = MatrixR<float>::Zero(16, 1);
+      k(0, 0) = 0;
+      v(3, 0) = 2e37f;
+      const MatrixR<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+      AttentionOptions o;
+      o.storage = Storage::bf16;
+      o.policy = pol;
+      const std::string spec = "reformer:buckets=1,chunk=8,rounds=1";
+      auto m64 = make_method<double>(spec, 3);
+      m64->compute(qd, kd);
+      const MatrixR<double> own = m64->output(vd);
+      const auto* r64 = dynamic_cast<const ReformerMethod<double>*>(m64.get());
+      ASSERT_NE(r64, nullptr);
+      const SoftmaxRoundingAnalysis pattern(qd, kd, vd, r64->key_sets(), AttentionOptions{}.resolved_scale(1));
+      auto m = make_method<float>(spec, 3);
+      m->compute(q, k, o);
+      const auto* r32 = dynamic_cast<const ReformerMethod<float>*>(m.get());
+      EXPECT_EQ(outside_of(m->output(v), own, reformer_rounding_bound(pattern, r64->key_sets(), r32->key_sets(), 1, o)
+                                                 .output),
+                0);
+      for (const bool streaming : {true, false}) {
+        auto e = make_method<float>(streaming ? "exact:impl=streaming" : "exact:impl=materialized");
+        e->compute(q, k, o);
+        const MatrixR<double> exact = exact_output<double>(qd, kd, vd, AttentionOptions{});
+        EXPECT_EQ(outside_of(e->output(v), exact, softmax_rounding_bound(qd, kd, vd, o, streaming).output), 0)
+            << (streaming ? "streaming" : "materialized");
+      }
+    }
+    for (const bool causal : {false, true}) {  // q·k = 2¹²⁹ in float32 before s = 2⁻¹²²
+      MatrixR<float> q = MatrixR<float>::Constant(8, 1, std::ldexp(1.0f, 66)),
+                     k = MatrixR<float>::Constant(8, 1, std::ldexp(1.0f, 63)), v(8, 1);
+      for (Index i = 0; i < 8; ++i) v(i, 0) = float(i);
+      const MatrixR<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+      AttentionOptions o64;
+      o64.causal = causal;
+      o64.scale = std::ldexp(1.0, -122);
+      const std::string spec = "reformer:buckets=1,chunk=4,rounds=1";
+      auto m64 = make_method<double>(spec, 3);
+      m64->compute(qd, kd, o64);
+      const MatrixR<double> own = m64->output(vd);
+      const auto* r64 = dynamic_cast<const ReformerMethod<double>*>(m64.get());
+      const SoftmaxRoundingAnalysis pattern(qd, kd, vd, r64->key_sets(), o64.scale);
+      AttentionOptions o = o64;
+      o.storage = Storage::bf16;
+      o.policy = pol;
+      auto m = make_method<float>(spec, 3);
+      m->compute(q, k, o);
+      const auto* r32 = dynamic_cast<const ReformerMethod<float>*>(m.get());
+      EXPECT_EQ(outside_of(m->output(v), own, reformer_rounding_bound(pattern, r64->key_sets(), r32->key_sets(), 1, o)
+                                                 .output),
+                0)
+          << (causal ? "causal" : "non-causal");
+      auto e = make_method<float>("exact");
+      e->compute(q, k, o);
+      EXPECT_EQ(outside_of(e->output(v), exact_output<double>(qd, kd, vd, o64),
+                           softmax_rounding_bound(qd, kd, vd, o, true).output),
+                0);
+    }
+    for (const int which : {1, 2}) {  // VQ with a fixed codebook
+      MatrixR<float> c(which == 1 ? 2 : 1, 1), q(4, 1), k(4, 1), v(4, 1);
+      double scale = 1;
+      if (which == 1) {  // code 1's float32 sum 4e38 overflows; its weight e^{−50} is positive
+        c << 1, -1;
+        q.setConstant(25);
+        k << 1, 1, -1, -1;
+        v << 1, 2, 2e38f, 2e38f;
+      } else {  // q·c = 2¹²⁹ in float32 before s = 2⁻¹¹²
+        c << std::ldexp(1.0f, 63);
+        q.setConstant(std::ldexp(1.0f, 66));
+        k.setConstant(std::ldexp(1.0f, 63));
+        v << 1, 2, 3, 4;
+        scale = std::ldexp(1.0, -112);
+      }
+      const std::string path = ::testing::TempDir() + "attnlab_rounding_bound_review_" + std::to_string(which) + ".npy";
+      write_npy<double>(path, c.cast<double>());
+      const std::string spec = "vq:codes=" + std::to_string(c.rows()) + ",codebook=" + path;
+      AttentionOptions o64;
+      o64.scale = scale;
+      auto m64 = make_method<double>(spec);
+      m64->compute(q.cast<double>(), k.cast<double>(), o64);
+      const MatrixR<double> own = m64->output(v.cast<double>());
+      AttentionOptions o = o64;
+      o.storage = Storage::bf16;
+      o.policy = pol;
+      auto m = make_method<float>(spec);
+      m->compute(q, k, o);
+      const auto& a64 = dynamic_cast<const CodebookOperator<double>&>(m64->op()).assignment();
+      const auto& a32 = dynamic_cast<const CodebookOperator<float>&>(m->op()).assignment();
+      const KernelRoundingBound b =
+          vq_rounding_bound(q.cast<double>(), v.cast<double>(), c.cast<double>(), a64, a32, o);
+      EXPECT_EQ(outside_of(m->output(v), own, b.output), 0) << "vq case " << which;
+      EXPECT_EQ(b.rows_without_guarantee, 4) << "vq case " << which;
+      std::remove(path.c_str());
+    }
+  }
+}
+
 // Inputs where the emulation's float32 sums overflow before anything is stored: the bounds give no guarantee there,
 // never a finite (or NaN) promise. A review's counterexamples: Performer's key chunk summed before its factor scales
 // it; Linformer's F·V whose partial sums pass float32's largest value though F·V is 0; Linformer's e^{2D} beyond

@@ -42,7 +42,7 @@ double divided_entry(double en, double ed, double o_abs, double d_ref, double di
 
 double SoftmaxRoundingBound::output_norm() const { return output.norm(); }
 
-double SoftmaxRoundingBound::probability(Index i, double p) const { return (ratio(i) - 1) * p + eta; }
+double SoftmaxRoundingBound::probability(Index i, double p) const { return (ratio(i) - 1) * p + p_abs; }
 
 SoftmaxRoundingAnalysis::SoftmaxRoundingAnalysis(const ConstRef<double>& q, const ConstRef<double>& k,
                                                  const ConstRef<double>& v, const AttentionOptions& opts) {
@@ -161,25 +161,29 @@ SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound_in_pieces(const AttentionOpt
     const double di = s * qk_max(i) * e_logit + 2 * u32 * zmax;
     const double vis = double(visible[std::size_t(i)]);
     b.logit(i) = di;
-    // Eager stores QKᵀ before the scale, then s·QKᵀ: either may pass the format's largest value.
     // The streaming accumulator Σ e^{z − m}v is unnormalised (up to the visible count times max|v|), and P·V's
     // partial sums reach R·max|v|: in float32 under careful (and under eager between its storings) either may pass
     // float32's largest value.
     const double acc_max = streaming ? vis * (1 + g) * vbar_visible_max(i)
                                      : std::exp(2 * di) * (1 + u) * (1 + u) * (1 + g) * (1 + g) * (1 + gn) *
                                            vbar_visible_max(i);
-    const bool overflow = input_max >= big || (eager && std::max(1.0, 1.0 / s) * zmax >= big) ||
+    // Eager stores QKᵀ before the scale, then s·QKᵀ: either may pass the format's largest value; under both policies
+    // the float32 product (Eigen takes the scale out of (s·Q)·Kᵀ: q·k formed first) may pass float32's.
+    const bool overflow = input_max >= big || std::max(1.0, 1.0 / s) * zmax >= (eager ? big : max32) ||
                           (te > 0 && (vis * (1 + g) >= big || vis * (1 + g) * vbar_visible_max(i) >= big)) ||
                           !(acc_max < max32);
     b.ratio(i) = overflow ? inf : std::exp(2 * di) * std::pow(1 + u, double(2 + 2 * te)) * (1 + g) * (1 + g);
   }
+  // Each probability's absolute error: float32's exp floor (Eigen's vectorised exp clamps its argument at −88.72,
+  // giving about 2.9e-39 for e^{−100}; an underflowing exp is within 2⁻¹²⁶ too), then the storing's η.
+  b.p_abs = kMin32 * (1 + u) + eta;
   b.output.resize(nq, o.cols());
   for (Index i = 0; i < nq; ++i) {
     const double ri = b.ratio(i);
     for (Index c = 0; c < o.cols(); ++c) {
       const double e = std::isinf(ri) ? inf
                                       : (ri * (1 + u) * (1 + gn) - 1) * pv(i, c) +
-                                            double(nk) * eta * (1 + u) * vbar_col_max(c);
+                                            double(nk) * b.p_abs * (1 + u) * vbar_col_max(c);
       b.output(i, c) = (1 + u) * e + u * std::abs(o(i, c)) + eta;
     }
   }
@@ -247,19 +251,21 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
   b.logit.resize(nq);
   b.ratio.resize(nq);
   b.output.resize(nq, fv.cols());
+  b.p_abs = kMin32 * (1 + u) + eta;  // each probability's absolute error: float32's exp floor, the storing
   for (Index i = 0; i < nq; ++i) {
     const double amax = a.row(i).maxCoeff(), zmax = s * amax * (1 + e_z);
     const double di = s * c.row(i).maxCoeff() + s * e_z * amax + 2 * u32 * zmax;
     b.logit(i) = di;
     const double r0 = std::exp(2 * di) * (1 + u) * (1 + u) * (1 + g) * (1 + g);
     // e^{2D} beyond double's range is no guarantee either (and inf·0 would make the bound NaN).
-    const bool overflow = stored_overflow || (eager && std::max(1.0, 1.0 / s) * zmax >= big) || !std::isfinite(r0);
+    const bool overflow = stored_overflow || std::max(1.0, 1.0 / s) * zmax >= (eager ? big : kMax32) ||
+                          !std::isfinite(r0);
     const double r = overflow ? inf : r0;
     b.ratio(i) = r;
     for (Index col = 0; col < fv.cols(); ++col) {
       const double err = overflow ? inf
                                   : (r * (1 + gk) - 1) * pv(i, col) + r * (1 + gk) * pd(i, col) +
-                                        double(kk) * eta * (1 + gk) * vcol(col);
+                                        double(kk) * b.p_abs * (1 + gk) * vcol(col);
       b.output(i, col) = (1 + u) * err + u * std::abs(o(i, col)) + eta;
     }
   }
@@ -947,10 +953,15 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   const MatrixR<double> l = s * q * codebook.transpose(), ls = s * qs * cs.transpose();
   const MatrixR<double> la = qs.cwiseAbs() * cs.cwiseAbs().transpose();
   const double e_z = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) * (1 + u32) - 1;
+  // No guarantee where a stored input may overflow, where QĈᵀ or s·QĈᵀ may pass the largest value of what holds it
+  // (the format under eager, float32 under careful), where a code's float32 value sum may pass float32's (its
+  // partial sums reach (1+γ)·Σ|v̂|) or, eager, the stored sums or counts the format's.
+  double partial = 0;
+  for (Index y = 0; y < codes; ++y) partial = std::max(partial, (1 + gamma32(count(y))) * sum_abs.row(y).maxCoeff());
   const bool global_overflow =
       std::max({q.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(), codebook.cwiseAbs().maxCoeff()}) >= big ||
-      (eager && (std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= big || s_up.maxCoeff() >= big ||
-                 n_up.maxCoeff() >= big));
+      std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= (eager ? big : kMax32) || partial >= kMax32 ||
+      (eager && (s_up.maxCoeff() >= big || n_up.maxCoeff() >= big));
   b.output.resize(nq, dv);
   b.reference.resize(nq, dv);
   const Index flips = [&] {

@@ -11,15 +11,16 @@
 //   logits    |ẑ_ij − z_ij| ≤ D_ij = s·(q̄_iᵀk̄_j)·[(1+u)^{2+2e}(1+γ_d)(1+u₃₂) − 1] + 2u₃₂·|ẑ|max,
 //             e = 1 under eager (QKᵀ and s·QKᵀ each stored), 0 under careful (Q, K stored; logits in float32);
 //             D_i = max over the visible j;
-//   weights   each normalised weight w_ij the kernel applies to v̂_j lies in [p_ij/R_i, p_ij·R_i] (up to η per entry),
+//   weights   each normalised weight w_ij the kernel applies to v̂_j lies in [p_ij/R_i, p_ij·R_i] up to a = 2⁻¹²⁶(1+u) + η
+//             per entry (float32's exp floor — Eigen's vectorised exp clamps its argument at −88.72 —, the storing),
 //             R_i = e^{2D_i}·(1+u)^{2+2T}·(1+γ_{n+8})²: P stored (materialised: once; streaming: each tile of P before
 //             its product with V, and the sums from the stored tile), and under eager streaming the running sums ℓ
 //             and the running accumulator stored after each of the T key tiles (careful: T = 0);
-//   output    |Ô_ic − O_ic| ≤ (1+u)·[(R_i(1+u)(1+γ_n) − 1)·(P·V̄)_ic + n·η·(1+u)·max_j v̄_jc] + u·|O_ic| + η,
+//   output    |Ô_ic − O_ic| ≤ (1+u)·[(R_i(1+u)(1+γ_n) − 1)·(P·V̄)_ic + n·a·(1+u)·max_j v̄_jc] + u·|O_ic| + η,
 //             O stored at the end (both policies).
-// Under fp16 a logit or a running value can overflow; where q̄ᵀk̄ or s·q̄ᵀk̄ (eager: both are stored) or, eager
-// streaming, ℓ could pass the format's largest finite value the bound is +inf for that row: no guarantee, and the
-// tallies report the overflow.
+// Under fp16 a logit or a running value can overflow; where q̄ᵀk̄ or s·q̄ᵀk̄ (eager: both are stored; careful: the
+// float32 product, formed before the scale) could pass the format's (careful: float32's) largest finite value or,
+// eager streaming, ℓ the format's, the bound is +inf for that row: no guarantee, and the tallies report the overflow.
 // The bound is worst case over every rounding: random rounding errors cancel, so measurements sit well below it; it
 // is what they must never exceed (tests/test_precision.cpp's RoundingBound tests, the precision experiment's `bound_*`
 // metrics). Every bound takes, in float64, the float32 values the emulation was given (exact's and the pattern
@@ -36,12 +37,13 @@ namespace attnlab {
 
 struct SoftmaxRoundingBound {
   double u = 0, eta = 0;  // the format's unit roundoff and half its smallest subnormal
+  double p_abs = 0;       // each probability's absolute error: float32's exp floor 2⁻¹²⁶(1+u), then η
   VectorX<double> logit;  // D_i, per query
   VectorX<double> ratio;  // R_i, per query (+inf: no guarantee)
   MatrixR<double> output; // the componentwise bound on |Ô − O|, n_q × d_v
   /// ‖output‖_F: a bound on ‖Ô − O‖_F.
   double output_norm() const;
-  /// The bound on |p̂_ij − p_ij| for a materialised P: (R_i − 1)·p_ij + η.
+  /// The bound on |p̂_ij − p_ij| for a materialised P: (R_i − 1)·p_ij + p_abs.
   double probability(Index i, double p) const;
 };
 
@@ -201,7 +203,7 @@ KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exa
 /// rounding can move a key to another bucket (the float32 rotations of the stored rows), which shifts the sorted
 /// chunks: a row whose key set differs gets +inf — no rounding bound covers it; rows_without_guarantee counts them.
 /// Where the sets agree: non-causal, the emulation streams the union round by round (reformer.cpp: per round the
-/// chunk's logits (s·q)·kᵀ in float32, stored under eager; its probabilities exp(ℓ − m) stored before their product
+/// chunk's logits s·(qkᵀ) in float32 (Eigen takes the scale out of the product), stored under eager; its probabilities exp(ℓ − m) stored before their product
 /// with V; the running sum and accumulator stored after each round under eager), which is exact attention's
 /// streaming transcription with at most `rounds` pieces per query — its bound (bound_in_pieces) over the pattern,
 /// the logits' single storing counted as exact's two; causal, the pattern softmax (materialised), the pattern
