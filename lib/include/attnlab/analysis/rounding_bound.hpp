@@ -11,8 +11,9 @@
 //   logits    |ẑ_ij − z_ij| ≤ D_ij = s·(q̄_iᵀk̄_j)·[(1+u)^{2+2e}(1+γ_d)(1+u₃₂) − 1] + 2u₃₂·|ẑ|max,
 //             e = 1 under eager (QKᵀ and s·QKᵀ each stored), 0 under careful (Q, K stored; logits in float32);
 //             D_i = max over the visible j;
-//   weights   each normalised weight w_ij the kernel applies to v̂_j lies in [p_ij/R_i, p_ij·R_i] up to a = 2⁻¹²⁶(1+u) + η
-//             per entry (float32's exp floor — Eigen's vectorised exp clamps its argument at −88.72 —, the storing),
+//   weights   each normalised weight w_ij the kernel applies to v̂_j lies in [p_ij/R_i, p_ij·R_i] up to
+//             a = 2⁻¹²⁶(1+u) + η per entry (float32's exp floor — Eigen's vectorised exp clamps its argument at
+//             −88.72 —, the storing),
 //             R_i = e^{2D_i}·(1+u)^{2+2T}·(1+γ_{n+8})²: P stored (materialised: once; streaming: each tile of P before
 //             its product with V, and the sums from the stored tile), and under eager streaming the running sums ℓ
 //             and the running accumulator stored after each of the T key tiles (careful: T = 0);
@@ -203,8 +204,8 @@ KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exa
 /// rounding can move a key to another bucket (the float32 rotations of the stored rows), which shifts the sorted
 /// chunks: a row whose key set differs gets +inf — no rounding bound covers it; rows_without_guarantee counts them.
 /// Where the sets agree: non-causal, the emulation streams the union round by round (reformer.cpp: per round the
-/// chunk's logits s·(qkᵀ) in float32 (Eigen takes the scale out of the product), stored under eager; its probabilities exp(ℓ − m) stored before their product
-/// with V; the running sum and accumulator stored after each round under eager), which is exact attention's
+/// chunk's logits s·(qkᵀ) in float32 (Eigen takes the scale out of the product), stored under eager; its
+/// probabilities exp(ℓ − m) stored before their product with V; the running sum and accumulator stored after each round under eager), which is exact attention's
 /// streaming transcription with at most `rounds` pieces per query — its bound (bound_in_pieces) over the pattern,
 /// the logits' single storing counted as exact's two; causal, the pattern softmax (materialised), the pattern
 /// methods' bound. O is the float64 method's own output (analysis.o).
