@@ -205,10 +205,10 @@ KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exa
 /// chunks: a row whose key set differs gets +inf — no rounding bound covers it; rows_without_guarantee counts them.
 /// Where the sets agree: non-causal, the emulation streams the union round by round (reformer.cpp: per round the
 /// chunk's logits s·(qkᵀ) in float32 (Eigen takes the scale out of the product), stored under eager; its
-/// probabilities exp(ℓ − m) stored before their product with V; the running sum and accumulator stored after each round under eager), which is exact attention's
-/// streaming transcription with at most `rounds` pieces per query — its bound (bound_in_pieces) over the pattern,
-/// the logits' single storing counted as exact's two; causal, the pattern softmax (materialised), the pattern
-/// methods' bound. O is the float64 method's own output (analysis.o).
+/// probabilities exp(ℓ − m) stored before their product with V; the running sum and accumulator stored after each
+/// round under eager), which is exact attention's streaming transcription with at most `rounds` pieces per query —
+/// its bound (bound_in_pieces) over the pattern, the logits' single storing counted as exact's two; causal, the
+/// pattern softmax (materialised), the pattern methods' bound. O is the float64 method's own output (analysis.o).
 KernelRoundingBound reformer_rounding_bound(const SoftmaxRoundingAnalysis& analysis,
                                             const std::vector<std::vector<Index>>& selected,
                                             const std::vector<std::vector<Index>>& chosen, Index rounds,
