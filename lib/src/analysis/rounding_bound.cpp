@@ -22,6 +22,11 @@ MatrixR<double> lifted(const ConstRef<double>& x) { return (x.cwiseAbs().array()
 constexpr double kU32 = 0x1p-24, kEta32 = 0x1p-149, kMin32 = 0x1p-126;
 const double kMax32 = double(std::numeric_limits<float>::max());
 
+/// An exp's absolute error once stored in the format (unit roundoff u, half its smallest subnormal η): float32's
+/// floor 2⁻¹²⁶ (an underflowing exp, and Eigen's vectorised exp, which clamps its argument at −88.72: e^{−100} comes
+/// out about 2.9e-39), carried through the storing, plus the storing's own η.
+double stored_exp_floor(double u, double eta) { return kMin32 * (1 + u) + eta; }
+
 /// γ_m = m·u₃₂/(1 − m·u₃₂): a sum or product of m float32 roundings, in any order (Higham 2002 §3.1).
 double gamma32(double m) { return m * kU32 / (1 - m * kU32); }
 
@@ -174,9 +179,7 @@ SoftmaxRoundingBound SoftmaxRoundingAnalysis::bound_in_pieces(const AttentionOpt
                           !(acc_max < max32);
     b.ratio(i) = overflow ? inf : std::exp(2 * di) * std::pow(1 + u, double(2 + 2 * te)) * (1 + g) * (1 + g);
   }
-  // Each probability's absolute error: float32's exp floor (Eigen's vectorised exp clamps its argument at −88.72,
-  // giving about 2.9e-39 for e^{−100}; an underflowing exp is within 2⁻¹²⁶ too), then the storing's η.
-  b.p_abs = kMin32 * (1 + u) + eta;
+  b.p_abs = stored_exp_floor(u, eta);  // each probability's absolute error
   b.output.resize(nq, o.cols());
   for (Index i = 0; i < nq; ++i) {
     const double ri = b.ratio(i);
@@ -251,7 +254,7 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
   b.logit.resize(nq);
   b.ratio.resize(nq);
   b.output.resize(nq, fv.cols());
-  b.p_abs = kMin32 * (1 + u) + eta;  // each probability's absolute error: float32's exp floor, the storing
+  b.p_abs = stored_exp_floor(u, eta);  // each probability's absolute error
   for (Index i = 0; i < nq; ++i) {
     const double amax = a.row(i).maxCoeff(), zmax = s * amax * (1 + e_z);
     const double di = s * c.row(i).maxCoeff() + s * e_z * amax + 2 * u32 * zmax;
@@ -956,11 +959,12 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   // No guarantee where a stored input may overflow, where QĈᵀ or s·QĈᵀ may pass the largest value of what holds it
   // (the format under eager, float32 under careful), where a code's float32 value sum may pass float32's (its
   // partial sums reach (1+γ)·Σ|v̂|) or, eager, the stored sums or counts the format's.
+  const double limit = eager ? big : kMax32;  // what holds the logits, numerators and normalisers
   double partial = 0;
   for (Index y = 0; y < codes; ++y) partial = std::max(partial, (1 + gamma32(count(y))) * sum_abs.row(y).maxCoeff());
   const bool global_overflow =
       std::max({q.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(), codebook.cwiseAbs().maxCoeff()}) >= big ||
-      std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= (eager ? big : kMax32) || partial >= kMax32 ||
+      std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= limit || partial >= kMax32 ||
       (eager && (s_up.maxCoeff() >= big || n_up.maxCoeff() >= big));
   b.output.resize(nq, dv);
   b.reference.resize(nq, dv);
@@ -970,7 +974,7 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
     return f;
   }();
   const double div = 1 + u32;  // num / den in float32
-  const double a_w = kMin32 * (1 + u) + eta;  // a weight's absolute floor: exp's underflow, then the storing
+  const double a_w = stored_exp_floor(u, eta);  // a weight's absolute floor
   for (Index i = 0; i < nq; ++i) {
     double mx = -inf, dz = 0, zabs = 0;
     for (Index y = 0; y < codes; ++y) {
@@ -1000,7 +1004,6 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
     double ed = (1 + g) * den_up - den + floor + 1e-15 * den_up;
     ed += e * (u * (den + ed) + eta * lift);
     b.reference.row(i) = num / den;
-    const double limit = eager ? big : kMax32;
     const bool none = flips > 0 || global_overflow || lift * (1 + g) * den_up >= limit ||
                       lift * (1 + g) * num_up.maxCoeff() >= limit || !(den - ed > 0);
     for (Index c = 0; c < dv; ++c) {
