@@ -7,24 +7,18 @@
 // emulated, dQ, dK, dV against the method's own float64 gradients (err_dq, ...), the non-finite gradient entries
 // (grad_nonfinite) and the entries the backward's rounding overflowed (grad_overflow: its stored tensors, the
 // forward's formed again among them). The fp64 rows give each method's
-// approximation error, the yardstick the rounding error is read against. For exact attention, the pattern methods
-// (local, sparse: exact's materialised bound over their pattern), Linformer (the same over its projected keys and
-// values, with the envelopes of EK and FV as formed), linear attention, Performer (both policies) and Reformer
-// (given both runs' key sets: a row whose set rounding moved has none) also their derived worst-case rounding
-// bounds (analysis/rounding_bound.hpp): ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the bound
-// (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); the kernel methods' give up on a row
-// where the format may overflow (`bound_rows_none`; `bound` only when they give up nowhere, `bound_ratio` over the
-// rows they hold). A method or policy the library does not emulate is a `refused` row, not a
+// approximation error, the yardstick the rounding error is read against. Where a method has a derived worst-case
+// rounding bound (analysis/method_rounding_bound.hpp says which: exact attention, the pattern methods, Linformer,
+// linear attention, Performer's positive features, ProbSparse and Reformer — the last two given both runs' discrete
+// choices — among the specs here), also the bound: ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the bound
+// (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); the kernel-form bounds give up on a row
+// where the format may overflow or a choice moved (`bound_rows_none`; `bound` only when they give up nowhere,
+// `bound_ratio` over the rows they hold). A method or policy the library does not emulate is a `refused` row, not a
 // silent gap.
-#include "attnlab/analysis/rounding_bound.hpp"
+#include "attnlab/analysis/method_rounding_bound.hpp"
 #include "attnlab/core/precision.hpp"
 #include "attnlab/core/random.hpp"
 #include "attnlab/core/registry.hpp"
-#include "attnlab/methods/linear.hpp"
-#include "attnlab/methods/linformer.hpp"
-#include "attnlab/methods/performer.hpp"
-#include "attnlab/methods/reformer.hpp"
-#include "attnlab/operators/sparse.hpp"
 #include "common.hpp"
 #include "model_data.hpp"
 
@@ -87,7 +81,7 @@ class Precision final : public SourcesExperiment {
     const MatrixR<float> q32 = p.q.cast<float>(), k32 = p.k.cast<float>(), v32 = p.v.cast<float>();
     std::vector<Row> rows;
     const std::string temp = fmt::format("T={}", t);
-    std::optional<SoftmaxRoundingAnalysis> analysis;  // exact attention's bound: formed when an exact spec runs
+    MethodRoundingBounds bounds(p.q, p.k, p.v);  // the methods' rounding bounds, their float64 analyses shared
     // The upstream gradient of the backward rows: Gaussian, seeded by the point, stored in float32 like the inputs.
     Rng drng(seed ^ 0x5eedd0u);
     MatrixR<double> dout(n, p.v.cols());
@@ -110,19 +104,6 @@ class Precision final : public SourcesExperiment {
         rows.push_back(r);
       };
       add("fp64", "", "err_total", (own - exact.output()).norm() / exact_norm);
-      // A softmax bound's rows beside the measured output od: its size against ‖ref‖, the measured error over it
-      // and the entries outside it.
-      const auto add_bound = [&](const std::string& format, const std::string& pol, const SoftmaxRoundingBound& b,
-                                 const MatrixR<double>& od, const MatrixR<double>& ref, double ref_norm) {
-        const MatrixR<double> err = (od - ref).cwiseAbs();
-        Index outside = 0;
-        for (Index i = 0; i < err.size(); ++i) outside += !(err.data()[i] <= b.output.data()[i]);
-        add(format, pol, "bound", b.output_norm() / ref_norm);
-        add(format, pol, "bound_ratio", (od - ref).norm() / b.output_norm());
-        add(format, pol, "bound_violations", double(outside));
-      };
-      std::optional<SoftmaxRoundingAnalysis> pattern_analysis;  // the pattern methods' bound (formed when asked)
-      std::vector<std::vector<Index>> keys64;                   // Reformer's: the float64 method's key sets
       // The backward where the emulation covers it (the registry's StorageEmulation::backward): dQ, dK, dV against
       // the method's own float64 gradients.
       const MethodDescriptor& desc = find_method(m64->name());
@@ -170,83 +151,32 @@ class Precision final : public SourcesExperiment {
               add(format, pol, "err_dv", (g.dv.cast<double>() - g64.dv).norm() / g64.dv.norm());
             }
           }
-          if (!native && m->name() == "exact") {
-            // The derived worst-case bound (analysis/rounding_bound.hpp) beside the measurement.
-            if (!analysis) analysis.emplace(p.q, p.k, p.v, AttentionOptions{});
-            const bool streaming = spec.find("materialized") == std::string::npos;
-            add_bound(format, pol, analysis->bound(opts, streaming), od, analysis->o, exact_norm);
-          }
-          if (!native && (m->name() == "local" || m->name() == "sparse")) {
-            // The pattern methods: exact attention's materialised bound over their pattern (read from the float64
-            // method's own sparse P̃), formed once per spec.
-            if (!pattern_analysis) {
-              const auto* sp = dynamic_cast<const SparseOperator<double>*>(&m64->op());
-              require(sp != nullptr, "precision: {} has no sparse operator", spec);
-              pattern_analysis.emplace(p.q, p.k, p.v, sp->row_keys(), AttentionOptions{}.resolved_scale(d));
-            }
-            add_bound(format, pol, pattern_analysis->bound(opts, false), od, own, own_norm);
-          }
-          if (!native && m->name() == "linformer") {
-            // Linformer: exact's materialised bound over the projected keys and values, with the envelopes of EK
-            // and FV as its emulation forms and stores them (the float64 method's E and F, and the float32
-            // method's, which it stores).
-            const auto* l64 = dynamic_cast<const LinformerMethod<double>*>(m64.get());
-            const auto* l32 = dynamic_cast<const LinformerMethod<float>*>(m.get());
-            require(l64 != nullptr && l32 != nullptr, "precision: {} is not a Linformer", spec);
-            const auto& [e32, f32] = l32->projections();
-            add_bound(format, pol,
-                      linformer_rounding_bound(p.q, p.k, p.v, l64->projections().first, l64->projections().second,
-                                               e32.cast<double>(), f32.cast<double>(), opts),
-                      od, own, own_norm);
-          }
-          // A kernel method's bound (the same file): +inf on a row where the format may overflow; counted
-          // (bound_rows_none), its finite rows held to it, and a failed row must be one of them.
-          const auto add_kernel_bound = [&](const KernelRoundingBound& b) {
-            Index outside = 0;
-            double measured = 0, bounded = 0;
-            for (Index i = 0; i < od.size(); ++i) {
-              const double err = std::abs(od.data()[i] - own.data()[i]), bi = b.output.data()[i];
-              outside += !(std::isinf(bi) || err <= bi);  // no guarantee: NaN or ±inf there is no violation
-              if (std::isfinite(bi)) {
-                measured += err * err;
-                bounded += bi * bi;
-              }
-            }
-            add(format, pol, "bound_rows_none", double(b.rows_without_guarantee));
-            if (b.rows_without_guarantee == 0) add(format, pol, "bound", b.output_norm() / own_norm);
-            if (bounded > 0) add(format, pol, "bound_ratio", std::sqrt(measured / bounded));
-            add(format, pol, "bound_violations", double(outside));
-          };
-          if (!native && m->name() == "linear") {
-            const LinearFeature feature =
-                m->spec().find("feature=relu") != std::string::npos ? LinearFeature::Relu : LinearFeature::Elu;
-            add_kernel_bound(linear_rounding_bound(p.q, p.k, p.v, feature, opts));
-          }
-          if (!native && m->name() == "performer" &&
-              dynamic_cast<const PerformerMethod<double>*>(m64.get())->settings().kernel ==
-                  PerformerKernel::Positive) {
-            // Performer's (careful: attnlab's stabilised features; eager: the reference code's, every step stored),
-            // with the float64 and the float32 method's own ω.
-            const auto* p64 = dynamic_cast<const PerformerMethod<double>*>(m64.get());
-            const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
-            require(p64 != nullptr && p32 != nullptr, "precision: {} is not a Performer", spec);
-            add_kernel_bound(performer_rounding_bound(p.q, p.k, p.v, p64->omega(), p32->omega().cast<double>(),
-                                                      p64->settings().kernel, opts));
-          }
-          if (!native && m->name() == "reformer") {
-            // Reformer's, given both runs' key sets (a row whose set rounding moved is counted, not bounded): exact's
-            // streaming bound over the float64 method's key sets, in as many pieces as rounds.
-            const auto* r64 = dynamic_cast<const ReformerMethod<double>*>(m64.get());
-            const auto* r32 = dynamic_cast<const ReformerMethod<float>*>(m.get());
-            require(r64 != nullptr && r32 != nullptr, "precision: {} is not a Reformer", spec);
-            if (!pattern_analysis) {
-              keys64 = r64->key_sets();
-              pattern_analysis.emplace(p.q, p.k, p.v, keys64, AttentionOptions{}.resolved_scale(d));
-            }
-            add_kernel_bound(
-                reformer_rounding_bound(*pattern_analysis, keys64, r32->key_sets(), r64->settings().rounds, opts));
-          }
           if (!native) {
+            // The method's derived worst-case bound (analysis/method_rounding_bound.hpp) beside the measurement:
+            // a softmax-form bound's size against ‖reference‖, the measured error over it and the entries outside
+            // it; a kernel-form one gives up on a row where the format may overflow or a discrete choice moved,
+            // counted (bound_rows_none), its rows with a guarantee held to it.
+            if (const auto b = bounds.bound(*m64, own, *m)) {
+              const Index outside = b->outside(od);
+              if (!b->rowwise) {
+                const double ref_norm = m->name() == "exact" ? exact_norm : own_norm;
+                add(format, pol, "bound", b->output.norm() / ref_norm);
+                add(format, pol, "bound_ratio", (od - b->reference).norm() / b->output.norm());
+              } else {
+                double measured = 0, bounded = 0;
+                for (Index i = 0; i < od.size(); ++i) {
+                  const double err = std::abs(od.data()[i] - own.data()[i]), bi = b->output.data()[i];
+                  if (std::isfinite(bi)) {
+                    measured += err * err;
+                    bounded += bi * bi;
+                  }
+                }
+                add(format, pol, "bound_rows_none", double(b->rows_without_guarantee));
+                if (b->rows_without_guarantee == 0) add(format, pol, "bound", b->output.norm() / own_norm);
+                if (bounded > 0) add(format, pol, "bound_ratio", std::sqrt(measured / bounded));
+              }
+              add(format, pol, "bound_violations", double(outside));
+            }
             add(format, pol, "overflow", double(forward.overflow));
             add(format, pol, "underflow", double(forward.underflow));
             add(format, pol, "nan_stored", double(forward.nan));

@@ -3,6 +3,7 @@
 // matrix both ways; outputs stay finite for logits scaled by 100; a causal method never reads the future;
 // a non-causal method refuses the mask; every backward pass agrees with central differences of its forward; under
 // bf16 and fp16 storage, eager and careful, every method is emulated or refused with the reason (ReducedStorage).
+#include "attnlab/analysis/method_rounding_bound.hpp"
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/precision.hpp"
 #include "attnlab/core/registry.hpp"
@@ -194,14 +195,16 @@ void check_backward(const std::string& test_name) {
 /// with a message that says it is not emulated (the registry's declaration, or a variant the method's note excludes),
 /// or run — and then the rounding is tallied (the inputs at least), a non-finite output entry or all-zero row is
 /// never silent (output_check() counts exactly what the output holds), and on these moderate logits nothing overflows:
-/// the output is finite. Exact attention is held to its derived worst-case bound (analysis/rounding_bound.hpp) entry
-/// by entry in tests/test_rounding_bound.cpp; here every method's rounding error against its own float64 output is
-/// printed (the precision experiment measures it at scale).
+/// the output is finite. Every method with a derived worst-case rounding bound (analysis/method_rounding_bound.hpp
+/// says which) is held to it entry by entry, against its own float64 output (exact attention: exact's); one without
+/// says why. Each method's rounding error is printed (the precision experiment measures it at scale; the bounds'
+/// own tests, with overflow, flips and sharper logits, are tests/test_precision.cpp's RoundingBound ones).
 void check_reduced_storage(const std::string& test_name) {
   const std::string name = spec_of(test_name);
   const MethodDescriptor& d = find_method(name.substr(0, name.find(':')));
   const Index n = 96, dim = 16;
   const MatrixR<float> q = randn<float>(n, dim, 1), k = randn<float>(n, dim, 2), v = randn<float>(n, dim, 3);
+  MethodRoundingBounds bounds(q.cast<double>(), k.cast<double>(), v.cast<double>());
   for (const Storage st : {Storage::bf16, Storage::fp16})
     for (const Policy pol : {Policy::eager, Policy::careful})
       for (const bool causal : {false, true}) {
@@ -252,6 +255,18 @@ void check_reduced_storage(const std::string& test_name) {
         const MatrixR<double> own = m64->output(v.cast<double>());
         std::printf("  %-44s %s %-7s %-6s rounding error %.2e", name.c_str(), storage_name(st).c_str(),
                     policy_name(pol).c_str(), causal ? "causal" : "", rel_err(out.cast<double>().eval(), own));
+        // The method's derived rounding bound (analysis/method_rounding_bound.hpp), entry by entry: none outside it
+        // (a row without a guarantee — possible overflow, a moved discrete choice — excepted); or why none is derived.
+        std::string why;
+        if (const auto b = bounds.bound(*m64, own, *m, &why)) {
+          EXPECT_EQ(b->outside(out.cast<double>()), 0) << "entries outside the derived rounding bound";
+          EXPECT_LE(b->rows_without_guarantee, n);
+          std::printf(", bound %.2e (%lld rows without)", b->output.allFinite() ? b->output.norm() / own.norm() : 0.0,
+                      static_cast<long long>(b->rows_without_guarantee));
+        } else {
+          EXPECT_FALSE(why.empty()) << "no bound and no reason";
+          std::printf(", no bound (%s)", why.c_str());
+        }
         // The backward: emulated where the registry says so (then finite here and checked), else refused.
         const MatrixR<float> dout = randn<float>(n, dim, 4);
         if (!d.storage.backward) {

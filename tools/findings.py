@@ -1101,6 +1101,22 @@ def precision(F, R):
                   f"the share of Reformer's rows whose key set rounding moved ({fmt}, {src}, every spec, length, "
                   "temperature and policy): the buckets of the stored Q, K hashed by float32 rotations differ from "
                   "float64's", "precision")
+    # ProbSparse's (exact's streaming bound on the exact rows, mean(V)'s on the lazy ones, given both runs' top-u
+    # queries: a row chosen differently has none).
+    psb = bounds[bounds.method == "probsparse"]
+    bound_checks("precision.probsparse_bound", psb,
+                 "cells (ProbSparse's specs, every source, length, temperature, format, policy) checked entry by entry "
+                 "against its derived bound on the rows both runs chose alike",
+                 "ProbSparse's output entries outside its bound (rows chosen differently carry none)",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of ProbSparse, over its rows with a guarantee")
+    flipped = psb[psb.metric == "bound_rows_none"]
+    for fmt in ("bf16", "fp16"):
+        x = flipped[flipped.dtype == fmt]
+        F.add(f"precision.probsparse_flipped_{fmt}", f"{100 * x.value.sum() / x.n.sum():.2g}%", str,
+              f"the share of ProbSparse's rows without a guarantee ({fmt}, every spec, source, length, temperature "
+              "and policy): chosen differently by the emulated run (the sparsity measure of the stored Q, K picks "
+              "other top-u queries), or an exact row where the format may overflow",
+              "precision")
     # Where the bound gives up (some row without a guarantee) against where the emulation fails, fp16 eager, t = 1.
     none = lb[(lb.source == "gaussian") & (lb.t == 1) & (lb.dtype == "fp16") & (lb.policy == "eager")
               & (lb.metric == "bound_rows_none") & (lb.value > 0)].n
@@ -1367,8 +1383,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", default=os.path.join(ROOT, "results"))
     ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on any difference")
+    ap.add_argument("--save-items", metavar="FILE", help="also write the computed findings to FILE (JSON)")
+    ap.add_argument("--items", metavar="FILE",
+                    help="take the findings from FILE (--save-items' output from the same CSVs) instead of computing "
+                         "them: a template edit re-rendered in a second; --check then compares the pages with those "
+                         "findings, not with the CSVs")
     a = ap.parse_args()
-    items = compute(a.results)
+    if a.items:
+        with open(a.items) as f:
+            items = {name: tuple(item) for name, item in json.load(f).items()}
+    else:
+        items = compute(a.results)
+    if a.save_items:
+        with open(a.save_items, "w") as f:
+            json.dump(items, f)
     md = findings_md(items, a.results)
     md_path = os.path.join(a.results, "findings.md")
     quick = os.path.abspath(a.results) == os.path.join(ROOT, "results")
