@@ -1093,11 +1093,15 @@ def precision(F, R):
                  "against its derived bound on the rows whose key set both runs share",
                  "Reformer's output entries outside its bound (rows whose key set moved carry none)",
                  "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Reformer, over its rows with a guarantee")
-    moved = rfb[rfb.metric == "bound_rows_none"]
+    def share_without(b):
+        """The share of the rows of b's cells (n rows each) on which their bound gives up."""
+        x = b[b.metric == "bound_rows_none"]
+        return x.value.sum() / x.n.sum()
+
     for fmt in ("bf16", "fp16"):
         for src in ("gaussian", "pretrained"):
-            x = moved[(moved.dtype == fmt) & (moved.source == src)]
-            F.add(f"precision.reformer_moved_{fmt}_{src}", pct(x.value.sum() / x.n.sum()), str,
+            F.add(f"precision.reformer_moved_{fmt}_{src}",
+                  pct(share_without(rfb[(rfb.dtype == fmt) & (rfb.source == src)])), str,
                   f"the share of Reformer's rows whose key set rounding moved ({fmt}, {src}, every spec, length, "
                   "temperature and policy): the buckets of the stored Q, K hashed by float32 rotations differ from "
                   "float64's", "precision")
@@ -1109,10 +1113,8 @@ def precision(F, R):
                  "against its derived bound on the rows both runs chose alike",
                  "ProbSparse's output entries outside its bound (rows chosen differently carry none)",
                  "the largest measured ‖Ô − O‖_F / ‖bound‖_F of ProbSparse, over its rows with a guarantee")
-    flipped = psb[psb.metric == "bound_rows_none"]
     for fmt in ("bf16", "fp16"):
-        x = flipped[flipped.dtype == fmt]
-        F.add(f"precision.probsparse_flipped_{fmt}", f"{100 * x.value.sum() / x.n.sum():.2g}%", str,
+        F.add(f"precision.probsparse_flipped_{fmt}", f"{100 * share_without(psb[psb.dtype == fmt]):.2g}%", str,
               f"the share of ProbSparse's rows without a guarantee ({fmt}, every spec, source, length, temperature "
               "and policy): chosen differently by the emulated run (the sparsity measure of the stored Q, K picks "
               "other top-u queries), or an exact row where the format may overflow",
@@ -1267,6 +1269,12 @@ def compute(results):
     return F.items
 
 
+def load_items(path):
+    """The findings main() saved with --save-items, as compute() returns them."""
+    with open(path) as f:
+        return {name: tuple(item) for name, item in json.load(f).items()}
+
+
 def findings_md(items, results):
     out = ["# Findings", "",
            f"Computed by `tools/findings.py` from the CSVs in `{os.path.relpath(results, ROOT)}/`; the README, the "
@@ -1389,11 +1397,7 @@ def main():
                          "them: a template edit re-rendered in a second; --check then compares the pages with those "
                          "findings, not with the CSVs")
     a = ap.parse_args()
-    if a.items:
-        with open(a.items) as f:
-            items = {name: tuple(item) for name, item in json.load(f).items()}
-    else:
-        items = compute(a.results)
+    items = load_items(a.items) if a.items else compute(a.results)
     if a.save_items:
         with open(a.save_items, "w") as f:
             json.dump(items, f)

@@ -10,7 +10,6 @@
   - the committed quick-preset results/ take at most 7.7 MB (results/bench/, the timing runs, 1 MB), and every CSV
     there is compressed.
 """
-import json
 import os
 import re
 import shutil
@@ -40,8 +39,7 @@ check(rendered[0] == "README.md" and {"docs/figures.md", "docs/reproducing.md", 
       f"findings renders the README and the pages under docs/: {rendered}")
 
 # The check can fail: in a copy of the repository, alter one quoted number in README.md, then in a page.
-with open(items_file) as f:
-    items = {name: tuple(item) for name, item in json.load(f).items()}
+items = findings.load_items(items_file)
 check(len(items) > 900 and "evb.floor_trained" in items, f"the saved findings: {len(items)}")
 copy = tempfile.mkdtemp(prefix="attnlab_findings_")
 for sub in ("tools", "docs", "results", "notebooks", "models", os.path.join("python", "attnlab")):

@@ -50,15 +50,8 @@ MethodRoundingBound from_kernel(KernelRoundingBound b, const MatrixR<double>& ow
   return r;
 }
 
-template <class M>
-const M& as(const Method<double>& m) {
-  const auto* p = dynamic_cast<const M*>(&m);
-  require(p != nullptr, "rounding bound: {} is not the method its name says", m.spec());
-  return *p;
-}
-
-template <class M>
-const M& as(const Method<float>& m) {
+template <class M, typename T>
+const M& as(const Method<T>& m) {
   const auto* p = dynamic_cast<const M*>(&m);
   require(p != nullptr, "rounding bound: {} is not the method its name says", m.spec());
   return *p;
