@@ -159,10 +159,9 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
   if (name == "probsparse") {
     const auto& s64 = as<ProbSparseMethod<double>>(reference);
     const auto& s32 = as<ProbSparseMethod<float>>(emulated);
-    if (causal || s64.settings().lazy != ProbSparseLazy::Mean)
-      return none("ProbSparse: derived for the non-causal form with lazy=mean only");
     return from_kernel(probsparse_rounding_bound(exact_analysis(mask_of(reference.options())), v_,
-                                                 s64.selected_queries(), s32.selected_queries(), opts),
+                                                 s64.selected_queries(), s32.selected_queries(), opts,
+                                                 s64.settings().lazy == ProbSparseLazy::Cumsum),
                        own);
   }
   if (name == "reformer") {

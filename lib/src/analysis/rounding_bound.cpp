@@ -827,14 +827,75 @@ KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const Co
   return b;
 }
 
+namespace {
+
+/// ProbSparse's causal rows (probsparse_rounding_bound's causal case): the exact rows as the non-causal case; lazy
+/// row i with m = i + off + 1 visible keys holds the prefix Σ_{j<m} v̂_j — a running float32 sum, so the computed
+/// prefix is a recursive sum of m terms, within γ_m·Σ|v̂_j| (Higham 2002 §4.2) — times fl(1/m) (lazy=mean; 1 under
+/// lazy=cumsum, exact) in float32, then stored. Against the float64 method's own prefix (its sum within 4m·2⁻⁵³·Σ|v|):
+///   |Ô_ic − O_ic| ≤ F + u·(w|S_c| + F) + η, F = w·|Ŝ_c − S_c| + ((1+γ_m)(1+u₃₂)² − 1)·w·Â_c + 4m·2⁻⁵³·w·(Â_c + A_c),
+/// S, Ŝ the prefix sums of V and of the stored V̂, A, Â of their magnitudes, w the weight. +inf where the float32 sum
+/// may pass float32's largest value, or the value stored may reach the format's (fp16's 65504: a cumsum row's sum).
+KernelRoundingBound probsparse_causal_lazy(const SoftmaxRoundingAnalysis& exact, const SoftmaxRoundingBound& rows,
+                                           const ConstRef<double>& v, const MatrixR<double>& vs,
+                                           const std::vector<char>& in64, const std::vector<char>& in32, Format format,
+                                           bool cumsum) {
+  const Index nq = exact.o.rows(), n = v.rows(), dv = v.cols(), off = n - nq;
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = kU32, inf = std::numeric_limits<double>::infinity();
+  const double big = largest_finite(format), max32 = kMax32, u64 = std::ldexp(1.0, -53);
+  b.output.resize(nq, dv);
+  b.reference.resize(nq, dv);
+  Eigen::Matrix<double, 1, Eigen::Dynamic> s = Eigen::Matrix<double, 1, Eigen::Dynamic>::Zero(dv), ss = s, a = s,
+                                           as = s;
+  Index next = 0;
+  for (Index i = 0; i < nq; ++i) {
+    for (; next <= i + off; ++next) {
+      s += v.row(next);
+      ss += vs.row(next);
+      a += v.row(next).cwiseAbs();
+      as += vs.row(next).cwiseAbs();
+    }
+    const double m = double(next), w = cumsum ? 1.0 : 1.0 / m, gm = gamma32(m);
+    const bool sel = in64[std::size_t(i)] != 0;
+    b.reference.row(i) = sel ? exact.o.row(i) : Eigen::Matrix<double, 1, Eigen::Dynamic>(s * w);
+    if (sel != (in32[std::size_t(i)] != 0)) {  // a flipped choice: no rounding bound covers it
+      b.output.row(i).setConstant(inf);
+      ++b.rows_without_guarantee;
+      continue;
+    }
+    if (sel) {
+      b.output.row(i) = rows.output.row(i);
+    } else {
+      for (Index c = 0; c < dv; ++c) {
+        const double formed = w * std::abs(ss(c) - s(c)) + ((1 + gm) * (1 + u32) * (1 + u32) - 1) * w * as(c) +
+                              4 * m * u64 * w * (as(c) + a(c));
+        const double value = w * std::abs(s(c)) + formed;
+        b.output(i, c) = (!((1 + gm) * as(c) < max32) || !(value * (1 + u) < big)) ? inf
+                                                                                    : formed + u * value + eta;
+      }
+    }
+    if (!b.output.row(i).allFinite()) ++b.rows_without_guarantee;
+  }
+  return b;
+}
+
+}  // namespace
+
 KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exact, const ConstRef<double>& v,
                                               const std::vector<Index>& selected, const std::vector<Index>& chosen,
-                                              const AttentionOptions& opts) {
-  require(!opts.causal && !exact.over_pattern,
-          "probsparse rounding bound: the non-causal form, on exact attention's analysis of the same Q, K, V");
+                                              const AttentionOptions& opts, bool cumsum) {
+  require(!exact.over_pattern, "probsparse rounding bound: give exact attention's analysis of the same Q, K, V");
   require(opts.storage != Storage::native, "probsparse rounding bound: give a reduced storage (bf16 or fp16)");
   const Index nq = exact.o.rows(), n = v.rows(), dv = v.cols();
   require(v.rows() == exact.n_k && dv == exact.o.cols(), "probsparse rounding bound: V is not the analysis' V");
+  const Index off = n - nq;
+  for (Index i = 0; i < nq; ++i)  // the analysis' mask must be the call's: what each query sees
+    require(exact.visible[std::size_t(i)] == (opts.causal ? std::min(n, i + off + 1) : n),
+            "probsparse rounding bound: the analysis was formed under another mask than the call's ({})",
+            opts.causal ? "causal" : "full");
   const Format format = storage_format(opts.storage);
   KernelRoundingBound b;
   b.u = unit_roundoff(format);
@@ -850,6 +911,7 @@ KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exa
   const SoftmaxRoundingBound rows = exact.bound(opts, true, kDefaultTile);
   // Lazy rows: mean(V), from the stored V (known exactly) summed in float32 and scaled by fl(1/n), stored.
   const MatrixR<double> vs = stored_in(format, v);
+  if (opts.causal) return probsparse_causal_lazy(exact, rows, v, vs, in64, in32, format, cumsum);
   const Eigen::Matrix<double, 1, Eigen::Dynamic> mean = v.colwise().mean(), mean_s = vs.colwise().mean(),
                                                  abs_s = vs.cwiseAbs().colwise().mean();
   Eigen::Matrix<double, 1, Eigen::Dynamic> lazy(dv);

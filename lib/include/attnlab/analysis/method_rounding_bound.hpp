@@ -6,14 +6,14 @@
 // Derived (analysis/rounding_bound.hpp has each derivation): exact attention (streaming, any tile, and materialised;
 // causal too), the pattern methods local and sparse (exact's materialised bound over their pattern; causal too),
 // Linformer, linear attention (both feature maps, both causal forms), Performer's positive features (non-causal, both
-// policies), Taylor attention (causal too), efficient attention, ProbSparse (non-causal, lazy=mean; conditional on
-// both runs choosing the same queries), Reformer (conditional on both runs' key sets; causal too) and Transformer-VQ
-// (hard, keys quantized, a fixed codebook, non-causal; conditional on every key keeping its code).
+// policies), Taylor attention (causal too), efficient attention, ProbSparse (either lazy form, causal too;
+// conditional on both runs choosing the same queries), Reformer (conditional on both runs' key sets; causal too) and
+// Transformer-VQ (hard, keys quantized, a fixed codebook, non-causal; conditional on every key keeping its code).
 // Not derived: Nyström and CUR (a pseudo-inverse of a rounded landmark kernel: the converged inverse amplifies the
 // storage rounding by the kernel's condition number, the unconverged iteration does not — no useful worst case
 // follows from norms alone), the SVD oracle, Scatterbrain, Performer's causal form and its trigonometric and
 // hyperbolic kernels, VQ with a k-means codebook (the two runs fit different codebooks: a fit, not a rounding) or
-// causal, ProbSparse's causal form.
+// causal.
 #pragma once
 
 #include "attnlab/core/method.hpp"

@@ -188,16 +188,19 @@ KernelRoundingBound taylor_rounding_bound(const ConstRef<double>& q, const Const
 KernelRoundingBound efficient_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const AttentionOptions& opts);
 
-/// ProbSparse's bound (Zhou et al. 2021 eq. (3): exact rows for the top-u queries, mean(V) for the others),
-/// non-causal, given the choices of both runs: `selected` the float64 method's top-u queries, `chosen` the emulated
-/// run's (ascending). Its choice is discrete, and rounding can flip it (the measure M moves): a row chosen
-/// differently gets +inf — no rounding bound covers a flip; rows_without_guarantee counts them. Where the choices
-/// agree: an exact row has exact attention's streaming bound (`exact`, the analysis of the same Q, K, V; the
-/// emulation's tiles of kDefaultTile keys — the split-KV path is not taken under a reduced storage); a lazy row is
-/// mean(V) from the stored V (known exactly) summed in float32 (γ_n) and scaled by fl(1/n), stored.
+/// ProbSparse's bound (Zhou et al. 2021 eq. (3): exact rows for the top-u queries, mean(V) for the others), given
+/// the choices of both runs: `selected` the float64 method's top-u queries, `chosen` the emulated run's (ascending).
+/// Its choice is discrete, and rounding can flip it (the measure M moves): a row chosen differently gets +inf — no
+/// rounding bound covers a flip; rows_without_guarantee counts them. Where the choices agree: an exact row has exact
+/// attention's streaming bound (`exact`, the analysis of the same Q, K, V under the call's mask; the emulation's tiles
+/// of kDefaultTile keys — the split-KV path is not taken under a reduced storage); a lazy row is mean(V) from the
+/// stored V (known exactly) summed in float32 (γ_n) and scaled by fl(1/n), stored. Causal (Informer's decoder): a
+/// lazy row is the prefix over its visible keys — a running float32 sum, within γ_m of its m terms' magnitudes —
+/// times fl(1/m), or as it stands under `cumsum` (lazy=cumsum, Informer's own choice), stored; +inf where that value
+/// may reach the format's largest (fp16: a long cumsum row).
 KernelRoundingBound probsparse_rounding_bound(const SoftmaxRoundingAnalysis& exact, const ConstRef<double>& v,
                                               const std::vector<Index>& selected, const std::vector<Index>& chosen,
-                                              const AttentionOptions& opts);
+                                              const AttentionOptions& opts, bool cumsum = false);
 
 /// Reformer's bound (Kitaev et al. 2020 §2–3), given the key sets of both runs: `analysis` the pattern form over the
 /// float64 method's key sets (`selected`, its P̃'s row_keys), `chosen` the emulated run's. Hashing is discrete, and
