@@ -147,6 +147,48 @@ TEST(Precision, TalliesCountOverflowUnderflowAndNaN) {
   EXPECT_EQ(b.overflow + b.underflow, 0u);
 }
 
+// round_in_place takes eight entries at a time where the CPU has AVX2 and F16C (the hardware's binary16 conversion):
+// the same bits as the scalar round_stored, NaN's own bits included, and the same tallies, for every sign, exponent
+// and top fraction bits (all 2^16 upper halves) with low halves at the rounding's edges (ties, one either side, the
+// extremes), at every offset of an 8-lane group and a ragged tail.
+TEST(RoundInPlace, EqualsTheScalarRounding) {
+  const std::uint32_t lows[] = {0x0000u, 0x0001u, 0x0fffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu};
+  std::vector<float> x;
+  for (std::uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (const std::uint32_t lo : lows) x.push_back(from_bits((hi << 16) | lo));
+  x.push_back(65519.99f);
+  x.push_back(65520.0f);
+  x.push_back(-65520.0f);  // a ragged tail: the scalar path for the last entries
+  for (const Storage s : {Storage::bf16, Storage::fp16}) {
+    SCOPED_TRACE(storage_name(s));
+    std::vector<float> got = x;
+    const RoundingTally t = round_in_place(s, got.data(), got.size());
+    RoundingTally want;
+    want.entries = x.size();
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float a = x[i], r = round_stored(s, a);
+      differ += bits(r) != bits(got[i]);
+      if (std::isnan(a)) ++want.nan;
+      else if (std::isinf(r) && std::isfinite(a)) ++want.overflow;
+      else if (r == 0.0f && a != 0.0f) ++want.underflow;
+    }
+    EXPECT_EQ(differ, 0u);
+    EXPECT_EQ(t.entries, want.entries);
+    EXPECT_EQ(t.nan, want.nan);
+    EXPECT_EQ(t.overflow, want.overflow);
+    EXPECT_EQ(t.underflow, want.underflow);
+    EXPECT_GT(want.overflow, 0u);
+    EXPECT_GT(want.underflow, 0u);
+    // Every start offset of the 8-lane groups: a span from x + o rounds as the scalar does.
+    for (std::size_t o = 1; o < 8; ++o) {
+      std::vector<float> y(x.begin() + std::ptrdiff_t(o), x.begin() + std::ptrdiff_t(o + 4096 + o));
+      round_in_place(s, y.data(), y.size());
+      for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(bits(y[i]), bits(round_stored(s, x[o + i])));
+    }
+  }
+}
+
 // Issue 39's first GPU observation, emulated: linear attention (elu + 1) in float16, eager, at n = 1024, d = 64 on
 // Gaussian inputs: φ(q)ᵀΣφ(k) ≈ 64 · 1024 · E[φ]² passes 65504, the normalisers overflow to inf and the rows are zeros
 // — no NaN, no error: the output check and the tallies say it. The careful policy keeps the normalisers in float32.
