@@ -177,7 +177,6 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
       return none("Transformer-VQ: derived for assign=hard, quantize=keys only");
     if (!s.fixed_codebook())
       return none("Transformer-VQ: the k-means codebook is fitted again on the rounded keys (a fit, not a rounding)");
-    if (causal) return none("Transformer-VQ: the causal form's bound is not derived");
     const auto* op64 = dynamic_cast<const CodebookOperator<double>*>(&reference.op());
     const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&emulated.op());
     require(op64 != nullptr && op32 != nullptr, "rounding bound: {} has no codebook operator", reference.spec());

@@ -5,6 +5,7 @@
 #include "attnlab/core/formats.hpp"
 #include "attnlab/components/random_features.hpp"
 #include "attnlab/methods/linear.hpp"
+#include "attnlab/methods/vq.hpp"
 #include "attnlab/operators/exact.hpp"
 
 #include <algorithm>
@@ -980,7 +981,9 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   require(codebook.cols() == d && codes >= 1 && Index(assigned.size()) == nk && Index(chosen.size()) == nk,
           "vq rounding bound: Q {}×{}, V {} rows, a codebook {}×{}, assignments of {} and {} keys", nq, d, nk,
           codes, codebook.cols(), assigned.size(), chosen.size());
-  require(!opts.causal, "vq rounding bound: derived for the non-causal form only");
+  const bool causal = opts.causal;
+  const Index off = nk - nq, block = VqMethod<double>::kCausalBlock;
+  require(!causal || off >= 0, "vq rounding bound: causal with {} queries and {} keys", nq, nk);
   require(opts.storage != Storage::native, "vq rounding bound: give a reduced storage (bf16 or fp16)");
   for (const auto* a : {&assigned, &chosen})
     for (const Index y : *a) require(y >= 0 && y < codes, "vq rounding bound: code {} of {}", y, codes);
@@ -1024,10 +1027,11 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   const double limit = eager ? big : kMax32;  // what holds the logits, numerators and normalisers
   double partial = 0;
   for (Index y = 0; y < codes; ++y) partial = std::max(partial, (1 + gamma32(count(y))) * sum_abs.row(y).maxCoeff());
-  const bool global_overflow =
+  const bool inputs_overflow =
       std::max({q.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(), codebook.cwiseAbs().maxCoeff()}) >= big ||
-      std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= limit || partial >= kMax32 ||
-      (eager && (s_up.maxCoeff() >= big || n_up.maxCoeff() >= big));
+      std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= limit;
+  const bool sums_overflow = partial >= kMax32 || (eager && (s_up.maxCoeff() >= big || n_up.maxCoeff() >= big));
+  const bool global_overflow = inputs_overflow || (!causal && sums_overflow);  // causal: checked per row
   b.output.resize(nq, dv);
   b.reference.resize(nq, dv);
   const Index flips = [&] {
@@ -1037,10 +1041,63 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   }();
   const double div = 1 + u32;  // num / den in float32
   const double a_w = stored_exp_floor(u, eta);  // a weight's absolute floor
+  // Causal (VqMethod::emulated_causal_output): row i sees the keys up to i + off — the cache (the keys before its
+  // block of kCausalBlock queries: their float32 per-code sums and counts, stored under eager once filled and after
+  // every block, K times in all) and its block's keys up to its own, which enter as products with their codes'
+  // weights, not summed first. Per row, the same envelopes over what it sees: the cache's sums within
+  // (1+γ_N)(1+u)^K − 1 of their magnitudes (plus K·η), its counts within (1+u)^K; the numerator and normaliser sums
+  // over the codes and the block's keys (γ_{codes + len + 1}); a flipped key leaves the rows that see it without a
+  // guarantee.
+  VectorX<double> cc = VectorX<double>::Zero(codes), cb = cc;  // the cache's and the block's key counts
+  MatrixR<double> sc = MatrixR<double>::Zero(codes, dv), sb = sc, ssc = sc, ssb = sc, ac = sc, ab = sc;
+  VectorX<double> count_i = cc, n_up_i = cc;
+  MatrixR<double> sum_i = sc, s_up_i = sc;
+  Index seen = 0, flips_seen = 0;  // keys absorbed so far, flipped among them
+  const auto absorb = [&](Index j, VectorX<double>& n, MatrixR<double>& sv, MatrixR<double>& ss, MatrixR<double>& sa) {
+    const Index y = assigned[std::size_t(j)];
+    n(y) += 1;
+    sv.row(y) += v.row(j);
+    ss.row(y) += vs.row(j);
+    sa.row(y) += vs.row(j).cwiseAbs();
+    flips_seen += assigned[std::size_t(j)] != chosen[std::size_t(j)];
+  };
+  if (causal)
+    for (; seen < off; ++seen) absorb(seen, cc, sc, ssc, ac);
   for (Index i = 0; i < nq; ++i) {
+    double g = gamma32(double(codes)), terms = double(codes);  // the products num and den sum, and their γ
+    bool row_none = false;
+    if (causal) {
+      if (i % block == 0 && i > 0) {  // the finished block's keys join the cache
+        cc += cb, sc += sb, ssc += ssb, ac += ab;
+        cb.setZero(), sb.setZero(), ssb.setZero(), ab.setZero();
+      }
+      absorb(seen++, cb, sb, ssb, ab);
+      const double k_stored = eager ? double(1 + i / block) : 0.0, lift_k = std::pow(1 + u, k_stored);
+      count_i = cc + cb;
+      sum_i = sc + sb;
+      n_up_i = cc * lift_k + cb;
+      double part = 0;
+      for (Index y = 0; y < codes; ++y) {
+        part = std::max(part, (1 + gamma32(cc(y))) * ac.row(y).maxCoeff());
+        for (Index c = 0; c < dv; ++c) {
+          const double formed = std::abs(ssc(y, c) + ssb(y, c) - sum_i(y, c)) +
+                                ((1 + gamma32(cc(y))) * lift_k - 1) * ac(y, c) +
+                                (cc(y) > 0 ? k_stored * eta * lift_k * (1 + gamma32(cc(y))) : 0.0) +
+                                4 * count_i(y) * std::ldexp(1.0, -53) * (ac(y, c) + ab(y, c));
+          s_up_i(y, c) = std::abs(sum_i(y, c)) + formed;
+        }
+      }
+      terms = double(codes + i % block + 1);  // the codes' and the block's keys up to row i's own
+      g = gamma32(terms + 1);                   // (w·U and the block's el·V summed, then added)
+      row_none = flips_seen > 0 || part >= kMax32 || (eager && (s_up_i.maxCoeff() >= big || n_up_i.maxCoeff() >= big));
+    }
+    const VectorX<double>& count_r = causal ? count_i : count;
+    const MatrixR<double>& sum_r = causal ? sum_i : sum;
+    const MatrixR<double>& s_up_r = causal ? s_up_i : s_up;
+    const VectorX<double>& n_up_r = causal ? n_up_i : n_up;
     double mx = -inf, dz = 0, zabs = 0;
     for (Index y = 0; y < codes; ++y) {
-      if (count(y) == 0) continue;  // a code without keys weighs exactly 0 in both runs
+      if (count_r(y) == 0) continue;  // a code without keys weighs exactly 0 in both runs
       mx = std::max(mx, l(i, y));
       dz = std::max(dz, std::abs(ls(i, y) - l(i, y)) + e_z * s * la(i, y) + e * eta * (1 + s) +
                             double(d) * eta32 * s);
@@ -1054,19 +1111,18 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
     const double lift = std::exp(dz);
     VectorX<double> w_ref(codes), w_up(codes);
     for (Index y = 0; y < codes; ++y) {
-      w_ref(y) = count(y) > 0 ? std::exp(l(i, y) - mx) : 0.0;
-      w_up(y) = count(y) > 0 ? rho * w_ref(y) + a_w * lift : 0.0;
+      w_ref(y) = count_r(y) > 0 ? std::exp(l(i, y) - mx) : 0.0;
+      w_up(y) = count_r(y) > 0 ? rho * w_ref(y) + a_w * lift : 0.0;
     }
-    const double den = w_ref.dot(count), den_up = w_up.dot(n_up);
-    const Eigen::Matrix<double, 1, Eigen::Dynamic> num = w_ref.transpose() * sum,
-                                                   num_abs = w_ref.transpose() * sum.cwiseAbs(),
-                                                   num_up = w_up.transpose() * s_up;
-    const double g = gamma32(double(codes));
-    const double floor = double(codes) * eta32 * lift;  // float32's underflowing products
+    const double den = w_ref.dot(count_r), den_up = w_up.dot(n_up_r);
+    const Eigen::Matrix<double, 1, Eigen::Dynamic> num = w_ref.transpose() * sum_r,
+                                                   num_abs = w_ref.transpose() * sum_r.cwiseAbs(),
+                                                   num_up = w_up.transpose() * s_up_r;
+    const double floor = terms * eta32 * lift;  // float32's underflowing products
     double ed = (1 + g) * den_up - den + floor + 1e-15 * den_up;
     ed += e * (u * (den + ed) + eta * lift);
     b.reference.row(i) = num / den;
-    const bool none = flips > 0 || global_overflow || lift * (1 + g) * den_up >= limit ||
+    const bool none = (!causal && flips > 0) || row_none || global_overflow || lift * (1 + g) * den_up >= limit ||
                       lift * (1 + g) * num_up.maxCoeff() >= limit || !(den - ed > 0);
     for (Index c = 0; c < dv; ++c) {
       if (none) {

@@ -218,11 +218,12 @@ KernelRoundingBound reformer_rounding_bound(const SoftmaxRoundingAnalysis& analy
                                             const AttentionOptions& opts);
 
 /// Transformer-VQ's bound (Lingle 2023 Fig. 2: O_i = Σ_y w_iy S_y / Σ_y w_iy N_y, w_iy = e^{s·q_iᵀc_y − M_i}, S_y
-/// and N_y the value sum and key count of code y), assign=hard, keys quantized, non-causal, given a codebook both runs
-/// share (codebook=PATH.npy, float32-representable) and the assignments of both runs: `assigned` the float64 method's,
-/// `chosen` the emulated run's. An assignment is discrete and rounding can flip it (the stored key nearer another
-/// code): every query sees every code, so one flipped key leaves the whole output without a guarantee. With a
-/// k-means codebook (codebook=window) the two runs fit different codebooks — a fit, not a rounding: not bounded.
+/// and N_y the value sum and key count of code y), assign=hard, keys quantized, causal too (below), given a codebook
+/// both runs share (codebook=PATH.npy, float32-representable) and the assignments of both runs: `assigned` the float64
+/// method's, `chosen` the emulated run's. An assignment is discrete and rounding can flip it (the stored key nearer
+/// another code): non-causal, every query sees every code, so one flipped key leaves the whole output without a
+/// guarantee. With a k-means codebook (codebook=window) the two runs fit different codebooks — a fit, not a rounding:
+/// not bounded.
 /// As its emulation computes it (VqMethod::do_output): Q, V and C stored (known exactly: round_to); the logits
 /// s·QĈᵀ in float32 (stored twice under eager); S and N summed in float32 (stored under eager); the weights
 /// e^{ℓ − max ℓ} in float32 and stored (both policies); num = W·S and den = W·N in float32 over the codes (stored
@@ -232,6 +233,13 @@ KernelRoundingBound reformer_rounding_bound(const SoftmaxRoundingAnalysis& analy
 /// (2⁻¹²⁶(1+u) + η) scaled by e^{D}; then the kernel bounds' sums and division (|N̂/D̂ − N/D| ≤
 /// (E_N + |O|E_D)/(D − E_D) with E from the upper envelopes ρW + floor and |S| + ΔS). +inf where an input, a stored
 /// logit, sum, count, numerator or normaliser, or a row of O may reach the largest value of what holds it.
+/// Causal (Lingle 2023 §3.3, as VqMethod::emulated_causal_output computes it, in blocks of kCausalBlock queries): row
+/// i sees the cache — the keys before its block, their float32 per-code sums and counts stored under eager once
+/// filled and after every block, K = 1 + ⌊i/64⌋ times — and its block's keys up to its own, which enter as products
+/// with their codes' weights. The same derivation per row over what it sees: the cache's sums within
+/// ((1+γ_N)(1+u)^K − 1)·Σ|v̂| + K·η(1+u)^K(1+γ_N) of the stored values' sums, its counts within (1+u)^K; the
+/// numerator and normaliser as sums of the codes' and the block's products (γ_{codes+len+1}). A flipped assignment
+/// leaves only the rows that see that key without a guarantee; an overflow only the rows whose sums may reach it.
 KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
                                       const ConstRef<double>& codebook, const std::vector<Index>& assigned,
                                       const std::vector<Index>& chosen, const AttentionOptions& opts);

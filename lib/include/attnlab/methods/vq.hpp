@@ -104,6 +104,8 @@ std::shared_ptr<const MatrixR<double>> vq_codebook_file(const std::string& path)
 template <typename T>
 class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
  public:
+  /// The causal emulation's blocks of queries (emulated_causal_output; vq_rounding_bound follows them).
+  static constexpr Index kCausalBlock = 64;
   /// With codebook=PATH.npy reads the file (vq_codebook_file) and checks it before any data: `codes` must equal its
   /// rows, and assign=hard, quantize=keys (the variants fit by k-means); throws Error otherwise.
   explicit VqMethod(const VqOptions& options = {});
@@ -134,7 +136,6 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
   /// blocks of kCausalBlock queries, each attending to its own keys under the mask and to the cache — the per-code
   /// value sums and counts of every earlier key), stored as the registry entry's note says. With a tape, each
   /// block's stored weights, cache and the rows' numerators and normalisers are kept for the backward.
-  static constexpr Index kCausalBlock = 64;
   struct CausalTape;
   /// C stored (into c) and ℓ = s·QCᵀ as every emulated path stores them (vq.cpp).
   MatrixR<T> stored_logits(const Rounding& r, MatrixR<T>& c) const;
