@@ -76,6 +76,21 @@ Index outside_guaranteed(const MatrixR<double>& out, const MatrixR<double>& ref,
   return n;
 }
 
+/// A method run in float32 under a storage format and policy (the options): the method (for its discrete choices)
+/// and its output in float64, as the rounding-bound tests compare it with the float64 method.
+struct Emulated {
+  std::unique_ptr<Method<float>> method;
+  MatrixR<double> out;
+};
+Emulated emulated(const std::string& spec, std::optional<std::uint64_t> seed, const MatrixR<float>& q,
+                  const MatrixR<float>& k, const MatrixR<float>& v, const AttentionOptions& o) {
+  Emulated e{make_method<float>(spec, seed), {}};
+  e.method->compute(q, k, o);
+  e.out = e.method->output(v).cast<double>();
+  return e;
+}
+
+
 MatrixR<float> gaussian(Index n, Index d, std::uint64_t seed, float scale = 1.0f) {
   Rng rng(seed);
   MatrixR<float> x(n, d);
@@ -290,9 +305,9 @@ TEST(RoundingBound, ExactAttentionRespectsItEntryByEntry) {
                 o.storage = st;
                 o.policy = pol;
                 o.causal = causal;
-                auto m = make_method<float>(streaming ? "exact" : "exact:impl=materialized");
-                m->compute(p.q, p.k, o);
-                const MatrixR<double> out = m->output(p.v).cast<double>();
+                const Emulated run =
+                    emulated(streaming ? "exact" : "exact:impl=materialized", std::nullopt, p.q, p.k, p.v, o);
+                const MatrixR<double>& out = run.out;
                 const SoftmaxRoundingBound b = softmax_rounding_bound(q, k, v, o, streaming);
                 AttentionOptions exact_opts;
                 exact_opts.causal = causal;
@@ -301,7 +316,7 @@ TEST(RoundingBound, ExactAttentionRespectsItEntryByEntry) {
                     << "worst excess " << ((out - ref).cwiseAbs() - b.output).maxCoeff();
                 double worst_p = 0, bound_p = 0;
                 if (!streaming) {
-                  const MatrixR<double> pe = m->matrix().cast<double>();
+                  const MatrixR<double> pe = run.method->matrix().cast<double>();
                   const MatrixR<double> pr = exact_matrix<double>(q, k, exact_opts);
                   Index pv = 0;
                   for (Index i = 0; i < n; ++i)
@@ -355,9 +370,8 @@ TEST(RoundingBound, PatternMethodsRespectItEntryByEntry) {
               AttentionOptions o = o64;
               o.storage = st;
               o.policy = pol;
-              auto m = make_method<float>(spec, 3);
-              m->compute(p.q, p.k, o);
-              const MatrixR<double> out = m->output(p.v).cast<double>();
+              const Emulated run = emulated(spec, 3, p.q, p.k, p.v, o);
+              const MatrixR<double>& out = run.out;
               const SoftmaxRoundingBound b = analysis.bound(o, false);
               EXPECT_EQ(outside(out, own, b.output), 0)
                   << "worst excess " << ((out - own).cwiseAbs() - b.output).maxCoeff();
@@ -397,11 +411,10 @@ TEST(RoundingBound, LinformerRespectsItEntryByEntry) {
             AttentionOptions o;
             o.storage = st;
             o.policy = pol;
-            auto m = make_method<float>(spec, 5);
-            m->compute(p.q, p.k, o);
-            const auto* l32 = dynamic_cast<const LinformerMethod<float>*>(m.get());
+            const Emulated run = emulated(spec, 5, p.q, p.k, p.v, o);
+            const auto* l32 = dynamic_cast<const LinformerMethod<float>*>(run.method.get());
             ASSERT_NE(l32, nullptr);
-            const MatrixR<double> out = m->output(p.v).cast<double>();
+            const MatrixR<double>& out = run.out;
             const SoftmaxRoundingBound b =
                 linformer_rounding_bound(q, k, v, l64->projections().first, l64->projections().second,
                                          l32->projections().first.cast<double>(),
@@ -472,11 +485,10 @@ TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
             AttentionOptions o;
             o.storage = st;
             o.policy = pol;
-            auto m = make_method<float>(spec, 7);
-            m->compute(p.q, p.k, o);
-            const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(m.get());
+            const Emulated run = emulated(spec, 7, p.q, p.k, p.v, o);
+            const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(run.method.get());
             ASSERT_NE(p32, nullptr);
-            const MatrixR<double> out = m->output(p.v).cast<double>();
+            const MatrixR<double>& out = run.out;
             const KernelRoundingBound b = performer_rounding_bound(
                 q, k, v, p64->omega(), p32->omega().cast<double>(), PerformerKernel::Positive, o);
             EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
@@ -534,9 +546,8 @@ TEST(RoundingBound, TaylorRespectsItEntryByEntry) {
           AttentionOptions o;
           o.storage = st;
           o.policy = pol;
-          auto m = make_method<float>("taylor", 0);
-          m->compute(p.q, p.k, o);
-          const MatrixR<double> out = m->output(p.v).cast<double>();
+          const Emulated run = emulated("taylor", 0, p.q, p.k, p.v, o);
+          const MatrixR<double>& out = run.out;
           const KernelRoundingBound b = taylor_rounding_bound(q, k, v, o);
           EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
           EXPECT_EQ(b.rows_without_guarantee, 0);
@@ -576,9 +587,8 @@ TEST(RoundingBound, CausalKernelMethodsRespectItEntryByEntry) {
             AttentionOptions o = c64;
             o.storage = st;
             o.policy = pol;
-            auto m = make_method<float>(spec);
-            m->compute(p.q, p.k, o);
-            const MatrixR<double> out = m->output(p.v).cast<double>();
+            const Emulated run = emulated(spec, std::nullopt, p.q, p.k, p.v, o);
+            const MatrixR<double>& out = run.out;
             const KernelRoundingBound b =
                 name.rfind("taylor", 0) == 0
                     ? taylor_rounding_bound(q, k, v, o, chunk)
@@ -626,9 +636,8 @@ TEST(RoundingBound, EfficientRespectsItEntryByEntry) {
           AttentionOptions o;
           o.storage = st;
           o.policy = pol;
-          auto m = make_method<float>("efficient", 0);
-          m->compute(p.q, p.k, o);
-          const MatrixR<double> out = m->output(p.v).cast<double>();
+          const Emulated run = emulated("efficient", 0, p.q, p.k, p.v, o);
+          const MatrixR<double>& out = run.out;
           const KernelRoundingBound b = efficient_rounding_bound(q, k, v, o);
           EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
           EXPECT_EQ(b.rows_without_guarantee, 0);
@@ -674,11 +683,10 @@ TEST(RoundingBound, ProbSparseRespectsItWhereTheChoicesAgree) {
               AttentionOptions o = mask;
               o.storage = st;
               o.policy = pol;
-              auto m = make_method<float>(spec, 3);
-              m->compute(p.q, p.k, o);
-              const auto* s32 = dynamic_cast<const ProbSparseMethod<float>*>(m.get());
+              const Emulated run = emulated(spec, 3, p.q, p.k, p.v, o);
+              const auto* s32 = dynamic_cast<const ProbSparseMethod<float>*>(run.method.get());
               ASSERT_NE(s32, nullptr);
-              const MatrixR<double> out = m->output(p.v).cast<double>();
+              const MatrixR<double>& out = run.out;
               const KernelRoundingBound b = probsparse_rounding_bound(analysis, v, s64->selected_queries(),
                                                                       s32->selected_queries(), o, cumsum);
               EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
@@ -744,10 +752,9 @@ TEST(RoundingBound, ReformerRespectsItWhereTheKeySetsAgree) {
               AttentionOptions o = o64;
               o.storage = st;
               o.policy = pol;
-              auto m = make_method<float>(spec, 3);
-              m->compute(p.q, p.k, o);
-              const MatrixR<double> out = m->output(p.v).cast<double>();
-              const auto* r32 = dynamic_cast<const ReformerMethod<float>*>(m.get());
+              const Emulated run = emulated(spec, 3, p.q, p.k, p.v, o);
+              const MatrixR<double>& out = run.out;
+              const auto* r32 = dynamic_cast<const ReformerMethod<float>*>(run.method.get());
               ASSERT_NE(r32, nullptr);
               const KernelRoundingBound b = reformer_rounding_bound(analysis, keys64, r32->key_sets(), rounds, o);
               EXPECT_LT((b.reference - own).norm(), 1e-12 * own.norm()) << "the bound's O is not the method's";
@@ -807,10 +814,9 @@ TEST(RoundingBound, VqRespectsItWhereTheAssignmentsAgree) {
           AttentionOptions o = mask;
           o.storage = st;
           o.policy = pol;
-          auto m = make_method<float>(spec);
-          m->compute(q, k, o);
-          const MatrixR<double> out = m->output(v).cast<double>();
-          const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&m->op());
+          const Emulated run = emulated(spec, std::nullopt, q, k, v, o);
+          const MatrixR<double>& out = run.out;
+          const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&run.method->op());
           ASSERT_NE(op32, nullptr);
           const KernelRoundingBound b = vq_rounding_bound(q.cast<double>(), v.cast<double>(), codebook.cast<double>(),
                                                           op64->assignment(), op32->assignment(), o);
@@ -1091,9 +1097,8 @@ TEST(RoundingBound, LinearAttentionRespectsItEntryByEntry) {
               AttentionOptions o;
               o.storage = st;
               o.policy = pol;
-              auto m = make_method<float>(spec);
-              m->compute(p.q, p.k, o);
-              const MatrixR<double> out = m->output(p.v).cast<double>();
+              const Emulated run = emulated(spec, std::nullopt, p.q, p.k, p.v, o);
+              const MatrixR<double>& out = run.out;
               const KernelRoundingBound b = linear_rounding_bound(q, k, v, feature, o);
               Index violations = 0, failed_rows = 0;
               double measured = 0, bounded = 0;

@@ -997,25 +997,31 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   const double inf = std::numeric_limits<double>::infinity(), s = opts.resolved_scale(d);
   // The stored values, known exactly; per code the key count N_y and the value sum S_y (float64, the reference's)
   // and ΔS, the bound on the stored sum's distance from S: the stored values' own, the float32 sum's (γ_{N_y}) and,
-  // eager, the storing. Counts are exact in float32; eager stores them (u·N).
+  // eager, the storing. Counts are exact in float32; eager stores them (u·N). (Causal: per row, in the row loop.)
   const MatrixR<double> qs = stored_in(format, q), vs = stored_in(format, v), cs = stored_in(format, codebook);
-  VectorX<double> count = VectorX<double>::Zero(codes);
-  MatrixR<double> sum = MatrixR<double>::Zero(codes, dv), sum_s = sum, sum_abs = sum;
-  for (Index j = 0; j < nk; ++j) {
-    const Index y = assigned[std::size_t(j)];
-    count(y) += 1;
-    sum.row(y) += v.row(j);
-    sum_s.row(y) += vs.row(j);
-    sum_abs.row(y) += vs.row(j).cwiseAbs();
-  }
-  MatrixR<double> s_up(codes, dv);  // |S| + ΔS
-  for (Index y = 0; y < codes; ++y)
-    for (Index c = 0; c < dv; ++c) {
-      const double formed = std::abs(sum_s(y, c) - sum(y, c)) + gamma32(count(y)) * sum_abs(y, c) +
-                            4 * count(y) * std::ldexp(1.0, -53) * sum_abs(y, c);  // float64's own sums
-      s_up(y, c) = std::abs(sum(y, c)) + formed + e * (u * (std::abs(sum(y, c)) + formed) + eta);
+  VectorX<double> count, n_up;
+  MatrixR<double> sum, sum_abs, s_up;  // s_up: |S| + ΔS
+  if (!causal) {
+    count = VectorX<double>::Zero(codes);
+    sum = MatrixR<double>::Zero(codes, dv);
+    MatrixR<double> sum_s = sum;
+    sum_abs = sum;
+    for (Index j = 0; j < nk; ++j) {
+      const Index y = assigned[std::size_t(j)];
+      count(y) += 1;
+      sum.row(y) += v.row(j);
+      sum_s.row(y) += vs.row(j);
+      sum_abs.row(y) += vs.row(j).cwiseAbs();
     }
-  const VectorX<double> n_up = count * (1 + e * u);
+    s_up.resize(codes, dv);
+    for (Index y = 0; y < codes; ++y)
+      for (Index c = 0; c < dv; ++c) {
+        const double formed = std::abs(sum_s(y, c) - sum(y, c)) + gamma32(count(y)) * sum_abs(y, c) +
+                              4 * count(y) * std::ldexp(1.0, -53) * sum_abs(y, c);  // float64's own sums
+        s_up(y, c) = std::abs(sum(y, c)) + formed + e * (u * (std::abs(sum(y, c)) + formed) + eta);
+      }
+    n_up = count * (1 + e * u);
+  }
   // Logits ℓ = s·QCᵀ (float64) and the bound on the emulated ones' distance: the stored Q and C's own (exact), the
   // float32 product and scaling (the scale as float32 holds it: two u₃₂), eager's two storings (u·|x| + η each).
   const MatrixR<double> l = s * q * codebook.transpose(), ls = s * qs * cs.transpose();
@@ -1025,20 +1031,19 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   // (the format under eager, float32 under careful), where a code's float32 value sum may pass float32's (its
   // partial sums reach (1+γ)·Σ|v̂|) or, eager, the stored sums or counts the format's.
   const double limit = eager ? big : kMax32;  // what holds the logits, numerators and normalisers
-  double partial = 0;
-  for (Index y = 0; y < codes; ++y) partial = std::max(partial, (1 + gamma32(count(y))) * sum_abs.row(y).maxCoeff());
-  const bool inputs_overflow =
+  bool global_overflow =
       std::max({q.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(), codebook.cwiseAbs().maxCoeff()}) >= big ||
       std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= limit;
-  const bool sums_overflow = partial >= kMax32 || (eager && (s_up.maxCoeff() >= big || n_up.maxCoeff() >= big));
-  const bool global_overflow = inputs_overflow || (!causal && sums_overflow);  // causal: checked per row
+  Index flips = 0;  // non-causal: any flipped assignment moves every row (causal: the rows that see it, below)
+  if (!causal) {    // causal: the sums' overflow is checked per row
+    double partial = 0;
+    for (Index y = 0; y < codes; ++y) partial = std::max(partial, (1 + gamma32(count(y))) * sum_abs.row(y).maxCoeff());
+    global_overflow = global_overflow || partial >= kMax32 ||
+                      (eager && (s_up.maxCoeff() >= big || n_up.maxCoeff() >= big));
+    for (Index j = 0; j < nk; ++j) flips += assigned[std::size_t(j)] != chosen[std::size_t(j)];
+  }
   b.output.resize(nq, dv);
   b.reference.resize(nq, dv);
-  const Index flips = [&] {
-    Index f = 0;
-    for (Index j = 0; j < nk; ++j) f += assigned[std::size_t(j)] != chosen[std::size_t(j)];
-    return f;
-  }();
   const double div = 1 + u32;  // num / den in float32
   const double a_w = stored_exp_floor(u, eta);  // a weight's absolute floor
   // Causal (VqMethod::emulated_causal_output): row i sees the keys up to i + off — the cache (the keys before its
