@@ -151,9 +151,8 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
     const auto& p32 = as<PerformerMethod<float>>(emulated);
     if (p64.settings().kernel != PerformerKernel::Positive)
       return none("Performer: derived for the positive features only (not the trigonometric or hyperbolic kernel)");
-    if (causal) return none("Performer: the causal form's bound is not derived");
     return from_kernel(performer_rounding_bound(q_, k_, v_, p64.omega(), p32.omega().cast<double>(),
-                                                p64.settings().kernel, opts),
+                                                p64.settings().kernel, opts, p64.settings().chunk),
                        own);
   }
   if (name == "probsparse") {

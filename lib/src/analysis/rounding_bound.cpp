@@ -362,12 +362,14 @@ KernelRoundingBound kernel_bound(const MatrixR<double>& fq, const MatrixR<double
 /// ((1+γ_{L+1})(1+u)^e)^{a_i}] (a_i absorbs before its chunk, L the longest absorbed block); absolute terms: η per
 /// stored score, a_i·η per stored state entry (eager), η per stored numerator and normaliser (eager), float32's
 /// underflowing products. The envelopes' prefix sums are formed key by key (O(n·M·d_v)).
+/// `rescales`: float32 multiplications of the state after it is formed (careful Performer's running maximum; their
+/// relative rounding is the caller's, in Ψ⁺), each of which may underflow an entry by η₃₂.
 KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR<double>& fqu,
                                         const MatrixR<double>& fk, const MatrixR<double>& fku,
                                         const ConstRef<double>& v, double input_max, Index chunk,
                                         const AttentionOptions& opts,
                                         const MatrixR<double>* fq_signed = nullptr,
-                                        const MatrixR<double>* fk_signed = nullptr) {
+                                        const MatrixR<double>* fk_signed = nullptr, Index rescales = 0) {
   require(chunk >= 1, "causal kernel rounding bound: chunk = {}", chunk);
   const Format format = storage_format(opts.storage);
   const bool eager = opts.policy == Policy::eager;
@@ -425,7 +427,8 @@ KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR
       v_intra = double(last - j0 + 1);
       const double absolute_d = (1 + gamma32(double(len + m))) * std::pow(1 + u, e) * eta * v_intra +
                                 e * double(absorbs) * eta * rho * fq_sum + e * eta +
-                                double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum);
+                                double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum) +
+                                double(rescales) * eta32 * rho * fq_sum;
       const double d_up = fqu.row(i).dot(z_up), d_abs = fq.row(i).dot(z_abs), d_ref = sq.row(i).dot(z_sgn);
       const double ed = rho * d_up - d_abs + absolute_d + 1e-15 * rho * d_up;
       const double clamp = eager ? 0.0 : fq_signed ? std::max(eps32 * rho * d_up, 2 * min32) : 2 * min32;
@@ -443,7 +446,8 @@ KernelRoundingBound causal_kernel_bound(const MatrixR<double>& fq, const MatrixR
         }
         const double absolute_n = (1 + gamma32(double(len + m))) * std::pow(1 + u, e) * eta * v_intra_col(c) +
                                   e * double(absorbs) * eta * rho * fq_sum + e * eta +
-                                  double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum);
+                                  double(last + 1 + m + len + 4) * eta32 * (1 + 2 * fq_sum) +
+                                  double(rescales) * eta32 * rho * fq_sum;
         const double en = rho * n_up(c) - n_abs(c) + absolute_n + 1e-15 * rho * n_up(c);
         b.output(i, c) = divided_entry(en, ed, std::abs(o(c)), d_ref, div, u, eta);
       }
@@ -499,6 +503,68 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 
 namespace {
 
+/// performer_rounding_bound's careful causal form, as emulated_causal_kernel_output computes it (operators/kernel.cpp):
+/// the same stored query features (fq, fqu) and key projections (pk, Δpk) and log-scales (g, Δg) as the non-causal
+/// form; then each key enters with its stored feature f̂ = e^{p − max p}, a float32 weight e^{ĝ − m̂} against the
+/// running maximum m̂ of the log-scales seen when it is absorbed (or, in its own chunk, the current one), and the
+/// state it joins is multiplied in float32 by e^{m̂_old − m̂_new} whenever a later chunk raises the maximum: at most
+/// R = ⌈n_q/chunk⌉ times. Every row reads its keys in units of its own final m̂; divided by the exact e^{C − m}
+/// (C = max g ≥ m: a factor common to the row, which cancels in O and only shrinks the absolute terms), key j's
+/// value is ψ_j = e^{a + g_j − C} times e^θ, θ = Δa + Δg_j + ΔG + u₃₂(|ĝ_j − m̂| + Σ|m̂_old − m̂_new|) — the maxima
+/// telescope, and m̂ is non-decreasing, so the subtractions' sum is at most 2(C − g_j + ΔG + Δg_j) —, times (1+4u₃₂)
+/// per exp (1 + R + the feature's), (1+u₃₂) per float32 product (the weight's, each rescaling's: 2R + 2 counted)
+/// and the storing of f̂; each exp's underflow (2⁻¹²⁶) an absolute term beside the other factors' largest values,
+/// each rescaling's η₃₂ one more absolute term per state entry (causal_kernel_bound's `rescales`). Every weight is
+/// at most 1 in the emulation's own units, so its sums cannot overflow float32 unless (M + 1)·Σ|V̂| could: then no
+/// guarantee anywhere.
+KernelRoundingBound performer_careful_causal(const MatrixR<double>& fq, const MatrixR<double>& fqu,
+                                             const MatrixR<double>& pk, const MatrixR<double>& dpk,
+                                             const VectorX<double>& g, const VectorX<double>& dg,
+                                             const ConstRef<double>& v, double input_max, Index chunk,
+                                             const AttentionOptions& opts) {
+  const Format format = storage_format(opts.storage);
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32, e32 = 4 * u32;
+  const double floor32 = kMin32, big = largest_finite(format);
+  const Index nq = fq.rows(), nk = pk.rows(), mf = pk.cols();
+  const Index rescales = (nq + chunk - 1) / chunk;
+  const double c = g.maxCoeff(), dgmax = dg.maxCoeff(), r = double(rescales);
+  const double mults = std::pow(1 + u32, 2 * r + 2);
+  MatrixR<double> fk(nk, mf), fku(nk, mf);
+  double weight_max = 0, feature_max = 0;
+  for (Index j = 0; j < nk; ++j) {
+    const double mx = pk.row(j).maxCoeff(), dm = dpk.row(j).maxCoeff();
+    const double theta_w = dg(j) + dgmax + 2 * u32 * (c - g(j) + dgmax + dg(j));
+    // The largest value any one weight or rescaling factor may take (their exact exponents are ≤ 0).
+    const double b = std::exp(theta_w) * (1 + e32) + floor32;
+    const double w_main = std::exp(g(j) - c + theta_w) * std::pow(1 + e32, r + 1);
+    const double w_abs = (r + 1) * floor32 * std::pow(b, r);
+    weight_max = std::max(weight_max, std::pow(b, r + 1));
+    for (Index m = 0; m < mf; ++m) {
+      const double a = pk(j, m) - mx, theta_a = dpk(j, m) + dm + u32 * (std::abs(a) + 2 * dm);
+      const double f_main = std::exp(a + theta_a) * (1 + e32) * (1 + u), f_abs = floor32 * (1 + u) + eta;
+      const double f_up = std::min(std::exp(std::min(a + theta_a, 0.0) + u32 * (std::abs(a) + 2 * dm)), 1.0 + e32) *
+                              (1 + e32) * (1 + u) +
+                          f_abs;
+      feature_max = std::max(feature_max, f_up);
+      fk(j, m) = std::exp(a + g(j) - c);
+      fku(j, m) = (f_main * w_main + f_abs * (w_main + w_abs) + f_up * w_abs) * mults;
+    }
+  }
+  KernelRoundingBound bound =
+      causal_kernel_bound(fq, fqu, fk, fku, v, input_max, chunk, opts, nullptr, nullptr, rescales);
+  // In the emulation's units every weight is at most 1 (up to its rounding): the state, key sum, numerators and
+  // normalisers stay below (M + 1)·max(Σ|V̂|, n) times the features' and weights' largest values; the stored scores
+  // A below M times them.
+  const MatrixR<double> vs = stored_in(format, v);
+  const double sums = std::max(vs.cwiseAbs().colwise().sum().maxCoeff(), double(nk));
+  const double scale = (1 + gamma32(double(nk + mf + 2))) * fqu.maxCoeff() * feature_max * weight_max * mults;
+  if (double(mf + 1) * scale * sums >= kMax32 || double(mf) * scale >= big / (1 + u)) {
+    bound.output.setConstant(std::numeric_limits<double>::infinity());
+    bound.rows_without_guarantee = nq;
+  }
+  return bound;
+}
+
 /// performer_rounding_bound under eager (the header: the reference code's features, every step stored). Per row x,
 /// with σ = s^½ and the stored row x̂ and ω̂ (both known exactly: round_to), every stored step's distance from its
 /// float64 value is bounded in turn — the rounding of a stored value within u·|x| + η, a float32 product or sum of m
@@ -514,9 +580,12 @@ namespace {
 /// a factor that cancels, the keys' a common one: counting their moves in θ is conservative. No guarantee for a query
 /// whose stored intermediates may reach the format's largest value, nor anywhere when a key's may; rows whose
 /// features all underflow (e^{−‖x‖²/2}: long queries in fp16) give up through kernel_bound's D ≤ E_D.
+/// Causal: the same features (the keys' stabiliser is still the largest projection over every key, as the reference
+/// code takes it), then linear attention's chunked transcription in chunks of `chunk` (causal_kernel_bound).
 KernelRoundingBound performer_eager_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                           const ConstRef<double>& v, const ConstRef<double>& omega,
-                                          const ConstRef<double>& omega32, const AttentionOptions& opts) {
+                                          const ConstRef<double>& omega32, const AttentionOptions& opts,
+                                          Index chunk) {
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32, eta32 = kEta32;
   const double big = largest_finite(format), floor32 = kMin32, e32 = 4 * u32, f64 = std::ldexp(1.0, -50);
@@ -590,7 +659,8 @@ KernelRoundingBound performer_eager_bound(const ConstRef<double>& q, const Const
   features(rq, false, fq, fqu);
   features(rk, true, fk, fku);
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
-  KernelRoundingBound b = kernel_bound(fq, fqu, fk, fku, v, input_max, nk, opts);
+  KernelRoundingBound b = opts.causal ? causal_kernel_bound(fq, fqu, fk, fku, v, input_max, chunk, opts)
+                                       : kernel_bound(fq, fqu, fk, fku, v, input_max, nk, opts);
   const double inf = std::numeric_limits<double>::infinity();
   for (Index i = 0; i < nq; ++i)
     if ((key_overflow || rq.overflow[std::size_t(i)]) && b.output.row(i).allFinite()) {
@@ -605,7 +675,7 @@ KernelRoundingBound performer_eager_bound(const ConstRef<double>& q, const Const
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
                                              const ConstRef<double>& omega32, PerformerKernel kernel,
-                                             const AttentionOptions& opts) {
+                                             const AttentionOptions& opts, Index chunk) {
   require(kernel == PerformerKernel::Positive,
           "performer rounding bound: derived for the positive features (kernel=positive) only");
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
@@ -613,9 +683,9 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   require(v.rows() == nk && omega.cols() == d && omega32.rows() == mf && omega32.cols() == d && mf >= 1,
           "performer rounding bound: V {} rows, K {}; ω {}×{}, its float32 draw {}×{}", v.rows(), nk, mf,
           omega.cols(), omega32.rows(), omega32.cols());
-  require(!opts.causal, "performer rounding bound: derived for the non-causal form only");
+  require(!opts.causal || chunk >= 1, "performer rounding bound: chunk = {}", chunk);
   require(opts.storage != Storage::native, "performer rounding bound: give a reduced storage (bf16 or fp16)");
-  if (opts.policy == Policy::eager) return performer_eager_bound(q, k, v, omega, omega32, opts);
+  if (opts.policy == Policy::eager) return performer_eager_bound(q, k, v, omega, omega32, opts, chunk);
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
   const double floor32 = kMin32, e32 = 4 * u32;  // an exp's absolute floor and relative error
@@ -659,6 +729,8 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
     dg(j) = dm + dhn(j) + d_l + u32 * (std::abs(mx) + dm + hn(j) + dhn(j)) + u32 * (std::abs(g(j)) + dm + dhn(j) + d_l);
   }
   const double c = g.maxCoeff(), dgmax = dg.maxCoeff();
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  if (opts.causal) return performer_careful_causal(fq, fqu, pk, dpk, g, dg, v, input_max, chunk, opts);
   MatrixR<double> fk(nk, mf), fku(nk, mf);
   for (Index j = 0; j < nk; ++j) {
     const double mx = pk.row(j).maxCoeff(), dm = dpk.row(j).maxCoeff(), gc = g(j) - c;
@@ -683,7 +755,6 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
     }
   }
   const Index chunks = (nk + 2047) / 2048;  // streamed_kernel_output's key chunks: their weighted sums added
-  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
   KernelRoundingBound b = kernel_bound(fq, fqu, fk, fku, v, input_max, nk + chunks, opts);
   // A chunk's sums are formed in float32 before its factor e^{m_c − max} scales them: each term f̂·ŵ·|v̂| ≤
   // (1+4u₃₂)²(1+u)·|V̂| (f̂, ŵ ≤ 1 up to their exp's error), so a chunk whose Σ|V̂| may pass float32's largest value

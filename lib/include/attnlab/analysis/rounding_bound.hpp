@@ -167,7 +167,13 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 /// stored: s^½x, ωᵀx, x∘x, ‖x‖², ‖x‖²/2, the exponent, less the maximum — a query's largest projection, every key's
 /// largest): each stored step's distance from its float64 value bounded in turn from the stored row and ω̂ (known
 /// exactly), the exponent's total move θ, then linear attention's eager sums and division (rounding_bound.cpp,
-/// performer_eager_bound). The causal form and the other kernels (trig, hyperbolic) are refused: not derived.
+/// performer_eager_bound). Causal — linear attention's chunked transcription in chunks of `chunk`, the method's, as
+/// emulated_causal_kernel_output runs it for either causal form: under eager the same features (keys against the
+/// largest projection over every key, as the reference code takes it); under careful the same stored features, each
+/// key weighted in float32 against the running maximum of the log-scales and the state rescaled whenever a chunk
+/// raises it (at most ⌈n_q/chunk⌉ times: rounding_bound.cpp, performer_careful_causal — the maxima telescope, so a
+/// key's exponent moves by Δa + Δg + ΔG plus the subtractions' roundings, at most 2u₃₂(C − g + ΔG + Δg)). Refused,
+/// not derived: the other kernels (trig, hyperbolic).
 /// Taylor attention's bound (taylor.hpp: φ(x) = [1, x/‖x‖], sim = 1 + cos ≥ 0), non-causal, both policies, as its
 /// emulation computes it (linear's kernel path with signed features): each direction x/‖x‖ formed in float32 from the
 /// stored row (known exactly: round_to) — the squared norm within γ_d, the square root and the division within u₃₂ —
@@ -248,6 +254,6 @@ enum class PerformerKernel;
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
                                              const ConstRef<double>& omega32, PerformerKernel kernel,
-                                             const AttentionOptions& opts);
+                                             const AttentionOptions& opts, Index chunk = 64);
 
 }  // namespace attnlab
