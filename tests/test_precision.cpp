@@ -461,10 +461,11 @@ TEST(RoundingBound, LinformerRespectsItEntryByEntry) {
 // every step stored; eager also causal, through linear's chunked transcription) against the emulation entry by
 // entry: sources, temperatures, feature counts and chunks, both formats and policies, both masks (causal: 250 queries
 // after 80 keys of context, so that the chunks start off the diagonal); the O it is built around is the float64
-// method's own output. Careful holds everywhere here; eager may give up on a row (its fp16 features underflow,
+// method's own output; the hyperbolic kernel under careful (the one policy that emulates it). Careful holds
+// everywhere here; eager may give up on a row (its fp16 features underflow,
 // e^{−‖x‖²/2}; at t = 2 its bf16 exponents' rounding), but where it gives up the failure is real or the row is
 // counted, and at t = 1 most rows keep a guarantee.
-// Careful's causal form and the trig kernel are refused.
+// The trig kernel is refused.
 TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
   Index rows = 0, given_up = 0, rows_t1 = 0, given_up_t1 = 0;
   for (const bool causal : {false, true})
@@ -476,8 +477,10 @@ TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
         Qkv<float> p = generate_problem<float>(src, nq, nk, 32, 32, 13);
         p.q *= float(t);
         const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
-        for (const char* spec : {"performer:features=64", "performer:features=16,orthogonal=false,chunk=48"}) {
+        for (const char* spec : {"performer:features=64", "performer:features=16,orthogonal=false,chunk=48",
+                                 "performer:features=32,kernel=hyperbolic,chunk=48"}) {
           const Index chunk = std::string(spec).find("chunk=48") != std::string::npos ? 48 : 64;
+          const bool hyperbolic = std::string(spec).find("hyperbolic") != std::string::npos;
           AttentionOptions mask;
           mask.causal = causal;
           auto m64 = make_method<double>(spec, 7);
@@ -492,6 +495,10 @@ TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
               AttentionOptions o = mask;
               o.storage = st;
               o.policy = pol;
+              if (hyperbolic && pol == Policy::eager) {  // eager transcribes the reference's positive features only
+                EXPECT_THROW(emulated(spec, 7, p.q, p.k, p.v, o), Error);
+                continue;
+              }
               const Emulated run = emulated(spec, 7, p.q, p.k, p.v, o);
               const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(run.method.get());
               ASSERT_NE(p32, nullptr);
@@ -500,7 +507,8 @@ TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
                            Error);
               const MatrixR<double>& out = run.out;
               const KernelRoundingBound b = performer_rounding_bound(
-                  q, k, v, p64->omega(), p32->omega().cast<double>(), PerformerKernel::Positive, o, chunk);
+                  q, k, v, p64->omega(), p32->omega().cast<double>(),
+                  hyperbolic ? PerformerKernel::Hyperbolic : PerformerKernel::Positive, o, chunk);
               EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
               EXPECT_EQ(outside_guaranteed(out, own, b.output), 0);
               if (pol == Policy::careful) {

@@ -149,8 +149,9 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
   if (name == "performer") {
     const auto& p64 = as<PerformerMethod<double>>(reference);
     const auto& p32 = as<PerformerMethod<float>>(emulated);
-    if (p64.settings().kernel != PerformerKernel::Positive)
-      return none("Performer: derived for the positive features only (not the trigonometric or hyperbolic kernel)");
+    if (p64.settings().kernel == PerformerKernel::Trig)
+      return none("Performer: the trigonometric kernel's bound (signed features sin, cos of the projections, float32's "
+                  "sin and cos errors growing with their arguments) is not derived");
     return from_kernel(performer_rounding_bound(q_, k_, v_, p64.omega(), p32.omega().cast<double>(),
                                                 p64.settings().kernel, opts, p64.settings().chunk),
                        own);

@@ -676,8 +676,10 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
                                              const ConstRef<double>& omega32, PerformerKernel kernel,
                                              const AttentionOptions& opts, Index chunk) {
-  require(kernel == PerformerKernel::Positive,
-          "performer rounding bound: derived for the positive features (kernel=positive) only");
+  require(kernel == PerformerKernel::Positive || (kernel == PerformerKernel::Hyperbolic && opts.policy == Policy::careful),
+          "performer rounding bound: derived for the positive features (kernel=positive) and, under careful (the "
+          "only policy that emulates it), the hyperbolic ones");
+  const bool hyperbolic = kernel == PerformerKernel::Hyperbolic;
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
   require(v.rows() == nk && omega.cols() == d && omega32.rows() == mf && omega32.cols() == d && mf >= 1,
@@ -686,10 +688,13 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   require(!opts.causal || chunk >= 1, "performer rounding bound: chunk = {}", chunk);
   require(opts.storage != Storage::native, "performer rounding bound: give a reduced storage (bf16 or fp16)");
   if (opts.policy == Policy::eager) return performer_eager_bound(q, k, v, omega, omega32, opts, chunk);
+  // Hyperbolic features [e^{p − max|p|}, e^{−p − max|p|}] (log-scale max|p| − ‖s^½x‖²/2 − ½log 2M) are the positive
+  // ones of the 2M projections [p, −p] (negation is exact): the same derivation over them.
+  const Index mfe = hyperbolic ? 2 * mf : mf;
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
   const double floor32 = kMin32, e32 = 4 * u32;  // an exp's absolute floor and relative error
-  const double rs = std::sqrt(opts.resolved_scale(d)), lscale = 0.5 * std::log(double(mf));
+  const double rs = std::sqrt(opts.resolved_scale(d)), lscale = 0.5 * std::log(double(mfe));
   const double e_proj = (1 + u32) * (1 + u32) * (1 + gamma32(double(d))) - 1;  // s^½x in float32, then ωᵀ(s^½x)
   const double e_norm = std::pow(1 + u32, 5) * (1 + gamma32(double(d))) - 1;   // ½‖s^½x‖² in float32
   const double d_l = lscale * ((1 + e32) * (1 + u32) - 1);                   // ½·log M in float32
@@ -699,14 +704,21 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
     p = rs * x * omega.transpose();
     dp = (rs * xs * omega32.transpose() - p).cwiseAbs() + e_proj * rs * xs.cwiseAbs() * omega32.cwiseAbs().transpose();
     dp.array() += 2 * double(d + 2) * std::ldexp(1.0, -53) * (rs * x.cwiseAbs() * omega.cwiseAbs().transpose()).array();
+    if (hyperbolic) {
+      MatrixR<double> both(p.rows(), 2 * mf), dboth(p.rows(), 2 * mf);
+      both << p, -p;
+      dboth << dp, dp;
+      p.swap(both);
+      dp.swap(dboth);
+    }
   };
   // Queries: φ = e^{p − max p}; the row's stabiliser moves by at most max Δp and the subtraction rounds.
   MatrixR<double> pq, dpq;
   projections(q, pq, dpq);
-  MatrixR<double> fq(nq, mf), fqu(nq, mf);
+  MatrixR<double> fq(nq, mfe), fqu(nq, mfe);
   for (Index i = 0; i < nq; ++i) {
     const double mx = pq.row(i).maxCoeff(), dm = dpq.row(i).maxCoeff();
-    for (Index m = 0; m < mf; ++m) {
+    for (Index m = 0; m < mfe; ++m) {
       const double a = pq(i, m) - mx;
       const double theta = dpq(i, m) + dm + u32 * (std::abs(a) + dpq(i, m) + dm);
       fq(i, m) = std::exp(a);
@@ -731,14 +743,14 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   const double c = g.maxCoeff(), dgmax = dg.maxCoeff();
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
   if (opts.causal) return performer_careful_causal(fq, fqu, pk, dpk, g, dg, v, input_max, chunk, opts);
-  MatrixR<double> fk(nk, mf), fku(nk, mf);
+  MatrixR<double> fk(nk, mfe), fku(nk, mfe);
   for (Index j = 0; j < nk; ++j) {
     const double mx = pk.row(j).maxCoeff(), dm = dpk.row(j).maxCoeff(), gc = g(j) - c;
     // The weight e^{g − m_c}·e^{m_c − max}: upper envelope of its float32 value (two exps, each underflowing to at
     // most 2⁻¹²⁶).
     const double wc_up = std::exp(gc + 3 * dgmax + u32 * 2 * (std::abs(gc) + 2 * dgmax)) * (1 + e32) * (1 + e32) +
                          3 * floor32;
-    for (Index m = 0; m < mf; ++m) {
+    for (Index m = 0; m < mfe; ++m) {
       const double a = pk(j, m) - mx;
       const double theta = dpk(j, m) + dhn(j) + d_l + dgmax +
                            u32 * ((std::abs(a) + 2 * dm) + (std::abs(mx) + hn(j) + dm + dhn(j)) +

@@ -6,15 +6,14 @@
 // Derived (analysis/rounding_bound.hpp has each derivation): exact attention (streaming, any tile, and materialised;
 // causal too), the pattern methods local and sparse (exact's materialised bound over their pattern; causal too),
 // Linformer, linear attention (both feature maps, both causal forms), Performer's positive features (both masks, both
-// policies), Taylor attention (causal too), efficient attention, ProbSparse (either lazy form, causal too;
-// conditional on both runs choosing the same queries), Reformer (conditional on both runs' key sets; causal too) and
-// Transformer-VQ (hard, keys quantized, a fixed codebook, causal too; conditional on the keys a row sees keeping
-// their codes).
+// policies) and hyperbolic ones (careful, both masks), Taylor attention (causal too), efficient attention,
+// ProbSparse (either lazy form, causal too; conditional on both runs choosing the same queries), Reformer
+// (conditional on both runs' key sets; causal too) and Transformer-VQ (hard, keys quantized, a fixed codebook, causal
+// too; conditional on the keys a row sees keeping their codes).
 // Not derived: Nyström and CUR (a pseudo-inverse of a rounded landmark kernel: the converged inverse amplifies the
 // storage rounding by the kernel's condition number, the unconverged iteration does not — no useful worst case
-// follows from norms alone), the SVD oracle, Scatterbrain, Performer's trigonometric and hyperbolic kernels (its
-// positive features have one under both masks), VQ with a k-means codebook (the two runs fit different codebooks: a
-// fit, not a rounding).
+// follows from norms alone), the SVD oracle, Scatterbrain, Performer's trigonometric kernel, VQ with a k-means
+// codebook (the two runs fit different codebooks: a fit, not a rounding).
 #pragma once
 
 #include "attnlab/core/method.hpp"

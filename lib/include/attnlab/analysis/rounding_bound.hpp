@@ -172,8 +172,9 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 /// largest projection over every key, as the reference code takes it); under careful the same stored features, each
 /// key weighted in float32 against the running maximum of the log-scales and the state rescaled whenever a chunk
 /// raises it (at most ⌈n_q/chunk⌉ times: rounding_bound.cpp, performer_careful_causal — the maxima telescope, so a
-/// key's exponent moves by Δa + Δg + ΔG plus the subtractions' roundings, at most 2u₃₂(C − g + ΔG + Δg)). Refused,
-/// not derived: the other kernels (trig, hyperbolic).
+/// key's exponent moves by Δa + Δg + ΔG plus the subtractions' roundings, at most 2u₃₂(C − g + ΔG + Δg)). The
+/// hyperbolic kernel (careful: the one policy that emulates it) is the positive one over the 2M projections [p, −p]:
+/// the same derivation. Refused, not derived: the trigonometric kernel (signed sin, cos features).
 /// Taylor attention's bound (taylor.hpp: φ(x) = [1, x/‖x‖], sim = 1 + cos ≥ 0), non-causal, both policies, as its
 /// emulation computes it (linear's kernel path with signed features): each direction x/‖x‖ formed in float32 from the
 /// stored row (known exactly: round_to) — the squared norm within γ_d, the square root and the division within u₃₂ —
