@@ -676,7 +676,8 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
                                              const ConstRef<double>& v, const ConstRef<double>& omega,
                                              const ConstRef<double>& omega32, PerformerKernel kernel,
                                              const AttentionOptions& opts, Index chunk) {
-  require(kernel == PerformerKernel::Positive || (kernel == PerformerKernel::Hyperbolic && opts.policy == Policy::careful),
+  const bool careful = opts.policy == Policy::careful;
+  require(kernel == PerformerKernel::Positive || (kernel == PerformerKernel::Hyperbolic && careful),
           "performer rounding bound: derived for the positive features (kernel=positive) and, under careful (the "
           "only policy that emulates it), the hyperbolic ones");
   const bool hyperbolic = kernel == PerformerKernel::Hyperbolic;
