@@ -536,9 +536,9 @@ TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
   std::printf("  performer: %lld of %lld rows without a guarantee (t = 1: %lld of %lld)\n",
               static_cast<long long>(given_up), static_cast<long long>(rows), static_cast<long long>(given_up_t1),
               static_cast<long long>(rows_t1));
-  // At t = 1 most rows keep one (measured: 210 of 8800, both masks, positive and hyperbolic); at t = 2 eager's gives up on most bf16 rows —
-  // the queries' exponents ωᵀx − ‖x‖²/2 grow up to fourfold, and their rounding in bf16's 8 bits, e^θ, swamps the
-  // normaliser's margin — and on the fp16 rows whose features underflow.
+  // At t = 1 most rows keep one (measured: 210 of 8800, both masks, positive and hyperbolic); at t = 2 eager's
+  // gives up on most bf16 rows — the queries' exponents ωᵀx − ‖x‖²/2 grow up to fourfold, and their rounding in
+  // bf16's 8 bits, e^θ, swamps the normaliser's margin — and on the fp16 rows whose features underflow.
   EXPECT_LT(given_up_t1, rows_t1 / 10) << "the bound holds vacuously";
 }
 
