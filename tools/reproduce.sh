@@ -55,12 +55,17 @@ out_dir=results
 [ "$preset" = quick ] || out_dir=results/$preset
 mkdir -p "$out_dir"
 marker=$out_dir/.reproduce-incomplete
+# What the main job writes: the command's experiments, then the PyTorch studies below. Only these are recomputed; every
+# other CSV under results/ comes from a tool the main job does not run (tools/pretrained_study.py's pretrained_*,
+# tools/stabilisers.py's stabilisers) and is kept, since the findings read it (a fresh clone's main job deleted
+# stabilisers.csv.gz, and tools/findings.py then failed on its missing numbers).
+experiments=$(build/bin/attnlab run --help | awk '/^Subcommands:/{s=1;next} s&&NF{print $1}')
+outputs=(compare_default.csv timings.csv dropin.csv.gz finetune.csv.gz precision_model.csv.gz)
+for experiment in $experiments; do outputs+=("$experiment.csv.gz"); done
 if [ -e "$marker" ]; then
   echo "reproduce: resuming the interrupted run in $out_dir/"
 else
-  # (tools/pretrained_study.py's pretrained_* files are not the main job's: kept)
-  find "$out_dir" -maxdepth 1 -type f \( -name '*.csv' -o -name '*.csv.gz' -o -name '*.config' -o -name '*.partial' \) \
-       ! -name 'pretrained_*' -delete
+  for f in "${outputs[@]}"; do rm -f "$out_dir/$f" "$out_dir/$f.config" "$out_dir/$f.partial"; done
 fi
 touch "$marker"
 # The paper preset's scaling sweep reaches n = 65536, where a materialized float32 P is 16 GiB: the memory limit
@@ -71,7 +76,7 @@ build/bin/attnlab compare --all --n 1024 --d 64 --seed 0 --dtype f64 --csv "$out
 # Wall-clock time per experiment, kept beside the CSVs (a resumed run times only what it computed).
 timings=$out_dir/timings.csv
 [ -e "$timings" ] || echo "experiment,preset,seconds,cores" > "$timings"
-for experiment in $(build/bin/attnlab run --help | awk '/^Subcommands:/{s=1;next} s&&NF{print $1}'); do
+for experiment in $experiments; do
   t_exp=$(date +%s)
   build/bin/attnlab "${limit[@]}" run "$experiment" --preset "$preset" --out "$out_dir/$experiment.csv.gz"
   echo "$experiment,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
