@@ -7,9 +7,9 @@
 # training key matches (training is deterministic: they are what training gives), else it trains (~4 min on one
 # core, beside the build) and writes them. The `pretrained` source (all-MiniLM-L6-v2's heads, their upstream
 # gradients) comes from tools/pretrained.py --export data/pretrained (~10 s, from the wheel the set-up fetched;
-# the committed checksums, models/pretrained.export.json, on every x86-64 CPU). Each run recomputes every CSV from
-# scratch (the committed ones are the previous run's), except after an interrupted run: then the finished points are
-# kept and the sweeps resume.
+# the committed checksums, models/pretrained.export.json, on every x86-64 CPU). Each run recomputes every CSV of the
+# main job from scratch (the committed ones are the previous run's), except after an interrupted run: then the
+# finished points are kept and the sweeps resume. The CSVs of the tools it does not run are kept.
 #   tools/reproduce.sh [--preset quick|paper]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
