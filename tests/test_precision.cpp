@@ -58,6 +58,16 @@ void expect_same(Storage s, float x) {
                                           << ")";
 }
 
+/// A generated problem for a source kind in float32 (what the emulation reads), its queries sharpened by the logit
+/// temperature t (Q·t).
+Qkv<float> tempered(const char* kind, Index nq, Index nk, Index d, Index dv, std::uint64_t seed, double t = 1.0) {
+  SourceOptions src;
+  src.kind = kind;
+  Qkv<float> p = generate_problem<float>(src, nq, nk, d, dv, seed);
+  if (t != 1.0) p.q *= float(t);
+  return p;
+}
+
 /// ‖a − b‖_F / ‖b‖_F of an emulated float32 result against the float64 one.
 double rel(const MatrixR<float>& a, const MatrixR<double>& b) { return (a.cast<double>() - b).norm() / b.norm(); }
 
@@ -289,10 +299,7 @@ TEST(RoundingBound, ExactAttentionRespectsItEntryByEntry) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {0.5, 1.0, 4.0})
       for (const Index n : {Index(200), Index(600)}) {
-        SourceOptions src;
-        src.kind = kind;
-        Qkv<float> p = generate_problem<float>(src, n, n, 32, 32, 5);
-        p.q *= float(t);
+        Qkv<float> p = tempered(kind, n, n, 32, 32, 5, t);
         const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
         for (const bool causal : {false, true})
           for (const Storage st : {Storage::bf16, Storage::fp16})
@@ -347,10 +354,7 @@ TEST(RoundingBound, PatternMethodsRespectItEntryByEntry) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 4.0}) {
       const Index n = 300;
-      SourceOptions src;
-      src.kind = kind;
-      Qkv<float> p = generate_problem<float>(src, n, n, 32, 32, 9);
-      p.q *= float(t);
+      Qkv<float> p = tempered(kind, n, n, 32, 32, 9, t);
       const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
       for (const char* spec : {"local:window=8", "local:window=40", "sparse:window=3,stride=5,globals=3,random=4"})
         for (const bool causal : {false, true}) {
@@ -392,10 +396,7 @@ TEST(RoundingBound, LinformerRespectsItEntryByEntry) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 4.0}) {
       const Index n = 300;
-      SourceOptions src;
-      src.kind = kind;
-      Qkv<float> p = generate_problem<float>(src, n, n, 32, 32, 11);
-      p.q *= float(t);
+      Qkv<float> p = tempered(kind, n, n, 32, 32, 11, t);
       const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
       for (const char* spec : {"linformer:k=32", "linformer:k=64,projection=pool",
                                "linformer:k=16,projection=uniform,share_kv=true"}) {
@@ -472,10 +473,7 @@ TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
     for (const char* kind : {"gaussian", "clustered"})
       for (const double t : {1.0, 2.0}) {
         const Index nq = causal ? 250 : 300, nk = causal ? 330 : 300;
-        SourceOptions src;
-        src.kind = kind;
-        Qkv<float> p = generate_problem<float>(src, nq, nk, 32, 32, 13);
-        p.q *= float(t);
+        Qkv<float> p = tempered(kind, nq, nk, 32, 32, 13, t);
         const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
         for (const char* spec : {"performer:features=64", "performer:features=16,orthogonal=false,chunk=48",
                                  "performer:features=32,kernel=hyperbolic,chunk=48"}) {
@@ -549,10 +547,7 @@ TEST(RoundingBound, TaylorRespectsItEntryByEntry) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 8.0}) {
       const Index n = 300;
-      SourceOptions src;
-      src.kind = kind;
-      Qkv<float> p = generate_problem<float>(src, n, n, 32, 32, 17);
-      p.q *= float(t);
+      Qkv<float> p = tempered(kind, n, n, 32, 32, 17, t);
       p.q.row(3).setZero();
       p.k.row(5).setConstant(1e-45f);  // a float32 subnormal, zero in both formats: its direction is lost
       const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
@@ -588,9 +583,7 @@ TEST(RoundingBound, TaylorRespectsItEntryByEntry) {
 TEST(RoundingBound, CausalKernelMethodsRespectItEntryByEntry) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const auto& [nq, nk] : {std::pair<Index, Index>{300, 300}, {250, 330}, {1500, 1500}}) {
-      SourceOptions src;
-      src.kind = kind;
-      Qkv<float> p = generate_problem<float>(src, nq, nk, 32, 32, 19);
+      Qkv<float> p = tempered(kind, nq, nk, 32, 32, 19);
       const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
       for (const char* spec : {"linear", "linear:feature=relu,chunk=48", "taylor:chunk=48"}) {
         const std::string name = spec;
@@ -640,10 +633,7 @@ TEST(RoundingBound, CausalKernelMethodsRespectItEntryByEntry) {
 TEST(RoundingBound, EfficientRespectsItEntryByEntry) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 6.0}) {
-      SourceOptions src;
-      src.kind = kind;
-      Qkv<float> p = generate_problem<float>(src, 300, 340, 32, 24, 23);
-      p.q *= float(t);
+      Qkv<float> p = tempered(kind, 300, 340, 32, 24, 23, t);
       p.k *= float(t);
       const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
       auto m64 = make_method<double>("efficient", 0);
@@ -680,10 +670,7 @@ TEST(RoundingBound, ProbSparseRespectsItWhereTheChoicesAgree) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 4.0})
       for (const bool causal : {false, true}) {
-        SourceOptions src;
-        src.kind = kind;
-        Qkv<float> p = generate_problem<float>(src, 400, 400, 32, 32, 29);
-        p.q *= float(t);
+        Qkv<float> p = tempered(kind, 400, 400, 32, 32, 29, t);
         if (causal) p.v.array() += 200.0f;  // so that fp16's cumsum rows overflow after about 300 keys
         const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
         AttentionOptions mask;
@@ -747,10 +734,7 @@ TEST(RoundingBound, ReformerRespectsItWhereTheKeySetsAgree) {
   Index rows = 0, moved = 0;
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 4.0}) {
-      SourceOptions src;
-      src.kind = kind;
-      Qkv<float> p = generate_problem<float>(src, 300, 300, 32, 32, 31);
-      p.q *= float(t);
+      Qkv<float> p = tempered(kind, 300, 300, 32, 32, 31, t);
       const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
       for (const char* spec : {"reformer:buckets=8,chunk=32", "reformer:buckets=4,chunk=16,rounds=4"})
         for (const bool causal : {false, true}) {
@@ -1099,10 +1083,7 @@ TEST(RoundingBound, LinearAttentionRespectsItEntryByEntry) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {0.5, 1.0, 2.0})
       for (const Index n : {Index(200), Index(1200)}) {
-        SourceOptions src;
-        src.kind = kind;
-        Qkv<float> p = generate_problem<float>(src, n, n, 64, 32, 7);
-        p.q *= float(t);
+        Qkv<float> p = tempered(kind, n, n, 64, 32, 7, t);
         p.k *= float(t);
         const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
         for (const char* spec : {"linear", "linear:feature=relu"}) {
