@@ -14,6 +14,7 @@
 #include "attnlab/methods/performer.hpp"
 #include "attnlab/methods/probsparse.hpp"
 #include "attnlab/methods/reformer.hpp"
+#include "attnlab/methods/vq.hpp"
 #include "attnlab/operators/codebook.hpp"
 #include "attnlab/operators/exact.hpp"
 #include "attnlab/operators/sparse.hpp"
@@ -789,6 +790,83 @@ TEST(RoundingBound, ReformerRespectsItWhereTheKeySetsAgree) {
 // assigned every key alike, entry by entry against the emulation; its O is the float64 method's own. Keys near their
 // codes (no flip: the bound must hold everywhere) and keys spread between codes (a flip, if rounding moves one,
 // leaves the output without a guarantee, counted); temperatures; both formats and policies.
+// Transformer-VQ with its k-means codebook (codebook=window, the default): each run fits its own, the emulated one
+// in float32 on the stored keys. vq_rounding_bound's second form takes both codebooks and bounds the attention given
+// them, where both runs assign every key alike. Keys in separated clusters (spread 0.1): the fits agree, so every row
+// must keep a guarantee, and no entry may fall outside it. Overlapping clusters (spread 1): wherever an assignment
+// moved, the bound claims nothing, and it must still hold wherever it does claim.
+TEST(RoundingBound, VqKMeansRespectsItWhereTheFitsAgree) {
+  const Index n = 300, d = 32, codes = 16;
+  const std::string spec = "vq:codes=16";
+  const MatrixR<float> centres = gaussian(codes, d, 5);
+  Index cases = 0, guaranteed = 0;
+  for (const bool causal : {false, true})
+    for (const float spread : {0.1f, 1.0f})
+      for (const double t : {1.0, 4.0}) {
+        MatrixR<float> q = gaussian(causal ? n - 50 : n, d, 1), k = gaussian(n, d, 2, spread);
+        const MatrixR<float> v = gaussian(n, d, 3);
+        q *= float(t);
+        for (Index j = 0; j < n; ++j) k.row(j) += centres.row((7 * j) % codes);
+        AttentionOptions mask;
+        mask.causal = causal;
+        auto m64 = make_method<double>(spec);
+        m64->compute(q.cast<double>(), k.cast<double>(), mask);
+        const MatrixR<double> own = m64->output(v.cast<double>());
+        const auto* op64 = dynamic_cast<const CodebookOperator<double>*>(&m64->op());
+        const auto* vq64 = dynamic_cast<const VqMethod<double>*>(m64.get());
+        ASSERT_NE(op64, nullptr);
+        ASSERT_NE(vq64, nullptr);
+        for (const Storage st : {Storage::bf16, Storage::fp16})
+          for (const Policy pol : {Policy::eager, Policy::careful}) {
+            SCOPED_TRACE(::testing::Message() << (causal ? "causal " : "") << "spread " << spread << " t=" << t
+                                              << " " << storage_name(st) << " " << policy_name(pol));
+            AttentionOptions o = mask;
+            o.storage = st;
+            o.policy = pol;
+            const Emulated run = emulated(spec, std::nullopt, q, k, v, o);
+            const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&run.method->op());
+            const auto* vq32 = dynamic_cast<const VqMethod<float>*>(run.method.get());
+            ASSERT_NE(op32, nullptr);
+            ASSERT_NE(vq32, nullptr);
+            const KernelRoundingBound b =
+                vq_rounding_bound(q.cast<double>(), v.cast<double>(), vq64->codebook(),
+                                  vq32->codebook().cast<double>(), op64->assignment(), op32->assignment(), o);
+            EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+            EXPECT_EQ(outside_guaranteed(run.out, own, b.output), 0);
+            if (spread < 0.5f) {
+              EXPECT_EQ(b.rows_without_guarantee, 0) << "separated clusters: both fits assign every key alike";
+            }
+            ++cases;
+            guaranteed += b.rows_without_guarantee == 0;
+            if (b.rows_without_guarantee == 0 && t == 1.0)
+              std::printf("  vq k-means%s spread %.1f %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n",
+                          causal ? " causal" : "", spread, storage_name(st).c_str(), policy_name(pol).c_str(),
+                          (run.out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
+          }
+      }
+  std::printf("  vq k-means: %lld of %lld cases with a guarantee on every row\n", static_cast<long long>(guaranteed),
+              static_cast<long long>(cases));
+  // The renumbering on its own: the same partition numbered the other way round, the emulated codebook's rows moved
+  // alike, gives the bound of the runs numbered alike, bit for bit; a partition that differs (one key moved) none.
+  const MatrixR<double> q = gaussian(n, d, 1).cast<double>(), v = gaussian(n, d, 3).cast<double>();
+  const MatrixR<double> c = centres.cast<double>();
+  MatrixR<double> c_reversed(codes, d);
+  std::vector<Index> assigned(static_cast<std::size_t>(n)), reversed(assigned.size());
+  for (Index y = 0; y < codes; ++y) c_reversed.row(codes - 1 - y) = c.row(y);
+  for (Index j = 0; j < n; ++j) {
+    assigned[std::size_t(j)] = (7 * j) % codes;
+    reversed[std::size_t(j)] = codes - 1 - assigned[std::size_t(j)];
+  }
+  AttentionOptions o;
+  o.storage = Storage::bf16;
+  const KernelRoundingBound alike = vq_rounding_bound(q, v, c, c, assigned, assigned, o);
+  const KernelRoundingBound renumbered = vq_rounding_bound(q, v, c, c_reversed, assigned, reversed, o);
+  EXPECT_EQ(alike.rows_without_guarantee, 0);
+  EXPECT_TRUE(renumbered.output.cwiseEqual(alike.output).all()) << "a renumbering changed the bound";
+  reversed[5] = (reversed[5] + 1) % codes;
+  EXPECT_EQ(vq_rounding_bound(q, v, c, c_reversed, assigned, reversed, o).rows_without_guarantee, n);
+}
+
 TEST(RoundingBound, VqRespectsItWhereTheAssignmentsAgree) {
   const Index n = 300, d = 32, codes = 16;
   const MatrixR<float> codebook = gaussian(codes, d, 5);

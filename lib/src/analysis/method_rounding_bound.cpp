@@ -175,13 +175,15 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
     const auto& s = as<VqMethod<double>>(reference).settings();
     if (s.assign != VqAssign::Hard || s.quantize != VqQuantize::Keys)
       return none("Transformer-VQ: derived for assign=hard, quantize=keys only");
-    if (!s.fixed_codebook())
-      return none("Transformer-VQ: the k-means codebook is fitted again on the rounded keys (a fit, not a rounding)");
     const auto* op64 = dynamic_cast<const CodebookOperator<double>*>(&reference.op());
     const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&emulated.op());
     require(op64 != nullptr && op32 != nullptr, "rounding bound: {} has no codebook operator", reference.spec());
-    return from_kernel(vq_rounding_bound(q_, v_, *vq_codebook_file(s.codebook), op64->assignment(),
-                                         op32->assignment(), opts),
+    // Each run's codebook as it used it: the file's (in float32 for the emulated run), or k-means' on its own keys
+    // (codebook=window: the emulated run's fitted on the stored keys; bounded given both fits, where they assign
+    // every key alike).
+    return from_kernel(vq_rounding_bound(q_, v_, as<VqMethod<double>>(reference).codebook(),
+                                         as<VqMethod<float>>(emulated).codebook().cast<double>(),
+                                         op64->assignment(), op32->assignment(), opts),
                        own);
   }
   if (name == "nystrom" || name == "cur")

@@ -1061,16 +1061,59 @@ KernelRoundingBound reformer_rounding_bound(const SoftmaxRoundingAnalysis& analy
 KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
                                       const ConstRef<double>& codebook, const std::vector<Index>& assigned,
                                       const std::vector<Index>& chosen, const AttentionOptions& opts) {
+  return vq_rounding_bound(q, v, codebook, codebook, assigned, chosen, opts);
+}
+
+KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
+                                      const ConstRef<double>& codebook, const ConstRef<double>& codebook32,
+                                      const std::vector<Index>& assigned, const std::vector<Index>& chosen,
+                                      const AttentionOptions& opts) {
   const Index nq = q.rows(), nk = v.rows(), d = q.cols(), dv = v.cols(), codes = codebook.rows();
   require(codebook.cols() == d && codes >= 1 && Index(assigned.size()) == nk && Index(chosen.size()) == nk,
           "vq rounding bound: Q {}×{}, V {} rows, a codebook {}×{}, assignments of {} and {} keys", nq, d, nk,
           codes, codebook.cols(), assigned.size(), chosen.size());
+  require(codebook32.rows() == codes && codebook32.cols() == d,
+          "vq rounding bound: the emulated run's codebook is {}×{}, the float64 run's {}×{}", codebook32.rows(),
+          codebook32.cols(), codes, d);
   const bool causal = opts.causal;
   const Index off = nk - nq, block = VqMethod<double>::kCausalBlock;
   require(!causal || off >= 0, "vq rounding bound: causal with {} queries and {} keys", nq, nk);
   require(opts.storage != Storage::native, "vq rounding bound: give a reduced storage (bf16 or fp16)");
   for (const auto* a : {&assigned, &chosen})
     for (const Index y : *a) require(y >= 0 && y < codes, "vq rounding bound: code {} of {}", y, codes);
+  // Two k-means fits may number the same partition differently (k-means++ draws its seeds with probabilities that
+  // the rounding moves). O does not depend on how the codes are numbered: where one numbering maps onto the other key
+  // for key (a bijection between the codes in use), the emulated run's codes are renumbered as the float64 run's —
+  // their sums over the codes are then taken in another order, which the γ bounds below do not see — and the codes
+  // no key uses (weight 0 in both runs) are paired in order. Otherwise the assignments are compared as they are.
+  {
+    std::vector<Index> to(std::size_t(codes), -1), from(std::size_t(codes), -1);
+    bool same_partition = true, renumbered = false;
+    for (Index j = 0; j < nk && same_partition; ++j) {
+      const Index a = assigned[std::size_t(j)], c = chosen[std::size_t(j)];
+      if (to[std::size_t(c)] < 0 && from[std::size_t(a)] < 0) {
+        to[std::size_t(c)] = a;
+        from[std::size_t(a)] = c;
+        renumbered = renumbered || a != c;
+      } else {
+        same_partition = to[std::size_t(c)] == a && from[std::size_t(a)] == c;
+      }
+    }
+    if (same_partition && renumbered) {
+      Index next = 0;
+      for (Index c = 0; c < codes; ++c) {
+        if (to[std::size_t(c)] >= 0) continue;
+        while (from[std::size_t(next)] >= 0) ++next;
+        to[std::size_t(c)] = next;
+        from[std::size_t(next)] = c;
+      }
+      std::vector<Index> chosen_as(chosen.size());
+      for (std::size_t j = 0; j < chosen.size(); ++j) chosen_as[j] = to[std::size_t(chosen[j])];
+      MatrixR<double> codebook_as(codes, d);
+      for (Index c = 0; c < codes; ++c) codebook_as.row(to[std::size_t(c)]) = codebook32.row(c);
+      return vq_rounding_bound(q, v, codebook, codebook_as, assigned, chosen_as, opts);  // numbered alike now
+    }
+  }
   const Format format = storage_format(opts.storage);
   const bool eager = opts.policy == Policy::eager;
   const double e = eager ? 1 : 0;
@@ -1082,7 +1125,7 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   // The stored values, known exactly; per code the key count N_y and the value sum S_y (float64, the reference's)
   // and ΔS, the bound on the stored sum's distance from S: the stored values' own, the float32 sum's (γ_{N_y}) and,
   // eager, the storing. Counts are exact in float32; eager stores them (u·N). (Causal: per row, in the row loop.)
-  const MatrixR<double> qs = stored_in(format, q), vs = stored_in(format, v), cs = stored_in(format, codebook);
+  const MatrixR<double> qs = stored_in(format, q), vs = stored_in(format, v), cs = stored_in(format, codebook32);
   VectorX<double> count, n_up;
   MatrixR<double> sum, sum_abs, s_up;  // s_up: |S| + ΔS
   if (!causal) {
@@ -1116,7 +1159,8 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   // partial sums reach (1+γ)·Σ|v̂|) or, eager, the stored sums or counts the format's.
   const double limit = eager ? big : kMax32;  // what holds the logits, numerators and normalisers
   bool global_overflow =
-      std::max({q.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(), codebook.cwiseAbs().maxCoeff()}) >= big ||
+      std::max({q.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(), codebook.cwiseAbs().maxCoeff(),
+                codebook32.cwiseAbs().maxCoeff()}) >= big ||
       std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= limit;
   Index flips = 0;  // non-causal: any flipped assignment moves every row (causal: the rows that see it, below)
   if (!causal) {    // causal: the sums' overflow is checked per row

@@ -229,8 +229,11 @@ KernelRoundingBound reformer_rounding_bound(const SoftmaxRoundingAnalysis& analy
 /// both runs share (codebook=PATH.npy, float32-representable) and the assignments of both runs: `assigned` the float64
 /// method's, `chosen` the emulated run's. An assignment is discrete and rounding can flip it (the stored key nearer
 /// another code): non-causal, every query sees every code, so one flipped key leaves the whole output without a
-/// guarantee. With a k-means codebook (codebook=window) the two runs fit different codebooks — a fit, not a rounding:
-/// not bounded.
+/// guarantee. With a k-means codebook (codebook=window) each run fits its own — the emulated run on the stored keys,
+/// in float32 — and the overload below takes both: the bound of the attention given the two codebooks, where the
+/// runs assigned every key to the same code (then each code's keys are the same set). The fit's own drift is not
+/// bounded a priori: it enters exactly, through the logits' computed move |s·q̂ᵀĉ − s·qᵀc| (ĉ the emulated run's
+/// codebook as stored, c the float64 run's), as a rounding of a fixed codebook does.
 /// As its emulation computes it (VqMethod::do_output): Q, V and C stored (known exactly: round_to); the logits
 /// s·QĈᵀ in float32 (stored twice under eager); S and N summed in float32 (stored under eager); the weights
 /// e^{ℓ − max ℓ} in float32 and stored (both policies); num = W·S and den = W·N in float32 over the codes (stored
@@ -250,6 +253,12 @@ KernelRoundingBound reformer_rounding_bound(const SoftmaxRoundingAnalysis& analy
 KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
                                       const ConstRef<double>& codebook, const std::vector<Index>& assigned,
                                       const std::vector<Index>& chosen, const AttentionOptions& opts);
+/// The same with each run's own codebook: `codebook` the float64 run's, `codebook32` the emulated run's before it
+/// is stored (its float32 values; VqMethod<float>::codebook()), the same rows and columns.
+KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
+                                      const ConstRef<double>& codebook, const ConstRef<double>& codebook32,
+                                      const std::vector<Index>& assigned, const std::vector<Index>& chosen,
+                                      const AttentionOptions& opts);
 
 enum class PerformerKernel;
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,

@@ -121,6 +121,10 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
   std::vector<std::pair<std::string, double>> diagnostics() const override {
     return {{"kmeans_inertia", inertia_}, {"kmeans_iterations", double(iterations_)}};
   }
+  /// The key codebook C of the last compute(): k-means' centroids (codebook=window, fitted on the keys as this call
+  /// held them: stored in the format under an emulated storage) or the file's, in T; empty before compute(). What
+  /// vq_rounding_bound reads of each run.
+  const MatrixR<T>& codebook() const { return centroids_; }
 
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
