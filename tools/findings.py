@@ -1119,6 +1119,33 @@ def precision(F, R):
               "and policy): chosen differently by the emulated run (the sparsity measure of the stored Q, K picks "
               "other top-u queries), or an exact row where the format may overflow",
               "precision")
+    # Transformer-VQ's (k-means codebook: the attention given both runs' fits, where they partition the keys alike).
+    vqb = bounds[bounds.method == "vq"]
+    bound_checks("precision.vq_bound", vqb,
+                 "cells (VQ's specs, k-means codebooks, every source, length, temperature, format, policy) checked "
+                 "entry by entry against its derived bound given both runs' codebooks",
+                 "VQ's output entries outside its bound (where the two k-means fits partition the keys differently, "
+                 "it claims none)",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of VQ, over its rows with a guarantee")
+    for fmt in ("bf16", "fp16"):
+        x = vqb[(vqb.dtype == fmt) & (vqb.metric == "bound_rows_none")]
+        F.add(f"precision.vq_fits_agree_{fmt}", f"{int((x.value == 0).sum())} of {len(x)}", str,
+              f"VQ's cells ({fmt}, every spec, source, length, temperature and policy) where the emulated run's "
+              "k-means fit (float32, on the stored keys) partitions the keys as float64's does, up to the codes' "
+              "numbering: there its bound holds on every row", "precision")
+    # VQ's rounding error where the fits agree against where they do not: how much of it is the refit.
+    vk = ["source", "n", "seed", "sequence", "layer", "head", "spec", "t", "dtype", "policy"]
+    vq_all = d[d.method == "vq"]
+    agree = vq_all[vq_all.metric == "bound_rows_none"].set_index(vk)["value"].rename("none")
+    vq_err = vq_all[vq_all.metric == "err_rounding"].set_index(vk)["value"].rename("err")
+    vj = pd.concat([agree, vq_err], axis=1, join="inner").reset_index()
+    for fmt in ("bf16", "fp16"):
+        for same, word in ((True, "agree"), (False, "differ")):
+            e = vj[(vj.dtype == fmt) & ((vj.none == 0) == same)].err
+            F.add(f"precision.vq_err_fits_{word}_{fmt}", e.median() if len(e) else float("nan"),
+                  lambda x: sig(x, 2),
+                  f"VQ's median rounding error against its own float64 output ({fmt}, every spec, source, length, "
+                  f"temperature and policy) over the cells where the two k-means fits {word}", "precision")
     # Where the bound gives up (some row without a guarantee) against where the emulation fails, fp16 eager, t = 1.
     none = lb[(lb.source == "gaussian") & (lb.t == 1) & (lb.dtype == "fp16") & (lb.policy == "eager")
               & (lb.metric == "bound_rows_none") & (lb.value > 0)].n
