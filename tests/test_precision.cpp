@@ -786,22 +786,17 @@ TEST(RoundingBound, ReformerRespectsItWhereTheKeySetsAgree) {
   EXPECT_LT(moved, rows / 2) << "the bound holds vacuously";
 }
 
-// Transformer-VQ's bound (vq_rounding_bound: hard assignment, a fixed codebook both runs share), where both runs
-// assigned every key alike, entry by entry against the emulation; its O is the float64 method's own. Keys near their
-// codes (no flip: the bound must hold everywhere) and keys spread between codes (a flip, if rounding moves one,
-// leaves the output without a guarantee, counted); temperatures; both formats and policies.
-// Transformer-VQ with its k-means codebook (codebook=window, the default): each run fits its own, the emulated one
-// in float32 on the stored keys. vq_rounding_bound's second form takes both codebooks and bounds the attention given
-// them, where both runs assign every key alike. Keys in separated clusters (spread 0.1): the fits agree, so every row
-// must keep a guarantee, and no entry may fall outside it. Overlapping clusters (spread 1): wherever an assignment
-// moved, the bound claims nothing, and it must still hold wherever it does claim.
-TEST(RoundingBound, VqKMeansRespectsItWhereTheFitsAgree) {
-  const Index n = 300, d = 32, codes = 16;
-  const std::string spec = "vq:codes=16";
-  const MatrixR<float> centres = gaussian(codes, d, 5);
+/// Transformer-VQ's bound (vq_rounding_bound, its second form: each run's codebook) against the emulation, entry by
+/// entry, where both runs assigned every key alike: key j about the code centre (7j mod codes) at a near and a far
+/// spread, both masks (causal: 50 keys before the first query, the cache the emulation fills first, then 4 blocks of
+/// 64 queries), t 1 and 4, both formats and policies. No entry may fall outside the bound anywhere; at the near spread
+/// every row must keep its guarantee. Returns the cases and those with a guarantee on every row.
+std::pair<Index, Index> vq_bound_cases(const std::string& spec, const MatrixR<float>& centres, float far) {
+  const Index n = 300, d = centres.cols(), codes = centres.rows();
+  const char* label = spec.find("codebook=") == std::string::npos ? "vq k-means" : "vq fixed codebook";
   Index cases = 0, guaranteed = 0;
   for (const bool causal : {false, true})
-    for (const float spread : {0.1f, 1.0f})
+    for (const float spread : {0.1f, far})
       for (const double t : {1.0, 4.0}) {
         MatrixR<float> q = gaussian(causal ? n - 50 : n, d, 1), k = gaussian(n, d, 2, spread);
         const MatrixR<float> v = gaussian(n, d, 3);
@@ -814,38 +809,50 @@ TEST(RoundingBound, VqKMeansRespectsItWhereTheFitsAgree) {
         const MatrixR<double> own = m64->output(v.cast<double>());
         const auto* op64 = dynamic_cast<const CodebookOperator<double>*>(&m64->op());
         const auto* vq64 = dynamic_cast<const VqMethod<double>*>(m64.get());
-        ASSERT_NE(op64, nullptr);
-        ASSERT_NE(vq64, nullptr);
+        EXPECT_TRUE(op64 != nullptr && vq64 != nullptr);
+        if (op64 == nullptr || vq64 == nullptr) return {cases, guaranteed};
         for (const Storage st : {Storage::bf16, Storage::fp16})
           for (const Policy pol : {Policy::eager, Policy::careful}) {
-            SCOPED_TRACE(::testing::Message() << (causal ? "causal " : "") << "spread " << spread << " t=" << t
-                                              << " " << storage_name(st) << " " << policy_name(pol));
+            SCOPED_TRACE(::testing::Message() << spec << (causal ? " causal" : "") << " spread " << spread
+                                              << " t=" << t << " " << storage_name(st) << " " << policy_name(pol));
             AttentionOptions o = mask;
             o.storage = st;
             o.policy = pol;
             const Emulated run = emulated(spec, std::nullopt, q, k, v, o);
             const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&run.method->op());
             const auto* vq32 = dynamic_cast<const VqMethod<float>*>(run.method.get());
-            ASSERT_NE(op32, nullptr);
-            ASSERT_NE(vq32, nullptr);
+            EXPECT_TRUE(op32 != nullptr && vq32 != nullptr);
+            if (op32 == nullptr || vq32 == nullptr) return {cases, guaranteed};
             const KernelRoundingBound b =
                 vq_rounding_bound(q.cast<double>(), v.cast<double>(), vq64->codebook(),
                                   vq32->codebook().cast<double>(), op64->assignment(), op32->assignment(), o);
             EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
             EXPECT_EQ(outside_guaranteed(run.out, own, b.output), 0);
             if (spread < 0.5f) {
-              EXPECT_EQ(b.rows_without_guarantee, 0) << "separated clusters: both fits assign every key alike";
+              EXPECT_EQ(b.rows_without_guarantee, 0) << "keys near their codes: both runs assign every key alike";
             }
             ++cases;
             guaranteed += b.rows_without_guarantee == 0;
             if (b.rows_without_guarantee == 0 && t == 1.0)
-              std::printf("  vq k-means%s spread %.1f %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n",
-                          causal ? " causal" : "", spread, storage_name(st).c_str(), policy_name(pol).c_str(),
-                          (run.out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
+              std::printf("  %s%s spread %.1f %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n",
+                          label, causal ? " causal" : "", spread, storage_name(st).c_str(),
+                          policy_name(pol).c_str(), (run.out - own).norm() / b.output_norm(),
+                          b.output_norm() / own.norm());
           }
       }
-  std::printf("  vq k-means: %lld of %lld cases with a guarantee on every row\n", static_cast<long long>(guaranteed),
-              static_cast<long long>(cases));
+  std::printf("  %s: %lld of %lld cases with a guarantee on every row\n", label,
+              static_cast<long long>(guaranteed), static_cast<long long>(cases));
+  return {cases, guaranteed};
+}
+
+// Transformer-VQ with its k-means codebook (codebook=window, the default): each run fits its own, the emulated one
+// in float32 on the stored keys, and the bound is the attention's given both codebooks, where both runs assign every
+// key alike up to the codes' numbering. Separated clusters (spread 0.1): the fits agree, so every row keeps its
+// guarantee. Overlapping ones (spread 1): wherever the partitions differ, the bound claims nothing.
+TEST(RoundingBound, VqKMeansRespectsItWhereTheFitsAgree) {
+  const Index n = 300, d = 32, codes = 16;
+  const MatrixR<float> centres = gaussian(codes, d, 5);
+  vq_bound_cases("vq:codes=16", centres, 1.0f);
   // The renumbering on its own: the same partition numbered the other way round, the emulated codebook's rows moved
   // alike, gives the bound of the runs numbered alike, bit for bit; a partition that differs (one key moved) none.
   const MatrixR<double> q = gaussian(n, d, 1).cast<double>(), v = gaussian(n, d, 3).cast<double>();
@@ -867,56 +874,14 @@ TEST(RoundingBound, VqKMeansRespectsItWhereTheFitsAgree) {
   EXPECT_EQ(vq_rounding_bound(q, v, c, c_reversed, assigned, reversed, o).rows_without_guarantee, n);
 }
 
+// Transformer-VQ with a fixed codebook both runs share (codebook=PATH.npy): keys near their codes and keys spread
+// between them (a flip, if rounding moves one, leaves the output without a guarantee, counted).
 TEST(RoundingBound, VqRespectsItWhereTheAssignmentsAgree) {
   const Index n = 300, d = 32, codes = 16;
   const MatrixR<float> codebook = gaussian(codes, d, 5);
   const std::string path = ::testing::TempDir() + "attnlab_rounding_bound_vq_codebook.npy";
   write_npy<double>(path, codebook.cast<double>());
-  const std::string spec = "vq:codes=16,codebook=" + path;
-  Index cases = 0, flipped = 0;
-  for (const bool causal : {false, true})
-  for (const float spread : {0.1f, 4.0f})
-    for (const double t : {1.0, 4.0}) {
-      // Causal: 50 keys before the first query (the cache the emulation fills first), then 4 blocks of 64 queries.
-      MatrixR<float> q = gaussian(causal ? n - 50 : n, d, 1), k = gaussian(n, d, 2, spread);
-      const MatrixR<float> v = gaussian(n, d, 3);
-      q *= float(t);
-      for (Index j = 0; j < n; ++j) k.row(j) += codebook.row((7 * j) % codes);
-      AttentionOptions mask;
-      mask.causal = causal;
-      auto m64 = make_method<double>(spec);
-      m64->compute(q.cast<double>(), k.cast<double>(), mask);
-      const MatrixR<double> own = m64->output(v.cast<double>());
-      const auto* op64 = dynamic_cast<const CodebookOperator<double>*>(&m64->op());
-      ASSERT_NE(op64, nullptr);
-      for (const Storage st : {Storage::bf16, Storage::fp16})
-        for (const Policy pol : {Policy::eager, Policy::careful}) {
-          SCOPED_TRACE(::testing::Message() << (causal ? "causal " : "") << "spread " << spread << " t=" << t << " "
-                                            << storage_name(st) << " " << policy_name(pol));
-          AttentionOptions o = mask;
-          o.storage = st;
-          o.policy = pol;
-          const Emulated run = emulated(spec, std::nullopt, q, k, v, o);
-          const MatrixR<double>& out = run.out;
-          const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&run.method->op());
-          ASSERT_NE(op32, nullptr);
-          const KernelRoundingBound b = vq_rounding_bound(q.cast<double>(), v.cast<double>(), codebook.cast<double>(),
-                                                          op64->assignment(), op32->assignment(), o);
-          EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
-          EXPECT_EQ(outside_guaranteed(out, own, b.output), 0);
-          ++cases;
-          if (spread < 0.5f) {
-            EXPECT_EQ(b.rows_without_guarantee, 0) << "keys near their codes: no flip, no overflow";
-          }
-          flipped += b.rows_without_guarantee > 0;
-          if (b.rows_without_guarantee == 0)
-            std::printf("  vq%s spread %.1f t=%g %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n",
-                        causal ? " causal" : "", spread, t, storage_name(st).c_str(), policy_name(pol).c_str(),
-                        (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
-        }
-    }
-  std::printf("  vq: %lld of %lld cases without a guarantee (an assignment flipped)\n", static_cast<long long>(flipped),
-              static_cast<long long>(cases));
+  vq_bound_cases("vq:codes=16,codebook=" + path, codebook, 4.0f);
   // A flipped assignment (here written in: rounding rarely moves a key across codes this far apart) changes a code's
   // sum and count, which every query reads: no row keeps a guarantee, and the bound says so rather than promise one.
   const MatrixR<float> q = gaussian(n, d, 1), v = gaussian(n, d, 3);
