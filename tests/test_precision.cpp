@@ -14,6 +14,7 @@
 #include "attnlab/methods/performer.hpp"
 #include "attnlab/methods/probsparse.hpp"
 #include "attnlab/methods/reformer.hpp"
+#include "attnlab/methods/scatterbrain.hpp"
 #include "attnlab/methods/vq.hpp"
 #include "attnlab/operators/codebook.hpp"
 #include "attnlab/operators/exact.hpp"
@@ -659,6 +660,78 @@ TEST(RoundingBound, EfficientRespectsItEntryByEntry) {
                         policy_name(pol).c_str(), (out - own).norm() / b.output_norm(), b.output_norm() / own.norm());
         }
     }
+}
+
+// Scatterbrain's bound (scatterbrain_rounding_bound): the Performer estimate off the band, the exact entries on it,
+// normalised by their row sums, entry by entry against the emulation: sources, temperatures, feature counts and band
+// widths, square and rectangular (the band's centre moves), both formats and policies; its O is the float64 method's
+// own. Every row must keep its guarantee on these moderate inputs (none may overflow), and the bound must say
+// something (below ‖O‖ in bf16 at temperature 1); with V scaled past fp16's range the stored numerators overflow
+// under eager, and those rows must lose their guarantee.
+TEST(RoundingBound, ScatterbrainRespectsItEntryByEntry) {
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {1.0, 4.0})
+      for (const char* spec : {"scatterbrain:features=64,window=16", "scatterbrain:features=16,window=3"})
+        for (const Index nq : {Index(300), Index(260)}) {
+          Qkv<float> p = tempered(kind, nq, 300, 32, 24, 37, t);
+          const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+          auto m64 = make_method<double>(spec, 5);
+          m64->compute(q, k);
+          const MatrixR<double> own = m64->output(v);
+          const auto* s64 = dynamic_cast<const ScatterbrainMethod<double>*>(m64.get());
+          ASSERT_NE(s64, nullptr);
+          for (const Storage st : {Storage::bf16, Storage::fp16})
+            for (const Policy pol : {Policy::eager, Policy::careful}) {
+              SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " n_q=" << nq << " "
+                                                << storage_name(st) << " " << policy_name(pol));
+              AttentionOptions o;
+              o.storage = st;
+              o.policy = pol;
+              const Emulated run = emulated(spec, 5, p.q, p.k, p.v, o);
+              const auto* s32 = dynamic_cast<const ScatterbrainMethod<float>*>(run.method.get());
+              ASSERT_NE(s32, nullptr);
+              const Index window = std::string(spec).find("window=3") != std::string::npos ? 3 : 16;
+              const KernelRoundingBound b = scatterbrain_rounding_bound(q, k, v, s64->omega(),
+                                                                        s32->omega().cast<double>(), window, o);
+              EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+              EXPECT_EQ(b.rows_without_guarantee, 0);
+              EXPECT_EQ(outside(run.out, own, b.output), 0)
+                  << "worst excess " << ((run.out - own).cwiseAbs() - b.output).maxCoeff();
+              if (t == 1.0 && st == Storage::bf16) {
+                EXPECT_LT(b.output_norm(), own.norm()) << "a vacuous bound";
+              }
+              if (t == 1.0 && nq == 300 && std::string(kind) == "gaussian" && window == 16)
+                std::printf("  %s %s %-7s |ΔO|_F / bound %.3f, bound / |O|_F %.3g\n", spec, storage_name(st).c_str(),
+                            policy_name(pol).c_str(), (run.out - own).norm() / b.output_norm(),
+                            b.output_norm() / own.norm());
+            }
+        }
+  // Past fp16's range: V ≈ 60000 (each entry below 65504) makes eager's stored sums overflow — the numerators of
+  // every row whose weights, in its units e^{R̂} (its largest is 1), add up to more than 1.09 (the diffuse rows, queries
+  // ×0.01), and here the key–value state Σψ̂v̂ᵀ too, so every row's output is non-finite. The bound must give up
+  // wherever the emulation's output is not finite, and hold elsewhere.
+  Qkv<float> p = tempered("gaussian", 200, 200, 32, 24, 41);
+  p.q.topRows(100) *= 0.01f;
+  p.q.bottomRows(100) *= 8.0f;
+  p.v.array() += 60000.0f;
+  const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+  auto m64 = make_method<double>("scatterbrain:features=32,window=8", 5);
+  m64->compute(q, k);
+  const MatrixR<double> own = m64->output(v);
+  AttentionOptions o;
+  o.storage = Storage::fp16;
+  o.policy = Policy::eager;
+  const Emulated run = emulated("scatterbrain:features=32,window=8", 5, p.q, p.k, p.v, o);
+  const KernelRoundingBound b = scatterbrain_rounding_bound(
+      q, k, v, dynamic_cast<const ScatterbrainMethod<double>*>(m64.get())->omega(),
+      dynamic_cast<const ScatterbrainMethod<float>*>(run.method.get())->omega().cast<double>(), 8, o);
+  Index nonfinite_rows = 0;
+  for (Index i = 0; i < 200; ++i) nonfinite_rows += !run.out.row(i).allFinite();
+  EXPECT_GE(nonfinite_rows, 100) << "the diffuse rows did not overflow: the case does not test the overflow";
+  EXPECT_GE(b.rows_without_guarantee, nonfinite_rows);
+  EXPECT_EQ(outside_guaranteed(run.out, own, b.output), 0) << "a non-finite row kept its guarantee, or one failed";
+  std::printf("  scatterbrain fp16 eager, V ≈ 60000: %lld rows overflowed, %lld of 200 without a guarantee\n",
+              static_cast<long long>(nonfinite_rows), static_cast<long long>(b.rows_without_guarantee));
 }
 
 // ProbSparse's bound (probsparse_rounding_bound): where both runs chose alike, exact's streaming bound on the exact

@@ -9,6 +9,7 @@
 #include "attnlab/methods/performer.hpp"
 #include "attnlab/methods/probsparse.hpp"
 #include "attnlab/methods/reformer.hpp"
+#include "attnlab/methods/scatterbrain.hpp"
 #include "attnlab/methods/taylor.hpp"
 #include "attnlab/methods/vq.hpp"
 #include "attnlab/operators/codebook.hpp"
@@ -154,6 +155,13 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
                   "sin and cos errors growing with their arguments) is not derived");
     return from_kernel(performer_rounding_bound(q_, k_, v_, p64.omega(), p32.omega().cast<double>(),
                                                 p64.settings().kernel, opts, p64.settings().chunk),
+                       own);
+  }
+  if (name == "scatterbrain") {
+    const auto& s64 = as<ScatterbrainMethod<double>>(reference);
+    const auto& s32 = as<ScatterbrainMethod<float>>(emulated);
+    return from_kernel(scatterbrain_rounding_bound(q_, k_, v_, s64.omega(), s32.omega().cast<double>(),
+                                                   s64.settings().window, opts),
                        own);
   }
   if (name == "probsparse") {

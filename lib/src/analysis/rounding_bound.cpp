@@ -503,6 +503,33 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 
 namespace {
 
+/// The float32 projections s^½x̂ω₃₂ᵀ of the stored rows x̂ (known exactly: round_to) against the exact p = s^½xωᵀ:
+/// |p̂ − p| ≤ Δp = |s^½x̂ω₃₂ᵀ − p| + e_proj·s^½|x̂||ω₃₂|ᵀ, e_proj = (1+u₃₂)²(1+γ_d) − 1 (s^½ rounded, s^½x rounded, the
+/// dot product), plus float64's own rounding of p. Performer's and Scatterbrain's features.
+void projection_bound(Format format, const ConstRef<double>& x, const ConstRef<double>& omega,
+                      const ConstRef<double>& omega32, double rs, double e_proj, MatrixR<double>& p,
+                      MatrixR<double>& dp) {
+  const Index d = x.cols();
+  const MatrixR<double> xs = stored_in(format, x);
+  p = rs * x * omega.transpose();
+  dp = (rs * xs * omega32.transpose() - p).cwiseAbs() + e_proj * rs * xs.cwiseAbs() * omega32.cwiseAbs().transpose();
+  dp.array() += 2 * double(d + 2) * std::ldexp(1.0, -53) * (rs * x.cwiseAbs() * omega.cwiseAbs().transpose()).array();
+}
+
+/// The half squared norms ½‖s^½x‖² (hn, exact) and the bound on their float32 values from the stored rows xs (dhn):
+/// |formed − exact| + e_norm·formed, e_norm = (1+u₃₂)⁵(1+γ_d) − 1, plus float64's own rounding.
+void half_norm_bound(const ConstRef<double>& x, const ConstRef<double>& xs, double rs, double e_norm,
+                     VectorX<double>& hn, VectorX<double>& dhn) {
+  const Index n = x.rows(), d = x.cols();
+  hn.resize(n);
+  dhn.resize(n);
+  for (Index j = 0; j < n; ++j) {
+    const double exact = 0.5 * rs * rs * x.row(j).squaredNorm(), formed = 0.5 * rs * rs * xs.row(j).squaredNorm();
+    hn(j) = exact;
+    dhn(j) = std::abs(formed - exact) + e_norm * formed + 4 * double(d + 2) * std::ldexp(1.0, -53) * formed;
+  }
+}
+
 /// performer_rounding_bound's careful causal form, as emulated_causal_kernel_output computes it (operators/kernel.cpp):
 /// the same stored query features (fq, fqu) and key projections (pk, Δpk) and log-scales (g, Δg) as the non-causal
 /// form; then each key enters with its stored feature f̂ = e^{p − max p}, a float32 weight e^{ĝ − m̂} against the
@@ -701,10 +728,7 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   const double d_l = lscale * ((1 + e32) * (1 + u32) - 1);                   // ½·log M in float32
   // Per row: the exact projections p = s^½xωᵀ, and the bound Δp on the float32 projections of the stored rows.
   const auto projections = [&](const ConstRef<double>& x, MatrixR<double>& p, MatrixR<double>& dp) {
-    const MatrixR<double> xs = stored_in(format, x);
-    p = rs * x * omega.transpose();
-    dp = (rs * xs * omega32.transpose() - p).cwiseAbs() + e_proj * rs * xs.cwiseAbs() * omega32.cwiseAbs().transpose();
-    dp.array() += 2 * double(d + 2) * std::ldexp(1.0, -53) * (rs * x.cwiseAbs() * omega.cwiseAbs().transpose()).array();
+    projection_bound(format, x, omega, omega32, rs, e_proj, p, dp);
     if (hyperbolic) {
       MatrixR<double> both(p.rows(), 2 * mf), dboth(p.rows(), 2 * mf);
       both << p, -p;
@@ -733,10 +757,8 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   projections(k, pk, dpk);
   const MatrixR<double> ks = stored_in(format, k);
   VectorX<double> hn(nk), dhn(nk), g(nk), dg(nk);
+  half_norm_bound(k, ks, rs, e_norm, hn, dhn);
   for (Index j = 0; j < nk; ++j) {
-    const double exact = 0.5 * rs * rs * k.row(j).squaredNorm(), formed = 0.5 * rs * rs * ks.row(j).squaredNorm();
-    hn(j) = exact;
-    dhn(j) = std::abs(formed - exact) + e_norm * formed + 4 * double(d + 2) * std::ldexp(1.0, -53) * formed;
     const double mx = pk.row(j).maxCoeff(), dm = dpk.row(j).maxCoeff();
     g(j) = mx - hn(j) - lscale;
     dg(j) = dm + dhn(j) + d_l + u32 * (std::abs(mx) + dm + hn(j) + dhn(j)) + u32 * (std::abs(g(j)) + dm + dhn(j) + d_l);
@@ -781,6 +803,196 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
       b.output.setConstant(std::numeric_limits<double>::infinity());
       b.rows_without_guarantee = nq;
       break;
+    }
+  }
+  return b;
+}
+
+KernelRoundingBound scatterbrain_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                                const ConstRef<double>& v, const ConstRef<double>& omega,
+                                                const ConstRef<double>& omega32, Index window,
+                                                const AttentionOptions& opts) {
+  require(!opts.causal, "scatterbrain rounding bound: Scatterbrain is non-causal");
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows(), dv = v.cols();
+  require(v.rows() == nk && omega.cols() == d && omega32.rows() == mf && omega32.cols() == d && mf >= 1 &&
+              window >= 0,
+          "scatterbrain rounding bound: V {} rows, K {}; ω {}×{}, its float32 draw {}×{}; window {}", v.rows(), nk,
+          mf, omega.cols(), omega32.rows(), omega32.cols(), window);
+  require(opts.storage != Storage::native, "scatterbrain rounding bound: give a reduced storage (bf16 or fp16)");
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  const double e = eager ? 1 : 0;
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = kU32, e32 = 4 * u32, floor32 = kMin32, eta32 = kEta32;
+  const double big = largest_finite(format), max32 = kMax32, inf = std::numeric_limits<double>::infinity();
+  const double s = opts.resolved_scale(d), rs = std::sqrt(s), lscale = 0.5 * std::log(double(mf));
+  const double e_proj = (1 + u32) * (1 + u32) * (1 + gamma32(double(d))) - 1;
+  const double e_norm = std::pow(1 + u32, 5) * (1 + gamma32(double(d))) - 1;
+  const double d_l = lscale * ((1 + e32) * (1 + u32) - 1);
+  // The band logits s^½q̂·s^½k̂ in float32: s^½ and each product rounded on both sides, then the dot product.
+  const double e_logit = std::pow(1 + u32, 4) * (1 + gamma32(double(d))) - 1;
+  const double f64 = 2 * double(d + 2) * std::ldexp(1.0, -53);
+  const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
+  MatrixR<double> pq, dpq, pk, dpk;
+  projection_bound(format, q, omega, omega32, rs, e_proj, pq, dpq);
+  projection_bound(format, k, omega, omega32, rs, e_proj, pk, dpk);
+  VectorX<double> hnq, dhnq, hnk, dhnk;
+  half_norm_bound(q, qs, rs, e_norm, hnq, dhnq);
+  half_norm_bound(k, ks, rs, e_norm, hnk, dhnk);
+  // Log-scales l = max p − ½‖s^½x‖² − ½log M (two float32 subtractions) and their moves; gk = max_j lk_j.
+  const auto log_scale = [&](Index r, const MatrixR<double>& p, const MatrixR<double>& dp, const VectorX<double>& hn,
+                             const VectorX<double>& dhn, double& mx, double& dm, double& l, double& dlv) {
+    mx = p.row(r).maxCoeff();
+    dm = dp.row(r).maxCoeff();
+    l = mx - hn(r) - lscale;
+    dlv = dm + dhn(r) + d_l + u32 * (std::abs(mx - hn(r)) + dm + dhn(r)) + u32 * (std::abs(l) + dm + dhn(r) + d_l);
+  };
+  VectorX<double> mxk(nk), dmk(nk), lk(nk), dlk(nk);
+  for (Index j = 0; j < nk; ++j) log_scale(j, pk, dpk, hnk, dhnk, mxk(j), dmk(j), lk(j), dlk(j));
+  const double gk = lk.maxCoeff(), dgk = dlk.maxCoeff();
+  // Keys: Ψ_jm = e^{lk_j − gk + pk_jm − mxk_j} (kscaled: two float32 exps, their product, stored). The pivots mx̂k
+  // and ĝk cancel against the queries' in every product term; alone, a key's value moves by e^{dmk + Δgk} more,
+  // which the absolute terms' factor 2 covers.
+  MatrixR<double> psi(nk, mf), psiu(nk, mf);
+  const double f2 = 2 * ((2 * floor32 * (1 + e32)) * (1 + u32) * (1 + u) + eta);
+  for (Index j = 0; j < nk; ++j)
+    for (Index m = 0; m < mf; ++m) {
+      const double a = pk(j, m) - mxk(j);
+      const double theta = dpk(j, m) + dhnk(j) + d_l +
+                           u32 * (std::abs(a) + dpk(j, m) + dmk(j) + std::abs(mxk(j) - hnk(j)) + dmk(j) + dhnk(j) +
+                                  std::abs(lk(j)) + dlk(j) + std::abs(lk(j) - gk) + dlk(j) + dgk);
+      psi(j, m) = std::exp(lk(j) - gk + a);
+      psiu(j, m) = psi(j, m) * std::exp(theta) * (1 + e32) * (1 + e32) * (1 + u32) * (1 + u) + f2;
+    }
+  const VectorX<double> zpsi = psi.colwise().sum().transpose(), zpsiu = psiu.colwise().sum().transpose();
+  const MatrixR<double> va = v.cwiseAbs(), vau = (va.array() * (1 + u) + eta).matrix();
+  const MatrixR<double> spsi = psi.transpose() * v, spsia = psi.transpose() * va, spsiu = psiu.transpose() * vau;
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  // Eager stores the key sum and the key–value state: their envelopes in the format.
+  const double rho_state = (1 + gamma32(double(nk + 1))) * std::pow(1 + u, e);
+  const bool global_none = input_max >= big || psiu.maxCoeff() >= big ||
+                           (eager && rho_state * std::max(zpsiu.maxCoeff(), spsiu.maxCoeff()) >= big);
+  const Index off = nk - nq;
+  b.reference.resize(nq, dv);
+  b.output.resize(nq, dv);
+  VectorX<double> phi(mf), phiu(mf);
+  for (Index i = 0; i < nq; ++i) {
+    double mxq, dmq, lq, dlq;
+    log_scale(i, pq, dpq, hnq, dhnq, mxq, dmq, lq, dlq);
+    const double base = lq + gk, dbase = dlq + dgk + u32 * (std::abs(base) + dlq + dgk);
+    // The row's band and its logits ℓ_ij = s·q_iᵀk_j with their moves D_ij (eager: stored once more).
+    const Index c = i + off, first = std::max<Index>(0, c - window), last = std::min(nk - 1, c + window);
+    const Index len = std::max<Index>(0, last - first + 1);
+    VectorX<double> ell(len), dell(len);
+    bool none = global_none;
+    double rmax = base, dr = dbase;
+    for (Index t = 0; t < len; ++t) {
+      const Index j = first + t;
+      ell(t) = (rs * q.row(i)).dot(rs * k.row(j));
+      const double formed = (rs * qs.row(i)).dot(rs * ks.row(j));
+      const double mag = s * qs.row(i).cwiseAbs().dot(ks.row(j).cwiseAbs());
+      dell(t) = std::abs(formed - ell(t)) + e_logit * mag + double(d) * eta32 +
+                f64 * s * q.row(i).cwiseAbs().dot(k.row(j).cwiseAbs());
+      if (eager) {
+        none = none || std::abs(ell(t)) + dell(t) >= big / (1 + u);
+        dell(t) += u * (std::abs(ell(t)) + dell(t)) + eta;
+      }
+      rmax = std::max(rmax, ell(t));
+      dr = std::max(dr, dell(t));
+    }
+    // The row's reference R̂ (the emulation's max(b̂ase, max ℓ̂)) is within ΔR of R; a factor e^{R − R̂} common to
+    // the row's numerators and row sum cancels in O, so everything is in units of e^{R} and the absolute terms
+    // (formed in units of e^{R̂}) grow by e^{ΔR}.
+    const double r = rmax, er = std::exp(dr);
+    // Queries: Φ_im = e^{base − R}·e^{pq_im − mxq} (est_scale, a float32 exp; the stored feature, another): the pivot
+    // mx̂q cancels between the two, ĝk with the keys'.
+    const double f1 = 2 * er * (1 + e32) * (2 * floor32 * (1 + u) + eta);
+    for (Index m = 0; m < mf; ++m) {
+      const double a = pq(i, m) - mxq;
+      const double theta = dpq(i, m) + dhnq(i) + d_l +
+                           u32 * (std::abs(a) + dpq(i, m) + dmq + std::abs(mxq - hnq(i)) + dmq + dhnq(i) +
+                                  std::abs(lq) + dlq + std::abs(base) + dbase + std::abs(base - r) + dbase + dr);
+      phi(m) = std::exp(base - r + a);
+      phiu(m) = phi(m) * std::exp(theta) * (1 + e32) * (1 + e32) * (1 + u) + f1;
+    }
+    const double phiu_sum = phiu.sum();
+    // Float32's underflowing products (η₃₂ each) in the row's sums, in units of e^{R}.
+    const double under = double(nk + mf + len + 4) * eta32 * er * (1 + 2 * phiu_sum);
+    // The estimate over every key: row sum est_scale·(φ̂·Σψ̂), numerator (φ̂·Ψ̂ᵀV̂)·est_scale; under eager the
+    // stored key sum and state (η per entry).
+    const double rho_d = rho_state * (1 + gamma32(double(mf + 1))) * (1 + u32);
+    const double rho_n = rho_d * (1 + gamma32(double(len + 2)));
+    const double est_d_up = rho_d * phiu.dot(zpsiu) + e * eta * er * phiu_sum * 1.01 + under;
+    const double est_d_ref = phi.dot(zpsi);
+    // The band: Ĉ_ij = stored(e^{ℓ̂ − R̂} − est_scale·φ̂ᵀψ̂_j), C_ij = e^{ℓ − R} − φᵀψ_j.
+    double den_ref = est_d_ref, band_err_d = 0, band_abs = 0;
+    VectorX<double> cref(len), cerr(len), cup(len);
+    for (Index t = 0; t < len; ++t) {
+      const Index j = first + t;
+      const double x = std::exp(ell(t) - r);
+      const double thx = dell(t) + u32 * (r - ell(t) + dell(t) + dr);
+      const double x_up = x * std::exp(thx) * (1 + e32) + floor32 * er;
+      const double x_err = x * (std::exp(thx) * (1 + e32) - 1) + 2 * floor32 * er;
+      const double est = phi.dot(psi.row(j).transpose());
+      const double est_up = (1 + u32) * (1 + gamma32(double(mf))) * phiu.dot(psiu.row(j).transpose()) +
+                            double(mf + 1) * eta32 * er;
+      const double pre_up = x_up + est_up;
+      if ((1 + u32) * pre_up >= big / (1 + u)) none = true;  // Ĉ stored in the format
+      cref(t) = x - est;
+      cerr(t) = x_err + (est_up - est) + u32 * pre_up + u * (1 + u32) * pre_up + eta * er;
+      cup(t) = std::abs(cref(t)) + cerr(t);
+      den_ref += cref(t);
+      band_err_d += cerr(t);
+      band_abs += cup(t);
+    }
+    const double gl = gamma32(double(len + 1));
+    double ed = (est_d_up - est_d_ref) + band_err_d + gl * band_abs + u32 * (est_d_up + (1 + gl) * band_abs) +
+                1e-15 * (est_d_up + band_abs);
+    const double den_up = den_ref + ed;
+    if (eager) ed += u * den_up + eta * er;  // the row sum stored
+    none = none || den_up * er >= (eager ? big / (1 + u) : max32) || !(den_ref - ed > 0);
+    const bool counted = none;
+    b.rows_without_guarantee += counted;
+    for (Index cc = 0; cc < dv; ++cc) {
+      double num_ref = phi.dot(spsi.col(cc)), num_abs = phi.dot(spsia.col(cc));
+      double band_err_n = 0, band_up = 0;
+      for (Index t = 0; t < len; ++t) {
+        const Index j = first + t;
+        num_ref += cref(t) * v(j, cc);
+        num_abs += std::abs(cref(t)) * va(j, cc);
+        band_err_n += cerr(t) * vau(j, cc) + std::abs(cref(t)) * (u * va(j, cc) + eta);
+        band_up += cup(t) * vau(j, cc);
+      }
+      const double o = num_ref / den_ref;
+      b.reference(i, cc) = o;
+      if (none) {
+        b.output(i, cc) = inf;
+        continue;
+      }
+      const double est_n_up = rho_n * phiu.dot(spsiu.col(cc)) + e * eta * er * phiu_sum * 1.01 + under;
+      const double est_n_ref = phi.dot(spsia.col(cc));
+      double en = (est_n_up - est_n_ref) + band_err_n + gl * band_up + 1e-15 * (est_n_up + band_up);
+      const double num_up = std::abs(num_ref) + en;
+      if (num_up * er >= (eager ? big / (1 + u) : max32)) {
+        b.output(i, cc) = inf;
+        none = true;
+        continue;
+      }
+      if (eager) en += u * num_up + eta * er;  // the numerators stored
+      b.output(i, cc) = divided_entry(en, ed, std::abs(o), den_ref, 1 + u32, u, eta) +
+                        1e-12 * (std::abs(o) + num_abs / den_ref);
+    }
+    if (none) {  // (a numerator that may overflow: the whole row without a guarantee)
+      b.output.row(i).setConstant(inf);
+      b.rows_without_guarantee += !counted;
+    }
+    // O is stored in the format: a row whose entries may reach its largest value has no guarantee.
+    if (!none && (b.reference.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
+      b.output.row(i).setConstant(inf);
+      ++b.rows_without_guarantee;
     }
   }
   return b;

@@ -48,6 +48,8 @@ class ScatterbrainMethod final : public ConfiguredMethod<ScatterbrainOptions, Me
  public:
   using ConfiguredMethod<ScatterbrainOptions, Method<T>>::ConfiguredMethod;
   Index rank_bound() const override { return -1; }  // rank-M plus a sparse part: not rank-limited
+  /// The Performer projections ω (M × d) of the last compute() (the rounding bound takes both runs').
+  const MatrixR<T>& omega() const { return omega_; }
 
  private:
   /// The O(n·M) parts: features, each row's reference log-scale R_i and row sum of Ã in units of e^{R_i}. The
