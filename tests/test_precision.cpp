@@ -706,8 +706,8 @@ TEST(RoundingBound, ScatterbrainRespectsItEntryByEntry) {
                             b.output_norm() / own.norm());
             }
         }
-  // Past fp16's range: V ≈ 60000 (each entry below 65504) makes eager's stored sums overflow — the numerators of
-  // every row whose weights, in its units e^{R̂} (its largest is 1), add up to more than 1.09 (the diffuse rows, queries
+  // Past fp16's range: V ≈ 60000 (each entry below 65504) makes eager's stored sums overflow — the numerators of every
+  // row whose weights, in its units e^{R̂} (its largest is 1), add up to more than 1.09 (the diffuse rows, queries
   // ×0.01), and here the key–value state Σψ̂v̂ᵀ too, so every row's output is non-finite. The bound must give up
   // wherever the emulation's output is not finite, and hold elsewhere.
   Qkv<float> p = tempered("gaussian", 200, 200, 32, 24, 41);

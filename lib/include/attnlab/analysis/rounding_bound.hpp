@@ -268,23 +268,23 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
 
 /// Scatterbrain's bound (Chen et al. 2021 §3: O_i = (Σ_j Ã_ij v_j) / Σ_j Ã_ij with Ã the Performer estimate
 /// φ(q_i)ᵀφ(k_j) off the band |j − c_i| ≤ W and the exact e^{s·q_iᵀk_j} on it), both policies, non-causal, as its
-/// emulation computes it (methods/scatterbrain.cpp): Q, K, V stored (known exactly: round_to); s^½Q, s^½K in
-/// float32; the positive features from them with the float32 method's ω (omega32; omega the float64 method's) —
-/// each query's e^{p − max p} stored, each key's e^{lk − gk}·e^{p − max p} (its log-scale lk = max p − ‖s^½k‖²/2 −
-/// ½log M against the largest, gk) stored —; per row the reference R̂ = max(b̂ase, the band's largest logit), base =
-/// lq + gk, and est_scale = e^{b̂ase − R̂}; the band's logits s^½q·s^½k in float32 (stored under eager), its
-/// corrections Ĉ_ij = e^{ℓ̂ − R̂} − est_scale·φ̂ᵀψ̂_j in float32, stored; the key sum and state Σψ̂, Σψ̂v̂ᵀ, the row sums
-/// est_scale·φ̂ᵀΣψ̂ + ΣĈ and numerators (φ̂ᵀΨ̂ᵀV̂)·est_scale + ĈV̂ in float32 (each stored under eager); divided; O
-/// stored. A factor e^{R − R̂} is common to a row's numerators and row sum and cancels: every quantity is bounded in
-/// units of e^{R} (R from the exact values), the absolute terms (underflows, η) grown by e^{ΔR}, ΔR the largest move
-/// of b̂ase or a band logit. The features' pivots (a row's largest projection, gk) cancel in each product term φψ
-/// apart from the subtractions' roundings, so a term's exponent moves by θ = Δp_q + Δp_k + Δ(‖·‖²/2)_q + Δ(‖·‖²/2)_k +
-/// 2Δ(½log M) plus u₃₂ times each rounded subtraction's operands (the projections' bound Δp as Performer's); each exp
-/// within 4u₃₂ and 2⁻¹²⁶ absolute. The estimate's sums then follow the kernel bounds (upper envelopes Φ⁺Ψ⁺), each
-/// correction within |Ĉ − C| ≤ |ê − e^{ℓ−R}| + |est_scale·φ̂ᵀψ̂ − φᵀψ| + its subtraction's and storing's roundings, the
-/// band's sums within γ_{W'+1} of their magnitudes, and |N̂/D̂ − N/D| ≤ (E_N + |O|E_D)/(D − E_D). +inf where an input,
-/// a stored feature, correction, logit, sum or row of O, or a float32 sum, may reach the largest value of what holds
-/// it, or where D ≤ E_D.
+/// emulation computes it (methods/scatterbrain.cpp): Q, K, V stored (known exactly: round_to); s^½Q, s^½K in float32;
+/// the positive features from them with the float32 method's ω (omega32; omega the float64 method's) — each query's
+/// e^{p − max p} stored, each key's e^{lk − gk}·e^{p − max p} (its log-scale lk = max p − ‖s^½k‖²/2 − ½log M against
+/// the largest, gk) stored —; per row the reference R̂ = max(b̂ase, the band's largest logit), base = lq + gk, and
+/// est_scale = e^{b̂ase − R̂}; the band's logits s^½q·s^½k in float32 (stored under eager), its corrections Ĉ_ij =
+/// e^{ℓ̂ − R̂} − est_scale·φ̂ᵀψ̂_j in float32, stored; the key sum and state Σψ̂, Σψ̂v̂ᵀ, the row sums est_scale·φ̂ᵀΣψ̂
+/// + ΣĈ and numerators (φ̂ᵀΨ̂ᵀV̂)·est_scale + ĈV̂ in float32 (each stored under eager); divided; O stored. A factor
+/// e^{R − R̂} is common to a row's numerators and row sum and cancels: every quantity is bounded in units of e^{R} (R
+/// from the exact values), the absolute terms (underflows, η) grown by e^{ΔR}, ΔR the largest move of b̂ase or a band
+/// logit. The features' pivots (a row's largest projection, gk) cancel in each product term φψ apart from the
+/// subtractions' roundings, so a term's exponent moves by θ = Δp_q + Δp_k + Δ(‖·‖²/2)_q + Δ(‖·‖²/2)_k + 2Δ(½log M) plus
+/// u₃₂ times each rounded subtraction's operands (the projections' bound Δp as Performer's); each exp within 4u₃₂ and
+/// 2⁻¹²⁶ absolute. The estimate's sums then follow the kernel bounds (upper envelopes Φ⁺Ψ⁺), each correction within |Ĉ
+/// − C| ≤ |ê − e^{ℓ−R}| + |est_scale·φ̂ᵀψ̂ − φᵀψ| + its subtraction's and storing's roundings, the band's sums within
+/// γ_{W'+1} of their magnitudes, and |N̂/D̂ − N/D| ≤ (E_N + |O|E_D)/(D − E_D). +inf where an input, a stored feature,
+/// correction, logit, sum or row of O, or a float32 sum, may reach the largest value of what holds it, or where D ≤
+/// E_D.
 KernelRoundingBound scatterbrain_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                                 const ConstRef<double>& v, const ConstRef<double>& omega,
                                                 const ConstRef<double>& omega32, Index window,
