@@ -1087,6 +1087,26 @@ def precision(F, R):
     F.add("precision.performer_eager_bound_fp16", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
           "Performer eager's derived bound ‖bound‖_F / ‖O‖_F, 256 features, fp16, gaussian, n = 1024, t = 1",
           "precision")
+    # Scatterbrain's (the Performer estimate's envelopes off the band, the band's corrections, normalised; in units
+    # of each row's reference).
+    sbb = bounds[bounds.method == "scatterbrain"]
+    bound_checks("precision.scatterbrain_bound", sbb,
+                 "cells (Scatterbrain, every source, length, temperature, format, policy) checked entry by entry "
+                 "against its derived bound",
+                 "Scatterbrain's output entries outside its bound (a failed entry on a row without a guarantee is "
+                 "none)",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Scatterbrain, over its rows with a guarantee")
+    for fmt in ("bf16", "fp16"):
+        for pol in ("eager", "careful"):
+            c = sbb[(sbb.source == "gaussian") & (sbb.n == n) & (sbb.t == 1) & (sbb.dtype == fmt)
+                    & (sbb.policy == pol)]
+            F.add(f"precision.scatterbrain_bound_{fmt}_{pol}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
+                  f"Scatterbrain's derived bound ‖bound‖_F / ‖O‖_F, 64 features, {fmt} {pol}, gaussian, n = {n}, "
+                  "t = 1", "precision")
+    sb_none = sbb[sbb.metric == "bound_rows_none"]
+    F.add("precision.scatterbrain_bound_full", f"{int((sb_none.value == 0).sum())} of {len(sb_none)}", str,
+          "Scatterbrain cells (every source, length, temperature, format, policy) where its bound holds on every row",
+          "precision")
     rfb = bounds[bounds.method == "reformer"]
     bound_checks("precision.reformer_bound", rfb,
                  "cells (Reformer's specs, every source, length, temperature, format, policy) checked entry by entry "
