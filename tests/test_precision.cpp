@@ -460,6 +460,73 @@ TEST(RoundingBound, LinformerRespectsItEntryByEntry) {
                Error);
 }
 
+// The trigonometric kernel's bound rests on float32's sin and cos (Eigen's vectorised ones, as the features call them)
+// within kTrigAbs = 2⁻²² of the exact value of their argument below 65536 (rounding_bound.cpp): checked on 2²² evenly
+// spaced arguments in [−64, 64] and 2²² random ones up to 65536, against float64's sin and cos. (Eigen's comment
+// states an absolute error below 5.9605e-08 = 2⁻²⁴; measured here, up to 8.1e-08 = 2^−23.55: hence the margin.)
+TEST(RoundingBound, Float32SinCosWithinTheTrigBoundsError) {
+  const Index n = Index(1) << 22;
+  Eigen::ArrayXf x(2 * n);
+  for (Index i = 0; i < n; ++i) x(i) = float(-64.0 + 128.0 * double(i) / double(n));
+  Rng rng(3);
+  for (Index i = n; i < 2 * n; ++i) x(i) = float(65536.0 * (2 * rng.uniform() - 1));
+  const Eigen::ArrayXf s = x.sin(), c = x.cos();
+  double worst = 0;
+  for (Index i = 0; i < 2 * n; ++i) {
+    const double xi = double(x(i));
+    worst = std::max({worst, std::abs(double(s(i)) - std::sin(xi)), std::abs(double(c(i)) - std::cos(xi))});
+  }
+  EXPECT_LE(worst, std::ldexp(1.0, -22));
+  std::printf("  float32 sin, cos: largest absolute error %.3g (2^%.2f)\n", worst, std::log2(worst));
+}
+
+// Performer's trigonometric kernel under careful (performer_rounding_bound's trigonometric form): signed features
+// [sin p, cos p], the keys weighted by e^{½‖s^½k‖² − C}; entry by entry against the emulation where the bound gives a
+// guarantee — a row whose normaliser estimate may vanish (signed features make it small or negative) has none, and
+// at the lower temperature most rows must keep theirs.
+TEST(RoundingBound, PerformerTrigRespectsItWhereTheNormaliserIsClear) {
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {0.5, 1.0})
+      for (const char* spec : {"performer:features=64,kernel=trig", "performer:features=16,kernel=trig"}) {
+        Qkv<float> p = tempered(kind, 300, 340, 32, 24, 43, t);
+        p.k *= float(t);
+        const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+        auto m64 = make_method<double>(spec, 7);
+        m64->compute(q, k);
+        const MatrixR<double> own = m64->output(v);
+        for (const Storage st : {Storage::bf16, Storage::fp16}) {
+          SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " " << storage_name(st));
+          AttentionOptions o;
+          o.storage = st;
+          o.policy = Policy::careful;
+          const Emulated run = emulated(spec, 7, p.q, p.k, p.v, o);
+          const auto* p64 = dynamic_cast<const PerformerMethod<double>*>(m64.get());
+          const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(run.method.get());
+          ASSERT_NE(p64, nullptr);
+          ASSERT_NE(p32, nullptr);
+          const KernelRoundingBound b = performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
+                                                                 PerformerKernel::Trig, o);
+          Index with = 0;
+          for (Index i = 0; i < own.rows(); ++i) with += std::isfinite(b.output(i, 0));
+          EXPECT_EQ(with + b.rows_without_guarantee, own.rows());
+          EXPECT_EQ(outside_guaranteed(run.out, own, b.output), 0);
+          double measured = 0, bounded = 0;
+          for (Index i = 0; i < own.rows(); ++i)
+            if (std::isfinite(b.output(i, 0))) {
+              measured += (run.out.row(i) - own.row(i)).squaredNorm();
+              bounded += b.output.row(i).squaredNorm();
+            }
+          if (t == 0.5) {
+            EXPECT_EQ(with, own.rows()) << "a vacuous bound: rows without a guarantee at the lower temperature";
+          }
+          std::printf("  %s %s t=%.1f %s: %lld of %lld rows with a guarantee, |ΔO| / bound %.3g there, bound / |O| "
+                      "%.3g\n", spec, kind, t, storage_name(st).c_str(), static_cast<long long>(with),
+                      static_cast<long long>(own.rows()), bounded > 0 ? std::sqrt(measured / bounded) : 0.0,
+                      with == own.rows() ? b.output_norm() / own.norm() : 0.0);
+        }
+      }
+}
+
 // Performer's bound (performer_rounding_bound: careful's stabilised features, eager's reference-code features with
 // every step stored; eager also causal, through linear's chunked transcription) against the emulation entry by
 // entry: sources, temperatures, feature counts and chunks, both formats and policies, both masks (causal: 250 queries
@@ -502,9 +569,11 @@ TEST(RoundingBound, PerformerRespectsItEntryByEntry) {
               const Emulated run = emulated(spec, 7, p.q, p.k, p.v, o);
               const auto* p32 = dynamic_cast<const PerformerMethod<float>*>(run.method.get());
               ASSERT_NE(p32, nullptr);
-              EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
-                                                    PerformerKernel::Trig, o, chunk),
-                           Error);
+              if (pol == Policy::eager || o.causal) {  // the trigonometric kernel's: careful, non-causal only
+                EXPECT_THROW(performer_rounding_bound(q, k, v, p64->omega(), p32->omega().cast<double>(),
+                                                      PerformerKernel::Trig, o, chunk),
+                             Error);
+              }
               const MatrixR<double>& out = run.out;
               const KernelRoundingBound b = performer_rounding_bound(
                   q, k, v, p64->omega(), p32->omega().cast<double>(),

@@ -697,6 +697,92 @@ KernelRoundingBound performer_eager_bound(const ConstRef<double>& q, const Const
   return b;
 }
 
+/// Performer's trigonometric kernel under careful (the one policy that emulates it), non-causal: φ(x) = e^{‖x_s‖²/2}
+/// [sin p, cos p]/√M (Choromanski et al. 2021, the trigonometric features of methods/performer.hpp), as
+/// streamed_kernel_output computes it. Queries: [sin p̂, cos p̂] from the float32 projections of the stored rows,
+/// stored (their factor e^{‖x_s‖²/2} is the row's and cancels). Keys: the same, stored, then weighted in float32 by
+/// e^{ĝ − m_c} and their chunk's sums by e^{m_c − max}, ĝ = ½‖s^½k̂‖² − ½log M. sin and cos are 1-Lipschitz, so a
+/// feature moves by at most min(Δp, 2) plus float32's sin or cos error, within kTrigAbs = 2⁻²² of the exact value of
+/// its float32 argument below kTrigRange (Eigen's vectorised sin and cos state "absolute error < 5.9605e-08" up to
+/// 71476; tests/test_precision.cpp measures up to 8.1e-08 on 2²³ arguments, and checks kTrigAbs), and |f̂ − f| ≤ Δf =
+/// (min(Δp, 2) + kTrigAbs)(1+u) + u|f| + η once stored. A key's value ψ̂ = f̂·ŵ has |ψ̂ − ψ| ≤ (|f| + Δf)·W⁺ − |f|·w
+/// with W⁺ the weight's upper envelope (as the positive kernel's), and the signed features then enter linear
+/// attention's sums and division (kernel_bound's signed form: the error terms from the magnitudes, the normaliser and O
+/// from the signed features; a row whose normaliser may vanish, or be clamped by the guarded reciprocal, has no
+/// guarantee — with signed features the estimate of the normaliser can be small or negative).
+constexpr double kTrigAbs = 0x1p-22, kTrigRange = 65536.0;
+KernelRoundingBound performer_trig_careful(const ConstRef<double>& q, const ConstRef<double>& k,
+                                           const ConstRef<double>& v, const ConstRef<double>& omega,
+                                           const ConstRef<double>& omega32, const AttentionOptions& opts) {
+  const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
+  const Format format = storage_format(opts.storage);
+  const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
+  const double floor32 = kMin32, e32 = 4 * u32;
+  const double rs = std::sqrt(opts.resolved_scale(d)), lscale = 0.5 * std::log(double(mf));
+  const double e_proj = (1 + u32) * (1 + u32) * (1 + gamma32(double(d))) - 1;
+  const double e_norm = std::pow(1 + u32, 5) * (1 + gamma32(double(d))) - 1;
+  const double d_l = lscale * ((1 + e32) * (1 + u32) - 1);
+  bool in_range = true;
+  // The features [sin p, cos p] (signed) and the envelopes |f| + Δf of their stored values.
+  const auto features = [&](const ConstRef<double>& x, MatrixR<double>& f, MatrixR<double>& fu) {
+    MatrixR<double> p, dp;
+    projection_bound(format, x, omega, omega32, rs, e_proj, p, dp);
+    in_range = in_range && (p.cwiseAbs() + dp).maxCoeff() < kTrigRange;
+    f.resize(x.rows(), 2 * mf);
+    fu.resize(x.rows(), 2 * mf);
+    for (Index i = 0; i < x.rows(); ++i)
+      for (Index m = 0; m < mf; ++m) {
+        const double a = std::min(dp(i, m), 2.0) + kTrigAbs;
+        f(i, m) = std::sin(p(i, m));
+        f(i, mf + m) = std::cos(p(i, m));
+        fu(i, m) = (std::abs(f(i, m)) + a) * (1 + u) + eta + 1e-15;
+        fu(i, mf + m) = (std::abs(f(i, mf + m)) + a) * (1 + u) + eta + 1e-15;
+      }
+  };
+  MatrixR<double> fq, fqu, fk, fku;
+  features(q, fq, fqu);
+  features(k, fk, fku);
+  // Keys' log-scales g = ½‖s^½k‖² − ½log M (one float32 subtraction after the half norm) and their largest, C.
+  const MatrixR<double> ks = stored_in(format, k);
+  VectorX<double> hn, dhn, g(nk), dg(nk);
+  half_norm_bound(k, ks, rs, e_norm, hn, dhn);
+  for (Index j = 0; j < nk; ++j) {
+    g(j) = hn(j) - lscale;
+    dg(j) = dhn(j) + d_l + u32 * (std::abs(g(j)) + dhn(j) + d_l);
+  }
+  const double c = g.maxCoeff(), dgmax = dg.maxCoeff();
+  MatrixR<double> sk(nk, 2 * mf);
+  for (Index j = 0; j < nk; ++j) {
+    const double gc = g(j) - c;
+    // The weight e^{g − m_c}·e^{m_c − max} (two exps, each underflowing to at most 2⁻¹²⁶; the two float32 products).
+    const double w = std::exp(gc);
+    const double w_up = (std::exp(gc + 3 * dgmax + u32 * 2 * (std::abs(gc) + 2 * dgmax)) * (1 + e32) * (1 + e32) +
+                         3 * floor32) * (1 + u32) * (1 + u32);
+    sk.row(j) = fk.row(j) * w;
+    fk.row(j) = fk.row(j).cwiseAbs() * w;
+    fku.row(j) *= w_up;
+  }
+  const MatrixR<double> fqa = fq.cwiseAbs();
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  const Index chunks = (nk + 2047) / 2048;
+  KernelRoundingBound b = kernel_bound(fqa, fqu, fk, fku, v, input_max, nk + chunks, opts, &fq, &sk);
+  // Beyond kTrigRange float32's sin and cos are not held to kTrigAbs here; and a chunk's Σ|V̂| (each term f̂·ŵ·|v̂|,
+  // |f̂| ≤ 1 + u) must stay below float32's largest value.
+  const MatrixR<double> vs = stored_in(format, v);
+  bool chunk_overflow = false;
+  for (Index c0 = 0; c0 < nk; c0 += 2048) {
+    const Index len = std::min<Index>(2048, nk - c0);
+    const double worst = vs.middleRows(c0, len).cwiseAbs().colwise().sum().maxCoeff();
+    chunk_overflow = chunk_overflow ||
+                     (1 + gamma32(2048.0)) * (1 + e32) * (1 + e32) * (1 + u) * (1 + u32) * worst >= kMax32;
+  }
+  if (!in_range || chunk_overflow) {
+    b.output.setConstant(std::numeric_limits<double>::infinity());
+    b.rows_without_guarantee = nq;
+  }
+  return b;
+}
+
 }  // namespace
 
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
@@ -704,9 +790,11 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
                                              const ConstRef<double>& omega32, PerformerKernel kernel,
                                              const AttentionOptions& opts, Index chunk) {
   const bool careful = opts.policy == Policy::careful;
-  require(kernel == PerformerKernel::Positive || (kernel == PerformerKernel::Hyperbolic && careful),
+  require(kernel == PerformerKernel::Positive || (kernel != PerformerKernel::Positive && careful),
           "performer rounding bound: derived for the positive features (kernel=positive) and, under careful (the "
-          "only policy that emulates it), the hyperbolic ones");
+          "only policy that emulates them), the hyperbolic and trigonometric ones");
+  require(kernel != PerformerKernel::Trig || !opts.causal,
+          "performer rounding bound: the trigonometric kernel's is derived for the non-causal form only");
   const bool hyperbolic = kernel == PerformerKernel::Hyperbolic;
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
@@ -716,6 +804,7 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   require(!opts.causal || chunk >= 1, "performer rounding bound: chunk = {}", chunk);
   require(opts.storage != Storage::native, "performer rounding bound: give a reduced storage (bf16 or fp16)");
   if (opts.policy == Policy::eager) return performer_eager_bound(q, k, v, omega, omega32, opts, chunk);
+  if (kernel == PerformerKernel::Trig) return performer_trig_careful(q, k, v, omega, omega32, opts);
   // Hyperbolic features [e^{p − max|p|}, e^{−p − max|p|}] (log-scale max|p| − ‖s^½x‖²/2 − ½log 2M) are the positive
   // ones of the 2M projections [p, −p] (negation is exact): the same derivation over them.
   const Index mfe = hyperbolic ? 2 * mf : mf;

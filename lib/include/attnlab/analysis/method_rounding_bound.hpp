@@ -6,14 +6,14 @@
 // Derived (analysis/rounding_bound.hpp has each derivation): exact attention (streaming, any tile, and materialised;
 // causal too), the pattern methods local and sparse (exact's materialised bound over their pattern; causal too),
 // Linformer, linear attention (both feature maps, both causal forms), Performer's positive features (both masks, both
-// policies) and hyperbolic ones (careful, both masks), Taylor attention (causal too), efficient attention,
-// Scatterbrain (both policies), ProbSparse (either lazy form, causal too; conditional on both runs choosing the same
-// queries), Reformer (conditional on both runs' key sets; causal too) and Transformer-VQ (hard, keys quantized, causal
-// too; conditional on the keys a row sees keeping their codes; with a k-means codebook, given the codebook each run
-// fitted).
+// policies), hyperbolic ones (careful, both masks) and trigonometric ones (careful, non-causal), Taylor attention
+// (causal too), efficient attention, Scatterbrain (both policies), ProbSparse (either lazy form, causal too;
+// conditional on both runs choosing the same queries), Reformer (conditional on both runs' key sets; causal too) and
+// Transformer-VQ (hard, keys quantized, causal too; conditional on the keys a row sees keeping their codes; with a
+// k-means codebook, given the codebook each run fitted).
 // Not derived: Nyström and CUR (a pseudo-inverse of a rounded landmark kernel: the converged inverse amplifies the
 // storage rounding by the kernel's condition number, the unconverged iteration does not — no useful worst case
-// follows from norms alone), the SVD oracle, Performer's trigonometric kernel.
+// follows from norms alone), the SVD oracle, Performer's trigonometric kernel under a causal mask.
 #pragma once
 
 #include "attnlab/core/method.hpp"
