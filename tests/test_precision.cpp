@@ -11,6 +11,7 @@
 #include "attnlab/io/sources.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/linformer.hpp"
+#include "attnlab/methods/nystrom.hpp"
 #include "attnlab/methods/performer.hpp"
 #include "attnlab/methods/probsparse.hpp"
 #include "attnlab/methods/reformer.hpp"
@@ -801,6 +802,52 @@ TEST(RoundingBound, ScatterbrainRespectsItEntryByEntry) {
   EXPECT_EQ(outside_guaranteed(run.out, own, b.output), 0) << "a non-finite row kept its guarantee, or one failed";
   std::printf("  scatterbrain fp16 eager, V ≈ 60000: %lld rows overflowed, %lld of 200 without a guarantee\n",
               static_cast<long long>(nonfinite_rows), static_cast<long long>(b.rows_without_guarantee));
+}
+
+// Nyström's bound given both runs' pseudo-inverses (nystrom_rounding_bound): the landmarks, the two materialised
+// softmaxes F and B, and the products (F·Ẑ)·(B·V), each stored, with Ẑ − Z entering as computed. Entry by entry
+// against the emulation: sources, temperatures, landmark counts, the iteration (the paper's 6 steps, 20) and the SVD,
+// square and rectangular, both formats and policies; its O is the float64 method's own. Every row must keep its
+// guarantee on these moderate inputs.
+TEST(RoundingBound, NystromRespectsItGivenBothPseudoinverses) {
+  for (const char* kind : {"gaussian", "clustered"})
+    for (const double t : {1.0, 4.0})
+      for (const char* spec :
+           {"nystrom:landmarks=32", "nystrom:landmarks=16,iters=20", "nystrom:landmarks=16,pinv=svd"})
+        for (const Index nq : {Index(300), Index(256)}) {
+          Qkv<float> p = tempered(kind, nq, 340, 32, 24, 47, t);
+          const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
+          auto m64 = make_method<double>(spec, 0);
+          m64->compute(q, k);
+          const MatrixR<double> own = m64->output(v);
+          const auto* n64 = dynamic_cast<const NystromMethod<double>*>(m64.get());
+          ASSERT_NE(n64, nullptr);
+          for (const Storage st : {Storage::bf16, Storage::fp16})
+            for (const Policy pol : {Policy::eager, Policy::careful}) {
+              SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " n_q=" << nq << " "
+                                                << storage_name(st) << " " << policy_name(pol));
+              AttentionOptions o;
+              o.storage = st;
+              o.policy = pol;
+              const Emulated run = emulated(spec, 0, p.q, p.k, p.v, o);
+              const auto* n32 = dynamic_cast<const NystromMethod<float>*>(run.method.get());
+              ASSERT_NE(n32, nullptr);
+              const KernelRoundingBound b = nystrom_rounding_bound(q, k, v, n64->settings().landmarks,
+                                                                   n64->pseudoinverse(),
+                                                                   n32->pseudoinverse().cast<double>(), o);
+              EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+              EXPECT_EQ(b.rows_without_guarantee, 0);
+              EXPECT_EQ(outside(run.out, own, b.output), 0)
+                  << "worst excess " << ((run.out - own).cwiseAbs() - b.output).maxCoeff();
+              if (t == 1.0 && nq == 300 && std::string(kind) == "gaussian")
+                std::printf("  %s %s %-7s |ΔO|_F / |O|_F %.2e, / bound %.3f, bound / |O|_F %.3g, |Ẑ − Z|_F / |Z|_F "
+                            "%.2e\n", spec, storage_name(st).c_str(), policy_name(pol).c_str(),
+                            (run.out - own).norm() / own.norm(), (run.out - own).norm() / b.output_norm(),
+                            b.output_norm() / own.norm(),
+                            (n32->pseudoinverse().cast<double>() - n64->pseudoinverse()).norm() /
+                                n64->pseudoinverse().norm());
+            }
+        }
 }
 
 // ProbSparse's bound (probsparse_rounding_bound): where both runs chose alike, exact's streaming bound on the exact

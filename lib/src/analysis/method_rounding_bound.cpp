@@ -6,6 +6,7 @@
 #include "attnlab/methods/exact.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/linformer.hpp"
+#include "attnlab/methods/nystrom.hpp"
 #include "attnlab/methods/performer.hpp"
 #include "attnlab/methods/probsparse.hpp"
 #include "attnlab/methods/reformer.hpp"
@@ -193,8 +194,17 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
                                          op64->assignment(), op32->assignment(), opts),
                        own);
   }
-  if (name == "nystrom" || name == "cur")
-    return none(name + ": a pseudo-inverse of a rounded landmark kernel — not derived");
+  if (name == "nystrom") {
+    const auto& n64 = as<NystromMethod<double>>(reference);
+    const auto& n32 = as<NystromMethod<float>>(emulated);
+    if (n64.settings().select != LandmarkSelect::Segments)
+      return none("Nyström: derived for segment-mean landmarks (select=segments) only");
+    // Given both runs' pseudo-inverses (the iteration's own rounding propagation is not bounded a priori).
+    return from_kernel(nystrom_rounding_bound(q_, k_, v_, n64.settings().landmarks, n64.pseudoinverse(),
+                                              n32.pseudoinverse().cast<double>(), opts),
+                       own);
+  }
+  if (name == "cur") return none("cur: a pseudo-inverse of a rounded intersection of P — not derived");
   return none(name + ": not derived");
 }
 

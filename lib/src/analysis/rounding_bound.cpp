@@ -3,6 +3,7 @@
 
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/formats.hpp"
+#include "attnlab/components/landmarks.hpp"
 #include "attnlab/components/random_features.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/vq.hpp"
@@ -1080,6 +1081,117 @@ KernelRoundingBound scatterbrain_rounding_bound(const ConstRef<double>& q, const
     }
     // O is stored in the format: a row whose entries may reach its largest value has no guarantee.
     if (!none && (b.reference.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
+      b.output.row(i).setConstant(inf);
+      ++b.rows_without_guarantee;
+    }
+  }
+  return b;
+}
+
+KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                           const ConstRef<double>& v, Index landmarks, const ConstRef<double>& z,
+                                           const ConstRef<double>& z32, const AttentionOptions& opts) {
+  require(!opts.causal, "nystrom rounding bound: Nyström is non-causal");
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  const Index nq = q.rows(), nk = k.rows(), d = q.cols(), m = landmarks;
+  require(v.rows() == nk && m >= 1 && m <= std::min(nq, nk) && z.rows() == m && z.cols() == m && z32.rows() == m &&
+              z32.cols() == m,
+          "nystrom rounding bound: V {} rows, K {}; {} landmarks; Z {}×{}, the emulated run's {}×{}", v.rows(), nk, m,
+          z.rows(), z.cols(), z32.rows(), z32.cols());
+  require(opts.storage != Storage::native, "nystrom rounding bound: give a reduced storage (bf16 or fp16)");
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  const double e = eager ? 1 : 0;
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = kU32, eta32 = kEta32, f64 = std::ldexp(1.0, -53);
+  const double big = largest_finite(format), inf = std::numeric_limits<double>::infinity();
+  const double s = opts.resolved_scale(d);
+  const double ez = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) - 1;
+  const double p_abs = stored_exp_floor(u, eta);
+  const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
+  // The landmarks: segment means of the stored rows in float32 (a sum of len terms and a division), stored.
+  const auto landmark = [&](const ConstRef<double>& x, const MatrixR<double>& xs, MatrixR<double>& l,
+                            MatrixR<double>& dl) {
+    const Index n = x.rows();
+    l.resize(m, d);
+    dl.resize(m, d);
+    for (Index g = 0; g < m; ++g) {
+      const Index b0 = segment_begin(g, n, m), len = segment_begin(g + 1, n, m) - b0;
+      const double gl = gamma32(double(len + 1));
+      const MatrixR<double> mag = xs.middleRows(b0, len).cwiseAbs().colwise().mean();
+      const MatrixR<double> formed = xs.middleRows(b0, len).colwise().mean();
+      l.row(g) = x.middleRows(b0, len).colwise().mean();
+      dl.row(g) = (formed - l.row(g)).cwiseAbs() + gl * mag + 4 * double(len + 2) * f64 * mag;
+      dl.row(g).array() += u * (formed.cwiseAbs().array() + gl * mag.array()) + eta + eta32;
+    }
+  };
+  MatrixR<double> ql, dql, kl, dkl;
+  landmark(q, qs, ql, dql);
+  landmark(k, ks, kl, dkl);
+  // A materialised softmax's rows (exact_matrix: the logits QKᵀ and s·QKᵀ, stored under eager; P stored): given each
+  // logit's move D_ij, every probability within [p/R_i, p·R_i] ± p_abs, R_i = e^{2 max_j D_ij}(1+u)²(1+γ_{n+8})²
+  // (SoftmaxRoundingAnalysis' materialised bound). `mag` bounds the computed logits' magnitudes; a row whose logits
+  // may reach the largest value of what holds them (eager: the format) has none.
+  const auto softmax_rows = [&](const MatrixR<double>& logits, const MatrixR<double>& moves, const MatrixR<double>& mag,
+                                MatrixR<double>& p, MatrixR<double>& dp, std::vector<char>& none) {
+    const Index rows = logits.rows(), cols = logits.cols();
+    const double limit = eager ? big / (1 + u) : kMax32;
+    p.resize(rows, cols);
+    dp.resize(rows, cols);
+    none.assign(std::size_t(rows), 0);
+    for (Index i = 0; i < rows; ++i) {
+      const double mx = logits.row(i).maxCoeff(), zmax = mag.row(i).maxCoeff() * (1 + ez);
+      none[std::size_t(i)] = zmax >= limit;
+      const double dmax = moves.row(i).maxCoeff() + 2 * u32 * zmax + 2 * e * eta;
+      const double r = std::exp(2 * dmax) * (1 + u) * (1 + u) * std::pow(1 + gamma32(double(cols + 8)), 2);
+      p.row(i) = (logits.row(i).array() - mx).exp();
+      p.row(i) /= p.row(i).sum();
+      dp.row(i) = ((r - 1) * p.row(i).array() + p_abs + 1e-15 * p.row(i).array()).matrix();
+    }
+  };
+  // F = softmax(s·QK̃ᵀ) (n_q × m): queries stored (known exactly), landmark keys within ΔK̃.
+  const MatrixR<double> klu = kl.cwiseAbs() + dkl;
+  MatrixR<double> mag_f = s * qs.cwiseAbs() * klu.transpose();
+  MatrixR<double> moves_f = s * ((qs - q).cwiseAbs() * klu.transpose() + q.cwiseAbs() * dkl.transpose()) +
+                            ez * mag_f + 2 * double(d + 2) * f64 * s * (q.cwiseAbs() * kl.cwiseAbs().transpose());
+  MatrixR<double> f, df;
+  std::vector<char> none_f;
+  softmax_rows(s * q * kl.transpose(), moves_f, mag_f, f, df, none_f);
+  // B = softmax(s·Q̃Kᵀ) (m × n_k): landmark queries within ΔQ̃, keys stored (known exactly).
+  const MatrixR<double> qlu = ql.cwiseAbs() + dql, ksa = ks.cwiseAbs();
+  MatrixR<double> mag_b = s * qlu * ksa.transpose();
+  MatrixR<double> moves_b = s * (dql * ksa.transpose() + ql.cwiseAbs() * (ks - k).cwiseAbs().transpose()) +
+                            ez * mag_b + 2 * double(d + 2) * f64 * s * (ql.cwiseAbs() * k.cwiseAbs().transpose());
+  MatrixR<double> bm, db;
+  std::vector<char> none_b;
+  softmax_rows(s * ql * k.transpose(), moves_b, mag_b, bm, db, none_b);
+  const bool any_b = std::any_of(none_b.begin(), none_b.end(), [](char c) { return c != 0; });
+  // B·V (m × d_v), summed in float32 over n_k, stored: |B̂V̂ − BV| ≤ ΔB|V̂| + B|V̂ − V| + γ_{n_k}(B + ΔB)|V̂|.
+  const MatrixR<double> vsa = vs.cwiseAbs(), bv = bm * v;
+  MatrixR<double> ew = db * vsa + bm * (vs - v).cwiseAbs() + gamma32(double(nk)) * ((bm + db) * vsa);
+  ew.array() += double(nk + 2) * eta32 + 1e-15 * (bm * v.cwiseAbs()).array();
+  ew = (ew.array() + u * (bv.cwiseAbs() + ew).array() + eta).matrix();
+  const MatrixR<double> wu = bv.cwiseAbs() + ew;
+  const bool bv_over = wu.maxCoeff() >= big / (1 + u);
+  // F·Ẑ (n_q × m), summed in float32 over m, stored — with the emulated run's Ẑ against the float64 run's Z: their
+  // difference enters as computed.
+  const MatrixR<double> z32a = z32.cwiseAbs(), fz = f * z;
+  MatrixR<double> ey = df * z32a + f * (z32 - z).cwiseAbs() + gamma32(double(m)) * ((f + df) * z32a);
+  ey.array() += double(m + 2) * eta32 + 1e-15 * (f * z.cwiseAbs()).array();
+  ey = (ey.array() + u * (fz.cwiseAbs() + ey).array() + eta).matrix();
+  const MatrixR<double> yu = fz.cwiseAbs() + ey;
+  // O = (F·Ẑ)·(B·V), summed in float32 over m, stored.
+  b.reference = fz * bv;
+  MatrixR<double> eo = ey * wu + fz.cwiseAbs() * ew + gamma32(double(m)) * (yu * wu);
+  eo.array() += double(m + 2) * eta32 + 1e-12 * (fz.cwiseAbs() * bv.cwiseAbs()).array();
+  b.output = (eo.array() * (1 + u) + u * b.reference.cwiseAbs().array() + eta).matrix();
+  for (Index i = 0; i < nq; ++i) {
+    const bool none = any_b || bv_over || none_f[std::size_t(i)] || yu.row(i).maxCoeff() >= big / (1 + u) ||
+                      !b.output.row(i).allFinite() ||
+                      (b.reference.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u);
+    if (none) {
       b.output.row(i).setConstant(inf);
       ++b.rows_without_guarantee;
     }

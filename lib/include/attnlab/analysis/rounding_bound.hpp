@@ -293,4 +293,23 @@ KernelRoundingBound scatterbrain_rounding_bound(const ConstRef<double>& q, const
                                                 const ConstRef<double>& omega32, Index window,
                                                 const AttentionOptions& opts);
 
+/// Nyström's bound (Xiong et al. 2021 eq. (14): O = softmax(s·QK̃ᵀ)·Z·softmax(s·Q̃Kᵀ)·V, Z ≈ pinv(softmax(s·Q̃K̃ᵀ)),
+/// landmarks the segment means), both policies, **given both runs' pseudo-inverses**: `z` the float64 run's Z, `z32`
+/// the emulated run's as it multiplied with it. The pseudo-inverse iteration's own propagation of the rounding is not
+/// bounded a priori (the converged inverse amplifies a rounded landmark kernel by its condition number, the
+/// unconverged iteration does not; no useful worst case follows from norms alone): the difference Ẑ − Z enters as
+/// computed, as Transformer-VQ's codebook fits do. The rest as the emulation computes it (NystromMethod::do_output
+/// under a reduced storage, the reference code's association (F·Z)·(B·V)): Q, K, V stored (known exactly:
+/// round_to); the landmarks Q̃, K̃ as float32 segment means of the stored rows, stored (within ΔX̃ = |mean(X̂) −
+/// mean(X)| + γ_{len+1}·mean|X̂| and the storing); F = softmax(s·QK̃ᵀ) and B = softmax(s·Q̃Kᵀ) materialised (the logits
+/// in float32, stored twice under eager; P stored): each logit moves by at most D = s·[|Q̂ − Q|ᵀ(|K̃| + ΔK̃) +
+/// |Q|ᵀΔK̃] + e_z·s·|Q̂|ᵀ(|K̃| + ΔK̃) + 2u₃₂·|ẑ|max (B: the landmark queries' ΔQ̃ against the stored keys), so each
+/// probability lies within [p/R, p·R] ± (2⁻¹²⁶(1+u) + η), R = e^{2D_i}(1+u)²(1+γ_{n+8})² (exact's materialised
+/// bound); then B·V over n_k, F·Ẑ over m (each stored) and their product over m (O stored), each within the product
+/// rule |âb̂ − ab| ≤ Δa|b̂| + |a|Δb plus γ of the magnitudes. Non-causal; +inf where a logit (eager), a stored product
+/// or O may reach the format's largest value (B·V anywhere: every row).
+KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                           const ConstRef<double>& v, Index landmarks, const ConstRef<double>& z,
+                                           const ConstRef<double>& z32, const AttentionOptions& opts);
+
 }  // namespace attnlab

@@ -60,6 +60,8 @@ class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMetho
   using ConfiguredMethod<NystromOptions, LowRankMethod<T>>::ConfiguredMethod;
   /// ‖I − AZ‖_F of the pseudo-inverse used: how far the iteration is from converged.
   std::vector<std::pair<std::string, double>> diagnostics() const override { return {{"pinv_residual", residual_}}; }
+  /// Z ≈ pinv(A) (m × m) as the last compute() formed it (under a reduced storage: as the output multiplies with it).
+  const MatrixR<T>& pseudoinverse() const { return z_; }
 
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
