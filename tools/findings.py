@@ -1107,6 +1107,27 @@ def precision(F, R):
     F.add("precision.scatterbrain_bound_full", f"{int((sb_none.value == 0).sum())} of {len(sb_none)}", str,
           "Scatterbrain cells (every source, length, temperature, format, policy) where its bound holds on every row",
           "precision")
+    # Nyström's (given both runs' pseudo-inverses: Ẑ − Z enters as computed; the landmarks, the two softmaxes and
+    # the products bounded).
+    nyb = bounds[bounds.method == "nystrom"]
+    bound_checks("precision.nystrom_bound", nyb,
+                 "cells (Nyström's specs, every source, length, temperature, format, policy) checked entry by entry "
+                 "against its bound given both runs' pseudo-inverses",
+                 "Nyström's output entries outside its bound (a failed entry on a row without a guarantee is none)",
+                 "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Nyström, over its rows with a guarantee")
+    for label, prefix in (("iterative", "nystrom:landmarks=64,pinv=iterative"), ("svd", "nystrom:landmarks=64,pinv=svd")):
+        for fmt in ("bf16", "fp16"):
+            c = nyb[(nyb.source == "gaussian") & (nyb.n == n) & (nyb.t == 1) & (nyb.dtype == fmt)
+                    & (nyb.policy == "careful") & nyb.spec.str.startswith(prefix)]
+            F.add(f"precision.nystrom_bound_{label}_{fmt}", pick(c, metric="bound").iloc[0], lambda x: sig(x, 2),
+                  f"Nyström's bound given both pseudo-inverses, ‖bound‖_F / ‖O‖_F, 64 landmarks, pinv={label}, {fmt} "
+                  f"careful, gaussian, n = {n}, t = 1", "precision")
+    ny_none = nyb[(nyb.metric == "bound_rows_none") & (nyb.value > 0)]
+    F.add("precision.nystrom_bound_none_cells", int(len(ny_none)), str,
+          "Nyström cells with rows where its bound gives up (a stored F·Ẑ or O may pass fp16's range)", "precision")
+    F.add("precision.nystrom_bound_none_svd",
+          "all" if (ny_none.spec.str.contains("pinv=svd") & (ny_none.dtype == "fp16")).all() else "not all", str,
+          "whether every Nyström cell with rows without a guarantee is a pinv=svd one in fp16", "precision")
     rfb = bounds[bounds.method == "reformer"]
     bound_checks("precision.reformer_bound", rfb,
                  "cells (Reformer's specs, every source, length, temperature, format, policy) checked entry by entry "
