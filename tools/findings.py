@@ -1115,7 +1115,8 @@ def precision(F, R):
                  "against its bound given both runs' pseudo-inverses",
                  "Nyström's output entries outside its bound (a failed entry on a row without a guarantee is none)",
                  "the largest measured ‖Ô − O‖_F / ‖bound‖_F of Nyström, over its rows with a guarantee")
-    for label, prefix in (("iterative", "nystrom:landmarks=64,pinv=iterative"), ("svd", "nystrom:landmarks=64,pinv=svd")):
+    for label, prefix in (("iterative", "nystrom:landmarks=64,pinv=iterative"),
+                          ("svd", "nystrom:landmarks=64,pinv=svd")):
         for fmt in ("bf16", "fp16"):
             c = nyb[(nyb.source == "gaussian") & (nyb.n == n) & (nyb.t == 1) & (nyb.dtype == fmt)
                     & (nyb.policy == "careful") & nyb.spec.str.startswith(prefix)]
