@@ -1030,7 +1030,7 @@ KernelRoundingBound scatterbrain_rounding_bound(const ConstRef<double>& q, const
       const double est_up = (1 + u32) * (1 + gamma32(double(mf))) * phiu.dot(psiu.row(j).transpose()) +
                             double(mf + 1) * eta32 * er;
       const double pre_up = x_up + est_up;
-      if ((1 + u32) * pre_up >= big / (1 + u)) none = true;  // Ĉ stored in the format
+      if ((1 + u32) * pre_up * er >= big / (1 + u)) none = true;  // Ĉ stored in the format (in units of e^{R̂})
       cref(t) = x - est;
       cerr(t) = x_err + (est_up - est) + u32 * pre_up + u * (1 + u32) * pre_up + eta * er;
       cup(t) = std::abs(cref(t)) + cerr(t);
