@@ -805,15 +805,16 @@ TEST(RoundingBound, ScatterbrainRespectsItEntryByEntry) {
 }
 
 // Nyström's bound given both runs' pseudo-inverses (nystrom_rounding_bound): the landmarks, the two materialised
-// softmaxes F and B, and the products (F·Ẑ)·(B·V), each stored, with Ẑ − Z entering as computed. Entry by entry
-// against the emulation: sources, temperatures, landmark counts, the iteration (the paper's 6 steps, 20) and the SVD,
-// square and rectangular, both formats and policies; its O is the float64 method's own. Every row must keep its
-// guarantee on these moderate inputs.
+// softmaxes F and B, and the products (F·Ẑ)·(B·V), each stored, with Ẑ − Z entering as computed. Entry by entry against
+// the emulation: sources, temperatures, landmark counts, the iteration (the paper's 6 steps, 20) and the SVD,
+// segment-mean and sampled landmarks, square and rectangular, both formats and policies; its O is the float64 method's
+// own. Every row must keep its guarantee on these moderate inputs.
 TEST(RoundingBound, NystromRespectsItGivenBothPseudoinverses) {
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 4.0})
       for (const char* spec :
-           {"nystrom:landmarks=32", "nystrom:landmarks=16,iters=20", "nystrom:landmarks=16,pinv=svd"})
+           {"nystrom:landmarks=32", "nystrom:landmarks=16,iters=20", "nystrom:landmarks=16,pinv=svd",
+            "nystrom:landmarks=24,select=random"})
         for (const Index nq : {Index(300), Index(256)}) {
           Qkv<float> p = tempered(kind, nq, 340, 32, 24, 47, t);
           const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
@@ -832,9 +833,10 @@ TEST(RoundingBound, NystromRespectsItGivenBothPseudoinverses) {
               const Emulated run = emulated(spec, 0, p.q, p.k, p.v, o);
               const auto* n32 = dynamic_cast<const NystromMethod<float>*>(run.method.get());
               ASSERT_NE(n32, nullptr);
-              const KernelRoundingBound b = nystrom_rounding_bound(q, k, v, n64->settings().landmarks,
-                                                                   n64->pseudoinverse(),
-                                                                   n32->pseudoinverse().cast<double>(), o);
+              ASSERT_EQ(n32->query_landmark_rows(), n64->query_landmark_rows());
+              const KernelRoundingBound b = nystrom_rounding_bound(
+                  q, k, v, n64->settings().landmarks, n64->pseudoinverse(), n32->pseudoinverse().cast<double>(), o,
+                  n64->query_landmark_rows(), n64->key_landmark_rows());
               EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
               EXPECT_EQ(b.rows_without_guarantee, 0);
               EXPECT_EQ(outside(run.out, own, b.output), 0)

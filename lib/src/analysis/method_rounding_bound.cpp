@@ -197,11 +197,14 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
   if (name == "nystrom") {
     const auto& n64 = as<NystromMethod<double>>(reference);
     const auto& n32 = as<NystromMethod<float>>(emulated);
-    if (n64.settings().select != LandmarkSelect::Segments)
-      return none("Nyström: derived for segment-mean landmarks (select=segments) only");
-    // Given both runs' pseudo-inverses (the iteration's own rounding propagation is not bounded a priori).
+    // Given both runs' pseudo-inverses (the iteration's own rounding propagation is not bounded a priori); random
+    // landmarks are the same rows in both runs (one seed).
+    require(n64.query_landmark_rows() == n32.query_landmark_rows() &&
+                n64.key_landmark_rows() == n32.key_landmark_rows(),
+            "rounding bound: {}'s two runs sampled different landmark rows", reference.spec());
     return from_kernel(nystrom_rounding_bound(q_, k_, v_, n64.settings().landmarks, n64.pseudoinverse(),
-                                              n32.pseudoinverse().cast<double>(), opts),
+                                              n32.pseudoinverse().cast<double>(), opts, n64.query_landmark_rows(),
+                                              n64.key_landmark_rows()),
                        own);
   }
   if (name == "cur") return none("cur: a pseudo-inverse of a rounded intersection of P — not derived");

@@ -1090,8 +1090,12 @@ KernelRoundingBound scatterbrain_rounding_bound(const ConstRef<double>& q, const
 
 KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                            const ConstRef<double>& v, Index landmarks, const ConstRef<double>& z,
-                                           const ConstRef<double>& z32, const AttentionOptions& opts) {
+                                           const ConstRef<double>& z32, const AttentionOptions& opts,
+                                           const std::vector<Index>& rows_q, const std::vector<Index>& rows_k) {
   require(!opts.causal, "nystrom rounding bound: Nyström is non-causal");
+  require(rows_q.size() == rows_k.size() && (rows_q.empty() || Index(rows_q.size()) == landmarks),
+          "nystrom rounding bound: {} and {} landmark rows for {} landmarks", rows_q.size(), rows_k.size(),
+          landmarks);
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), m = landmarks;
   require(v.rows() == nk && m >= 1 && m <= std::min(nq, nk) && z.rows() == m && z.cols() == m && z32.rows() == m &&
@@ -1111,13 +1115,20 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   const double ez = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) - 1;
   const double p_abs = stored_exp_floor(u, eta);
   const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
-  // The landmarks: segment means of the stored rows in float32 (a sum of len terms and a division), stored.
-  const auto landmark = [&](const ConstRef<double>& x, const MatrixR<double>& xs, MatrixR<double>& l,
-                            MatrixR<double>& dl) {
+  // The landmarks: segment means of the stored rows in float32 (a sum of len terms and a division), stored; or
+  // (select=random) the sampled stored rows themselves, exactly.
+  const auto landmark = [&](const ConstRef<double>& x, const MatrixR<double>& xs, const std::vector<Index>& rows,
+                            MatrixR<double>& l, MatrixR<double>& dl) {
     const Index n = x.rows();
     l.resize(m, d);
     dl.resize(m, d);
-    for (Index g = 0; g < m; ++g) {
+    for (Index g = 0; g < m && !rows.empty(); ++g) {
+      const Index r = rows[std::size_t(g)];
+      require(r >= 0 && r < n, "nystrom rounding bound: landmark row {} of {}", r, n);
+      l.row(g) = x.row(r);
+      dl.row(g) = (xs.row(r) - x.row(r)).cwiseAbs();
+    }
+    for (Index g = 0; g < m && rows.empty(); ++g) {
       const Index b0 = segment_begin(g, n, m), len = segment_begin(g + 1, n, m) - b0;
       const double gl = gamma32(double(len + 1));
       const MatrixR<double> mag = xs.middleRows(b0, len).cwiseAbs().colwise().mean();
@@ -1128,8 +1139,8 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
     }
   };
   MatrixR<double> ql, dql, kl, dkl;
-  landmark(q, qs, ql, dql);
-  landmark(k, ks, kl, dkl);
+  landmark(q, qs, rows_q, ql, dql);
+  landmark(k, ks, rows_k, kl, dkl);
   // A materialised softmax's rows (exact_matrix: the logits QKᵀ and s·QKᵀ, stored under eager; P stored): given each
   // logit's move D_ij, every probability within [p/R_i, p·R_i] ± p_abs, R_i = e^{2 max_j D_ij}(1+u)²(1+γ_{n+8})²
   // (SoftmaxRoundingAnalysis' materialised bound). `mag` bounds the computed logits' magnitudes; a row whose logits

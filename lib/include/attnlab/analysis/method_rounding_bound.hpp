@@ -10,10 +10,12 @@
 // (causal too), efficient attention, Scatterbrain (both policies), ProbSparse (either lazy form, causal too;
 // conditional on both runs choosing the same queries), Reformer (conditional on both runs' key sets; causal too) and
 // Transformer-VQ (hard, keys quantized, causal too; conditional on the keys a row sees keeping their codes; with a
-// k-means codebook, given the codebook each run fitted).
-// Not derived: Nyström and CUR (a pseudo-inverse of a rounded landmark kernel: the converged inverse amplifies the
-// storage rounding by the kernel's condition number, the unconverged iteration does not — no useful worst case
-// follows from norms alone), the SVD oracle, Performer's trigonometric kernel under a causal mask.
+// k-means codebook, given the codebook each run fitted), and Nyström (either landmarks; given both runs' pseudo-
+// inverses: a pseudo-inverse of a rounded landmark kernel — the converged inverse amplifies the storage rounding by
+// the kernel's condition number, the unconverged iteration does not, and no useful worst case follows from norms
+// alone — so their difference enters as computed; true but loose, F·Z's cancellation unseen).
+// Not derived: CUR (its columns of P read through the streaming log-sum-exp, and a pseudo-inverse of P[I,J]), the SVD
+// oracle, Performer's trigonometric kernel under a causal mask.
 #pragma once
 
 #include "attnlab/core/method.hpp"

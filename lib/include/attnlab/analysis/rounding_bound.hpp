@@ -308,8 +308,12 @@ KernelRoundingBound scatterbrain_rounding_bound(const ConstRef<double>& q, const
 /// bound); then B·V over n_k, F·Ẑ over m (each stored) and their product over m (O stored), each within the product
 /// rule |âb̂ − ab| ≤ Δa|b̂| + |a|Δb plus γ of the magnitudes. Non-causal; +inf where a logit (eager), a stored product
 /// or O may reach the format's largest value (B·V anywhere: every row).
+/// select=random: `rows_q`, `rows_k` the sampled rows the landmarks are (the stored rows themselves, known exactly);
+/// empty for segment means.
 KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                            const ConstRef<double>& v, Index landmarks, const ConstRef<double>& z,
-                                           const ConstRef<double>& z32, const AttentionOptions& opts);
+                                           const ConstRef<double>& z32, const AttentionOptions& opts,
+                                           const std::vector<Index>& rows_q = {},
+                                           const std::vector<Index>& rows_k = {});
 
 }  // namespace attnlab

@@ -62,6 +62,9 @@ class NystromMethod final : public ConfiguredMethod<NystromOptions, LowRankMetho
   std::vector<std::pair<std::string, double>> diagnostics() const override { return {{"pinv_residual", residual_}}; }
   /// Z ≈ pinv(A) (m × m) as the last compute() formed it (under a reduced storage: as the output multiplies with it).
   const MatrixR<T>& pseudoinverse() const { return z_; }
+  /// select=random: the sampled rows of Q and K the landmarks are (ascending); empty for segment means.
+  const std::vector<Index>& query_landmark_rows() const { return iq_; }
+  const std::vector<Index>& key_landmark_rows() const { return ik_; }
 
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
