@@ -531,6 +531,27 @@ void half_norm_bound(const ConstRef<double>& x, const ConstRef<double>& xs, doub
   }
 }
 
+/// A careful Performer key's weight e^{g − m_c}·e^{m_c − max} as streamed_kernel_output forms it (two float32 exps,
+/// each within 4u₃₂ and underflowing to at most 2⁻¹²⁶): its upper envelope, gc = g − C its exact exponent and dgmax
+/// the log-scales' largest move.
+double key_weight_up(double gc, double dgmax) {
+  const double e32 = 4 * kU32;
+  return std::exp(gc + 3 * dgmax + kU32 * 2 * (std::abs(gc) + 2 * dgmax)) * (1 + e32) * (1 + e32) + 3 * kMin32;
+}
+
+/// streamed_kernel_output's key chunks (2048 keys) form their sums in float32 before their factor e^{m_c − max}
+/// scales them: each term f̂·ŵ·|v̂| ≤ (1+4u₃₂)²(1+u)·|V̂| (|f̂|, ŵ ≤ 1 up to their exp's error), so where a chunk's
+/// Σ|V̂| (vs: the stored V) may pass float32's largest value there is no guarantee anywhere.
+bool key_chunk_sums_may_overflow(const MatrixR<double>& vs, double u) {
+  const double e32 = 4 * kU32, gc = gamma32(2048.0);
+  for (Index c0 = 0; c0 < vs.rows(); c0 += 2048) {
+    const Index len = std::min<Index>(2048, vs.rows() - c0);
+    const double worst = vs.middleRows(c0, len).cwiseAbs().colwise().sum().maxCoeff();
+    if ((1 + gc) * (1 + e32) * (1 + e32) * (1 + u) * (1 + kU32) * worst >= kMax32) return true;
+  }
+  return false;
+}
+
 /// performer_rounding_bound's careful causal form, as emulated_causal_kernel_output computes it (operators/kernel.cpp):
 /// the same stored query features (fq, fqu) and key projections (pk, Δpk) and log-scales (g, Δg) as the non-causal
 /// form; then each key enters with its stored feature f̂ = e^{p − max p}, a float32 weight e^{ĝ − m̂} against the
@@ -718,7 +739,7 @@ KernelRoundingBound performer_trig_careful(const ConstRef<double>& q, const Cons
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
-  const double floor32 = kMin32, e32 = 4 * u32;
+  const double e32 = 4 * u32;
   const double rs = std::sqrt(opts.resolved_scale(d)), lscale = 0.5 * std::log(double(mf));
   const double e_proj = (1 + u32) * (1 + u32) * (1 + gamma32(double(d))) - 1;
   const double e_norm = std::pow(1 + u32, 5) * (1 + gamma32(double(d))) - 1;
@@ -757,8 +778,7 @@ KernelRoundingBound performer_trig_careful(const ConstRef<double>& q, const Cons
     const double gc = g(j) - c;
     // The weight e^{g − m_c}·e^{m_c − max} (two exps, each underflowing to at most 2⁻¹²⁶; the two float32 products).
     const double w = std::exp(gc);
-    const double w_up = (std::exp(gc + 3 * dgmax + u32 * 2 * (std::abs(gc) + 2 * dgmax)) * (1 + e32) * (1 + e32) +
-                         3 * floor32) * (1 + u32) * (1 + u32);
+    const double w_up = key_weight_up(gc, dgmax) * (1 + u32) * (1 + u32);
     sk.row(j) = fk.row(j) * w;
     fk.row(j) = fk.row(j).cwiseAbs() * w;
     fku.row(j) *= w_up;
@@ -767,17 +787,9 @@ KernelRoundingBound performer_trig_careful(const ConstRef<double>& q, const Cons
   const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
   const Index chunks = (nk + 2047) / 2048;
   KernelRoundingBound b = kernel_bound(fqa, fqu, fk, fku, v, input_max, nk + chunks, opts, &fq, &sk);
-  // Beyond kTrigRange float32's sin and cos are not held to kTrigAbs here; and a chunk's Σ|V̂| (each term f̂·ŵ·|v̂|,
-  // |f̂| ≤ 1 + u) must stay below float32's largest value.
-  const MatrixR<double> vs = stored_in(format, v);
-  bool chunk_overflow = false;
-  for (Index c0 = 0; c0 < nk; c0 += 2048) {
-    const Index len = std::min<Index>(2048, nk - c0);
-    const double worst = vs.middleRows(c0, len).cwiseAbs().colwise().sum().maxCoeff();
-    chunk_overflow = chunk_overflow ||
-                     (1 + gamma32(2048.0)) * (1 + e32) * (1 + e32) * (1 + u) * (1 + u32) * worst >= kMax32;
-  }
-  if (!in_range || chunk_overflow) {
+  // Beyond kTrigRange float32's sin and cos are not held to kTrigAbs here; and a chunk's float32 sums must not
+  // overflow.
+  if (!in_range || key_chunk_sums_may_overflow(stored_in(format, v), u)) {
     b.output.setConstant(std::numeric_limits<double>::infinity());
     b.rows_without_guarantee = nq;
   }
@@ -861,8 +873,7 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
     const double mx = pk.row(j).maxCoeff(), dm = dpk.row(j).maxCoeff(), gc = g(j) - c;
     // The weight e^{g − m_c}·e^{m_c − max}: upper envelope of its float32 value (two exps, each underflowing to at
     // most 2⁻¹²⁶).
-    const double wc_up = std::exp(gc + 3 * dgmax + u32 * 2 * (std::abs(gc) + 2 * dgmax)) * (1 + e32) * (1 + e32) +
-                         3 * floor32;
+    const double wc_up = key_weight_up(gc, dgmax);
     for (Index m = 0; m < mfe; ++m) {
       const double a = pk(j, m) - mx;
       const double theta = dpk(j, m) + dhn(j) + d_l + dgmax +
@@ -881,19 +892,10 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   }
   const Index chunks = (nk + 2047) / 2048;  // streamed_kernel_output's key chunks: their weighted sums added
   KernelRoundingBound b = kernel_bound(fq, fqu, fk, fku, v, input_max, nk + chunks, opts);
-  // A chunk's sums are formed in float32 before its factor e^{m_c − max} scales them: each term f̂·ŵ·|v̂| ≤
-  // (1+4u₃₂)²(1+u)·|V̂| (f̂, ŵ ≤ 1 up to their exp's error), so a chunk whose Σ|V̂| may pass float32's largest value
-  // gives no guarantee anywhere.
-  const double gc = gamma32(2048.0), max32 = kMax32;
-  const MatrixR<double> vs = stored_in(format, v);
-  for (Index c0 = 0; c0 < nk; c0 += 2048) {
-    const Index len = std::min<Index>(2048, nk - c0);
-    const double worst = vs.middleRows(c0, len).cwiseAbs().colwise().sum().maxCoeff();
-    if ((1 + gc) * (1 + e32) * (1 + e32) * (1 + u) * (1 + u32) * worst >= max32) {
-      b.output.setConstant(std::numeric_limits<double>::infinity());
-      b.rows_without_guarantee = nq;
-      break;
-    }
+  // A chunk's sums are formed in float32 before its factor e^{m_c − max} scales them.
+  if (key_chunk_sums_may_overflow(stored_in(format, v), u)) {
+    b.output.setConstant(std::numeric_limits<double>::infinity());
+    b.rows_without_guarantee = nq;
   }
   return b;
 }
