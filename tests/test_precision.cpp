@@ -273,15 +273,11 @@ TEST(Precision, RefusalsSayWhy) {
   none.name = "undeclared";
   EXPECT_NE(message([&] { check_storage(none, Storage::bf16, Policy::eager); }).find("does not emulate"),
             std::string::npos);
-  EXPECT_NE(message([&] { make_method<float>("vq:codes=8,assign=soft")->compute(q, k, o); }).find("emulated for"),
-            std::string::npos);
   // Performer's eager emulation transcribes the reference code's positive features only.
   EXPECT_NE(message([&] { make_method<float>("performer:features=16,kernel=trig")->compute(q, k, o); })
                 .find("positive"),
             std::string::npos);
-  // VQ's two-codebook form; a method without any backward (SVD's rank truncation) says that, not "not emulated".
-  EXPECT_NE(message([&] { make_method<float>("vq:codes=8,quantize=both")->compute(q, k, o); }).find("emulated for"),
-            std::string::npos);
+  // A method without any backward (SVD's rank truncation) says that, not "not emulated".
   auto sv = make_method<float>("svd:rank=4");
   sv->compute(q, k, o);
   EXPECT_NE(message([&] { sv->backward(v, v); }).find("has no backward pass"), std::string::npos);
@@ -1897,4 +1893,136 @@ TEST(Precision, VqBackwardEmulated) {
                   policy_name(pol).c_str(), rel(g.dq, g64.dq), rel(g.dk, g64.dk), rel(g.dv, g64.dv), u);
     }
   std::remove(path.c_str());
+}
+
+namespace {
+
+/// A VQ variant under every reduced storage and policy against hard VQ (the same k-means on the same stored keys) at
+/// the variant's limit where it is hard VQ: the output, dQ, dV and (`dk_same`) dK within u·‖·‖ of the format under
+/// eager and `careful_tol` under careful; without `dk_same`, dK below 1e-20 of hard's (the variant passes none).
+/// `stored` names an intermediate only the variant stores: it must be tallied.
+void check_vq_variant_at_limit(const std::string& variant, const MatrixR<float>& q, const MatrixR<float>& k,
+                               const char* stored, bool dk_same, double careful_tol) {
+  const Index n = q.rows(), d = q.cols();
+  const MatrixR<float> v = gaussian(n, d, 3), dout = gaussian(n, d, 4);
+  for (const Storage st : {Storage::bf16, Storage::fp16})
+    for (const Policy pol : {Policy::eager, Policy::careful}) {
+      SCOPED_TRACE(variant + " " + storage_name(st) + " " + policy_name(pol));
+      AttentionOptions o;
+      o.storage = st;
+      o.policy = pol;
+      auto hard = make_method<float>("vq:codes=12");
+      auto other = make_method<float>(variant);
+      hard->compute(q, k, o);
+      other->compute(q, k, o);
+      const MatrixR<float> oh = hard->output(v), ov = other->output(v);
+      const Gradients<float> gh = hard->backward(v, dout), gv = other->backward(v, dout);
+      ASSERT_EQ(other->output_check().nonfinite, 0u);
+      ASSERT_EQ(other->gradient_check().nonfinite, 0u);
+      bool tallied = false;
+      for (const auto& e : other->rounding()) tallied = tallied || e.what == stored;
+      EXPECT_TRUE(tallied) << stored << " was not stored";
+      const double tol = pol == Policy::eager ? unit_roundoff(storage_format(st)) : careful_tol;
+      const double eo = rel(ov, oh.cast<double>()), eq = rel(gv.dq, gh.dq.cast<double>()),
+                   ek = rel(gv.dk, gh.dk.cast<double>()), ev = rel(gv.dv, gh.dv.cast<double>());
+      EXPECT_LT(eo, tol);
+      EXPECT_LT(eq, tol);
+      EXPECT_LT(ev, tol);
+      if (dk_same) {
+        EXPECT_LT(ek, tol);
+      } else {
+        EXPECT_LT(gv.dk.norm(), 1e-20 * gh.dk.norm());
+      }
+      std::printf("  %s against hard, %s %-7s O %.2e dQ %.2e dK %.2e dV %.2e\n", variant.c_str(),
+                  storage_name(st).c_str(), policy_name(pol).c_str(), eo, eq, ek, ev);
+    }
+}
+
+/// A VQ variant under every reduced storage and policy against its own float64 run: the output and the gradients
+/// within a few units of the format (careful 8u, eager 16u, as VQ's hard form is held).
+void check_vq_variant_emulated(const std::string& spec, const MatrixR<float>& q, const MatrixR<float>& k) {
+  const Index n = q.rows(), d = q.cols();
+  const MatrixR<float> v = gaussian(n, d, 3), dout = gaussian(n, d, 4);
+  auto m64 = make_method<double>(spec);
+  m64->compute(q.cast<double>(), k.cast<double>());
+  const MatrixR<double> o64 = m64->output(v.cast<double>());
+  const Gradients<double> g64 = m64->backward(v.cast<double>(), dout.cast<double>());
+  for (const Storage st : {Storage::bf16, Storage::fp16})
+    for (const Policy pol : {Policy::eager, Policy::careful}) {
+      SCOPED_TRACE(spec + " " + storage_name(st) + " " + policy_name(pol));
+      AttentionOptions o;
+      o.storage = st;
+      o.policy = pol;
+      auto m = make_method<float>(spec);
+      m->compute(q, k, o);
+      const MatrixR<float> out = m->output(v);
+      const Gradients<float> g = m->backward(v, dout);
+      ASSERT_EQ(m->output_check().nonfinite, 0u);
+      ASSERT_EQ(m->gradient_check().nonfinite, 0u);
+      const double u = unit_roundoff(storage_format(st)), tol = (pol == Policy::eager ? 16 : 8) * u;
+      EXPECT_LT(rel(out, o64), tol);
+      EXPECT_LT(rel(g.dq, g64.dq), tol);
+      EXPECT_LT(rel(g.dk, g64.dk), tol);
+      EXPECT_LT(rel(g.dv, g64.dv), tol);
+      std::printf("  %s %s %-7s O %.2e dQ %.2e dK %.2e dV %.2e (u = %.1e)\n", spec.c_str(), storage_name(st).c_str(),
+                  policy_name(pol).c_str(), rel(out, o64), rel(g.dq, g64.dq), rel(g.dk, g64.dk), rel(g.dv, g64.dv),
+                  u);
+    }
+}
+
+/// n keys in `codes` clusters of spread `spread` about centres of scale `scale` (key j in cluster j mod codes).
+MatrixR<float> clustered_rows(Index n, Index d, Index codes, float scale, float spread, std::uint64_t seed) {
+  const MatrixR<float> centres = gaussian(codes, d, seed, scale);
+  MatrixR<float> x = spread > 0 ? gaussian(n, d, seed + 100, spread) : MatrixR<float>::Zero(n, d);
+  for (Index j = 0; j < n; ++j) x.row(j) += centres.row(j % codes);
+  return x;
+}
+
+}  // namespace
+
+// VQ's mean-field form (quantize=both) under emulated storage, at its exact limit: keys that sit on their codes (each
+// key repeated, so k-means' centroids are the keys to within the rounding of a mean) leave residuals R = K − ΔC ≈ 0,
+// the key logits g = s·C'Rᵀ ≈ 0 and the key weights ≈ 1: the form is hard Transformer-VQ with the same key codebook
+// (the same k-means on the same stored keys). The output and dQ, dK (both straight-through), dV agree within u·‖·‖
+// of the format under eager (their sums are stored at other points: per query code here, over all queries there, so
+// a stored sum may differ by a unit) and, under careful, within what float32 sums of the n = 192 queries in another
+// order allow where dK's terms cancel tenfold: 10·n·2⁻²⁴ ≈ 1.1e-4 (measured up to 1.2e-5).
+TEST(Precision, VqBothEmulatedIsHardAtItsLimit) {
+  const Index n = 192;
+  check_vq_variant_at_limit("vq:codes=12,quantize=both", gaussian(n, 16, 1), clustered_rows(n, 16, 12, 3.0f, 0, 5),
+                            "key weights exp(g − max)", true, 10.0 * double(n) * 0x1p-24);
+}
+
+// VQ's mean-field form under emulated storage against its float64 self, on queries and keys in well-separated
+// clusters (so that the float32 k-means on the stored rows finds the float64 one's clusters, for both codebooks, and
+// their centroids differ by the rounding of the means only) with residuals that matter (spread 0.3 about the key
+// codes): the output and the gradients, dQ through the query codebook included, within 16u (eager) and 8u (careful).
+TEST(Precision, VqBothEmulated) {
+  check_vq_variant_emulated("vq:codes=8,quantize=both", clustered_rows(256, 16, 8, 0.7f, 0.1f, 6),
+                            clustered_rows(256, 16, 8, 0.7f, 0.3f, 5));
+}
+
+// VQ's soft assignment under emulated storage, at its exact limit: as T → 0 the stored responsibilities are exactly
+// one-hot (every other code's exp underflows to 0 in float32), so the soft transcription is the hard one with RᵀV and
+// Rᵀ1 for ΔᵀV and the counts — the same codebook (the same k-means on the same stored keys), the same assignments.
+// The keys lie in clusters far apart (‖k − c‖² ≈ 0.04 to their own code, ≈ 300 to the others, one code each) and
+// T = 1e-3: the own code's logit z ≈ −20 fits float16 and the others' e^{Δz} are exactly 0 (in fp16 eager their
+// z ≈ −1.5e5 overflows to −inf, and exp(−inf) is 0 too; at T = 1e-9 every z of a row overflows and eager's softmax
+// gives NaN: the format's limit, not the method's). Only the order of the float32 sums differs (a product against a
+// scan), which may move a stored per-code sum by one unit of the format under eager: the outputs, dQ and dV agree
+// within u·‖·‖ (eager) and 1e-5 (careful, the sums kept in float32); dK vanishes (a one-hot R passes no gradient to
+// z, where hard's is straight-through): below 1e-20 of hard's, what a responsibility e^{Δz} that bfloat16's range
+// keeps (≈ e^{-77} here) passes on.
+TEST(Precision, VqSoftEmulatedIsHardAtItsLimit) {
+  check_vq_variant_at_limit("vq:codes=12,assign=soft,temperature=1e-3", gaussian(192, 16, 1),
+                            clustered_rows(192, 16, 12, 3.0f, 0.05f, 5), "responsibilities R", false, 1e-5);
+}
+
+// VQ's soft assignment under emulated storage, at a temperature where every code's responsibility counts (T = 4:
+// the other codes' e^{-‖k − c‖²/(2T)} ≈ e^{-4} beside their own's), on keys in well-separated clusters so that the
+// float32 k-means on the stored keys finds the float64 one's clusters (its centroids then differ by the rounding of
+// the keys' means only): the output and the gradients, dK through R included, within 16u (eager) and 8u (careful).
+TEST(Precision, VqSoftEmulated) {
+  check_vq_variant_emulated("vq:codes=8,assign=soft,temperature=4", gaussian(256, 16, 1, 0.5f),
+                            clustered_rows(256, 16, 8, 0.7f, 0.1f, 5));
 }

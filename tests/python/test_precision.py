@@ -140,8 +140,6 @@ def test_arguments_are_checked():
         attnlab.Method("exact", precision="fp8")
     with pytest.raises(ValueError, match="policy"):
         attnlab.Method("exact", precision="bf16", policy="lazy")
-    with pytest.raises(ValueError, match="emulated for assign=hard"):
-        attnlab.Method("vq:codes=8,assign=soft", precision="bf16").fit(q, q)
     with pytest.raises(ValueError, match="positive"):
         attnlab.Method("performer:kernel=trig", precision="fp16").fit(q, q)
     with pytest.raises(ValueError, match="contradicts"):

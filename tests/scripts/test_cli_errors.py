@@ -321,7 +321,7 @@ po3 = np.load(path("po3.npy")) if os.path.exists(path("po3.npy")) else None
 c.check(r.returncode == 0 and po3 is not None and np.isfinite(po3).all() and (np.abs(po3).max(-1) > 0).all() and
         np.array_equal(po3.astype(np.float16).astype(np.float32), po3),
         f"apply --precision fp16 --policy careful: finite, values of the format: {r.returncode} {r.stderr!r}")
-for args, want in ((["--method", "vq:codes=8,assign=soft", "--precision", "bf16"], "emulated for assign=hard"),
+for args, want in ((["--method", "performer:features=16,kernel=trig", "--precision", "bf16"], "positive"),
                    (["--precision", "bf16", "--dtype", "f64"], "contradicts"),
                    (["--precision", "fp8"], "--precision")):
     r = run("apply", "--q", good_q, "--k", good_k, "--v", good_v, "--out", path("px.npy"), *args)

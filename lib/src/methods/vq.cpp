@@ -104,17 +104,24 @@ MethodDescriptor VqOptions::registry_entry() {
           "codebook and assignments held fixed; dK = dK̂ by the straight-through estimator (Lingle 2023); "
           "soft: responsibilities differentiated at the fixed codebook; both: dQ through the query codebook's means"))
       .with_storage(StorageEmulation::both(
-          "assign=hard, quantize=keys (others refused); the codebook fitted by k-means in float32 on the "
-          "stored keys, their assignments from it; both policies: Q, K, V, the codebook C, the weights "
+          "every variant; the codebooks fitted by k-means in float32 on the stored keys (and queries), the "
+          "assignments from them; both policies: Q, K, V, the codebook C, the weights "
           "exp(ℓ − max ℓ) over the codes and O in the format; eager also the logits QCᵀ and s·QCᵀ, the per-code key "
           "counts and value sums ΔᵀV (Transformer-VQ's cache), the numerators and the normalisers, divided "
-          "unguarded; careful keeps those in float32. Causal: Transformer-VQ's blockwise form (Lingle 2023 §3.3), "
+          "unguarded; careful keeps those in float32. Soft: the responsibilities R = softmax(z) stored under both, "
+          "z = (2KCᵀ − ‖k‖² − ‖c‖²)/(2T) with KCᵀ and the norms, and the masses Rᵀ1 with RᵀV, under eager. Both: "
+          "per query code a Transformer-VQ over the key codes; the query codebook C', the residuals K − ΔC, the key "
+          "weights exp(g − max) stored under both, g = s·C'(K − ΔC)ᵀ and the per-query-code sums under eager. "
+          "Causal: Transformer-VQ's blockwise form (Lingle 2023 §3.3), "
           "blocks of 64 queries each over its own keys under the mask (their weights those of their codes) and the "
           "cache of every earlier key, the cache stored after every block under eager")
           .with_backward("the transcription's reverse mode, codebook and assignments fixed, dK straight-through: V, "
                          "dO, ∂L/∂weights and dQ, dK, dV stored under both policies; eager also the division's "
                          "gradients, ∂L/∂logits and its ·s, ∂L/∂ΔᵀV and each code's key-gradient sums; careful "
-                         "keeps those in float32. Causal: the blockwise form's reverse mode, the blocks last to "
+                         "keeps those in float32. Soft: dK through R at the fixed codebook, ∂L/∂R stored under both, "
+                         "∂L/∂RᵀV, ∂L/∂masses and ∂L/∂z under eager. Both: ∂L/∂key weights stored under both, ∂L/∂g, "
+                         "the per-query-code sums' gradients and the per-(query code, key code) key-gradient sums "
+                         "under eager. Causal: the blockwise form's reverse mode, the blocks last to "
                          "first: the same tensors per block, and under eager also the cache's gradient and the "
                          "per-code key-gradient sums after every block and the block's per-key logit gradients"));
 }
@@ -126,9 +133,6 @@ void VqOptions::check_size(const ProblemSize& s) const {
 
 template <typename T>
 Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
-  require(opts.storage == Storage::native ||
-              (this->o_.assign == VqAssign::Hard && this->o_.quantize == VqQuantize::Keys),
-          "vq: {} storage is emulated for assign=hard, quantize=keys only", storage_name(opts.storage));
   if (given_) {
     // A fixed codebook: no k-means, each key its nearest code (codebook_attention), nothing fitted on these keys.
     require_codebook_d(this->o_.codebook, given_->cols(), k.cols());
@@ -159,6 +163,12 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
     resid_ = resid;
     q_formed_from_ = kq.formed_from;
     q_copy_of_ = kq.copy_of;
+    if (opts.storage != Storage::native) {  // what the emulated transcription forms again in the format
+      k_ = k;
+      qcentroids_ = kq.centroids;
+      key_codes_ = km.assignment;
+      query_codes_ = kq.assignment;
+    }
     const MatrixR<T> g = (kq.centroids * resid.transpose()) * s;  // c_q × n_k
     op_ = std::make_unique<MeanFieldOperator<T>>(logits, g, km.assignment, kq.assignment);
   } else if (this->o_.assign == VqAssign::Hard) {
@@ -211,8 +221,10 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
 ///              was formed from, or one copied query) passes dC'_b / |cluster b| to each of its queries.
 template <typename T>
 Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
-  if (this->options().storage != Storage::native)
+  if (this->options().storage != Storage::native) {
+    if (this->o_.quantize == VqQuantize::Both) return emulated_both_backward(v, d_out);
     return this->options().causal ? emulated_causal_backward(v, d_out) : emulated_backward(v, d_out);
+  }
   const T s = T(this->options().scale);
   if (this->o_.quantize == VqQuantize::Both) {
     const auto& op = static_cast<const MeanFieldOperator<T>&>(*op_);
@@ -223,15 +235,7 @@ Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d
     MatrixR<T> dcq;
     dcq.noalias() = b.dg * resid_;  // c_q × d
     dcq *= s;
-    std::vector<Index> count(q_copy_of_.size(), 0);
-    for (Index x : q_formed_from_)
-      if (x >= 0) ++count[std::size_t(x)];
-    for (Index i = 0; i < Index(q_formed_from_.size()); ++i) {
-      const Index c = q_formed_from_[std::size_t(i)];
-      if (c >= 0 && q_copy_of_[std::size_t(c)] < 0) g.dq.row(i) += dcq.row(c) / T(count[std::size_t(c)]);
-    }
-    for (std::size_t c = 0; c < q_copy_of_.size(); ++c)
-      if (q_copy_of_[c] >= 0) g.dq.row(q_copy_of_[c]) += dcq.row(Index(c));
+    add_query_codebook_gradient(dcq, g.dq);
     g.dk = std::move(b.dk);
     g.dv = std::move(b.dv);
     return g;
@@ -304,81 +308,291 @@ MatrixR<T> VqMethod<T>::stored_logits(const Rounding& r, MatrixR<T>& c) const {
   return logits;
 }
 
-/// Emulated half storage (hard assignment, keys quantized, non-causal; Lingle 2023 Fig. 2 written as a transcription
-/// computes it): C stored; ℓ = s·QCᵀ; per code the key count and the value sum ΔᵀV; E = exp(ℓ − max_y ℓ) over the
-/// codes that hold keys; O = (E·ΔᵀV) / (E·counts). Which of these each policy stores: the registry entry's note.
+/// What the non-causal emulated forward keeps for its backward: the codebook, the weights and the per-code sums as
+/// stored, the numerators and normalisers, and (assign=soft) the responsibilities R as stored.
+template <typename T>
+struct VqMethod<T>::Tape {
+  MatrixR<T> c, w, sums, num, resp;
+  VectorX<T> counts, den;
+};
+
+/// The soft assignment's responsibilities as a transcription stores them (assign=soft): z = (2K·Cᵀ − ‖k‖² − ‖c‖²)/(2T)
+/// with K·Cᵀ, the squared norms and z each stored as accumulators (eager), R = softmax_y(z) row by row (max
+/// subtracted, float32 inside, as a framework's softmax kernel) stored as a tensor under both policies.
+template <typename T>
+MatrixR<T> VqMethod<T>::stored_responsibilities(const Rounding& r, const MatrixR<T>& c) const {
+  const char* what = "responsibility logits −‖k − c‖²/(2T)";
+  MatrixR<T> z = k_ * c.transpose();
+  r(z, Held::accumulator, what);
+  VectorX<T> kn = k_.rowwise().squaredNorm(), cn = c.rowwise().squaredNorm();
+  r(kn, Held::accumulator, what);
+  r(cn, Held::accumulator, what);
+  z *= T(2);
+  z.colwise() -= kn;
+  z.rowwise() -= cn.transpose();
+  z /= T(2) * T(this->o_.temperature);
+  r(z, Held::accumulator, what);
+  for (Index j = 0; j < z.rows(); ++j) {
+    z.row(j) = (z.row(j).array() - z.row(j).maxCoeff()).exp();
+    z.row(j) /= z.row(j).sum();
+  }
+  r(z, Held::tensor, "responsibilities R");
+  return z;
+}
+
+/// Emulated half storage, non-causal (Lingle 2023 Fig. 2 written as a transcription computes it): C stored;
+/// ℓ = s·QCᵀ; per code the value sum and the key count ΔᵀV, Δᵀ1 (hard) or RᵀV and the masses Rᵀ1 (soft, R stored:
+/// stored_responsibilities); W = exp(ℓ − max_y ℓ) over the codes that hold keys; O = (W·sums) / (W·counts), divided
+/// as the transcription divides (a normaliser that overflowed gives 0, one that is 0 gives NaN). Which of these each
+/// policy stores: the registry entry's note. The tape keeps them for emulated_backward.
+template <typename T>
+MatrixR<T> VqMethod<T>::emulated_output(const ConstRef<T>& v, const Rounding& r, Tape& t) const {
+  t.w = stored_logits(r, t.c);
+  const Index codes = t.c.rows();
+  if (this->o_.assign == VqAssign::Soft) {
+    t.resp = stored_responsibilities(r, t.c);
+    t.sums.noalias() = t.resp.transpose() * v;
+    t.counts = t.resp.colwise().sum().transpose();
+    r(t.sums, Held::accumulator, "per-code value sums RᵀV, masses");
+    r(t.counts, Held::accumulator, "per-code value sums RᵀV, masses");
+  } else {
+    const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
+    t.sums = MatrixR<T>::Zero(codes, v.cols());
+    t.counts = VectorX<T>::Zero(codes);
+    for (Index j = 0; j < v.rows(); ++j) {
+      t.sums.row(a[std::size_t(j)]) += v.row(j);
+      t.counts(a[std::size_t(j)]) += T(1);
+    }
+    r(t.sums, Held::accumulator, "per-code value sums ΔᵀV, counts");
+    r(t.counts, Held::accumulator, "per-code value sums ΔᵀV, counts");
+  }
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  for (Index i = 0; i < t.w.rows(); ++i) {
+    T mx = neg_inf;
+    for (Index y = 0; y < codes; ++y)
+      if (t.counts(y) > 0) mx = std::max(mx, t.w(i, y));
+    for (Index y = 0; y < codes; ++y) t.w(i, y) = t.counts(y) > 0 ? std::exp(t.w(i, y) - mx) : T(0);
+  }
+  r(t.w, Held::tensor, "weights exp(ℓ − max)");
+  // Formed as new matrices, then moved into the tape: assigned to the tape's members directly (Eigen evaluates an
+  // assigned product through a temporary), the precision experiment's VQ values moved in their last bits (measured).
+  MatrixR<T> num = t.w * t.sums;
+  r(num, Held::accumulator, "numerators, normalisers");
+  VectorX<T> den = t.w * t.counts;
+  r(den, Held::accumulator, "numerators, normalisers");
+  t.num = std::move(num);
+  t.den = std::move(den);
+  return (t.num.array().colwise() / t.den.array()).matrix();
+}
+
 template <typename T>
 MatrixR<T> VqMethod<T>::do_output(const ConstRef<T>& v) const {
   const AttentionOptions& opts = this->options();
   if (opts.storage == Storage::native) return op_->apply(v);
   if (opts.causal) return emulated_causal_output(v, this->rounding_hook(), nullptr);
-  const Rounding r = this->rounding_hook();
-  const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
-  MatrixR<T> c;
-  MatrixR<T> logits = stored_logits(r, c);
-  const Index codes = c.rows();
-  MatrixR<T> sums = MatrixR<T>::Zero(codes, v.cols());
-  VectorX<T> counts = VectorX<T>::Zero(codes);
-  for (Index j = 0; j < v.rows(); ++j) {
-    sums.row(a[std::size_t(j)]) += v.row(j);
-    counts(a[std::size_t(j)]) += T(1);
+  if (this->o_.quantize == VqQuantize::Both) {
+    BothTape t;
+    return emulated_both_output(v, this->rounding_hook(), t);
   }
-  r(sums, Held::accumulator, "per-code value sums ΔᵀV, counts");
-  r(counts, Held::accumulator, "per-code value sums ΔᵀV, counts");
-  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
-  for (Index i = 0; i < logits.rows(); ++i) {
-    T mx = neg_inf;
-    for (Index y = 0; y < codes; ++y)
-      if (counts(y) > 0) mx = std::max(mx, logits(i, y));
-    for (Index y = 0; y < codes; ++y) logits(i, y) = counts(y) > 0 ? std::exp(logits(i, y) - mx) : T(0);
-  }
-  r(logits, Held::tensor, "weights exp(ℓ − max)");
-  MatrixR<T> num = logits * sums;
-  r(num, Held::accumulator, "numerators, normalisers");
-  VectorX<T> den = logits * counts;
-  r(den, Held::accumulator, "numerators, normalisers");
-  // Divided as the transcription divides (num / den): a normaliser that overflowed gives 0, one that is 0 gives NaN.
-  return (num.array().colwise() / den.array()).matrix();
+  Tape t;
+  return emulated_output(v, this->rounding_hook(), t);
 }
 
-/// Reverse mode through the emulated forward's transcription O = (W·ΔᵀV) / (W·N) (do_output under a reduced
-/// storage; W = exp(ℓ − max ℓ), N the per-code counts), codebook and assignments held fixed, V and dO stored by
+/// C' (the query codebook: each centroid the mean of the queries it was formed from, or one copied query) passes
+/// ∂L/∂C'_b / |cluster b| to each of its queries, or all of it to the query it copies (quantize=both).
+template <typename T>
+void VqMethod<T>::add_query_codebook_gradient(const MatrixR<T>& dcq, MatrixR<T>& dq) const {
+  std::vector<Index> count(q_copy_of_.size(), 0);
+  for (Index x : q_formed_from_)
+    if (x >= 0) ++count[std::size_t(x)];
+  for (Index i = 0; i < Index(q_formed_from_.size()); ++i) {
+    const Index c = q_formed_from_[std::size_t(i)];
+    if (c >= 0 && q_copy_of_[std::size_t(c)] < 0) dq.row(i) += dcq.row(c) / T(count[std::size_t(c)]);
+  }
+  for (std::size_t c = 0; c < q_copy_of_.size(); ++c)
+    if (q_copy_of_[c] >= 0) dq.row(q_copy_of_[c]) += dcq.row(Index(c));
+}
+
+/// What the mean-field form's emulated forward keeps for its backward: the key and query codebooks and the
+/// residuals as stored, the logits λ, the key weights G̃ and the query weights E as stored, per query code b the
+/// per-key-code value sums W_b (c × d_v) and key-weight sums H_b (a row of h), the numerators and normalisers.
+template <typename T>
+struct VqMethod<T>::BothTape {
+  MatrixR<T> c, cq, resid, lam, gt, h, e, num;
+  std::vector<MatrixR<T>> w;
+  VectorX<T> den;
+};
+
+/// quantize=both (attnlab's mean-field form, MeanFieldOperator) as a transcription computes it, per query code b a
+/// Transformer-VQ over the key codes: C, C' and the residuals R = K − ΔC stored (both policies); λ = s·QCᵀ and
+/// g = s·C'Rᵀ (each product and its ·s stored under eager); m_by = max_{a(j)=y} g_bj, the key weights
+/// G̃_bj = exp(g_bj − m_b,a(j)) stored (both); per query code the sums W_b = Σ_j G̃_bj e_a(j) v_jᵀ and
+/// H_by = Σ_{a(j)=y} G̃_bj (eager); the query weights E_iy = exp(λ_iy + m_b(i),y − max) over the codes that hold keys,
+/// stored (both); O_i = (E_i·W_b(i)) / (E_i·H_b(i)), numerators and normalisers stored under eager, divided unguarded.
+template <typename T>
+MatrixR<T> VqMethod<T>::emulated_both_output(const ConstRef<T>& v, const Rounding& r, BothTape& t) const {
+  const T s = T(this->options().scale);
+  t.lam = stored_logits(r, t.c);
+  t.cq = qcentroids_;
+  r(t.cq, Held::tensor, "query codebook C', residuals K − ΔC");
+  const std::vector<Index>&a = key_codes_, &b = query_codes_;
+  const Index c = t.c.rows(), cq = t.cq.rows(), nk = v.rows(), nq = q_.rows(), dv = v.cols();
+  t.resid = k_;
+  for (Index j = 0; j < nk; ++j) t.resid.row(j) -= t.c.row(a[std::size_t(j)]);
+  r(t.resid, Held::tensor, "query codebook C', residuals K − ΔC");
+  MatrixR<T> g = t.cq * t.resid.transpose();
+  r(g, Held::accumulator, "key logits s·C'Rᵀ");
+  g *= s;
+  r(g, Held::accumulator, "key logits s·C'Rᵀ");
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  MatrixR<T> m = MatrixR<T>::Constant(cq, c, neg_inf);
+  for (Index j = 0; j < nk; ++j)
+    for (Index bq = 0; bq < cq; ++bq) m(bq, a[std::size_t(j)]) = std::max(m(bq, a[std::size_t(j)]), g(bq, j));
+  t.gt.resize(cq, nk);
+  for (Index j = 0; j < nk; ++j)
+    for (Index bq = 0; bq < cq; ++bq) t.gt(bq, j) = std::exp(g(bq, j) - m(bq, a[std::size_t(j)]));
+  r(t.gt, Held::tensor, "key weights exp(g − max)");
+  t.h = MatrixR<T>::Zero(cq, c);
+  t.w.assign(std::size_t(cq), MatrixR<T>::Zero(c, dv));
+  for (Index j = 0; j < nk; ++j)
+    for (Index bq = 0; bq < cq; ++bq) {
+      t.w[std::size_t(bq)].row(a[std::size_t(j)]) += t.gt(bq, j) * v.row(j);
+      t.h(bq, a[std::size_t(j)]) += t.gt(bq, j);
+    }
+  const char* sums = "per-code value sums and key-weight sums, per query code";
+  for (MatrixR<T>& x : t.w) r(x, Held::accumulator, sums);
+  r(t.h, Held::accumulator, sums);
+  t.e.resize(nq, c);
+  for (Index i = 0; i < nq; ++i) {
+    const Index bq = b[std::size_t(i)];
+    T mx = neg_inf;
+    for (Index y = 0; y < c; ++y)
+      if (t.h(bq, y) > 0) mx = std::max(mx, t.lam(i, y) + m(bq, y));
+    for (Index y = 0; y < c; ++y) t.e(i, y) = t.h(bq, y) > 0 ? std::exp(t.lam(i, y) + m(bq, y) - mx) : T(0);
+  }
+  r(t.e, Held::tensor, "weights exp(ℓ − max)");
+  t.num.resize(nq, dv);
+  t.den.resize(nq);
+  for (Index i = 0; i < nq; ++i) {
+    const Index bq = b[std::size_t(i)];
+    t.num.row(i).noalias() = t.e.row(i) * t.w[std::size_t(bq)];
+    t.den(i) = t.e.row(i).dot(t.h.row(bq));
+  }
+  r(t.num, Held::accumulator, "numerators, normalisers");
+  r(t.den, Held::accumulator, "numerators, normalisers");
+  return (t.num.array().colwise() / t.den.array()).matrix();
+}
+
+/// Reverse mode through emulated_both_output, the codes fixed (the maxima m cancel between E and G̃): the division's
+/// gradients wn_i = dO_i/D_i, wd_i = −dO_i·num_i/D_i² (eager); ∂L/∂E_i = wn_i·W_bᵀ + wd_i·H_b (both); ∂L/∂λ = E ∘ ∂L/∂E
+/// and its ·s (eager), dQ = s·∂L/∂λ·C; per query code ∂L/∂W_b = Σ_{b(i)=b} E_iᵀwn_i, ∂L/∂H_b = Σ_{b(i)=b} wd_i E_i
+/// (eager); ∂L/∂G̃_bj = ∂L/∂W_b,a(j)·v_j + ∂L/∂H_b,a(j) (both); dV_j = Σ_b G̃_bj ∂L/∂W_b,a(j); ∂L/∂g = G̃ ∘ ∂L/∂G̃ and
+/// its ·s (eager), ∂L/∂C' = s·∂L/∂g·R to the queries C' was formed from; dK straight-through as the native backward
+/// (s·Σ_i ∂L/∂ℓ_ij q_i), per key from its codes' sums G_by = Σ_{b(i)=b} E_iy q_i [wn_i, wd_i] (eager).
+template <typename T>
+Gradients<T> VqMethod<T>::emulated_both_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
+  const Rounding r = this->rounding_hook(), again = r.untallied();
+  const T s = T(this->options().scale);
+  BothTape t;
+  emulated_both_output(v, again, t);
+  const std::vector<Index>&a = key_codes_, &b = query_codes_;
+  const Index c = t.c.rows(), cq = t.cq.rows(), nk = v.rows(), nq = q_.rows(), dv = v.cols(), d = q_.cols();
+  MatrixR<T> wn = d_out.array().colwise() / t.den.array();
+  VectorX<T> wd = -((d_out.array() * t.num.array()).rowwise().sum() / t.den.array().square()).matrix();
+  r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+  r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+  MatrixR<T> de(nq, c);
+  for (Index i = 0; i < nq; ++i) {
+    const Index bq = b[std::size_t(i)];
+    de.row(i).noalias() = wn.row(i) * t.w[std::size_t(bq)].transpose();
+    de.row(i) += wd(i) * t.h.row(bq);
+  }
+  r(de, Held::tensor, "backward: ∂L/∂weights");
+  MatrixR<T> dl = t.e.cwiseProduct(de);
+  r(dl, Held::accumulator, "backward: ∂L/∂logits");
+  dl *= s;
+  r(dl, Held::accumulator, "backward: ∂L/∂logits");
+  Gradients<T> g;
+  g.dq.noalias() = dl * t.c;
+  std::vector<MatrixR<T>> dw(static_cast<std::size_t>(cq), MatrixR<T>::Zero(c, dv));
+  MatrixR<T> dh = MatrixR<T>::Zero(cq, c);
+  for (Index i = 0; i < nq; ++i) {
+    const Index bq = b[std::size_t(i)];
+    dw[std::size_t(bq)].noalias() += t.e.row(i).transpose() * wn.row(i);
+    dh.row(bq) += wd(i) * t.e.row(i);
+  }
+  const char* dsums = "backward: ∂L/∂per-code sums, per query code";
+  for (MatrixR<T>& x : dw) r(x, Held::accumulator, dsums);
+  r(dh, Held::accumulator, dsums);
+  MatrixR<T> dgt(cq, nk);
+  g.dv = MatrixR<T>::Zero(nk, dv);
+  for (Index j = 0; j < nk; ++j) {
+    const Index y = a[std::size_t(j)];
+    for (Index bq = 0; bq < cq; ++bq) {
+      const auto dwy = dw[std::size_t(bq)].row(y);
+      dgt(bq, j) = dwy.dot(v.row(j)) + dh(bq, y);
+      g.dv.row(j) += t.gt(bq, j) * dwy;
+    }
+  }
+  r(dgt, Held::tensor, "backward: ∂L/∂key weights");
+  MatrixR<T> dg = t.gt.cwiseProduct(dgt);
+  r(dg, Held::accumulator, "backward: ∂L/∂key logits");
+  dg *= s;
+  r(dg, Held::accumulator, "backward: ∂L/∂key logits");
+  MatrixR<T> dcq = dg * t.resid;
+  add_query_codebook_gradient(dcq, g.dq);
+  // Straight-through dK̂: per query code b and key code y, G_by = Σ_{b(i)=b} E_iy q_i [wn_i, wd_i] (d × (d_v + 1));
+  // dk_j = s·Σ_b G̃_bj G_b,a(j) [v_j; 1].
+  std::vector<std::vector<Index>> queries_of(static_cast<std::size_t>(cq));
+  for (Index i = 0; i < nq; ++i) queries_of[std::size_t(b[std::size_t(i)])].push_back(i);
+  std::vector<MatrixR<T>> gby(static_cast<std::size_t>(cq * c));
+#pragma omp parallel for schedule(dynamic)
+  for (Index x = 0; x < cq * c; ++x) {
+    const Index bq = x / c, y = x % c;
+    const auto& qi = queries_of[std::size_t(bq)];
+    MatrixR<T>& G = gby[std::size_t(x)];
+    G = MatrixR<T>::Zero(d, dv + 1);
+    if (t.h(bq, y) == 0) continue;
+    for (Index i : qi) {
+      if (t.e(i, y) == T(0)) continue;
+      G.leftCols(dv).noalias() += (t.e(i, y) * q_.row(i)).transpose() * wn.row(i);
+      G.col(dv) += (t.e(i, y) * wd(i)) * q_.row(i).transpose();
+    }
+    r(G, Held::accumulator, "backward: per-code key-gradient sums");
+  }
+  g.dk = MatrixR<T>::Zero(nk, d);
+  for (Index j = 0; j < nk; ++j)
+    for (Index bq = 0; bq < cq; ++bq) {
+      const MatrixR<T>& G = gby[std::size_t(bq * c + a[std::size_t(j)])];
+      g.dk.row(j) += t.gt(bq, j) * (G.leftCols(dv) * v.row(j).transpose() + G.col(dv)).transpose();
+    }
+  g.dk *= s;
+  return g;
+}
+
+/// Reverse mode through the emulated forward's transcription O = (W·S) / (W·N) (emulated_output; W = exp(ℓ − max ℓ),
+/// S, N the per-code sums and counts or masses), codebook (and hard: assignments) held fixed, V and dO stored by
 /// Method::backward: the division's gradients w_i = dO_i/D_i and −dO_iᵀO_i/D_i (stored under eager), ∂L/∂W =
-/// w·[ΔᵀV, N]ᵀ (stored under both), ∂L/∂ℓ = W ∘ ∂L/∂W and its ·s (eager), dQ = s·∂L/∂ℓ·C, dV_j = (Wᵀw)_{a(j)}; dK by
-/// the straight-through estimator, per key from its code's sums Σ_i W_iy q_i [w_i, −D_i'] (the per-key logits'
-/// gradient s·Σ_i W_iy (w_i·v_j − D_i') q_i; stored under eager).
+/// w·[S, N]ᵀ (stored under both), ∂L/∂ℓ = W ∘ ∂L/∂W and its ·s (eager), dQ = s·∂L/∂ℓ·C; ∂L/∂S = Wᵀw (eager).
+///  hard: dV_j = (∂L/∂S)_{a(j)}; dK by the straight-through estimator, per key from its code's sums
+///        Σ_i W_iy q_i [w_i, −D_i'] (the per-key logits' gradient s·Σ_i W_iy (w_i·v_j − D_i') q_i; stored under eager).
+///  soft: ∂L/∂N = Wᵀ(−D') (eager, with ∂L/∂S); dV = R·∂L/∂S; ∂L/∂R = V·∂L/∂Sᵀ + 1·∂L/∂Nᵀ (stored under both); the
+///        softmax's reverse as autograd forms it, ∂L/∂z = R ∘ (∂L/∂R − rowsum(R ∘ ∂L/∂R)) (eager); dK =
+///        (∂L/∂z·C − rowsum(∂L/∂z) ∘ K)/T, from z = (2K·Cᵀ − ‖k‖² − ‖c‖²)/(2T) at the fixed codebook.
 template <typename T>
 Gradients<T> VqMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const {
   const AttentionOptions& opts = this->options();
   const Rounding r = this->rounding_hook(), again = r.untallied();
-  const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
   const T s = T(opts.scale);
   // The forward's stored tensors, formed again as do_output forms them.
-  MatrixR<T> c;
-  MatrixR<T> w = stored_logits(again, c);
+  Tape t;
+  emulated_output(v, again, t);
+  const MatrixR<T>&c = t.c, &w = t.w, &sums = t.sums;
+  const VectorX<T>& counts = t.counts;
   const Index codes = c.rows(), nq = q_.rows(), dv = v.cols(), d = q_.cols();
-  MatrixR<T> sums = MatrixR<T>::Zero(codes, dv);
-  VectorX<T> counts = VectorX<T>::Zero(codes);
-  for (Index j = 0; j < v.rows(); ++j) {
-    sums.row(a[std::size_t(j)]) += v.row(j);
-    counts(a[std::size_t(j)]) += T(1);
-  }
-  again(sums, Held::accumulator, "");
-  again(counts, Held::accumulator, "");
-  for (Index i = 0; i < nq; ++i) {
-    T mx = -std::numeric_limits<T>::infinity();
-    for (Index y = 0; y < codes; ++y)
-      if (counts(y) > 0) mx = std::max(mx, w(i, y));
-    for (Index y = 0; y < codes; ++y) w(i, y) = counts(y) > 0 ? std::exp(w(i, y) - mx) : T(0);
-  }
-  again(w, Held::tensor, "");
-  MatrixR<T> num = w * sums;
-  again(num, Held::accumulator, "");
-  VectorX<T> den = w * counts;
-  again(den, Held::accumulator, "");
   // The division's gradients, then the weights'.
-  MatrixR<T> wn = d_out.array().colwise() / den.array();
-  VectorX<T> wd = -((d_out.array() * num.array()).rowwise().sum() / den.array().square()).matrix();
+  MatrixR<T> wn = d_out.array().colwise() / t.den.array();
+  VectorX<T> wd = -((d_out.array() * t.num.array()).rowwise().sum() / t.den.array().square()).matrix();
   r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
   r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
   MatrixR<T> dw = wn * sums.transpose();
@@ -391,6 +605,25 @@ Gradients<T> VqMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef
   Gradients<T> g;
   g.dq.noalias() = dl * c;
   MatrixR<T> dsums = w.transpose() * wn;
+  if (this->o_.assign == VqAssign::Soft) {
+    const char* what = "backward: ∂L/∂RᵀV, ∂L/∂masses";
+    r(dsums, Held::accumulator, what);
+    VectorX<T> dmass = w.transpose() * wd;
+    r(dmass, Held::accumulator, what);
+    const MatrixR<T>& resp = t.resp;
+    g.dv.noalias() = resp * dsums;
+    MatrixR<T> dz = v * dsums.transpose();  // ∂L/∂R
+    dz.rowwise() += dmass.transpose();
+    r(dz, Held::tensor, "backward: ∂L/∂responsibilities");
+    const VectorX<T> rd = resp.cwiseProduct(dz).rowwise().sum();
+    dz = (resp.array() * (dz.colwise() - rd).array()).matrix();
+    r(dz, Held::accumulator, "backward: ∂L/∂responsibility logits");
+    g.dk.noalias() = dz * c;
+    g.dk -= (k_.array().colwise() * dz.rowwise().sum().array()).matrix();
+    g.dk /= T(this->o_.temperature);
+    return g;
+  }
+  const std::vector<Index>& a = static_cast<const CodebookOperator<T>&>(*op_).assignment();
   r(dsums, Held::accumulator, "backward: ∂L/∂ΔᵀV");
   g.dv.resize(v.rows(), dv);
   for (Index j = 0; j < v.rows(); ++j) g.dv.row(j) = dsums.row(a[std::size_t(j)]);

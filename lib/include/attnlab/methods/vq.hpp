@@ -129,13 +129,26 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
   const AttentionOperator<T>& do_op() const override { return *op_; }
-  /// The operator's P̃·V; under an emulated reduced storage the hard-assignment form written out as a transcription
-  /// stores it (the registry entry's storage note).
+  /// The operator's P̃·V; under an emulated reduced storage the form written out as a transcription stores it (the
+  /// registry entry's storage note).
   MatrixR<T> do_output(const ConstRef<T>& v) const override;
   /// dQ, dV exact and dK straight-through (dK = dK̂) given the codebook and assignments; see the header comment.
   Gradients<T> do_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const override;
-  /// do_backward under an emulated reduced storage (hard, keys, non-causal): the transcription's backward (vq.cpp).
+  /// The non-causal emulated forward (hard or soft, keys quantized) as a transcription stores it, its stored tensors
+  /// kept in the tape for the backward (vq.cpp).
+  struct Tape;
+  MatrixR<T> emulated_output(const ConstRef<T>& v, const Rounding& r, Tape& t) const;
+  /// assign=soft: the responsibilities R as a transcription forms and stores them, from the stored keys and codebook.
+  MatrixR<T> stored_responsibilities(const Rounding& r, const MatrixR<T>& c) const;
+  /// do_backward under an emulated reduced storage (keys quantized, non-causal): the transcription's backward.
   Gradients<T> emulated_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
+  /// quantize=both under an emulated reduced storage: the mean-field form as a transcription stores it, and its
+  /// reverse mode (codes fixed, dK straight-through) (vq.cpp).
+  struct BothTape;
+  MatrixR<T> emulated_both_output(const ConstRef<T>& v, const Rounding& r, BothTape& t) const;
+  Gradients<T> emulated_both_backward(const ConstRef<T>& v, const ConstRef<T>& d_out) const;
+  /// quantize=both: ∂L/∂C' (the query codebook's gradient) passed to the queries C' was formed from, into dq.
+  void add_query_codebook_gradient(const MatrixR<T>& dcq, MatrixR<T>& dq) const;
   /// The causal form under an emulated reduced storage: Transformer-VQ's blockwise transcription (Lingle 2023 §3.3:
   /// blocks of kCausalBlock queries, each attending to its own keys under the mask and to the cache — the per-code
   /// value sums and counts of every earlier key), stored as the registry entry's note says. With a tape, each
@@ -152,10 +165,11 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
   Index iterations_ = 0;
   std::unique_ptr<AttentionOperator<T>> op_;
   // Kept for the backward: Q, the key codebook C; soft: K, the logits s·QCᵀ and their normalizers L_i;
-  // both: the residuals r_j = k_j − c_a(j) and how the query codebook was formed from Q.
-  MatrixR<T> q_, k_, centroids_, logits_, resid_;
+  // both: the residuals r_j = k_j − c_a(j) and how the query codebook was formed from Q, and under an emulated
+  // storage K, the query codebook C' and the key and query codes.
+  MatrixR<T> q_, k_, centroids_, logits_, resid_, qcentroids_;
   VectorX<T> lse_;
-  std::vector<Index> q_formed_from_, q_copy_of_;
+  std::vector<Index> q_formed_from_, q_copy_of_, key_codes_, query_codes_;
 };
 
 extern template KMeansResult<float> vq_fit_codebook<float>(const ConstRef<float>&, Index, Index, std::uint64_t);
