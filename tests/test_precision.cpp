@@ -9,6 +9,7 @@
 #include "attnlab/core/registry.hpp"
 #include "attnlab/io/npy.hpp"
 #include "attnlab/io/sources.hpp"
+#include "attnlab/methods/cur.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/linformer.hpp"
 #include "attnlab/methods/nystrom.hpp"
@@ -800,25 +801,30 @@ TEST(RoundingBound, ScatterbrainRespectsItEntryByEntry) {
               static_cast<long long>(nonfinite_rows), static_cast<long long>(b.rows_without_guarantee));
 }
 
-// Nyström's bound given both runs' pseudo-inverses (nystrom_rounding_bound): the landmarks, the two materialised
-// softmaxes F and B, and the products (F·Ẑ)·(B·V), each stored, with Ẑ − Z entering as computed. Entry by entry against
-// the emulation: sources, temperatures, landmark counts, the iteration (the paper's 6 steps, 20) and the SVD,
-// segment-mean and sampled landmarks, square and rectangular, both formats and policies; its O is the float64 method's
-// own. Every row must keep its guarantee on these moderate inputs.
-TEST(RoundingBound, NystromRespectsItGivenBothPseudoinverses) {
+namespace {
+
+/// The low-rank bounds given both runs' pseudo-inverses (Nyström's, CUR's), entry by entry against the emulation:
+/// sources, temperatures, each spec, square and rectangular (n_q 300 or 256 against 340 keys), both formats and
+/// policies; the bound's O must be the float64 method's own, and every row must keep its guarantee on these moderate
+/// inputs but where `may_lose(storage)`: there a row that overflowed in the emulation must have lost it, and at most
+/// 1 row in 20 beside those may. `bound(q, k, v, m64, m32, opts)` gives the bound from the two runs and how far the
+/// emulated run's pseudo-inverse moved, |Ẑ − Z|_F / |Z|_F (printed), or nothing where the two runs sampled different
+/// rows (a discrete choice, not rounding: counted; at most a quarter of the cases).
+template <typename M, typename Bound>
+void pinv_bound_cases(const std::vector<const char*>& specs, Bound bound,
+                      bool (*may_lose)(Storage) = [](Storage) { return false; }) {
+  Index cases = 0, resampled = 0;
   for (const char* kind : {"gaussian", "clustered"})
     for (const double t : {1.0, 4.0})
-      for (const char* spec :
-           {"nystrom:landmarks=32", "nystrom:landmarks=16,iters=20", "nystrom:landmarks=16,pinv=svd",
-            "nystrom:landmarks=24,select=random"})
+      for (const char* spec : specs)
         for (const Index nq : {Index(300), Index(256)}) {
           Qkv<float> p = tempered(kind, nq, 340, 32, 24, 47, t);
           const MatrixR<double> q = p.q.cast<double>(), k = p.k.cast<double>(), v = p.v.cast<double>();
           auto m64 = make_method<double>(spec, 0);
           m64->compute(q, k);
           const MatrixR<double> own = m64->output(v);
-          const auto* n64 = dynamic_cast<const NystromMethod<double>*>(m64.get());
-          ASSERT_NE(n64, nullptr);
+          const auto* r64 = dynamic_cast<const M*>(m64.get());
+          ASSERT_NE(r64, nullptr);
           for (const Storage st : {Storage::bf16, Storage::fp16})
             for (const Policy pol : {Policy::eager, Policy::careful}) {
               SCOPED_TRACE(::testing::Message() << kind << " t=" << t << " " << spec << " n_q=" << nq << " "
@@ -827,25 +833,85 @@ TEST(RoundingBound, NystromRespectsItGivenBothPseudoinverses) {
               o.storage = st;
               o.policy = pol;
               const Emulated run = emulated(spec, 0, p.q, p.k, p.v, o);
-              const auto* n32 = dynamic_cast<const NystromMethod<float>*>(run.method.get());
-              ASSERT_NE(n32, nullptr);
-              ASSERT_EQ(n32->query_landmark_rows(), n64->query_landmark_rows());
-              const KernelRoundingBound b = nystrom_rounding_bound(
-                  q, k, v, n64->settings().landmarks, n64->pseudoinverse(), n32->pseudoinverse().cast<double>(), o,
-                  n64->query_landmark_rows(), n64->key_landmark_rows());
+              ++cases;
+              const auto bd = bound(q, k, v, *r64, *run.method, o);
+              if (!bd) {
+                ++resampled;
+                continue;
+              }
+              const auto& [b, dz] = *bd;
               EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
-              EXPECT_EQ(b.rows_without_guarantee, 0);
-              EXPECT_EQ(outside(run.out, own, b.output), 0)
-                  << "worst excess " << ((run.out - own).cwiseAbs() - b.output).maxCoeff();
+              if (may_lose(st)) {
+                const Index overflowed = (!run.out.array().isFinite()).rowwise().any().count();
+                EXPECT_LE(b.rows_without_guarantee, overflowed + nq / 20);
+                EXPECT_EQ(outside_guaranteed(run.out, own, b.output), 0);
+                if (b.rows_without_guarantee > 0)
+                  std::printf("  %s %s t=%g %s %-7s n_q=%lld: %lld rows without a guarantee, %lld non-finite\n", kind,
+                              spec, t, storage_name(st).c_str(), policy_name(pol).c_str(), static_cast<long long>(nq),
+                              static_cast<long long>(b.rows_without_guarantee), static_cast<long long>(overflowed));
+              } else {
+                EXPECT_EQ(b.rows_without_guarantee, 0);
+                EXPECT_EQ(outside(run.out, own, b.output), 0)
+                    << "worst excess " << ((run.out - own).cwiseAbs() - b.output).maxCoeff();
+              }
               if (t == 1.0 && nq == 300 && std::string(kind) == "gaussian")
                 std::printf("  %s %s %-7s |ΔO|_F / |O|_F %.2e, / bound %.3f, bound / |O|_F %.3g, |Ẑ − Z|_F / |Z|_F "
                             "%.2e\n", spec, storage_name(st).c_str(), policy_name(pol).c_str(),
                             (run.out - own).norm() / own.norm(), (run.out - own).norm() / b.output_norm(),
-                            b.output_norm() / own.norm(),
-                            (n32->pseudoinverse().cast<double>() - n64->pseudoinverse()).norm() /
-                                n64->pseudoinverse().norm());
+                            b.output_norm() / own.norm(), dz);
             }
         }
+  EXPECT_LE(4 * resampled, cases) << "most cases sampled other rows: the test would hold vacuously";
+  if (resampled > 0)
+    std::printf("  %lld of %lld cases sampled other rows in the two runs (no bound)\n",
+                static_cast<long long>(resampled), static_cast<long long>(cases));
+}
+
+/// |Ẑ − Z|_F / |Z|_F of two runs' pseudo-inverses.
+double pinv_moved(const MatrixR<double>& z, const MatrixR<float>& z32) {
+  return (z32.cast<double>() - z).norm() / z.norm();
+}
+
+}  // namespace
+
+// Nyström's bound given both runs' pseudo-inverses (nystrom_rounding_bound): the landmarks, the two materialised
+// softmaxes F and B, and the products (F·Ẑ)·(B·V), each stored, with Ẑ − Z entering as computed; the iteration (the
+// paper's 6 steps, 20) and the SVD, segment-mean and sampled landmarks (the same rows in both runs: one seed).
+TEST(RoundingBound, NystromRespectsItGivenBothPseudoinverses) {
+  pinv_bound_cases<NystromMethod<double>>(
+      {"nystrom:landmarks=32", "nystrom:landmarks=16,iters=20", "nystrom:landmarks=16,pinv=svd",
+       "nystrom:landmarks=24,select=random"},
+      [](const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v,
+         const NystromMethod<double>& n64, const Method<float>& m32, const AttentionOptions& o) {
+        const auto& n32 = dynamic_cast<const NystromMethod<float>&>(m32);
+        EXPECT_EQ(n32.query_landmark_rows(), n64.query_landmark_rows());
+        return std::optional(std::pair(nystrom_rounding_bound(q, k, v, n64.settings().landmarks, n64.pseudoinverse(),
+                                                n32.pseudoinverse().cast<double>(), o, n64.query_landmark_rows(),
+                                                n64.key_landmark_rows()),
+                         pinv_moved(n64.pseudoinverse(), n32.pseudoinverse())));
+      });
+}
+
+// CUR's bound given both runs' pseudo-inverses (cur_rounding_bound): C and R read through the streaming log-sum-exp
+// in float32 from the stored rows, A = C·Ẑ and R stored, R·V (stored under eager) and O = A·(R·V), with Ẑ − Z
+// entering as computed; uniform and leverage-score sampling (leverage scores come from each run's own singular
+// vectors, so the runs may sample other rows: no bound, counted). In fp16 rows of A = C·Ẑ pass 65504 where Ẑ inverts
+// an ill-conditioned P[I, J] (clustered keys, t = 4: up to 44% of the rows overflow in the emulation): those rows lose
+// their guarantee, and at most 1 in 20 others may.
+TEST(RoundingBound, CurRespectsItGivenBothPseudoinverses) {
+  pinv_bound_cases<CurMethod<double>>(
+      {"cur:columns=32", "cur:columns=16,select=leverage"},
+      [](const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v, const CurMethod<double>& c64,
+         const Method<float>& m32, const AttentionOptions& o) {
+        const auto& c32 = dynamic_cast<const CurMethod<float>&>(m32);
+        using Result = std::optional<std::pair<KernelRoundingBound, double>>;
+        if (c32.sampled_rows() != c64.sampled_rows() || c32.sampled_columns() != c64.sampled_columns())
+          return Result();  // leverage scores from each run's own singular vectors: a discrete change
+        return Result(std::pair(cur_rounding_bound(q, k, v, c64.sampled_rows(), c64.sampled_columns(),
+                                                   c64.pseudoinverse(), c32.pseudoinverse().cast<double>(), o),
+                                pinv_moved(c64.pseudoinverse(), c32.pseudoinverse())));
+      },
+      [](Storage st) { return st == Storage::fp16; });
 }
 
 // ProbSparse's bound (probsparse_rounding_bound): where both runs chose alike, exact's streaming bound on the exact

@@ -3,6 +3,7 @@
 
 #include "attnlab/analysis/rounding_bound.hpp"
 #include "attnlab/core/error.hpp"
+#include "attnlab/methods/cur.hpp"
 #include "attnlab/methods/exact.hpp"
 #include "attnlab/methods/linear.hpp"
 #include "attnlab/methods/linformer.hpp"
@@ -207,7 +208,17 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
                                               n64.key_landmark_rows()),
                        own);
   }
-  if (name == "cur") return none("cur: a pseudo-inverse of a rounded intersection of P — not derived");
+  if (name == "cur") {
+    const auto& c64 = as<CurMethod<double>>(reference);
+    const auto& c32 = as<CurMethod<float>>(emulated);
+    // Given both runs' pseudo-inverses, as Nyström's; the sampled rows and columns must be the same (uniform: one
+    // seed; leverage: sampled from each run's own singular vectors, which may pick others — a discrete change).
+    if (c64.sampled_rows() != c32.sampled_rows() || c64.sampled_columns() != c32.sampled_columns())
+      return none("cur: the two runs sampled different rows or columns of P (a discrete choice, not rounding)");
+    return from_kernel(cur_rounding_bound(q_, k_, v_, c64.sampled_rows(), c64.sampled_columns(), c64.pseudoinverse(),
+                                          c32.pseudoinverse().cast<double>(), opts),
+                       own);
+  }
   return none(name + ": not derived");
 }
 

@@ -45,6 +45,34 @@ double divided_entry(double en, double ed, double o_abs, double d_ref, double di
   return y * div * (1 + u) + o_abs * (div * (1 + u) - 1) + eta;
 }
 
+/// A product Â·B̂ of bounded factors summed in float32 over `depth`: the product rule |ÂB̂ − AB| ≤ ΔA·|B̂| + |A|·ΔB
+/// plus the sums' γ_depth·|Â||B̂| (`au`, `bu` bound |Â|, |B̂|), their underflows ((depth + 2)·η₃₂) and `slack`·|A||B|
+/// for the float64 reference's own rounding. `aa`, `ba`: |A|, |B|.
+MatrixR<double> product_error(const MatrixR<double>& aa, const MatrixR<double>& da, const MatrixR<double>& au,
+                              const MatrixR<double>& ba, const MatrixR<double>& db, const MatrixR<double>& bu,
+                              Index depth, double slack) {
+  MatrixR<double> e = da * bu + aa * db + gamma32(double(depth)) * (au * bu);
+  e.array() += double(depth + 2) * kEta32 + slack * (aa * ba).array();
+  return e;
+}
+
+/// An error bound `e` on a value `x` once x̂ is stored in the format: + u·(|x| + e) + η.
+MatrixR<double> stored_error(const MatrixR<double>& e, const MatrixR<double>& x, double u, double eta) {
+  return (e.array() + u * (x.cwiseAbs() + e).array() + eta).matrix();
+}
+
+/// The rows of b.output without a guarantee set to +inf and counted: those `none(i)` names, and those whose bound is
+/// not finite or whose stored O may reach the format's largest value `big`.
+template <typename None>
+void give_up_rows(KernelRoundingBound& b, double big, double u, None none) {
+  for (Index i = 0; i < b.output.rows(); ++i)
+    if (none(i) || !b.output.row(i).allFinite() ||
+        (b.reference.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u)) {
+      b.output.row(i).setConstant(std::numeric_limits<double>::infinity());
+      ++b.rows_without_guarantee;
+    }
+}
+
 }  // namespace
 
 double SoftmaxRoundingBound::output_norm() const { return output.norm(); }
@@ -1112,7 +1140,7 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
   const double u = b.u, eta = b.eta, u32 = kU32, eta32 = kEta32, f64 = std::ldexp(1.0, -53);
-  const double big = largest_finite(format), inf = std::numeric_limits<double>::infinity();
+  const double big = largest_finite(format);
   const double s = opts.resolved_scale(d);
   const double ez = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) - 1;
   const double p_abs = stored_exp_floor(u, eta);
@@ -1183,32 +1211,102 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   const bool any_b = std::any_of(none_b.begin(), none_b.end(), [](char c) { return c != 0; });
   // B·V (m × d_v), summed in float32 over n_k, stored: |B̂V̂ − BV| ≤ ΔB|V̂| + B|V̂ − V| + γ_{n_k}(B + ΔB)|V̂|.
   const MatrixR<double> vsa = vs.cwiseAbs(), bv = bm * v;
-  MatrixR<double> ew = db * vsa + bm * (vs - v).cwiseAbs() + gamma32(double(nk)) * ((bm + db) * vsa);
-  ew.array() += double(nk + 2) * eta32 + 1e-15 * (bm * v.cwiseAbs()).array();
-  ew = (ew.array() + u * (bv.cwiseAbs() + ew).array() + eta).matrix();
+  const MatrixR<double> ew =
+      stored_error(product_error(bm, db, bm + db, v.cwiseAbs(), (vs - v).cwiseAbs(), vsa, nk, 1e-15), bv, u, eta);
   const MatrixR<double> wu = bv.cwiseAbs() + ew;
   const bool bv_over = wu.maxCoeff() >= big / (1 + u);
   // F·Ẑ (n_q × m), summed in float32 over m, stored — with the emulated run's Ẑ against the float64 run's Z: their
   // difference enters as computed.
-  const MatrixR<double> z32a = z32.cwiseAbs(), fz = f * z;
-  MatrixR<double> ey = df * z32a + f * (z32 - z).cwiseAbs() + gamma32(double(m)) * ((f + df) * z32a);
-  ey.array() += double(m + 2) * eta32 + 1e-15 * (f * z.cwiseAbs()).array();
-  ey = (ey.array() + u * (fz.cwiseAbs() + ey).array() + eta).matrix();
+  const MatrixR<double> fz = f * z;
+  const MatrixR<double> ey = stored_error(
+      product_error(f, df, f + df, z.cwiseAbs(), (z32 - z).cwiseAbs(), z32.cwiseAbs(), m, 1e-15), fz, u, eta);
   const MatrixR<double> yu = fz.cwiseAbs() + ey;
   // O = (F·Ẑ)·(B·V), summed in float32 over m, stored.
   b.reference = fz * bv;
-  MatrixR<double> eo = ey * wu + fz.cwiseAbs() * ew + gamma32(double(m)) * (yu * wu);
-  eo.array() += double(m + 2) * eta32 + 1e-12 * (fz.cwiseAbs() * bv.cwiseAbs()).array();
+  const MatrixR<double> eo = product_error(fz.cwiseAbs(), ey, yu, bv.cwiseAbs(), ew, wu, m, 1e-12);
   b.output = (eo.array() * (1 + u) + u * b.reference.cwiseAbs().array() + eta).matrix();
+  give_up_rows(b, big, u, [&](Index i) {
+    return any_b || bv_over || none_f[std::size_t(i)] || yu.row(i).maxCoeff() >= big / (1 + u);
+  });
+  return b;
+}
+
+KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k, const ConstRef<double>& v,
+                                       const std::vector<Index>& rows, const std::vector<Index>& cols,
+                                       const ConstRef<double>& z, const ConstRef<double>& z32,
+                                       const AttentionOptions& opts) {
+  require(!opts.causal, "cur rounding bound: CUR is non-causal");
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  const Index nq = q.rows(), nk = k.rows(), d = q.cols(), c = Index(cols.size());
+  require(v.rows() == nk && c >= 1 && Index(rows.size()) == c && z.rows() == c && z.cols() == c &&
+              z32.rows() == c && z32.cols() == c,
+          "cur rounding bound: V {} rows, K {}; {} rows and {} columns sampled; Z {}×{}, the emulated run's {}×{}",
+          v.rows(), nk, rows.size(), c, z.rows(), z.cols(), z32.rows(), z32.cols());
+  for (Index j : cols) require(j >= 0 && j < nk, "cur rounding bound: column {} of {}", j, nk);
+  for (Index i : rows) require(i >= 0 && i < nq, "cur rounding bound: row {} of {}", i, nq);
+  require(opts.storage != Storage::native, "cur rounding bound: give a reduced storage (bf16 or fp16)");
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta, u32 = kU32, f64 = std::ldexp(1.0, -53);
+  const double big = largest_finite(format);
+  const double s = opts.resolved_scale(d);
+  const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
+  // P (n_q × n_k, float64 from the exact inputs) and each row's probability ratio ρ_i.
+  const MatrixR<double> logits = s * q * k.transpose();
+  const MatrixR<double> mag = s * qs.cwiseAbs() * ks.cwiseAbs().transpose();
+  const double ez = (1 + gamma32(double(d))) * (1 + u32) - 1;
+  const MatrixR<double> moves = s * ((qs - q).cwiseAbs() * ks.cwiseAbs().transpose() +
+                                     q.cwiseAbs() * (ks - k).cwiseAbs().transpose()) +
+                                ez * mag + 2 * double(d + 2) * f64 * s * (q.cwiseAbs() * k.cwiseAbs().transpose());
+  MatrixR<double> p(nq, nk);
+  VectorX<double> rho(nq);
+  std::vector<char> none(std::size_t(nq), 0);
+  const double ln_n = std::log(double(nk));
   for (Index i = 0; i < nq; ++i) {
-    const bool none = any_b || bv_over || none_f[std::size_t(i)] || yu.row(i).maxCoeff() >= big / (1 + u) ||
-                      !b.output.row(i).allFinite() ||
-                      (b.reference.row(i).cwiseAbs() + b.output.row(i)).maxCoeff() >= big / (1 + u);
-    if (none) {
-      b.output.row(i).setConstant(inf);
-      ++b.rows_without_guarantee;
-    }
+    const double zi = mag.row(i).maxCoeff() * (1 + ez);
+    none[std::size_t(i)] = zi >= kMax32 / 2;
+    const double eps = 2 * gamma32(double(2 * nk + 8)) + u32 * (8 * zi + 4 * ln_n + 4);
+    rho(i) = std::exp(2 * moves.row(i).maxCoeff() + eps) * (1 + u32);
+    const double mx = logits.row(i).maxCoeff();
+    p.row(i) = (logits.row(i).array() - mx).exp();
+    p.row(i) /= p.row(i).sum();
   }
+  const double p_abs32 = kMin32 * (1 + u32) + kEta32;
+  // C = P[:, J] in float32; R = P[I, :] in float32, then stored.
+  MatrixR<double> cm(nq, c), dc(nq, c), rm(c, nk), dr(c, nk);
+  for (Index t = 0; t < c; ++t) {
+    cm.col(t) = p.col(cols[std::size_t(t)]);
+    rm.row(t) = p.row(rows[std::size_t(t)]);
+  }
+  for (Index i = 0; i < nq; ++i) dc.row(i) = ((rho(i) - 1) * cm.row(i).array() + p_abs32 + 1e-15 * cm.row(i).array());
+  bool any_r = false;
+  for (Index t = 0; t < c; ++t) {
+    const Index i = rows[std::size_t(t)];
+    any_r = any_r || none[std::size_t(i)];
+    dr.row(t) = ((rho(i) * (1 + u) - 1) * rm.row(t).array() + p_abs32 * (1 + u) + eta + 1e-15 * rm.row(t).array());
+  }
+  // A = C·Ẑ (n_q × c), summed in float32 over c, stored (both policies) — the emulated run's Ẑ against the float64
+  // run's Z: their difference enters as computed.
+  const MatrixR<double> a = cm * z;
+  const MatrixR<double> ea = stored_error(
+      product_error(cm, dc, cm + dc, z.cwiseAbs(), (z32 - z).cwiseAbs(), z32.cwiseAbs(), c, 1e-15), a, u, eta);
+  const MatrixR<double> au = a.cwiseAbs() + ea;
+  // R·V (c × d_v), summed in float32 over n_k; stored under eager.
+  const MatrixR<double> w = rm * v;
+  MatrixR<double> ew = product_error(rm, dr, rm + dr, v.cwiseAbs(), (vs - v).cwiseAbs(), vs.cwiseAbs(), nk, 1e-15);
+  if (eager) ew = stored_error(ew, w, u, eta);
+  const MatrixR<double> wu = w.cwiseAbs() + ew;
+  const bool w_over = wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32);
+  // O = A·(R·V), summed in float32 over c, stored.
+  b.reference = a * w;
+  const MatrixR<double> eo = product_error(a.cwiseAbs(), ea, au, w.cwiseAbs(), ew, wu, c, 1e-12);
+  b.output = stored_error(eo, b.reference, u, eta);
+  give_up_rows(b, big, u, [&](Index i) {
+    return any_r || w_over || none[std::size_t(i)] || au.row(i).maxCoeff() >= big / (1 + u);
+  });
   return b;
 }
 

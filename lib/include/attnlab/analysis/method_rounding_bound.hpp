@@ -13,9 +13,11 @@
 // k-means codebook, given the codebook each run fitted), and Nyström (either landmarks; given both runs' pseudo-
 // inverses: a pseudo-inverse of a rounded landmark kernel — the converged inverse amplifies the storage rounding by
 // the kernel's condition number, the unconverged iteration does not, and no useful worst case follows from norms
-// alone — so their difference enters as computed; true but loose, F·Z's cancellation unseen).
-// Not derived: CUR (its columns of P read through the streaming log-sum-exp, and a pseudo-inverse of P[I,J]), the SVD
-// oracle, Performer's trigonometric kernel under a causal mask.
+// alone — so their difference enters as computed; true but loose, F·Z's cancellation unseen), and CUR (its C and R
+// read through the streaming log-sum-exp; given both runs' pseudo-inverses of P[I,J] as Nyström's, and conditional
+// on both runs sampling the same rows and columns).
+// Not derived: the SVD oracle, Performer's trigonometric kernel under a causal mask, Transformer-VQ's soft and
+// two-codebook variants (attnlab's own; emulated, not bounded).
 #pragma once
 
 #include "attnlab/core/method.hpp"

@@ -53,6 +53,11 @@ template <typename T>
 class CurMethod final : public ConfiguredMethod<CurOptions, LowRankMethod<T>> {
  public:
   using ConfiguredMethod<CurOptions, LowRankMethod<T>>::ConfiguredMethod;
+  /// The last compute()'s sampled rows I and columns J of P, and Z = pinv(P[I,J]) as the run formed it (what
+  /// cur_rounding_bound reads of each run).
+  const std::vector<Index>& sampled_rows() const { return rows_; }
+  const std::vector<Index>& sampled_columns() const { return cols_; }
+  const MatrixR<T>& pseudoinverse() const { return z_; }
 
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
