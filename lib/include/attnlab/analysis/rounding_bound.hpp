@@ -322,9 +322,10 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
 /// float32 from the stored Q, K, then LowRankMethod's emulated output): every entry of C and R is float32's
 /// exp(ℓ̂_ij − L̂_i), the logits s·q̂·k̂ (each within D_ij = s·[|Q̂ − Q||K̂|ᵀ + |Q||K̂ − K|ᵀ] +
 /// ((1+γ_d)(1+u₃₂) − 1)·s|Q̂||K̂|ᵀ of exact's) and L̂ the streaming log-sum-exp over every key
-/// (ExactOperator::row_lse: the tiles' running maxima and rescaled sums, the log and the addition): so each probability lies within [p/ρ_i, p·ρ_i] ± 2⁻¹²⁶(1 + u₃₂) + η₃₂,
-/// ρ_i = e^{2 max_j D_ij + ε_i}(1 + u₃₂), ε_i = 2γ_{2n_k+8} + u₃₂·(8·z_i + 4·ln n_k + 4) with z_i the row's largest
-/// computed |logit| (the subtractions' and the log's roundings, each relative to what it subtracts); R then stored
+/// (ExactOperator::row_lse: the tiles' running maxima and rescaled sums, the log and the addition): so each
+/// probability lies within [p/ρ_i, p·ρ_i] ± 2⁻¹²⁶(1 + u₃₂) + η₃₂, ρ_i = e^{2 max_j D_ij + ε_i}(1 + u₃₂),
+/// ε_i = 2γ_{2n_k+8} + u₃₂·(8·z_i + 4·ln n_k + 4) with z_i the row's largest computed |logit| (the subtractions' and
+/// the log's roundings, each relative to what it subtracts); R then stored
 /// (×(1+u), + η); A = C·Ẑ summed in float32 over the c columns and stored (both policies); R·V over n_k, stored under
 /// eager; O = A·(R·V) over c, stored — each by the product rule with γ of the magnitudes. Non-causal; +inf on every
 /// row where R·V (eager) may reach the format's largest value, on a row where a logit may reach float32's, or A's or
