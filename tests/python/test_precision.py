@@ -175,6 +175,24 @@ def test_backward_in_half_precision():
         assert all(np.array_equal(a, b) for a, b in zip(g32, n32))
 
 
+def test_vq_variants_in_half_precision():
+    """VQ's soft and two-codebook variants (attnlab's own) run emulated from the module, forward and backward: outputs
+    and gradients values of the format, finite, and their own stored intermediates in the diagnostics (the
+    responsibilities R; the key weights) — the C++ tests hold them to their float64 selves."""
+    rng = np.random.default_rng(4)
+    q, k, v, do = (rng.standard_normal((96, 16)) for _ in range(4))
+    for spec, stored in (("vq:codes=8,assign=soft,temperature=2", "responsibilities R"),
+                         ("vq:codes=8,quantize=both", "key weights")):
+        for policy in ("eager", "careful"):
+            m = attnlab.Method(spec, precision="fp16", policy=policy).fit(q, k)
+            o = m.output(v)
+            assert np.isfinite(o).all() and np.array_equal(o.astype(np.float16).astype(np.float32), o)
+            g = m.backward(v, do)
+            assert all(np.isfinite(x).all() and np.array_equal(x.astype(np.float16).astype(np.float32), x) for x in g)
+            assert any(stored in key for key in m.diagnostics), sorted(m.diagnostics)
+            assert m.diagnostics["gradient_nonfinite"] == 0
+
+
 def test_performer_float16_eager_fails_as_on_the_h200():
     """Issue 39's second GPU observation: Performer (256 positive features, the reference code's stabilisation) in
     float16 gives non-finite outputs once the logits sharpen — e^{−‖x‖²/2} inside each query's features underflows
