@@ -2072,7 +2072,8 @@ TEST(Precision, VqBothEmulated) {
 // one-hot (every other code's exp underflows to 0 in float32), so the soft transcription is the hard one with RᵀV and
 // Rᵀ1 for ΔᵀV and the counts — the same codebook (the same k-means on the same stored keys), the same assignments.
 // The keys lie in clusters far apart (‖k − c‖² ≈ 0.04 to their own code, ≈ 300 to the others, one code each) and
-// T = 1e-3: the own code's logit z ≈ −20 fits float16 and the others' e^{Δz} are exactly 0 (in fp16 eager their
+// T = 1e-3: the own code's logit z ≈ −20 fits float16 (in fp16 eager the rounding of the stored K·Cᵀ and norms, ≈ 144
+// each, moves it by up to ~100: still the row's largest) and the others' e^{Δz} are exactly 0 (in fp16 eager their
 // z ≈ −1.5e5 overflows to −inf, and exp(−inf) is 0 too; at T = 1e-9 every z of a row overflows and eager's softmax
 // gives NaN: the format's limit, not the method's). Only the order of the float32 sums differs (a product against a
 // scan), which may move a stored per-code sum by one unit of the format under eager: the outputs, dQ and dV agree
@@ -2084,10 +2085,11 @@ TEST(Precision, VqSoftEmulatedIsHardAtItsLimit) {
                             clustered_rows(192, 16, 12, 3.0f, 0.05f, 5), "responsibilities R", false, 1e-5);
 }
 
-// VQ's soft assignment under emulated storage, at a temperature where every code's responsibility counts (T = 4:
-// the other codes' e^{-‖k − c‖²/(2T)} ≈ e^{-4} beside their own's), on keys in well-separated clusters so that the
-// float32 k-means on the stored keys finds the float64 one's clusters (its centroids then differ by the rounding of
-// the keys' means only): the output and the gradients, dK through R included, within 16u (eager) and 8u (careful).
+// VQ's soft assignment under emulated storage, at a temperature where every code's responsibility counts (T = 4: the
+// other codes' e^{-‖k − c‖²/(2T)} ≈ e^{-2} beside their own's, ‖c − c'‖² ≈ 2·0.49·16), on keys in well-separated
+// clusters so that the float32 k-means on the stored keys finds the float64 one's clusters (its centroids then differ
+// by the rounding of the keys' means only): the output and the gradients, dK through R included, within 16u (eager) and
+// 8u (careful).
 TEST(Precision, VqSoftEmulated) {
   check_vq_variant_emulated("vq:codes=8,assign=soft,temperature=4", gaussian(256, 16, 1, 0.5f),
                             clustered_rows(256, 16, 8, 0.7f, 0.1f, 5));

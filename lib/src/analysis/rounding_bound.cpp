@@ -1142,7 +1142,8 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   const double u = b.u, eta = b.eta, u32 = kU32, eta32 = kEta32, f64 = std::ldexp(1.0, -53);
   const double big = largest_finite(format);
   const double s = opts.resolved_scale(d);
-  const double ez = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) - 1;
+  // A logit: d products summed, stored (eager), times the scale — itself rounded to float32 —, stored (eager).
+  const double ez = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) * (1 + u32) - 1;
   const double p_abs = stored_exp_floor(u, eta);
   const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
   // The landmarks: segment means of the stored rows in float32 (a sum of len terms and a division), stored; or
@@ -1174,7 +1175,7 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   // A materialised softmax's rows (exact_matrix: the logits QKᵀ and s·QKᵀ, stored under eager; P stored): given each
   // logit's move D_ij, every probability within [p/R_i, p·R_i] ± p_abs, R_i = e^{2 max_j D_ij}(1+u)²(1+γ_{n+8})²
   // (SoftmaxRoundingAnalysis' materialised bound). `mag` bounds the computed logits' magnitudes; a row whose logits
-  // may reach the largest value of what holds them (eager: the format) has none.
+  // may reach the largest value of what holds them (eager: the format), before the scale or after it, has none.
   const auto softmax_rows = [&](const MatrixR<double>& logits, const MatrixR<double>& moves, const MatrixR<double>& mag,
                                 MatrixR<double>& p, MatrixR<double>& dp, std::vector<char>& none) {
     const Index rows = logits.rows(), cols = logits.cols();
@@ -1184,7 +1185,7 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
     none.assign(std::size_t(rows), 0);
     for (Index i = 0; i < rows; ++i) {
       const double mx = logits.row(i).maxCoeff(), zmax = mag.row(i).maxCoeff() * (1 + ez);
-      none[std::size_t(i)] = zmax >= limit;
+      none[std::size_t(i)] = zmax * std::max(1.0, 1 / s) >= limit;
       const double dmax = moves.row(i).maxCoeff() + 2 * u32 * zmax + 2 * e * eta;
       const double r = std::exp(2 * dmax) * (1 + u) * (1 + u) * std::pow(1 + gamma32(double(cols + 8)), 2);
       p.row(i) = (logits.row(i).array() - mx).exp();
@@ -1214,7 +1215,8 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   const MatrixR<double> ew =
       stored_error(product_error(bm, db, bm + db, v.cwiseAbs(), (vs - v).cwiseAbs(), vsa, nk, 1e-15), bv, u, eta);
   const MatrixR<double> wu = bv.cwiseAbs() + ew;
-  const bool bv_over = wu.maxCoeff() >= big / (1 + u);
+  // A float32 partial sum may pass float32's largest value before it cancels: bounded by the magnitudes' product.
+  const bool bv_over = wu.maxCoeff() >= big / (1 + u) || ((bm + db) * vsa).maxCoeff() >= kMax32;
   // F·Ẑ (n_q × m), summed in float32 over m, stored — with the emulated run's Ẑ against the float64 run's Z: their
   // difference enters as computed.
   const MatrixR<double> fz = f * z;
@@ -1225,8 +1227,11 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   b.reference = fz * bv;
   const MatrixR<double> eo = product_error(fz.cwiseAbs(), ey, yu, bv.cwiseAbs(), ew, wu, m, 1e-12);
   b.output = (eo.array() * (1 + u) + u * b.reference.cwiseAbs().array() + eta).matrix();
+  const VectorX<double> fz_sums = ((f + df) * z32.cwiseAbs()).rowwise().maxCoeff(),
+                        o_sums = (yu * wu).rowwise().maxCoeff();
   give_up_rows(b, big, u, [&](Index i) {
-    return any_b || bv_over || none_f[std::size_t(i)] || yu.row(i).maxCoeff() >= big / (1 + u);
+    return any_b || bv_over || none_f[std::size_t(i)] || yu.row(i).maxCoeff() >= big / (1 + u) ||
+           fz_sums(i) >= kMax32 || o_sums(i) >= kMax32;
   });
   return b;
 }
@@ -1257,7 +1262,8 @@ KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef
   // P (n_q × n_k, float64 from the exact inputs) and each row's probability ratio ρ_i.
   const MatrixR<double> logits = s * q * k.transpose();
   const MatrixR<double> mag = s * qs.cwiseAbs() * ks.cwiseAbs().transpose();
-  const double ez = (1 + gamma32(double(d))) * (1 + u32) - 1;
+  // A logit: d products summed, times the scale (itself rounded to float32), in float32.
+  const double ez = (1 + gamma32(double(d))) * (1 + u32) * (1 + u32) - 1;
   const MatrixR<double> moves = s * ((qs - q).cwiseAbs() * ks.cwiseAbs().transpose() +
                                      q.cwiseAbs() * (ks - k).cwiseAbs().transpose()) +
                                 ez * mag + 2 * double(d + 2) * f64 * s * (q.cwiseAbs() * k.cwiseAbs().transpose());
@@ -1267,9 +1273,9 @@ KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef
   const double ln_n = std::log(double(nk));
   for (Index i = 0; i < nq; ++i) {
     const double zi = mag.row(i).maxCoeff() * (1 + ez);
-    none[std::size_t(i)] = zi >= kMax32 / 2;
+    none[std::size_t(i)] = zi * std::max(1.0, 1 / s) >= kMax32 / 2;  // q·k is formed before the scale
     const double eps = 2 * gamma32(double(2 * nk + 8)) + u32 * (8 * zi + 4 * ln_n + 4);
-    rho(i) = std::exp(2 * moves.row(i).maxCoeff() + eps) * (1 + u32);
+    rho(i) = std::exp(2 * moves.row(i).maxCoeff() + eps) * (1 + 4 * u32);  // Eigen's float32 exp: within 4u₃₂
     const double mx = logits.row(i).maxCoeff();
     p.row(i) = (logits.row(i).array() - mx).exp();
     p.row(i) /= p.row(i).sum();
@@ -1299,13 +1305,18 @@ KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef
   MatrixR<double> ew = product_error(rm, dr, rm + dr, v.cwiseAbs(), (vs - v).cwiseAbs(), vs.cwiseAbs(), nk, 1e-15);
   if (eager) ew = stored_error(ew, w, u, eta);
   const MatrixR<double> wu = w.cwiseAbs() + ew;
-  const bool w_over = wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32);
+  // A float32 partial sum may pass float32's largest value before it cancels: bounded by the magnitudes' product.
+  const bool w_over =
+      wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32) || ((rm + dr) * vs.cwiseAbs()).maxCoeff() >= kMax32;
   // O = A·(R·V), summed in float32 over c, stored.
   b.reference = a * w;
   const MatrixR<double> eo = product_error(a.cwiseAbs(), ea, au, w.cwiseAbs(), ew, wu, c, 1e-12);
   b.output = stored_error(eo, b.reference, u, eta);
+  const VectorX<double> a_sums = ((cm + dc) * z32.cwiseAbs()).rowwise().maxCoeff(),
+                        o_sums = (au * wu).rowwise().maxCoeff();
   give_up_rows(b, big, u, [&](Index i) {
-    return any_r || w_over || none[std::size_t(i)] || au.row(i).maxCoeff() >= big / (1 + u);
+    return any_r || w_over || none[std::size_t(i)] || au.row(i).maxCoeff() >= big / (1 + u) ||
+           a_sums(i) >= kMax32 || o_sums(i) >= kMax32;
   });
   return b;
 }

@@ -111,7 +111,8 @@ MethodDescriptor VqOptions::registry_entry() {
           "unguarded; careful keeps those in float32. Soft: the responsibilities R = softmax(z) stored under both, "
           "z = (2KCᵀ − ‖k‖² − ‖c‖²)/(2T) with KCᵀ and the norms, and the masses Rᵀ1 with RᵀV, under eager. Both: "
           "per query code a Transformer-VQ over the key codes; the query codebook C', the residuals K − ΔC, the key "
-          "weights exp(g − max) stored under both, g = s·C'(K − ΔC)ᵀ and the per-query-code sums under eager. "
+          "weights exp(g − max) stored under both, g = s·C'(K − ΔC)ᵀ, the per-query-code sums and the joint logits "
+          "λ + m under eager. "
           "Causal: Transformer-VQ's blockwise form (Lingle 2023 §3.3), "
           "blocks of 64 queries each over its own keys under the mask (their weights those of their codes) and the "
           "cache of every earlier key, the cache stored after every block under eager")
@@ -317,8 +318,9 @@ struct VqMethod<T>::Tape {
 };
 
 /// The soft assignment's responsibilities as a transcription stores them (assign=soft): z = (2K·Cᵀ − ‖k‖² − ‖c‖²)/(2T)
-/// with K·Cᵀ, the squared norms and z each stored as accumulators (eager), R = softmax_y(z) row by row (max
-/// subtracted, float32 inside, as a framework's softmax kernel) stored as a tensor under both policies.
+/// with K·Cᵀ, the squared norms, each subtraction and the division stored as accumulators (eager; the doubling is
+/// exact), R = softmax_y(z) row by row (max subtracted, float32 inside, as a framework's softmax kernel) stored as a
+/// tensor under both policies.
 template <typename T>
 MatrixR<T> VqMethod<T>::stored_responsibilities(const Rounding& r, const MatrixR<T>& c) const {
   const char* what = "responsibility logits −‖k − c‖²/(2T)";
@@ -329,7 +331,9 @@ MatrixR<T> VqMethod<T>::stored_responsibilities(const Rounding& r, const MatrixR
   r(cn, Held::accumulator, what);
   z *= T(2);
   z.colwise() -= kn;
+  r(z, Held::accumulator, what);
   z.rowwise() -= cn.transpose();
+  r(z, Held::accumulator, what);
   z /= T(2) * T(this->o_.temperature);
   r(z, Held::accumulator, what);
   for (Index j = 0; j < z.rows(); ++j) {
@@ -427,8 +431,9 @@ struct VqMethod<T>::BothTape {
 /// Transformer-VQ over the key codes: C, C' and the residuals R = K − ΔC stored (both policies); λ = s·QCᵀ and
 /// g = s·C'Rᵀ (each product and its ·s stored under eager); m_by = max_{a(j)=y} g_bj, the key weights
 /// G̃_bj = exp(g_bj − m_b,a(j)) stored (both); per query code the sums W_b = Σ_j G̃_bj e_a(j) v_jᵀ and
-/// H_by = Σ_{a(j)=y} G̃_bj (eager); the query weights E_iy = exp(λ_iy + m_b(i),y − max) over the codes that hold keys,
-/// stored (both); O_i = (E_i·W_b(i)) / (E_i·H_b(i)), numerators and normalisers stored under eager, divided unguarded.
+/// H_by = Σ_{a(j)=y} G̃_bj (eager); the joint logits λ_iy + m_b(i),y (eager) and the query weights E_iy = exp(λ_iy +
+/// m_b(i),y − max) over the codes that hold keys, stored (both); O_i = (E_i·W_b(i)) / (E_i·H_b(i)), numerators and
+/// normalisers stored under eager, divided unguarded.
 template <typename T>
 MatrixR<T> VqMethod<T>::emulated_both_output(const ConstRef<T>& v, const Rounding& r, BothTape& t) const {
   const T s = T(this->options().scale);
@@ -463,12 +468,14 @@ MatrixR<T> VqMethod<T>::emulated_both_output(const ConstRef<T>& v, const Roundin
   for (MatrixR<T>& x : t.w) r(x, Held::accumulator, sums);
   r(t.h, Held::accumulator, sums);
   t.e.resize(nq, c);
+  for (Index i = 0; i < nq; ++i) t.e.row(i) = t.lam.row(i) + m.row(b[std::size_t(i)]);
+  r(t.e, Held::accumulator, "joint logits λ + m");
   for (Index i = 0; i < nq; ++i) {
     const Index bq = b[std::size_t(i)];
     T mx = neg_inf;
     for (Index y = 0; y < c; ++y)
-      if (t.h(bq, y) > 0) mx = std::max(mx, t.lam(i, y) + m(bq, y));
-    for (Index y = 0; y < c; ++y) t.e(i, y) = t.h(bq, y) > 0 ? std::exp(t.lam(i, y) + m(bq, y) - mx) : T(0);
+      if (t.h(bq, y) > 0) mx = std::max(mx, t.e(i, y));
+    for (Index y = 0; y < c; ++y) t.e(i, y) = t.h(bq, y) > 0 ? std::exp(t.e(i, y) - mx) : T(0);
   }
   r(t.e, Held::tensor, "weights exp(ℓ − max)");
   t.num.resize(nq, dv);
@@ -542,30 +549,31 @@ Gradients<T> VqMethod<T>::emulated_both_backward(const ConstRef<T>& v, const Con
   MatrixR<T> dcq = dg * t.resid;
   add_query_codebook_gradient(dcq, g.dq);
   // Straight-through dK̂: per query code b and key code y, G_by = Σ_{b(i)=b} E_iy q_i [wn_i, wd_i] (d × (d_v + 1));
-  // dk_j = s·Σ_b G̃_bj G_b,a(j) [v_j; 1].
+  // dk_j = s·Σ_b G̃_bj G_b,a(j) [v_j; 1] — one query code at a time (c matrices held, as the native backward).
   std::vector<std::vector<Index>> queries_of(static_cast<std::size_t>(cq));
   for (Index i = 0; i < nq; ++i) queries_of[std::size_t(b[std::size_t(i)])].push_back(i);
-  std::vector<MatrixR<T>> gby(static_cast<std::size_t>(cq * c));
-#pragma omp parallel for schedule(dynamic)
-  for (Index x = 0; x < cq * c; ++x) {
-    const Index bq = x / c, y = x % c;
-    const auto& qi = queries_of[std::size_t(bq)];
-    MatrixR<T>& G = gby[std::size_t(x)];
-    G = MatrixR<T>::Zero(d, dv + 1);
-    if (t.h(bq, y) == 0) continue;
-    for (Index i : qi) {
-      if (t.e(i, y) == T(0)) continue;
-      G.leftCols(dv).noalias() += (t.e(i, y) * q_.row(i)).transpose() * wn.row(i);
-      G.col(dv) += (t.e(i, y) * wd(i)) * q_.row(i).transpose();
-    }
-    r(G, Held::accumulator, "backward: per-code key-gradient sums");
-  }
+  std::vector<MatrixR<T>> gy(static_cast<std::size_t>(c));
   g.dk = MatrixR<T>::Zero(nk, d);
-  for (Index j = 0; j < nk; ++j)
-    for (Index bq = 0; bq < cq; ++bq) {
-      const MatrixR<T>& G = gby[std::size_t(bq * c + a[std::size_t(j)])];
+  for (Index bq = 0; bq < cq; ++bq) {
+    const auto& qi = queries_of[std::size_t(bq)];
+#pragma omp parallel for schedule(dynamic)
+    for (Index y = 0; y < c; ++y) {
+      MatrixR<T>& G = gy[std::size_t(y)];
+      G = MatrixR<T>::Zero(d, dv + 1);
+      if (t.h(bq, y) == 0) continue;
+      for (Index i : qi) {
+        if (t.e(i, y) == T(0)) continue;
+        G.leftCols(dv).noalias() += (t.e(i, y) * q_.row(i)).transpose() * wn.row(i);
+        G.col(dv) += (t.e(i, y) * wd(i)) * q_.row(i).transpose();
+      }
+      r(G, Held::accumulator, "backward: per-code key-gradient sums");
+    }
+#pragma omp parallel for schedule(static)
+    for (Index j = 0; j < nk; ++j) {
+      const MatrixR<T>& G = gy[std::size_t(a[std::size_t(j)])];
       g.dk.row(j) += t.gt(bq, j) * (G.leftCols(dv) * v.row(j).transpose() + G.col(dv)).transpose();
     }
+  }
   g.dk *= s;
   return g;
 }

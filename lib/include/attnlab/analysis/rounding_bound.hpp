@@ -303,11 +303,13 @@ KernelRoundingBound scatterbrain_rounding_bound(const ConstRef<double>& q, const
 /// round_to); the landmarks Q̃, K̃ as float32 segment means of the stored rows, stored (within ΔX̃ = |mean(X̂) −
 /// mean(X)| + γ_{len+1}·mean|X̂| and the storing); F = softmax(s·QK̃ᵀ) and B = softmax(s·Q̃Kᵀ) materialised (the logits
 /// in float32, stored twice under eager; P stored): each logit moves by at most D = s·[|Q̂ − Q|ᵀ(|K̃| + ΔK̃) +
-/// |Q|ᵀΔK̃] + e_z·s·|Q̂|ᵀ(|K̃| + ΔK̃) + 2u₃₂·|ẑ|max (B: the landmark queries' ΔQ̃ against the stored keys), so each
+/// |Q|ᵀΔK̃] + e_z·s·|Q̂|ᵀ(|K̃| + ΔK̃) + 2u₃₂·|ẑ|max (e_z counting the float32 scale's rounding too; B: the landmark
+/// queries' ΔQ̃ against the stored keys), so each
 /// probability lies within [p/R, p·R] ± (2⁻¹²⁶(1+u) + η), R = e^{2D_i}(1+u)²(1+γ_{n+8})² (exact's materialised
 /// bound); then B·V over n_k, F·Ẑ over m (each stored) and their product over m (O stored), each within the product
-/// rule |âb̂ − ab| ≤ Δa|b̂| + |a|Δb plus γ of the magnitudes. Non-causal; +inf where a logit (eager), a stored product
-/// or O may reach the format's largest value (B·V anywhere: every row).
+/// rule |âb̂ − ab| ≤ Δa|b̂| + |a|Δb plus γ of the magnitudes. Non-causal; +inf where a logit before or after the
+/// scale (eager), a stored product or O may reach the format's largest value, or a float32 partial sum float32's (the
+/// magnitudes' product bounds it) (B·V anywhere: every row).
 /// select=random: `rows_q`, `rows_k` the sampled rows the landmarks are (the stored rows themselves, known exactly);
 /// empty for segment means.
 KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
@@ -319,17 +321,17 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
 /// CUR's bound (Drineas, Mahoney & Muthukrishnan 2008: O = C·Z·(R·V), C = P[:, J], R = P[I, :], Z = pinv(P[I, J])),
 /// both policies, **given both runs' pseudo-inverses** as Nyström's (`z` the float64 run's, `z32` the emulated run's;
 /// the same sampled rows I and columns J in both). The rest as the emulation computes it (CurMethod::do_compute in
-/// float32 from the stored Q, K, then LowRankMethod's emulated output): every entry of C and R is float32's
-/// exp(ℓ̂_ij − L̂_i), the logits s·q̂·k̂ (each within D_ij = s·[|Q̂ − Q||K̂|ᵀ + |Q||K̂ − K|ᵀ] +
-/// ((1+γ_d)(1+u₃₂) − 1)·s|Q̂||K̂|ᵀ of exact's) and L̂ the streaming log-sum-exp over every key
-/// (ExactOperator::row_lse: the tiles' running maxima and rescaled sums, the log and the addition): so each
-/// probability lies within [p/ρ_i, p·ρ_i] ± 2⁻¹²⁶(1 + u₃₂) + η₃₂, ρ_i = e^{2 max_j D_ij + ε_i}(1 + u₃₂),
-/// ε_i = 2γ_{2n_k+8} + u₃₂·(8·z_i + 4·ln n_k + 4) with z_i the row's largest computed |logit| (the subtractions' and
-/// the log's roundings, each relative to what it subtracts); R then stored
-/// (×(1+u), + η); A = C·Ẑ summed in float32 over the c columns and stored (both policies); R·V over n_k, stored under
-/// eager; O = A·(R·V) over c, stored — each by the product rule with γ of the magnitudes. Non-causal; +inf on every
-/// row where R·V (eager) may reach the format's largest value, on a row where a logit may reach float32's, or A's or
-/// O's row the format's.
+/// float32 from the stored Q, K, then LowRankMethod's emulated output): every entry of C and R is float32's exp(ℓ̂_ij −
+/// L̂_i), the logits s·q̂·k̂ (each within D_ij = s·[|Q̂ − Q||K̂|ᵀ + |Q||K̂ − K|ᵀ] + ((1+γ_d)(1+u₃₂)² − 1)·s|Q̂||K̂|ᵀ of
+/// exact's, the scale itself rounded to float32) and L̂ the streaming log-sum-exp over every key
+/// (ExactOperator::row_lse: the tiles' running maxima and rescaled sums, the log and the addition): so each probability
+/// lies within [p/ρ_i, p·ρ_i] ± 2⁻¹²⁶(1 + u₃₂) + η₃₂, ρ_i = e^{2 max_j D_ij + ε_i}(1 + 4u₃₂), ε_i = 2γ_{2n_k+8} +
+/// u₃₂·(8·z_i + 4·ln n_k + 4) with z_i the row's largest computed |logit| (the subtractions' and the log's roundings,
+/// each relative to what it subtracts); R then stored (×(1+u), + η); A = C·Ẑ summed in float32 over the c columns and
+/// stored (both policies); R·V over n_k, stored under eager; O = A·(R·V) over c, stored — each by the product rule with
+/// γ of the magnitudes. Non-causal; +inf on every row where R·V (eager) may reach the format's largest value, on a row
+/// where a logit (before or after the scale) may reach float32's, or A's or O's row the format's, and where a float32
+/// partial sum may pass float32's largest value (the magnitudes' product |Ĉ||Ẑ|, |R̂||V̂| or |Â||R̂V̂| bounds it).
 KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k, const ConstRef<double>& v,
                                        const std::vector<Index>& rows, const std::vector<Index>& cols,
                                        const ConstRef<double>& z, const ConstRef<double>& z32,
