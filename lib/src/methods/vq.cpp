@@ -309,6 +309,21 @@ MatrixR<T> VqMethod<T>::stored_logits(const Rounding& r, MatrixR<T>& c) const {
   return logits;
 }
 
+namespace {
+
+/// The division's gradients of O = num / den, which every emulated VQ form divides as a transcription does:
+/// wn_i = dO_i / D_i and wd_i = −dO_i·num_i / D_i², each stored under eager.
+template <typename T, typename Derived>
+void division_gradients(const Rounding& r, const Eigen::MatrixBase<Derived>& d_out, const MatrixR<T>& num,
+                        const VectorX<T>& den, MatrixR<T>& wn, VectorX<T>& wd) {
+  wn = d_out.array().colwise() / den.array();
+  wd = -((d_out.array() * num.array()).rowwise().sum() / den.array().square()).matrix();
+  r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+  r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+}
+
+}  // namespace
+
 /// What the non-causal emulated forward keeps for its backward: the codebook, the weights and the per-code sums as
 /// stored, the numerators and normalisers, and (assign=soft) the responsibilities R as stored.
 template <typename T>
@@ -504,10 +519,9 @@ Gradients<T> VqMethod<T>::emulated_both_backward(const ConstRef<T>& v, const Con
   emulated_both_output(v, again, t);
   const std::vector<Index>&a = key_codes_, &b = query_codes_;
   const Index c = t.c.rows(), cq = t.cq.rows(), nk = v.rows(), nq = q_.rows(), dv = v.cols(), d = q_.cols();
-  MatrixR<T> wn = d_out.array().colwise() / t.den.array();
-  VectorX<T> wd = -((d_out.array() * t.num.array()).rowwise().sum() / t.den.array().square()).matrix();
-  r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
-  r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+  MatrixR<T> wn;
+  VectorX<T> wd;
+  division_gradients(r, d_out, t.num, t.den, wn, wd);
   MatrixR<T> de(nq, c);
   for (Index i = 0; i < nq; ++i) {
     const Index bq = b[std::size_t(i)];
@@ -599,10 +613,9 @@ Gradients<T> VqMethod<T>::emulated_backward(const ConstRef<T>& v, const ConstRef
   const VectorX<T>& counts = t.counts;
   const Index codes = c.rows(), nq = q_.rows(), dv = v.cols(), d = q_.cols();
   // The division's gradients, then the weights'.
-  MatrixR<T> wn = d_out.array().colwise() / t.den.array();
-  VectorX<T> wd = -((d_out.array() * t.num.array()).rowwise().sum() / t.den.array().square()).matrix();
-  r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
-  r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+  MatrixR<T> wn;
+  VectorX<T> wd;
+  division_gradients(r, d_out, t.num, t.den, wn, wd);
   MatrixR<T> dw = wn * sums.transpose();
   dw.noalias() += wd * counts.transpose();
   r(dw, Held::tensor, "backward: ∂L/∂weights");
@@ -762,10 +775,9 @@ Gradients<T> VqMethod<T>::emulated_causal_backward(const ConstRef<T>& v, const C
     const MatrixR<T>& w = tape.w[std::size_t(b)];
     const VectorX<T>& den = tape.den[std::size_t(b)];
     const auto dob = d_out.middleRows(i0, len);
-    MatrixR<T> wn = dob.array().colwise() / den.array();
-    VectorX<T> wd = -((dob.array() * tape.num[std::size_t(b)].array()).rowwise().sum() / den.array().square()).matrix();
-    r(wn, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
-    r(wd, Held::accumulator, "∂L/∂numerators, ∂L/∂normalisers");
+    MatrixR<T> wn;
+    VectorX<T> wd;
+    division_gradients(r, dob, tape.num[std::size_t(b)], den, wn, wd);
     const auto vb = v.middleRows(k0, len);
     const MatrixR<T>& el = tape.el[std::size_t(b)];
     MatrixR<T> del = wn * vb.transpose();  // ∂L/∂el_it = wn_i·v_t + wd_i, t ≤ i
