@@ -17,9 +17,11 @@
 #include "attnlab/methods/probsparse.hpp"
 #include "attnlab/methods/reformer.hpp"
 #include "attnlab/methods/scatterbrain.hpp"
+#include "attnlab/methods/svd.hpp"
 #include "attnlab/methods/vq.hpp"
 #include "attnlab/operators/codebook.hpp"
 #include "attnlab/operators/exact.hpp"
+#include "attnlab/operators/low_rank.hpp"
 #include "attnlab/operators/sparse.hpp"
 
 #include <fmt/format.h>
@@ -912,6 +914,25 @@ TEST(RoundingBound, CurRespectsItGivenBothPseudoinverses) {
                                 pinv_moved(c64.pseudoinverse(), c32.pseudoinverse())));
       },
       [](Storage st) { return st == Storage::fp16; });
+}
+
+// The SVD oracle's bound given both runs' singular vectors (svd_rounding_bound): A = P̂·V̂_R through the streaming
+// log-sum-exp in float32 from the stored rows, A and V̂_R stored, W = V̂_Rᵀ·V̂ (stored under eager) and O = A·W, with
+// V̂_R − V_R (the float64 basis rotated to the emulated one's) entering as computed; the dense SVD and the block
+// Krylov solver. A is a convex combination of V_R's rows (|A| ≤ 1): no row may lose its guarantee.
+TEST(RoundingBound, SvdRespectsItGivenBothSingularVectors) {
+  pinv_bound_cases<SvdMethod<double>>(
+      {"svd:rank=16", "svd:rank=32,solver=block"},
+      [](const MatrixR<double>& q, const MatrixR<double>& k, const MatrixR<double>& v, const SvdMethod<double>& s64,
+         const Method<float>& m32, const AttentionOptions& o) {
+        const auto& f64 = dynamic_cast<const LowRankOperator<double>&>(s64.op());
+        const auto& f32 = dynamic_cast<const LowRankOperator<float>&>(m32.op());
+        const MatrixR<double> vr32 = f32.right().cast<double>();
+        // How far the subspace moved: |V̂_R − V_R| over the projectors, |V̂V̂ᵀ − VVᵀ|_F / |VVᵀ|_F.
+        const MatrixR<double> pr = f64.right() * f64.right().transpose(), pr32 = vr32 * vr32.transpose();
+        return std::optional(std::pair(svd_rounding_bound(q, k, v, f64.right(), vr32, o),
+                                       (pr32 - pr).norm() / pr.norm()));
+      });
 }
 
 // ProbSparse's bound (probsparse_rounding_bound): where both runs chose alike, exact's streaming bound on the exact

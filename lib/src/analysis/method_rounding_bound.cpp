@@ -14,6 +14,7 @@
 #include "attnlab/methods/scatterbrain.hpp"
 #include "attnlab/methods/taylor.hpp"
 #include "attnlab/methods/vq.hpp"
+#include "attnlab/operators/low_rank.hpp"
 #include "attnlab/operators/codebook.hpp"
 #include "attnlab/operators/sparse.hpp"
 
@@ -218,6 +219,15 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
     return from_kernel(cur_rounding_bound(q_, k_, v_, c64.sampled_rows(), c64.sampled_columns(), c64.pseudoinverse(),
                                           c32.pseudoinverse().cast<double>(), opts),
                        own);
+  }
+  if (name == "svd") {
+    // Given both runs' singular vectors, as Nyström's and CUR's pseudo-inverses: the solver's rounding propagation is
+    // not bounded a priori.
+    if (causal) return none("the SVD oracle is non-causal");
+    const auto* f64 = dynamic_cast<const LowRankOperator<double>*>(&reference.op());
+    const auto* f32 = dynamic_cast<const LowRankOperator<float>*>(&emulated.op());
+    require(f64 != nullptr && f32 != nullptr, "rounding bound: {} has no factored operator", reference.spec());
+    return from_kernel(svd_rounding_bound(q_, k_, v_, f64->right(), f32->right().cast<double>(), opts), own);
   }
   return none(name + ": not derived");
 }

@@ -3,6 +3,7 @@
 
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/formats.hpp"
+#include "attnlab/components/dense_svd.hpp"
 #include "attnlab/components/landmarks.hpp"
 #include "attnlab/components/random_features.hpp"
 #include "attnlab/methods/linear.hpp"
@@ -1236,6 +1237,73 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   return b;
 }
 
+namespace {
+
+/// P = softmax(s·QKᵀ) (n_q × n_k, float64 from the exact inputs) and what float32's ExactOperator makes of it from the
+/// stored rows `qs`, `ks` (row_lse, then exp(ℓ̂_ij − L̂_i) per entry: cur_rounding_bound's header): every entry within
+/// [p/ρ_i, p·ρ_i] ± p_abs; `none` the rows where a logit, before or after the scale, may reach float32's largest value.
+struct StreamedProbabilities {
+  MatrixR<double> p;
+  VectorX<double> rho;
+  std::vector<char> none;
+  double p_abs = kMin32 * (1 + kU32) + kEta32;
+};
+
+StreamedProbabilities streamed_probabilities(const ConstRef<double>& q, const ConstRef<double>& k,
+                                             const MatrixR<double>& qs, const MatrixR<double>& ks, double s) {
+  const Index nq = q.rows(), nk = k.rows(), d = q.cols();
+  const double u32 = kU32, f64 = std::ldexp(1.0, -53);
+  const MatrixR<double> logits = s * q * k.transpose();
+  const MatrixR<double> mag = s * qs.cwiseAbs() * ks.cwiseAbs().transpose();
+  // A logit: d products summed, times the scale (itself rounded to float32), in float32.
+  const double ez = (1 + gamma32(double(d))) * (1 + u32) * (1 + u32) - 1;
+  const MatrixR<double> moves = s * ((qs - q).cwiseAbs() * ks.cwiseAbs().transpose() +
+                                     q.cwiseAbs() * (ks - k).cwiseAbs().transpose()) +
+                                ez * mag + 2 * double(d + 2) * f64 * s * (q.cwiseAbs() * k.cwiseAbs().transpose());
+  StreamedProbabilities r;
+  r.p.resize(nq, nk);
+  r.rho.resize(nq);
+  r.none.assign(std::size_t(nq), 0);
+  const double ln_n = std::log(double(nk));
+  for (Index i = 0; i < nq; ++i) {
+    const double zi = mag.row(i).maxCoeff() * (1 + ez);
+    r.none[std::size_t(i)] = zi * std::max(1.0, 1 / s) >= kMax32 / 2;  // q·k is formed before the scale
+    const double eps = 2 * gamma32(double(2 * nk + 8)) + u32 * (8 * zi + 4 * ln_n + 4);
+    r.rho(i) = std::exp(2 * moves.row(i).maxCoeff() + eps) * (1 + 4 * u32);  // Eigen's float32 exp: within 4u₃₂
+    const double mx = logits.row(i).maxCoeff();
+    r.p.row(i) = (logits.row(i).array() - mx).exp();
+    r.p.row(i) /= r.p.row(i).sum();
+  }
+  return r;
+}
+
+/// `x`·G with G the orthogonal matrix nearest to taking x to `target` (orthogonal Procrustes, Schönemann 1966:
+/// G = U·Wᵀ from xᵀ·target = U·Σ·Wᵀ): two bases of (nearly) one subspace, aligned.
+MatrixR<double> procrustes_aligned(const ConstRef<double>& x, const ConstRef<double>& target) {
+  const DenseSvd svd = jacobi_svd(Eigen::MatrixXd(x.transpose() * target), Eigen::ComputeFullU | Eigen::ComputeFullV);
+  return x * (svd.u * svd.v.transpose());
+}
+
+/// The last product of a factored output, O = A·W summed in float32 over `depth` and stored (CUR's, the SVD oracle's):
+/// b.reference and b.output from A, W (n_q × depth, depth × d_v), their error bounds ea, ew and envelopes au, wu; then
+/// the rows without a guarantee: those `none(i)` names, and where A's row may reach the format's largest value `big`
+/// or a float32 partial sum float32's (`a_sums`: each row's largest Σ of A's terms' magnitudes; the O sums' |Â||Ŵ|).
+template <typename None>
+void stored_last_product(KernelRoundingBound& b, const MatrixR<double>& a, const MatrixR<double>& ea,
+                         const MatrixR<double>& au, const MatrixR<double>& w, const MatrixR<double>& ew,
+                         const MatrixR<double>& wu, Index depth, const VectorX<double>& a_sums, double big, None none) {
+  const double u = b.u;
+  b.reference = a * w;
+  const MatrixR<double> eo = product_error(a.cwiseAbs(), ea, au, w.cwiseAbs(), ew, wu, depth, 1e-12);
+  b.output = stored_error(eo, b.reference, u, b.eta);
+  const VectorX<double> o_sums = (au * wu).rowwise().maxCoeff();
+  give_up_rows(b, big, u, [&](Index i) {
+    return none(i) || au.row(i).maxCoeff() >= big / (1 + u) || a_sums(i) >= kMax32 || o_sums(i) >= kMax32;
+  });
+}
+
+}  // namespace
+
 KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k, const ConstRef<double>& v,
                                        const std::vector<Index>& rows, const std::vector<Index>& cols,
                                        const ConstRef<double>& z, const ConstRef<double>& z32,
@@ -1255,32 +1323,16 @@ KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef
   KernelRoundingBound b;
   b.u = unit_roundoff(format);
   b.eta = half_min_subnormal(format);
-  const double u = b.u, eta = b.eta, u32 = kU32, f64 = std::ldexp(1.0, -53);
+  const double u = b.u, eta = b.eta;
   const double big = largest_finite(format);
   const double s = opts.resolved_scale(d);
   const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
-  // P (n_q × n_k, float64 from the exact inputs) and each row's probability ratio ρ_i.
-  const MatrixR<double> logits = s * q * k.transpose();
-  const MatrixR<double> mag = s * qs.cwiseAbs() * ks.cwiseAbs().transpose();
-  // A logit: d products summed, times the scale (itself rounded to float32), in float32.
-  const double ez = (1 + gamma32(double(d))) * (1 + u32) * (1 + u32) - 1;
-  const MatrixR<double> moves = s * ((qs - q).cwiseAbs() * ks.cwiseAbs().transpose() +
-                                     q.cwiseAbs() * (ks - k).cwiseAbs().transpose()) +
-                                ez * mag + 2 * double(d + 2) * f64 * s * (q.cwiseAbs() * k.cwiseAbs().transpose());
-  MatrixR<double> p(nq, nk);
-  VectorX<double> rho(nq);
-  std::vector<char> none(std::size_t(nq), 0);
-  const double ln_n = std::log(double(nk));
-  for (Index i = 0; i < nq; ++i) {
-    const double zi = mag.row(i).maxCoeff() * (1 + ez);
-    none[std::size_t(i)] = zi * std::max(1.0, 1 / s) >= kMax32 / 2;  // q·k is formed before the scale
-    const double eps = 2 * gamma32(double(2 * nk + 8)) + u32 * (8 * zi + 4 * ln_n + 4);
-    rho(i) = std::exp(2 * moves.row(i).maxCoeff() + eps) * (1 + 4 * u32);  // Eigen's float32 exp: within 4u₃₂
-    const double mx = logits.row(i).maxCoeff();
-    p.row(i) = (logits.row(i).array() - mx).exp();
-    p.row(i) /= p.row(i).sum();
-  }
-  const double p_abs32 = kMin32 * (1 + u32) + kEta32;
+  // P (n_q × n_k) and each row's probability ratio ρ_i.
+  const StreamedProbabilities sp = streamed_probabilities(q, k, qs, ks, s);
+  const MatrixR<double>& p = sp.p;
+  const VectorX<double>& rho = sp.rho;
+  const std::vector<char>& none = sp.none;
+  const double p_abs32 = sp.p_abs;
   // C = P[:, J] in float32; R = P[I, :] in float32, then stored.
   MatrixR<double> cm(nq, c), dc(nq, c), rm(c, nk), dr(c, nk);
   for (Index t = 0; t < c; ++t) {
@@ -1309,15 +1361,59 @@ KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef
   const bool w_over =
       wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32) || ((rm + dr) * vs.cwiseAbs()).maxCoeff() >= kMax32;
   // O = A·(R·V), summed in float32 over c, stored.
-  b.reference = a * w;
-  const MatrixR<double> eo = product_error(a.cwiseAbs(), ea, au, w.cwiseAbs(), ew, wu, c, 1e-12);
-  b.output = stored_error(eo, b.reference, u, eta);
-  const VectorX<double> a_sums = ((cm + dc) * z32.cwiseAbs()).rowwise().maxCoeff(),
-                        o_sums = (au * wu).rowwise().maxCoeff();
-  give_up_rows(b, big, u, [&](Index i) {
-    return any_r || w_over || none[std::size_t(i)] || au.row(i).maxCoeff() >= big / (1 + u) ||
-           a_sums(i) >= kMax32 || o_sums(i) >= kMax32;
-  });
+  stored_last_product(b, a, ea, au, w, ew, wu, c, ((cm + dc) * z32.cwiseAbs()).rowwise().maxCoeff(), big,
+                      [&](Index i) { return any_r || w_over || none[std::size_t(i)]; });
+  return b;
+}
+
+KernelRoundingBound svd_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k, const ConstRef<double>& v,
+                                       const ConstRef<double>& vr, const ConstRef<double>& vr32,
+                                       const AttentionOptions& opts) {
+  require(!opts.causal, "svd rounding bound: the SVD oracle is non-causal");
+  validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
+  const Index nk = k.rows(), d = q.cols(), r = vr.cols();
+  require(v.rows() == nk && r >= 1 && vr.rows() == nk && vr32.rows() == nk && vr32.cols() == r,
+          "svd rounding bound: V {} rows, K {}; V_R {}×{}, the emulated run's {}×{}", v.rows(), nk, vr.rows(), r,
+          vr32.rows(), vr32.cols());
+  require(opts.storage != Storage::native, "svd rounding bound: give a reduced storage (bf16 or fp16)");
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  KernelRoundingBound b;
+  b.u = unit_roundoff(format);
+  b.eta = half_min_subnormal(format);
+  const double u = b.u, eta = b.eta;
+  const double big = largest_finite(format);
+  const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
+  const StreamedProbabilities sp = streamed_probabilities(q, k, qs, ks, opts.resolved_scale(d));
+  const MatrixR<double>& p = sp.p;
+  MatrixR<double> dp(p.rows(), nk);
+  for (Index i = 0; i < p.rows(); ++i)
+    dp.row(i) = (sp.rho(i) - 1) * p.row(i).array() + sp.p_abs + 1e-15 * p.row(i).array();
+  // The basis of the top singular subspace is arbitrary (a sign per vector; any rotation among close singular
+  // values) and P·V_R·V_Rᵀ is the same for V_R·G, G orthogonal: the float64 run's basis is taken as V_R·G with G the
+  // rotation nearest the emulated run's (orthogonal Procrustes: G = U·Wᵀ from V_Rᵀ·V̂_R = U·Σ·Wᵀ), so that only the
+  // subspace's move counts as rounding. The float64 output is unchanged but for float64's rounding (the slack).
+  const MatrixR<double> z = procrustes_aligned(vr, vr32);
+  // A = P̂·V_R (n_q × R) in float32 over n_k, from the emulated run's V_R before its storing (ExactOperator::apply),
+  // then stored (both policies): V̂_R − V_R enters as computed.
+  const MatrixR<double> a = p * z;
+  const MatrixR<double> ea = stored_error(
+      product_error(p, dp, p + dp, z.cwiseAbs(), (vr32 - z).cwiseAbs(), vr32.cwiseAbs(), nk, 1e-15), a, u, eta);
+  const MatrixR<double> au = a.cwiseAbs() + ea;
+  // B = V_R stored (both policies; known exactly), W = B̂ᵀ·V̂ (R × d_v) in float32 over n_k, stored under eager.
+  const MatrixR<double> bs = stored_in(format, vr32);
+  const MatrixR<double> w = z.transpose() * v;
+  MatrixR<double> ew = product_error(z.transpose().cwiseAbs(), (bs - z).transpose().cwiseAbs(),
+                                     bs.transpose().cwiseAbs(), v.cwiseAbs(), (vs - v).cwiseAbs(), vs.cwiseAbs(), nk,
+                                     1e-15);
+  if (eager) ew = stored_error(ew, w, u, eta);
+  const MatrixR<double> wu = w.cwiseAbs() + ew;
+  // A float32 partial sum may pass float32's largest value before it cancels: bounded by the magnitudes' product.
+  const bool w_over = wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32) ||
+                      (bs.transpose().cwiseAbs() * vs.cwiseAbs()).maxCoeff() >= kMax32;
+  // O = Â·Ŵ over R, stored.
+  stored_last_product(b, a, ea, au, w, ew, wu, r, ((p + dp) * vr32.cwiseAbs()).rowwise().maxCoeff(), big,
+                      [&](Index i) { return w_over || sp.none[std::size_t(i)]; });
   return b;
 }
 

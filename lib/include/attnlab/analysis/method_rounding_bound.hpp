@@ -15,9 +15,10 @@
 // the kernel's condition number, the unconverged iteration does not, and no useful worst case follows from norms
 // alone — so their difference enters as computed; true but loose, F·Z's cancellation unseen), and CUR (its C and R
 // read through the streaming log-sum-exp; given both runs' pseudo-inverses of P[I,J] as Nyström's, and conditional
-// on both runs sampling the same rows and columns).
-// Not derived: the SVD oracle, Performer's trigonometric kernel under a causal mask, Transformer-VQ's soft and
-// two-codebook variants (attnlab's own; emulated, not bounded).
+// on both runs sampling the same rows and columns), and the SVD oracle (given both runs' singular vectors, the float64
+// basis rotated to the emulated one's).
+// Not derived: Performer's trigonometric kernel under a causal mask, Transformer-VQ's soft and two-codebook variants
+// (attnlab's own; emulated, not bounded).
 #pragma once
 
 #include "attnlab/core/method.hpp"

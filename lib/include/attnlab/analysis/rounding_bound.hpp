@@ -337,4 +337,21 @@ KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef
                                        const ConstRef<double>& z, const ConstRef<double>& z32,
                                        const AttentionOptions& opts);
 
+/// The SVD oracle's bound (svd.hpp: P_R = (P·V_R)·V_Rᵀ, V_R the top R right singular vectors of P; Eckart & Young
+/// 1936), both policies, **given both runs' singular vectors**: `vr` the float64 run's V_R, `vr32` the emulated run's
+/// as it multiplied with them (n_k × R). The solver's own propagation of the rounding is not bounded a priori (a
+/// singular subspace moves by the perturbation over the gap σ_R − σ_{R+1}, which attention's clustered tails make
+/// tiny): V̂_R − V_R enters as computed, as Nyström's and CUR's pseudo-inverses do, with the float64 run's basis
+/// rotated to the emulated run's (P·V_R·V_Rᵀ is the same for V_R·G, G orthogonal: G the nearest such, orthogonal
+/// Procrustes), so that a sign flip or a rotation among close singular values is not counted. The rest as the emulation
+/// computes it (SvdMethod::do_compute in float32 from the stored Q, K, then LowRankMethod's emulated output): A =
+/// P̂·V̂_R by ExactOperator::apply — P's entries as in CUR's bound, within [p/ρ_i, p·ρ_i] ± 2⁻¹²⁶(1 + u₃₂) + η₃₂ —
+/// summed in float32 over n_k and stored (both policies); V̂_R stored (both; known exactly); W = V̂_Rᵀ·V̂ over n_k,
+/// stored under eager; O = A·W over R, stored — each by the product rule with γ of the magnitudes. Non-causal; +inf on
+/// every row where W (eager) may reach the format's largest value, on a row where a logit may reach float32's, or A's
+/// or O's row the format's, and where a float32 partial sum may pass float32's largest value.
+KernelRoundingBound svd_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k, const ConstRef<double>& v,
+                                       const ConstRef<double>& vr, const ConstRef<double>& vr32,
+                                       const AttentionOptions& opts);
+
 }  // namespace attnlab
