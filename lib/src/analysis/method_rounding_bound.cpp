@@ -153,8 +153,6 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
   if (name == "performer") {
     const auto& p64 = as<PerformerMethod<double>>(reference);
     const auto& p32 = as<PerformerMethod<float>>(emulated);
-    if (p64.settings().kernel == PerformerKernel::Trig && causal)
-      return none("Performer: the trigonometric kernel's bound is derived for the non-causal form only");
     return from_kernel(performer_rounding_bound(q_, k_, v_, p64.omega(), p32.omega().cast<double>(),
                                                 p64.settings().kernel, opts, p64.settings().chunk),
                        own);

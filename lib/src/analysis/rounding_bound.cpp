@@ -595,6 +595,61 @@ bool key_chunk_sums_may_overflow(const MatrixR<double>& vs, double u) {
 /// each rescaling's η₃₂ one more absolute term per state entry (causal_kernel_bound's `rescales`). Every weight is
 /// at most 1 in the emulation's own units, so its sums cannot overflow float32 unless (M + 1)·Σ|V̂| could: then no
 /// guarantee anywhere.
+/// The careful causal form's key weights (performer_careful_causal's header): per key j, its weight's main term
+/// e^{g_j − C + θ_w}(1+4u₃₂)^{R+1} and absolute term (R + 1)·2⁻¹²⁶·b^R (b the largest value one weight or rescaling
+/// factor may take), in units of the exact e^{C − m}; `largest` the largest value a weight may take, `mults` the
+/// float32 products' (1+u₃₂)^{2R+2}.
+struct CausalKeyWeights {
+  VectorX<double> main, abs;
+  double largest = 0, mults = 1;
+  Index rescales = 0;
+};
+
+CausalKeyWeights careful_causal_weights(const VectorX<double>& g, const VectorX<double>& dg, Index nq, Index chunk) {
+  const double u32 = kU32, e32 = 4 * u32, floor32 = kMin32;
+  CausalKeyWeights w;
+  w.rescales = (nq + chunk - 1) / chunk;
+  const double c = g.maxCoeff(), dgmax = dg.maxCoeff(), r = double(w.rescales);
+  w.mults = std::pow(1 + u32, 2 * r + 2);
+  w.main.resize(g.size());
+  w.abs.resize(g.size());
+  for (Index j = 0; j < g.size(); ++j) {
+    const double theta_w = dg(j) + dgmax + 2 * u32 * (c - g(j) + dgmax + dg(j));
+    // The largest value any one weight or rescaling factor may take (their exact exponents are ≤ 0).
+    const double b = std::exp(theta_w) * (1 + e32) + floor32;
+    w.main(j) = std::exp(g(j) - c + theta_w) * std::pow(1 + e32, r + 1);
+    w.abs(j) = (r + 1) * floor32 * std::pow(b, r);
+    w.largest = std::max(w.largest, std::pow(b, r + 1));
+  }
+  return w;
+}
+
+/// The careful causal form's bound from its features (fq, fqu; fk, fku and the signed ones where the kernel's are
+/// signed) and weights: causal_kernel_bound with the rescalings' terms, and no guarantee anywhere where a sum may pass
+/// float32's largest value — in the emulation's units every weight is at most 1 (up to its rounding), so the state,
+/// key sum, numerators and normalisers stay below (M + 1)·max(Σ|V̂|, n) times the features' and weights' largest
+/// values (`feature_max` the keys'), the stored scores A below M times them.
+KernelRoundingBound careful_causal_bound(const MatrixR<double>& fq, const MatrixR<double>& fqu,
+                                         const MatrixR<double>& fk, const MatrixR<double>& fku,
+                                         const ConstRef<double>& v, double input_max, Index chunk,
+                                         const AttentionOptions& opts, const CausalKeyWeights& w, double feature_max,
+                                         const MatrixR<double>* fq_signed = nullptr,
+                                         const MatrixR<double>* fk_signed = nullptr) {
+  const Format format = storage_format(opts.storage);
+  const double u = unit_roundoff(format), big = largest_finite(format);
+  const Index nq = fq.rows(), nk = fk.rows(), mf = fk.cols();
+  KernelRoundingBound bound =
+      causal_kernel_bound(fq, fqu, fk, fku, v, input_max, chunk, opts, fq_signed, fk_signed, w.rescales);
+  const MatrixR<double> vs = stored_in(format, v);
+  const double sums = std::max(vs.cwiseAbs().colwise().sum().maxCoeff(), double(nk));
+  const double scale = (1 + gamma32(double(nk + mf + 2))) * fqu.maxCoeff() * feature_max * w.largest * w.mults;
+  if (double(mf + 1) * scale * sums >= kMax32 || double(mf) * scale >= big / (1 + u)) {
+    bound.output.setConstant(std::numeric_limits<double>::infinity());
+    bound.rows_without_guarantee = nq;
+  }
+  return bound;
+}
+
 KernelRoundingBound performer_careful_causal(const MatrixR<double>& fq, const MatrixR<double>& fqu,
                                              const MatrixR<double>& pk, const MatrixR<double>& dpk,
                                              const VectorX<double>& g, const VectorX<double>& dg,
@@ -602,21 +657,14 @@ KernelRoundingBound performer_careful_causal(const MatrixR<double>& fq, const Ma
                                              const AttentionOptions& opts) {
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32, e32 = 4 * u32;
-  const double floor32 = kMin32, big = largest_finite(format);
-  const Index nq = fq.rows(), nk = pk.rows(), mf = pk.cols();
-  const Index rescales = (nq + chunk - 1) / chunk;
-  const double c = g.maxCoeff(), dgmax = dg.maxCoeff(), r = double(rescales);
-  const double mults = std::pow(1 + u32, 2 * r + 2);
+  const double floor32 = kMin32;
+  const Index nk = pk.rows(), mf = pk.cols();
+  const double c = g.maxCoeff();
+  const CausalKeyWeights w = careful_causal_weights(g, dg, fq.rows(), chunk);
   MatrixR<double> fk(nk, mf), fku(nk, mf);
-  double weight_max = 0, feature_max = 0;
+  double feature_max = 0;
   for (Index j = 0; j < nk; ++j) {
     const double mx = pk.row(j).maxCoeff(), dm = dpk.row(j).maxCoeff();
-    const double theta_w = dg(j) + dgmax + 2 * u32 * (c - g(j) + dgmax + dg(j));
-    // The largest value any one weight or rescaling factor may take (their exact exponents are ≤ 0).
-    const double b = std::exp(theta_w) * (1 + e32) + floor32;
-    const double w_main = std::exp(g(j) - c + theta_w) * std::pow(1 + e32, r + 1);
-    const double w_abs = (r + 1) * floor32 * std::pow(b, r);
-    weight_max = std::max(weight_max, std::pow(b, r + 1));
     for (Index m = 0; m < mf; ++m) {
       const double a = pk(j, m) - mx, theta_a = dpk(j, m) + dm + u32 * (std::abs(a) + 2 * dm);
       const double f_main = std::exp(a + theta_a) * (1 + e32) * (1 + u), f_abs = floor32 * (1 + u) + eta;
@@ -625,22 +673,10 @@ KernelRoundingBound performer_careful_causal(const MatrixR<double>& fq, const Ma
                           f_abs;
       feature_max = std::max(feature_max, f_up);
       fk(j, m) = std::exp(a + g(j) - c);
-      fku(j, m) = (f_main * w_main + f_abs * (w_main + w_abs) + f_up * w_abs) * mults;
+      fku(j, m) = (f_main * w.main(j) + f_abs * (w.main(j) + w.abs(j)) + f_up * w.abs(j)) * w.mults;
     }
   }
-  KernelRoundingBound bound =
-      causal_kernel_bound(fq, fqu, fk, fku, v, input_max, chunk, opts, nullptr, nullptr, rescales);
-  // In the emulation's units every weight is at most 1 (up to its rounding): the state, key sum, numerators and
-  // normalisers stay below (M + 1)·max(Σ|V̂|, n) times the features' and weights' largest values; the stored scores
-  // A below M times them.
-  const MatrixR<double> vs = stored_in(format, v);
-  const double sums = std::max(vs.cwiseAbs().colwise().sum().maxCoeff(), double(nk));
-  const double scale = (1 + gamma32(double(nk + mf + 2))) * fqu.maxCoeff() * feature_max * weight_max * mults;
-  if (double(mf + 1) * scale * sums >= kMax32 || double(mf) * scale >= big / (1 + u)) {
-    bound.output.setConstant(std::numeric_limits<double>::infinity());
-    bound.rows_without_guarantee = nq;
-  }
-  return bound;
+  return careful_causal_bound(fq, fqu, fk, fku, v, input_max, chunk, opts, w, feature_max);
 }
 
 /// performer_rounding_bound under eager (the header: the reference code's features, every step stored). Per row x,
@@ -760,11 +796,15 @@ KernelRoundingBound performer_eager_bound(const ConstRef<double>& q, const Const
 /// with W⁺ the weight's upper envelope (as the positive kernel's), and the signed features then enter linear
 /// attention's sums and division (kernel_bound's signed form: the error terms from the magnitudes, the normaliser and O
 /// from the signed features; a row whose normaliser may vanish, or be clamped by the guarded reciprocal, has no
-/// guarantee — with signed features the estimate of the normaliser can be small or negative).
+/// guarantee — with signed features the estimate of the normaliser can be small or negative). Causal
+/// (emulated_causal_kernel_output): the same stored features, the keys weighted against the running maximum of their
+/// log-scales and the state rescaled as the positive kernel's careful causal form (careful_causal_weights), then the
+/// chunked transcription's bound in its signed form (causal_kernel_bound, as Taylor's).
 constexpr double kTrigAbs = 0x1p-22, kTrigRange = 65536.0;
 KernelRoundingBound performer_trig_careful(const ConstRef<double>& q, const ConstRef<double>& k,
                                            const ConstRef<double>& v, const ConstRef<double>& omega,
-                                           const ConstRef<double>& omega32, const AttentionOptions& opts) {
+                                           const ConstRef<double>& omega32, const AttentionOptions& opts,
+                                           Index chunk) {
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
   const Format format = storage_format(opts.storage);
   const double u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
@@ -802,7 +842,29 @@ KernelRoundingBound performer_trig_careful(const ConstRef<double>& q, const Cons
     dg(j) = dhn(j) + d_l + u32 * (std::abs(g(j)) + dhn(j) + d_l);
   }
   const double c = g.maxCoeff(), dgmax = dg.maxCoeff();
+  const MatrixR<double> fqa = fq.cwiseAbs();
+  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
+  const double inf = std::numeric_limits<double>::infinity();
   MatrixR<double> sk(nk, 2 * mf);
+  if (opts.causal) {
+    // The causal form's weights against the running maximum (careful_causal_weights, as the positive kernel's): key
+    // j's value f̂·ŵ within (|f| + Δf)·W⁺ of f·e^{g − C}, W⁺ = (main + abs)·mults.
+    const CausalKeyWeights w = careful_causal_weights(g, dg, nq, chunk);
+    const double feature_max = fku.maxCoeff();
+    for (Index j = 0; j < nk; ++j) {
+      const double we = std::exp(g(j) - c);
+      sk.row(j) = fk.row(j) * we;
+      fk.row(j) = fk.row(j).cwiseAbs() * we;
+      fku.row(j) *= (w.main(j) + w.abs(j)) * w.mults;
+    }
+    KernelRoundingBound b =
+        careful_causal_bound(fqa, fqu, fk, fku, v, input_max, chunk, opts, w, feature_max, &fq, &sk);
+    if (!in_range) {  // beyond kTrigRange float32's sin and cos are not held to kTrigAbs here
+      b.output.setConstant(inf);
+      b.rows_without_guarantee = nq;
+    }
+    return b;
+  }
   for (Index j = 0; j < nk; ++j) {
     const double gc = g(j) - c;
     // The weight e^{g − m_c}·e^{m_c − max} (two exps, each underflowing to at most 2⁻¹²⁶; the two float32 products).
@@ -812,14 +874,12 @@ KernelRoundingBound performer_trig_careful(const ConstRef<double>& q, const Cons
     fk.row(j) = fk.row(j).cwiseAbs() * w;
     fku.row(j) *= w_up;
   }
-  const MatrixR<double> fqa = fq.cwiseAbs();
-  const double input_max = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff()});
   const Index chunks = (nk + 2047) / 2048;
   KernelRoundingBound b = kernel_bound(fqa, fqu, fk, fku, v, input_max, nk + chunks, opts, &fq, &sk);
   // Beyond kTrigRange float32's sin and cos are not held to kTrigAbs here; and a chunk's float32 sums must not
   // overflow.
   if (!in_range || key_chunk_sums_may_overflow(stored_in(format, v), u)) {
-    b.output.setConstant(std::numeric_limits<double>::infinity());
+    b.output.setConstant(inf);
     b.rows_without_guarantee = nq;
   }
   return b;
@@ -835,8 +895,6 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   require(kernel == PerformerKernel::Positive || (kernel != PerformerKernel::Positive && careful),
           "performer rounding bound: derived for the positive features (kernel=positive) and, under careful (the "
           "only policy that emulates them), the hyperbolic and trigonometric ones");
-  require(kernel != PerformerKernel::Trig || !opts.causal,
-          "performer rounding bound: the trigonometric kernel's is derived for the non-causal form only");
   const bool hyperbolic = kernel == PerformerKernel::Hyperbolic;
   validate_qk(q.rows(), q.cols(), k.rows(), k.cols(), opts);
   const Index nq = q.rows(), nk = k.rows(), d = q.cols(), mf = omega.rows();
@@ -846,7 +904,7 @@ KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const Co
   require(!opts.causal || chunk >= 1, "performer rounding bound: chunk = {}", chunk);
   require(opts.storage != Storage::native, "performer rounding bound: give a reduced storage (bf16 or fp16)");
   if (opts.policy == Policy::eager) return performer_eager_bound(q, k, v, omega, omega32, opts, chunk);
-  if (kernel == PerformerKernel::Trig) return performer_trig_careful(q, k, v, omega, omega32, opts);
+  if (kernel == PerformerKernel::Trig) return performer_trig_careful(q, k, v, omega, omega32, opts, chunk);
   // Hyperbolic features [e^{p − max|p|}, e^{−p − max|p|}] (log-scale max|p| − ‖s^½x‖²/2 − ½log 2M) are the positive
   // ones of the 2M projections [p, −p] (negation is exact): the same derivation over them.
   const Index mfe = hyperbolic ? 2 * mf : mf;

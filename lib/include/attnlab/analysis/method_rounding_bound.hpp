@@ -6,7 +6,7 @@
 // Derived (analysis/rounding_bound.hpp has each derivation): exact attention (streaming, any tile, and materialised;
 // causal too), the pattern methods local and sparse (exact's materialised bound over their pattern; causal too),
 // Linformer, linear attention (both feature maps, both causal forms), Performer's positive features (both masks, both
-// policies), hyperbolic ones (careful, both masks) and trigonometric ones (careful, non-causal), Taylor attention
+// policies), hyperbolic and trigonometric ones (careful, both masks), Taylor attention
 // (causal too), efficient attention, Scatterbrain (both policies), ProbSparse (either lazy form, causal too;
 // conditional on both runs choosing the same queries), Reformer (conditional on both runs' key sets; causal too) and
 // Transformer-VQ (hard, keys quantized, causal too; conditional on the keys a row sees keeping their codes; with a
@@ -17,8 +17,7 @@
 // read through the streaming log-sum-exp; given both runs' pseudo-inverses of P[I,J] as Nyström's, and conditional
 // on both runs sampling the same rows and columns), and the SVD oracle (given both runs' singular vectors, the float64
 // basis rotated to the emulated one's).
-// Not derived: Performer's trigonometric kernel under a causal mask, Transformer-VQ's soft and two-codebook variants
-// (attnlab's own; emulated, not bounded).
+// Not derived: Transformer-VQ's soft and two-codebook variants (attnlab's own; emulated, not bounded).
 #pragma once
 
 #include "attnlab/core/method.hpp"

@@ -174,10 +174,12 @@ KernelRoundingBound linear_rounding_bound(const ConstRef<double>& q, const Const
 /// raises it (at most ⌈n_q/chunk⌉ times: rounding_bound.cpp, performer_careful_causal — the maxima telescope, so a
 /// key's exponent moves by Δa + Δg + ΔG plus the subtractions' roundings, at most 2u₃₂(C − g + ΔG + Δg)). The
 /// hyperbolic kernel (careful: the one policy that emulates it) is the positive one over the 2M projections [p, −p]:
-/// the same derivation. The trigonometric kernel (careful, non-causal: rounding_bound.cpp, performer_trig_careful):
+/// the same derivation. The trigonometric kernel (careful, both masks: rounding_bound.cpp, performer_trig_careful):
 /// the signed features [sin p, cos p] move by at most min(Δp, 2) plus float32's sin or cos error (2⁻²² below 65536,
 /// checked in tests/test_precision.cpp), the keys' weights e^{½‖s^½k‖² − C} as the positive kernel's, then linear
-/// attention's sums and division in their signed form (Taylor's); a row whose normaliser may vanish has none.
+/// attention's sums and division in their signed form (Taylor's); a row whose normaliser may vanish has none. Causal:
+/// the keys' weights against the running maximum as the positive kernel's careful causal form, then the chunked
+/// transcription in its signed form.
 /// Taylor attention's bound (taylor.hpp: φ(x) = [1, x/‖x‖], sim = 1 + cos ≥ 0), non-causal, both policies, as its
 /// emulation computes it (linear's kernel path with signed features): each direction x/‖x‖ formed in float32 from the
 /// stored row (known exactly: round_to) — the squared norm within γ_d, the square root and the division within u₃₂ —
