@@ -195,7 +195,9 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
       for (Index y = 0; y < logits.cols(); ++y)
         if (mass(y) > 0) mx = std::max(mx, logits(i, y));
       const T lse = mx + std::log(((logits.row(i).array() - mx).exp() * mass.transpose().array()).sum());
-      e.row(i) = (logits.row(i).array() - lse).min(T(0)).exp();
+      // exp(ℓ_iy − L_i) ≤ 1/m_y, not ≤ 1: it exceeds 1 where a code of mass m_y < 1 dominates the query (no clamp:
+      // clamping at 1 was wrong by up to 5% there, Gaussian keys with more codes than keys per code at T = 2).
+      e.row(i) = (logits.row(i).array() - lse).exp();
       lse_(i) = lse;
     }
     logits_ = logits;
@@ -209,8 +211,8 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
 ///              straight-through estimator: Transformer-VQ's keys receive the gradient of their codes).
 ///  soft:       O = E (RᵀV), E_iy = exp(min(0, ℓ_iy − L_i)), L_i = log Σ_y exp(ℓ_iy) m_y, m_y = Σ_j R_jy,
 ///              R_jy = softmax_y(z_jy), z_jy = −‖k_j − c_y‖²/(2T). With W = RᵀV, D_i = dO_i·O_i:
-///                g_iy = [ℓ_iy < L_i] E_iy (dO_i·W_y)  (the clamp at 0, against rounding, passes no gradient),
-///                dℓ_iy = g_iy − Ẽ_iy m_y Σ_y' g_iy',  dm_y = −Σ_i Ẽ_iy Σ_y' g_iy'  (Ẽ = exp(ℓ − L) unclamped),
+///                g_iy = E_iy (dO_i·W_y),
+///                dℓ_iy = g_iy − E_iy m_y Σ_y' g_iy',  dm_y = −Σ_i E_iy Σ_y' g_iy',
 ///                dQ = s·dℓ C,  dV = R (Eᵀ dO),  dR_jy = v_j·(Eᵀ dO)_y + dm_y,
 ///                dz_jy = R_jy (dR_jy − Σ_y' R_jy' dR_jy'),  dk_j = Σ_y dz_jy (c_y − k_j)/T  (C fixed).
 ///              At small T the responsibilities are nearly one-hot and dK is small against its terms (a
@@ -259,8 +261,7 @@ Gradients<T> VqMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>& d
   for (Index i = 0; i < nq; ++i) {
     T gsum = 0;
     for (Index y = 0; y < c; ++y) {
-      const T x = logits_(i, y) - lse_(i);
-      gl(i, y) = x < T(0) ? e(i, y) * gl(i, y) : T(0);
+      gl(i, y) = e(i, y) * gl(i, y);
       gsum += gl(i, y);
     }
     for (Index y = 0; y < c; ++y) {
