@@ -1753,10 +1753,59 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   return vq_rounding_bound(q, v, codebook, codebook, assigned, chosen, opts);
 }
 
-KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
-                                      const ConstRef<double>& codebook, const ConstRef<double>& codebook32,
-                                      const std::vector<Index>& assigned, const std::vector<Index>& chosen,
-                                      const AttentionOptions& opts) {
+namespace {
+
+/// Soft VQ's per-code sums as its emulation forms them (vq_soft_rounding_bound): the float64 masses N = Rᵀ1 and value
+/// sums S = RᵀV, their envelopes |N| + ΔN and |S| + ΔS, the largest float32 partial sum of a code's values, and
+/// `none`: no guarantee anywhere (a responsibility logit may overflow, or a code's stored mass may be 0, which the
+/// emulation drops).
+struct VqCodeSums {
+  VectorX<double> count, n_up;
+  MatrixR<double> sum, s_up;
+  double partial = 0;
+  bool none = false;
+};
+
+/// Two k-means fits may number the same partition differently (k-means++ draws its seeds with probabilities that the
+/// rounding moves). O does not depend on how the codes are numbered: where one numbering maps onto the other key for
+/// key (a bijection between the codes in use), the emulated run's codes are renumbered as the float64 run's (into
+/// chosen_as, codebook_as; true) — their sums over the codes are then taken in another order, which the γ bounds do
+/// not see — and the codes no key uses (weight 0 in both runs) are paired in order. Otherwise false: the assignments
+/// are compared as they are.
+bool renumbered_codes(const std::vector<Index>& assigned, const std::vector<Index>& chosen,
+                      const ConstRef<double>& codebook32, std::vector<Index>& chosen_as, MatrixR<double>& codebook_as) {
+  const Index codes = codebook32.rows(), nk = Index(assigned.size());
+  std::vector<Index> to(std::size_t(codes), -1), from(std::size_t(codes), -1);
+  bool same_partition = true, renumbered = false;
+  for (Index j = 0; j < nk && same_partition; ++j) {
+    const Index a = assigned[std::size_t(j)], c = chosen[std::size_t(j)];
+    if (to[std::size_t(c)] < 0 && from[std::size_t(a)] < 0) {
+      to[std::size_t(c)] = a;
+      from[std::size_t(a)] = c;
+      renumbered = renumbered || a != c;
+    } else {
+      same_partition = to[std::size_t(c)] == a && from[std::size_t(a)] == c;
+    }
+  }
+  if (!same_partition || !renumbered) return false;
+  Index next = 0;
+  for (Index c = 0; c < codes; ++c) {
+    if (to[std::size_t(c)] >= 0) continue;
+    while (from[std::size_t(next)] >= 0) ++next;
+    to[std::size_t(c)] = next;
+    from[std::size_t(next)] = c;
+  }
+  chosen_as.resize(chosen.size());
+  for (std::size_t j = 0; j < chosen.size(); ++j) chosen_as[j] = to[std::size_t(chosen[j])];
+  codebook_as.resize(codes, codebook32.cols());
+  for (Index c = 0; c < codes; ++c) codebook_as.row(to[std::size_t(c)]) = codebook32.row(c);
+  return true;
+}
+
+/// vq_rounding_bound, and with `soft` the soft variant's (its per-code sums in place of the assignment's).
+KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& v, const ConstRef<double>& codebook,
+                             const ConstRef<double>& codebook32, const std::vector<Index>& assigned,
+                             const std::vector<Index>& chosen, const AttentionOptions& opts, const VqCodeSums* soft) {
   const Index nq = q.rows(), nk = v.rows(), d = q.cols(), dv = v.cols(), codes = codebook.rows();
   require(codebook.cols() == d && codes >= 1 && Index(assigned.size()) == nk && Index(chosen.size()) == nk,
           "vq rounding bound: Q {}×{}, V {} rows, a codebook {}×{}, assignments of {} and {} keys", nq, d, nk,
@@ -1770,38 +1819,11 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   require(opts.storage != Storage::native, "vq rounding bound: give a reduced storage (bf16 or fp16)");
   for (const auto* a : {&assigned, &chosen})
     for (const Index y : *a) require(y >= 0 && y < codes, "vq rounding bound: code {} of {}", y, codes);
-  // Two k-means fits may number the same partition differently (k-means++ draws its seeds with probabilities that
-  // the rounding moves). O does not depend on how the codes are numbered: where one numbering maps onto the other key
-  // for key (a bijection between the codes in use), the emulated run's codes are renumbered as the float64 run's —
-  // their sums over the codes are then taken in another order, which the γ bounds below do not see — and the codes
-  // no key uses (weight 0 in both runs) are paired in order. Otherwise the assignments are compared as they are.
   {
-    std::vector<Index> to(std::size_t(codes), -1), from(std::size_t(codes), -1);
-    bool same_partition = true, renumbered = false;
-    for (Index j = 0; j < nk && same_partition; ++j) {
-      const Index a = assigned[std::size_t(j)], c = chosen[std::size_t(j)];
-      if (to[std::size_t(c)] < 0 && from[std::size_t(a)] < 0) {
-        to[std::size_t(c)] = a;
-        from[std::size_t(a)] = c;
-        renumbered = renumbered || a != c;
-      } else {
-        same_partition = to[std::size_t(c)] == a && from[std::size_t(a)] == c;
-      }
-    }
-    if (same_partition && renumbered) {
-      Index next = 0;
-      for (Index c = 0; c < codes; ++c) {
-        if (to[std::size_t(c)] >= 0) continue;
-        while (from[std::size_t(next)] >= 0) ++next;
-        to[std::size_t(c)] = next;
-        from[std::size_t(next)] = c;
-      }
-      std::vector<Index> chosen_as(chosen.size());
-      for (std::size_t j = 0; j < chosen.size(); ++j) chosen_as[j] = to[std::size_t(chosen[j])];
-      MatrixR<double> codebook_as(codes, d);
-      for (Index c = 0; c < codes; ++c) codebook_as.row(to[std::size_t(c)]) = codebook32.row(c);
-      return vq_rounding_bound(q, v, codebook, codebook_as, assigned, chosen_as, opts);  // numbered alike now
-    }
+    std::vector<Index> chosen_as;
+    MatrixR<double> codebook_as;
+    if (renumbered_codes(assigned, chosen, codebook32, chosen_as, codebook_as))
+      return vq_bound(q, v, codebook, codebook_as, assigned, chosen_as, opts, soft);  // numbered alike now
   }
   const Format format = storage_format(opts.storage);
   const bool eager = opts.policy == Policy::eager;
@@ -1817,7 +1839,15 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
   const MatrixR<double> qs = stored_in(format, q), vs = stored_in(format, v), cs = stored_in(format, codebook32);
   VectorX<double> count, n_up;
   MatrixR<double> sum, sum_abs, s_up;  // s_up: |S| + ΔS
-  if (!causal) {
+  require(!soft || (!causal && soft->count.size() == codes && soft->sum.rows() == codes && soft->sum.cols() == dv),
+          "vq rounding bound: soft sums for {} codes, {} columns", soft ? soft->count.size() : 0,
+          soft ? soft->sum.cols() : 0);
+  if (soft) {
+    count = soft->count;
+    sum = soft->sum;
+    s_up = soft->s_up;
+    n_up = soft->n_up;
+  } else if (!causal) {
     count = VectorX<double>::Zero(codes);
     sum = MatrixR<double>::Zero(codes, dv);
     MatrixR<double> sum_s = sum;
@@ -1853,11 +1883,13 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
       std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= limit;
   Index flips = 0;  // non-causal: any flipped assignment moves every row (causal: the rows that see it, below)
   if (!causal) {    // causal: the sums' overflow is checked per row
-    double partial = 0;
-    for (Index y = 0; y < codes; ++y) partial = std::max(partial, (1 + gamma32(count(y))) * sum_abs.row(y).maxCoeff());
+    double partial = soft ? soft->partial : 0;
+    for (Index y = 0; y < codes && !soft; ++y)
+      partial = std::max(partial, (1 + gamma32(count(y))) * sum_abs.row(y).maxCoeff());
     global_overflow = global_overflow || partial >= kMax32 ||
                       (eager && (s_up.maxCoeff() >= big || n_up.maxCoeff() >= big));
-    for (Index j = 0; j < nk; ++j) flips += assigned[std::size_t(j)] != chosen[std::size_t(j)];
+    for (Index j = 0; j < nk && !soft; ++j) flips += assigned[std::size_t(j)] != chosen[std::size_t(j)];
+    global_overflow = global_overflow || (soft && soft->none);
   }
   b.output.resize(nq, dv);
   b.reference.resize(nq, dv);
@@ -1960,6 +1992,111 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
     b.rows_without_guarantee += !b.output.row(i).allFinite();
   }
   return b;
+}
+
+}  // namespace
+
+KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& v,
+                                      const ConstRef<double>& codebook, const ConstRef<double>& codebook32,
+                                      const std::vector<Index>& assigned, const std::vector<Index>& chosen,
+                                      const AttentionOptions& opts) {
+  return vq_bound(q, v, codebook, codebook32, assigned, chosen, opts, nullptr);
+}
+
+KernelRoundingBound vq_soft_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                           const ConstRef<double>& v, const ConstRef<double>& codebook,
+                                           const ConstRef<double>& codebook32, double temperature,
+                                           const AttentionOptions& opts) {
+  const Index nk = k.rows(), d = k.cols(), codes = codebook.rows();
+  require(!opts.causal, "vq rounding bound: assign=soft is bounded non-causal only");
+  require(v.rows() == nk && q.cols() == d && codebook.cols() == d && codes >= 1 && codebook32.rows() == codes &&
+              codebook32.cols() == d && temperature > 0,
+          "vq soft rounding bound: K {}×{}, V {} rows, codebooks {}×{} and {}×{}, T = {}", nk, d, v.rows(), codes,
+          codebook.cols(), codebook32.rows(), codebook32.cols(), temperature);
+  require(opts.storage != Storage::native, "vq rounding bound: give a reduced storage (bf16 or fp16)");
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  const double e = eager ? 1 : 0, u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
+  const double big = largest_finite(format), f64 = std::ldexp(1.0, -53);
+  const MatrixR<double> ks = stored_in(format, k), vs = stored_in(format, v);
+  // The codes paired by the keys' nearest codes in each run (any pairing is valid — O does not depend on the
+  // numbering —, this one aligns the two fits).
+  const auto nearest = [&](const MatrixR<double>& x, const ConstRef<double>& c) {
+    std::vector<Index> a(std::size_t(x.rows()));
+    for (Index j = 0; j < x.rows(); ++j) (c.rowwise() - x.row(j)).rowwise().squaredNorm().minCoeff(&a[std::size_t(j)]);
+    return a;
+  };
+  const std::vector<Index> assigned = nearest(k, codebook);
+  std::vector<Index> chosen_as;
+  MatrixR<double> cb32 = codebook32;
+  renumbered_codes(assigned, nearest(ks, codebook32), codebook32, chosen_as, cb32);
+  const MatrixR<double> cs = stored_in(format, cb32);
+  // Responsibility logits z = (2KCᵀ − ‖k‖² − ‖c‖²)/(2T): the float64 reference's from K and C, and the emulated
+  // ones' distance — those of the stored K̂, Ĉ (exact, computed: |z̃ − z|), then the float32 products and norms (γ_d of
+  // the magnitudes M = 2|K̂||Ĉ|ᵀ + ‖k̂‖² + ‖ĉ‖²), the two subtractions (u₃₂ each), under eager the five storings of
+  // KCᵀ, the norms and the subtractions (u·|x| + η each), the division by 2T (T held in float32: 2u₃₂ with the
+  // division) and its storing.
+  const VectorX<double> kn = k.rowwise().squaredNorm(), cn = codebook.rowwise().squaredNorm();
+  const VectorX<double> kns = ks.rowwise().squaredNorm(), cns = cs.rowwise().squaredNorm();
+  MatrixR<double> z = 2 * k * codebook.transpose(), zt = 2 * ks * cs.transpose();
+  MatrixR<double> mag = 2 * ks.cwiseAbs() * cs.cwiseAbs().transpose();
+  z.colwise() -= kn;
+  z.rowwise() -= cn.transpose();
+  zt.colwise() -= kns;
+  zt.rowwise() -= cns.transpose();
+  mag.colwise() += kns;
+  mag.rowwise() += cns.transpose();
+  const double t2 = 2 * temperature;
+  z /= t2;
+  zt /= t2;
+  const double e_num = (1 + gamma32(double(d))) * std::pow(1 + u32, 2) * std::pow(1 + u, 3 * e) - 1;
+  const double e_div = (1 + 2 * u32) * (1 + u32) * std::pow(1 + u, e);
+  // The float32 softmax over the codes, entry by entry: R̂_jy / R_jy = e^{(ẑ_jy − z_jy) − (LSE(ẑ_j) − LSE(z_j))} up to
+  // the float32 steps. LSE(z + Δ) − LSE(z) = ∫₀¹ softmax(z + tΔ)·Δ dt, and softmax(z + tΔ)_y ≤ e^{2D}·R_jy (D = max_y
+  // |Δ_y|), so |ΔLSE_j| ≤ L_j = min(D, e^{2D}·Σ_y R_jy D_jy): a code the row barely weighs does not spread its logit's
+  // move to the others. Then the subtraction of the row's largest (u₃₂ of twice the largest |ẑ|, in both exponents),
+  // exp within 4u₃₂, the sum within γ_codes, the division; R stored (1+u; the floor below).
+  MatrixR<double> r(nk, codes), dz(nk, codes), dr(nk, codes);
+  bool overflow = false;
+  const double a = stored_exp_floor(u, eta);
+  const double steps = (1 + 4 * u32) * std::pow(1 + gamma32(double(codes + 2)), 2) * (1 + u);
+  for (Index j = 0; j < nk; ++j) {
+    double zj = 0;
+    for (Index y = 0; y < codes; ++y) {
+      const double m = mag(j, y), num_err = e_num * m + e * 5 * eta * std::pow(1 + u, 3) + 4 * double(d + 2) * kEta32;
+      dz(j, y) = std::abs(zt(j, y) - z(j, y)) + 8 * double(d + 4) * f64 * m / t2 + ((m + num_err) * e_div - m) / t2 +
+                 e * eta;
+      zj = std::max(zj, std::abs(z(j, y)) + dz(j, y));
+      overflow = overflow || (m + num_err) * std::max(1.0, 1 / t2) * e_div >= (eager ? big / (1 + u) : kMax32 / 2);
+    }
+    r.row(j) = (z.row(j).array() - z.row(j).maxCoeff()).exp();
+    r.row(j) /= r.row(j).sum();
+    const double dmax = dz.row(j).maxCoeff();
+    const double lse = std::min(dmax, std::exp(2 * dmax) * r.row(j).dot(dz.row(j)));
+    for (Index y = 0; y < codes; ++y) {
+      const double rho = std::exp(dz(j, y) + lse + 4 * u32 * zj) * steps;
+      dr(j, y) = (rho - 1) * r(j, y) + a + 1e-15 * r(j, y);
+    }
+  }
+  // S = RᵀV and N = Rᵀ1 summed in float32 over n_k, stored under eager.
+  const MatrixR<double> rt = r.transpose(), drt = dr.transpose(), rut = rt + drt;
+  VqCodeSums sums;
+  sums.sum = rt * v;
+  MatrixR<double> es = product_error(rt, drt, rut, v.cwiseAbs(), (vs - v).cwiseAbs(), vs.cwiseAbs(), nk, 1e-15);
+  const MatrixR<double> ones = MatrixR<double>::Ones(nk, 1), zeros = MatrixR<double>::Zero(nk, 1);
+  sums.count = rt.rowwise().sum();
+  MatrixR<double> en = product_error(rt, drt, rut, ones, zeros, ones, nk, 1e-15);
+  if (eager) {
+    es = stored_error(es, sums.sum, u, eta);
+    en = stored_error(en, sums.count, u, eta);
+  }
+  sums.s_up = sums.sum.cwiseAbs() + es;
+  sums.n_up = sums.count + VectorX<double>(en.col(0));
+  sums.partial = (1 + gamma32(double(nk))) * (rut * vs.cwiseAbs()).maxCoeff();
+  // A code whose stored mass may be 0 is dropped by the emulation (its weights skip it): no guarantee.
+  sums.none = overflow || (sums.count - VectorX<double>(en.col(0))).minCoeff() <= 0 ||
+              (eager && sums.n_up.maxCoeff() >= big / (1 + u));
+  return vq_bound(q, v, codebook, cb32, assigned, assigned, opts, &sums);
 }
 
 }  // namespace attnlab

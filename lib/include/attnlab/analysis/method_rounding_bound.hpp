@@ -6,18 +6,18 @@
 // Derived (analysis/rounding_bound.hpp has each derivation): exact attention (streaming, any tile, and materialised;
 // causal too), the pattern methods local and sparse (exact's materialised bound over their pattern; causal too),
 // Linformer, linear attention (both feature maps, both causal forms), Performer's positive features (both masks, both
-// policies), hyperbolic and trigonometric ones (careful, both masks), Taylor attention
-// (causal too), efficient attention, Scatterbrain (both policies), ProbSparse (either lazy form, causal too;
-// conditional on both runs choosing the same queries), Reformer (conditional on both runs' key sets; causal too) and
-// Transformer-VQ (hard, keys quantized, causal too; conditional on the keys a row sees keeping their codes; with a
-// k-means codebook, given the codebook each run fitted), and Nyström (either landmarks; given both runs' pseudo-
-// inverses: a pseudo-inverse of a rounded landmark kernel — the converged inverse amplifies the storage rounding by
-// the kernel's condition number, the unconverged iteration does not, and no useful worst case follows from norms
-// alone — so their difference enters as computed; true but loose, F·Z's cancellation unseen), and CUR (its C and R
-// read through the streaming log-sum-exp; given both runs' pseudo-inverses of P[I,J] as Nyström's, and conditional
-// on both runs sampling the same rows and columns), and the SVD oracle (given both runs' singular vectors, the float64
+// policies), hyperbolic and trigonometric ones (careful, both masks), Taylor attention (causal too), efficient
+// attention, Scatterbrain (both policies), ProbSparse (either lazy form, causal too; conditional on both runs choosing
+// the same queries), Reformer (conditional on both runs' key sets; causal too) and Transformer-VQ (hard, keys
+// quantized, causal too; conditional on the keys a row sees keeping their codes; with a k-means codebook, given the
+// codebook each run fitted; soft, non-causal, given both codebooks), and Nyström (either landmarks; given both runs'
+// pseudo-inverses: a pseudo-inverse of a rounded landmark kernel — the converged inverse amplifies the storage
+// rounding by the kernel's condition number, the unconverged iteration does not, and no useful worst case follows from
+// norms alone — so their difference enters as computed; true but loose, F·Z's cancellation unseen), and CUR (its C and
+// R read through the streaming log-sum-exp; given both runs' pseudo-inverses of P[I,J] as Nyström's, and conditional on
+// both runs sampling the same rows and columns), and the SVD oracle (given both runs' singular vectors, the float64
 // basis rotated to the emulated one's).
-// Not derived: Transformer-VQ's soft and two-codebook variants (attnlab's own; emulated, not bounded).
+// Not derived: Transformer-VQ's two-codebook variant (quantize=both; attnlab's own; emulated, not bounded).
 #pragma once
 
 #include "attnlab/core/method.hpp"

@@ -264,6 +264,23 @@ KernelRoundingBound vq_rounding_bound(const ConstRef<double>& q, const ConstRef<
                                       const ConstRef<double>& codebook, const ConstRef<double>& codebook32,
                                       const std::vector<Index>& assigned, const std::vector<Index>& chosen,
                                       const AttentionOptions& opts);
+/// Soft Transformer-VQ's bound (assign=soft, attnlab's own: the one-hot assignment replaced by the responsibilities
+/// R_jy = softmax_y((2k_jᵀc_y − ‖k_j‖² − ‖c_y‖²)/(2T)), S = RᵀV and N = Rᵀ1 in place of the codes' value sums and
+/// counts), non-causal, both policies, given both runs' codebooks (k-means on each run's keys: the fit's drift enters
+/// through the logits' computed moves, as the hard bound's), as VqMethod::emulated_output computes it: K̂, Ĉ stored
+/// (known exactly); the logits z in float32 — KĈᵀ, the norms, each subtraction and the division by 2T stored under
+/// eager — each within D_jy = |z̃ − z| (the stored inputs', computed) + the float32 and storing roundings of the
+/// magnitudes 2|K̂||Ĉ|ᵀ + ‖k̂‖² + ‖ĉ‖² over 2T; R a float32 softmax of them, stored (both policies): every entry within
+/// [R/ρ_jy, R·ρ_jy] ± (2⁻¹²⁶(1+u) + η), ρ_jy = e^{D_jy + L_j + 4u₃₂·max|ẑ|}(1+4u₃₂)(1+γ_{c+2})²(1+u) with L_j =
+/// min(D, e^{2D}·Σ_y R_jy D_jy) (D = max_y D_jy) bounding the log-sum-exp's move; S and N summed in
+/// float32 over n_k (stored under eager) by the product rule; then the hard bound's weights, numerators, normalisers
+/// and division over the codes. The codes are paired by the keys' nearest codes in each run (O does not depend on the
+/// numbering). No guarantee anywhere where a logit may overflow what holds it, where a code's stored mass may be 0
+/// (the emulation drops a code without mass), or as the hard bound.
+KernelRoundingBound vq_soft_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                           const ConstRef<double>& v, const ConstRef<double>& codebook,
+                                           const ConstRef<double>& codebook32, double temperature,
+                                           const AttentionOptions& opts);
 
 enum class PerformerKernel;
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
