@@ -182,13 +182,11 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
   if (name == "vq") {
     const auto& s = as<VqMethod<double>>(reference).settings();
     if (s.quantize != VqQuantize::Keys) return none("Transformer-VQ: not derived for quantize=both");
-    if (s.assign == VqAssign::Soft) {
-      if (causal) return none("Transformer-VQ: assign=soft is bounded non-causal only");
+    if (s.assign == VqAssign::Soft)  // non-causal only: the registry refuses soft VQ under a causal mask
       return from_kernel(vq_soft_rounding_bound(q_, k_, v_, as<VqMethod<double>>(reference).codebook(),
                                                 as<VqMethod<float>>(emulated).codebook().cast<double>(),
                                                 s.temperature, opts),
                          own);
-    }
     const auto* op64 = dynamic_cast<const CodebookOperator<double>*>(&reference.op());
     const auto* op32 = dynamic_cast<const CodebookOperator<float>*>(&emulated.op());
     require(op64 != nullptr && op32 != nullptr, "rounding bound: {} has no codebook operator", reference.spec());

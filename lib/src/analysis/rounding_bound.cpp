@@ -1299,9 +1299,10 @@ namespace {
 
 /// P = softmax(s·QKᵀ) (n_q × n_k, float64 from the exact inputs) and what float32's ExactOperator makes of it from the
 /// stored rows `qs`, `ks` (row_lse, then exp(ℓ̂_ij − L̂_i) per entry: cur_rounding_bound's header): every entry within
-/// [p/ρ_i, p·ρ_i] ± p_abs; `none` the rows where a logit, before or after the scale, may reach float32's largest value.
+/// [p/ρ_i, p·ρ_i] ± p_abs, so |P̂ − P| ≤ dp = (ρ_i − 1)·p + p_abs (+ float64's own rounding); `none` the rows where a
+/// logit, before or after the scale, may reach float32's largest value.
 struct StreamedProbabilities {
-  MatrixR<double> p;
+  MatrixR<double> p, dp;
   VectorX<double> rho;
   std::vector<char> none;
   double p_abs = kMin32 * (1 + kU32) + kEta32;
@@ -1332,7 +1333,27 @@ StreamedProbabilities streamed_probabilities(const ConstRef<double>& q, const Co
     r.p.row(i) = (logits.row(i).array() - mx).exp();
     r.p.row(i) /= r.p.row(i).sum();
   }
+  r.dp.resize(nq, nk);
+  for (Index i = 0; i < nq; ++i)
+    r.dp.row(i) = (r.rho(i) - 1) * r.p.row(i).array() + r.p_abs + 1e-15 * r.p.row(i).array();
   return r;
+}
+
+/// A state W = X·V (X: m × n_k, within dx of the reference x, its stored values' magnitudes at most xu) summed in
+/// float32 over n_k and stored under eager: W (float64, from x), the bound ew on the stored state's distance from it
+/// and the envelope wu = |W| + ew. CUR's R·V, the SVD oracle's V_Rᵀ·V, soft VQ's RᵀV and Rᵀ1.
+struct StoredState {
+  MatrixR<double> w, ew, wu;
+};
+
+StoredState stored_state(const MatrixR<double>& x, const MatrixR<double>& dx, const MatrixR<double>& xu,
+                         const ConstRef<double>& v, const MatrixR<double>& vs, bool eager, double u, double eta) {
+  StoredState st;
+  st.w = x * v;
+  st.ew = product_error(x.cwiseAbs(), dx, xu, v.cwiseAbs(), (vs - v).cwiseAbs(), vs.cwiseAbs(), x.cols(), 1e-15);
+  if (eager) st.ew = stored_error(st.ew, st.w, u, eta);
+  st.wu = st.w.cwiseAbs() + st.ew;
+  return st;
 }
 
 /// `x`·G with G the orthogonal matrix nearest to taking x to `target` (orthogonal Procrustes, Schönemann 1966:
@@ -1395,9 +1416,9 @@ KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef
   MatrixR<double> cm(nq, c), dc(nq, c), rm(c, nk), dr(c, nk);
   for (Index t = 0; t < c; ++t) {
     cm.col(t) = p.col(cols[std::size_t(t)]);
+    dc.col(t) = sp.dp.col(cols[std::size_t(t)]);
     rm.row(t) = p.row(rows[std::size_t(t)]);
   }
-  for (Index i = 0; i < nq; ++i) dc.row(i) = ((rho(i) - 1) * cm.row(i).array() + p_abs32 + 1e-15 * cm.row(i).array());
   bool any_r = false;
   for (Index t = 0; t < c; ++t) {
     const Index i = rows[std::size_t(t)];
@@ -1411,15 +1432,12 @@ KernelRoundingBound cur_rounding_bound(const ConstRef<double>& q, const ConstRef
       product_error(cm, dc, cm + dc, z.cwiseAbs(), (z32 - z).cwiseAbs(), z32.cwiseAbs(), c, 1e-15), a, u, eta);
   const MatrixR<double> au = a.cwiseAbs() + ea;
   // R·V (c × d_v), summed in float32 over n_k; stored under eager.
-  const MatrixR<double> w = rm * v;
-  MatrixR<double> ew = product_error(rm, dr, rm + dr, v.cwiseAbs(), (vs - v).cwiseAbs(), vs.cwiseAbs(), nk, 1e-15);
-  if (eager) ew = stored_error(ew, w, u, eta);
-  const MatrixR<double> wu = w.cwiseAbs() + ew;
+  const MatrixR<double> ru = rm + dr;
+  const StoredState w = stored_state(rm, dr, ru, v, vs, eager, u, eta);
   // A float32 partial sum may pass float32's largest value before it cancels: bounded by the magnitudes' product.
-  const bool w_over =
-      wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32) || ((rm + dr) * vs.cwiseAbs()).maxCoeff() >= kMax32;
+  const bool w_over = w.wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32) || (ru * vs.cwiseAbs()).maxCoeff() >= kMax32;
   // O = A·(R·V), summed in float32 over c, stored.
-  stored_last_product(b, a, ea, au, w, ew, wu, c, ((cm + dc) * z32.cwiseAbs()).rowwise().maxCoeff(), big,
+  stored_last_product(b, a, ea, au, w.w, w.ew, w.wu, c, ((cm + dc) * z32.cwiseAbs()).rowwise().maxCoeff(), big,
                       [&](Index i) { return any_r || w_over || none[std::size_t(i)]; });
   return b;
 }
@@ -1444,9 +1462,7 @@ KernelRoundingBound svd_rounding_bound(const ConstRef<double>& q, const ConstRef
   const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
   const StreamedProbabilities sp = streamed_probabilities(q, k, qs, ks, opts.resolved_scale(d));
   const MatrixR<double>& p = sp.p;
-  MatrixR<double> dp(p.rows(), nk);
-  for (Index i = 0; i < p.rows(); ++i)
-    dp.row(i) = (sp.rho(i) - 1) * p.row(i).array() + sp.p_abs + 1e-15 * p.row(i).array();
+  const MatrixR<double>& dp = sp.dp;
   // The basis of the top singular subspace is arbitrary (a sign per vector; any rotation among close singular
   // values) and P·V_R·V_Rᵀ is the same for V_R·G, G orthogonal: the float64 run's basis is taken as V_R·G with G the
   // rotation nearest the emulated run's (orthogonal Procrustes: G = U·Wᵀ from V_Rᵀ·V̂_R = U·Σ·Wᵀ), so that only the
@@ -1459,18 +1475,12 @@ KernelRoundingBound svd_rounding_bound(const ConstRef<double>& q, const ConstRef
       product_error(p, dp, p + dp, z.cwiseAbs(), (vr32 - z).cwiseAbs(), vr32.cwiseAbs(), nk, 1e-15), a, u, eta);
   const MatrixR<double> au = a.cwiseAbs() + ea;
   // B = V_R stored (both policies; known exactly), W = B̂ᵀ·V̂ (R × d_v) in float32 over n_k, stored under eager.
-  const MatrixR<double> bs = stored_in(format, vr32);
-  const MatrixR<double> w = z.transpose() * v;
-  MatrixR<double> ew = product_error(z.transpose().cwiseAbs(), (bs - z).transpose().cwiseAbs(),
-                                     bs.transpose().cwiseAbs(), v.cwiseAbs(), (vs - v).cwiseAbs(), vs.cwiseAbs(), nk,
-                                     1e-15);
-  if (eager) ew = stored_error(ew, w, u, eta);
-  const MatrixR<double> wu = w.cwiseAbs() + ew;
+  const MatrixR<double> bs = stored_in(format, vr32), bu = bs.transpose().cwiseAbs();
+  const StoredState w = stored_state(z.transpose(), (bs - z).transpose().cwiseAbs(), bu, v, vs, eager, u, eta);
   // A float32 partial sum may pass float32's largest value before it cancels: bounded by the magnitudes' product.
-  const bool w_over = wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32) ||
-                      (bs.transpose().cwiseAbs() * vs.cwiseAbs()).maxCoeff() >= kMax32;
+  const bool w_over = w.wu.maxCoeff() >= (eager ? big / (1 + u) : kMax32) || (bu * vs.cwiseAbs()).maxCoeff() >= kMax32;
   // O = Â·Ŵ over R, stored.
-  stored_last_product(b, a, ea, au, w, ew, wu, r, ((p + dp) * vr32.cwiseAbs()).rowwise().maxCoeff(), big,
+  stored_last_product(b, a, ea, au, w.w, w.ew, w.wu, r, ((p + dp) * vr32.cwiseAbs()).rowwise().maxCoeff(), big,
                       [&](Index i) { return w_over || sp.none[std::size_t(i)]; });
   return b;
 }
@@ -2080,22 +2090,17 @@ KernelRoundingBound vq_soft_rounding_bound(const ConstRef<double>& q, const Cons
   }
   // S = RᵀV and N = Rᵀ1 summed in float32 over n_k, stored under eager.
   const MatrixR<double> rt = r.transpose(), drt = dr.transpose(), rut = rt + drt;
+  const MatrixR<double> ones = MatrixR<double>::Ones(nk, 1);
+  const StoredState s = stored_state(rt, drt, rut, v, vs, eager, u, eta);
+  const StoredState n = stored_state(rt, drt, rut, ones, ones, eager, u, eta);
   VqCodeSums sums;
-  sums.sum = rt * v;
-  MatrixR<double> es = product_error(rt, drt, rut, v.cwiseAbs(), (vs - v).cwiseAbs(), vs.cwiseAbs(), nk, 1e-15);
-  const MatrixR<double> ones = MatrixR<double>::Ones(nk, 1), zeros = MatrixR<double>::Zero(nk, 1);
-  sums.count = rt.rowwise().sum();
-  MatrixR<double> en = product_error(rt, drt, rut, ones, zeros, ones, nk, 1e-15);
-  if (eager) {
-    es = stored_error(es, sums.sum, u, eta);
-    en = stored_error(en, sums.count, u, eta);
-  }
-  sums.s_up = sums.sum.cwiseAbs() + es;
-  sums.n_up = sums.count + VectorX<double>(en.col(0));
+  sums.sum = s.w;
+  sums.s_up = s.wu;
+  sums.count = n.w.col(0);
+  sums.n_up = n.wu.col(0);
   sums.partial = (1 + gamma32(double(nk))) * (rut * vs.cwiseAbs()).maxCoeff();
   // A code whose stored mass may be 0 is dropped by the emulation (its weights skip it): no guarantee.
-  sums.none = overflow || (sums.count - VectorX<double>(en.col(0))).minCoeff() <= 0 ||
-              (eager && sums.n_up.maxCoeff() >= big / (1 + u));
+  sums.none = overflow || (n.w - n.ew).minCoeff() <= 0 || (eager && sums.n_up.maxCoeff() >= big / (1 + u));
   return vq_bound(q, v, codebook, cb32, assigned, assigned, opts, &sums);
 }
 
