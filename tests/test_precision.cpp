@@ -1243,6 +1243,78 @@ TEST(RoundingBound, VqSoftRespectsIt) {
               static_cast<long long>(cases));
 }
 
+/// One run of quantize=both as vq_both_rounding_bound reads it.
+template <typename T>
+VqBothRun both_run(const Method<T>& m) {
+  const auto& vq = dynamic_cast<const VqMethod<T>&>(m);
+  return {vq.codebook().template cast<double>(), vq.query_codebook().template cast<double>(), vq.key_codes(),
+          vq.query_codes()};
+}
+
+// Transformer-VQ's two-codebook form (quantize=both, attnlab's mean-field form) against its bound, entry by entry:
+// queries and keys about their own centres (query i about centre 5i mod codes, key j about 7j mod codes) at a near and
+// a far spread, query temperatures t 1 and 4, both formats and policies; each run fits both codebooks, and its O must
+// be the float64 method's own. No entry may fall outside the bound anywhere; at the near spread the fits agree and
+// every row keeps its guarantee. Then the codes' role: one query's code moved leaves that row alone without a
+// guarantee, one key's code every row.
+TEST(RoundingBound, VqBothRespectsIt) {
+  const Index n = 300, d = 32, codes = 16;
+  const MatrixR<float> kc = gaussian(codes, d, 5), qc = gaussian(codes, d, 6);
+  const std::string spec = "vq:codes=16,quantize=both";
+  Index cases = 0, guaranteed = 0;
+  for (const float spread : {0.1f, 1.0f})
+    for (const double t : {1.0, 4.0}) {
+      MatrixR<float> q = gaussian(n, d, 1, spread), k = gaussian(n, d, 2, spread);
+      const MatrixR<float> v = gaussian(n, d, 3);
+      for (Index j = 0; j < n; ++j) k.row(j) += kc.row((7 * j) % codes);
+      for (Index i = 0; i < n; ++i) q.row(i) += qc.row((5 * i) % codes);
+      q *= float(t);
+      auto m64 = make_method<double>(spec);
+      m64->compute(q.cast<double>(), k.cast<double>());
+      const MatrixR<double> own = m64->output(v.cast<double>());
+      for (const Storage st : {Storage::bf16, Storage::fp16})
+        for (const Policy pol : {Policy::eager, Policy::careful}) {
+          SCOPED_TRACE(::testing::Message() << spec << " spread " << spread << " t=" << t << " " << storage_name(st)
+                                            << " " << policy_name(pol));
+          AttentionOptions o;
+          o.storage = st;
+          o.policy = pol;
+          const Emulated run = emulated(spec, std::nullopt, q, k, v, o);
+          const KernelRoundingBound b = vq_both_rounding_bound(q.cast<double>(), k.cast<double>(), v.cast<double>(),
+                                                               both_run(*m64), both_run(*run.method), o);
+          EXPECT_LT((b.reference - own).norm(), 1e-10 * own.norm()) << "the bound's O is not the method's";
+          EXPECT_EQ(outside_guaranteed(run.out, own, b.output), 0);
+          if (spread < 0.5f) {
+            EXPECT_EQ(b.rows_without_guarantee, 0) << "queries and keys near their codes: the fits agree";
+          }
+          ++cases;
+          guaranteed += b.rows_without_guarantee == 0;
+          if (b.rows_without_guarantee == 0 && t == 1.0)
+            std::printf("  vq both spread %.1f %s %-7s |ΔO|_F / |O|_F %.2e, / bound %.3f, bound / |O|_F %.3g\n",
+                        spread, storage_name(st).c_str(), policy_name(pol).c_str(),
+                        (run.out - own).norm() / own.norm(), (run.out - own).norm() / b.output_norm(),
+                        b.output_norm() / own.norm());
+        }
+      if (spread > 0.5f || t != 1.0) continue;
+      // The codes: the float64 run read as both runs (the same codes), then one query's code, then one key's, moved.
+      AttentionOptions o;
+      o.storage = Storage::bf16;
+      const VqBothRun same = both_run(*m64);
+      const MatrixR<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+      EXPECT_EQ(vq_both_rounding_bound(qd, kd, vd, same, same, o).rows_without_guarantee, 0);
+      VqBothRun moved = same;
+      moved.query_codes[7] = (moved.query_codes[7] + 1) % codes;
+      const KernelRoundingBound bq = vq_both_rounding_bound(qd, kd, vd, same, moved, o);
+      EXPECT_EQ(bq.rows_without_guarantee, 1);
+      EXPECT_FALSE(bq.output.row(7).allFinite());
+      moved = same;
+      moved.key_codes[11] = (moved.key_codes[11] + 1) % codes;
+      EXPECT_EQ(vq_both_rounding_bound(qd, kd, vd, same, moved, o).rows_without_guarantee, n);
+    }
+  std::printf("  vq both: %lld of %lld cases with a guarantee on every row\n", static_cast<long long>(guaranteed),
+              static_cast<long long>(cases));
+}
+
 // A review's counterexamples to the Reformer and VQ bounds (two of them in exact attention's softmax bound, which
 // Reformer's inherits): each must hold or give up (+inf), never promise a finite bound the emulation breaks.
 //  - Eigen's vectorised exp clamps its argument at −88.72 (e^{−100} comes out about 2.9e-39, a bf16 subnormal),

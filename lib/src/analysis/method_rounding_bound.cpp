@@ -181,7 +181,15 @@ std::optional<MethodRoundingBound> MethodRoundingBounds::bound(const Method<doub
   }
   if (name == "vq") {
     const auto& s = as<VqMethod<double>>(reference).settings();
-    if (s.quantize != VqQuantize::Keys) return none("Transformer-VQ: not derived for quantize=both");
+    if (s.quantize == VqQuantize::Both) {  // non-causal only: the registry refuses it under a causal mask
+      const auto run = [](const auto& m) {
+        return VqBothRun{m.codebook().template cast<double>(), m.query_codebook().template cast<double>(),
+                         m.key_codes(), m.query_codes()};
+      };
+      return from_kernel(vq_both_rounding_bound(q_, k_, v_, run(as<VqMethod<double>>(reference)),
+                                                run(as<VqMethod<float>>(emulated)), opts),
+                         own);
+    }
     if (s.assign == VqAssign::Soft)  // non-causal only: the registry refuses soft VQ under a causal mask
       return from_kernel(vq_soft_rounding_bound(q_, k_, v_, as<VqMethod<double>>(reference).codebook(),
                                                 as<VqMethod<float>>(emulated).codebook().cast<double>(),

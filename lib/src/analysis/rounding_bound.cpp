@@ -1776,6 +1776,19 @@ struct VqCodeSums {
   bool none = false;
 };
 
+/// The two-codebook form's (quantize=both, vq_both_rounding_bound) per query code b the sums S_b, N_b of the key
+/// weights G_bj = e^{g_bj − m_b,a(j)} as a VqCodeSums, each query's code b(i) (the float64 run's) and whether the
+/// emulated run gave it another (no guarantee for that row), the maxima m_by the joint logits λ_iy + m_b(i),y add
+/// and the bound on their move |m̂ − m|, and `none`: no guarantee anywhere (a key's code moved, g or a sum may
+/// overflow what holds it).
+struct VqBothSums {
+  std::vector<VqCodeSums> sums;
+  std::vector<Index> row_code;
+  std::vector<char> row_flipped;
+  MatrixR<double> m, dm;
+  bool none = false;
+};
+
 /// Two k-means fits may number the same partition differently (k-means++ draws its seeds with probabilities that the
 /// rounding moves). O does not depend on how the codes are numbered: where one numbering maps onto the other key for
 /// key (a bijection between the codes in use), the emulated run's codes are renumbered as the float64 run's (into
@@ -1812,10 +1825,12 @@ bool renumbered_codes(const std::vector<Index>& assigned, const std::vector<Inde
   return true;
 }
 
-/// vq_rounding_bound, and with `soft` the soft variant's (its per-code sums in place of the assignment's).
+/// vq_rounding_bound, and with `soft` the soft variant's (its per-code sums in place of the assignment's), with
+/// `both` the two-codebook form's (per row its query code's sums, and the maxima m added to the logits).
 KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& v, const ConstRef<double>& codebook,
                              const ConstRef<double>& codebook32, const std::vector<Index>& assigned,
-                             const std::vector<Index>& chosen, const AttentionOptions& opts, const VqCodeSums* soft) {
+                             const std::vector<Index>& chosen, const AttentionOptions& opts, const VqCodeSums* soft,
+                             const VqBothSums* both = nullptr) {
   const Index nq = q.rows(), nk = v.rows(), d = q.cols(), dv = v.cols(), codes = codebook.rows();
   require(codebook.cols() == d && codes >= 1 && Index(assigned.size()) == nk && Index(chosen.size()) == nk,
           "vq rounding bound: Q {}×{}, V {} rows, a codebook {}×{}, assignments of {} and {} keys", nq, d, nk,
@@ -1833,7 +1848,7 @@ KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& 
     std::vector<Index> chosen_as;
     MatrixR<double> codebook_as;
     if (renumbered_codes(assigned, chosen, codebook32, chosen_as, codebook_as))
-      return vq_bound(q, v, codebook, codebook_as, assigned, chosen_as, opts, soft);  // numbered alike now
+      return vq_bound(q, v, codebook, codebook_as, assigned, chosen_as, opts, soft, both);  // numbered alike now
   }
   const Format format = storage_format(opts.storage);
   const bool eager = opts.policy == Policy::eager;
@@ -1852,7 +1867,12 @@ KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& 
   require(!soft || (!causal && soft->count.size() == codes && soft->sum.rows() == codes && soft->sum.cols() == dv),
           "vq rounding bound: soft sums for {} codes, {} columns", soft ? soft->count.size() : 0,
           soft ? soft->sum.cols() : 0);
-  if (soft) {
+  require(!both || (!causal && !soft && Index(both->sums.size()) == both->m.rows() && both->m.cols() == codes &&
+                    Index(both->row_code.size()) == nq && Index(both->row_flipped.size()) == nq),
+          "vq rounding bound: the two-codebook sums do not match {} queries and {} codes", nq, codes);
+  if (both) {
+    // per row, below
+  } else if (soft) {
     count = soft->count;
     sum = soft->sum;
     s_up = soft->s_up;
@@ -1892,7 +1912,9 @@ KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& 
                 codebook32.cwiseAbs().maxCoeff()}) >= big ||
       std::max(1.0, s) * (1 + e_z) * la.maxCoeff() >= limit;
   Index flips = 0;  // non-causal: any flipped assignment moves every row (causal: the rows that see it, below)
-  if (!causal) {    // causal: the sums' overflow is checked per row
+  if (both) {
+    global_overflow = global_overflow || both->none;  // its sums' overflow and the keys' codes, checked where formed
+  } else if (!causal) {  // causal: the sums' overflow is checked per row
     double partial = soft ? soft->partial : 0;
     for (Index y = 0; y < codes && !soft; ++y)
       partial = std::max(partial, (1 + gamma32(count(y))) * sum_abs.row(y).maxCoeff());
@@ -1955,18 +1977,29 @@ KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& 
       g = gamma32(terms + 1);                   // (w·U and the block's el·V summed, then added)
       row_none = flips_seen > 0 || part >= kMax32 || (eager && (s_up_i.maxCoeff() >= big || n_up_i.maxCoeff() >= big));
     }
-    const VectorX<double>& count_r = causal ? count_i : count;
-    const MatrixR<double>& sum_r = causal ? sum_i : sum;
-    const MatrixR<double>& s_up_r = causal ? s_up_i : s_up;
-    const VectorX<double>& n_up_r = causal ? n_up_i : n_up;
+    const Index bq = both ? both->row_code[std::size_t(i)] : 0;  // the row's query code (quantize=both)
+    const VqCodeSums* rs = both ? &both->sums[std::size_t(bq)] : nullptr;
+    const VectorX<double>& count_r = causal ? count_i : rs ? rs->count : count;
+    const MatrixR<double>& sum_r = causal ? sum_i : rs ? rs->sum : sum;
+    const MatrixR<double>& s_up_r = causal ? s_up_i : rs ? rs->s_up : s_up;
+    const VectorX<double>& n_up_r = causal ? n_up_i : rs ? rs->n_up : n_up;
+    row_none = row_none || (both && both->row_flipped[std::size_t(i)]);
+    // The row's logits: s·q_iᵀc_y, and with `both` plus m_by, whose move adds, as does their float32 sum (stored
+    // under eager).
+    const auto logit = [&](Index y) { return l(i, y) + (both ? both->m(bq, y) : 0.0); };
     double mx = -inf, dz = 0, zabs = 0;
     for (Index y = 0; y < codes; ++y) {
       if (count_r(y) == 0) continue;  // a code without keys weighs exactly 0 in both runs
-      mx = std::max(mx, l(i, y));
-      dz = std::max(dz, std::abs(ls(i, y) - l(i, y)) + e_z * s * la(i, y) + e * eta * (1 + s) +
-                            double(d) * eta32 * s);
-      zabs = std::max(zabs, std::abs(l(i, y)));
+      mx = std::max(mx, logit(y));
+      double dy = std::abs(ls(i, y) - l(i, y)) + e_z * s * la(i, y) + e * eta * (1 + s) + double(d) * eta32 * s;
+      if (both) {
+        dy += both->dm(bq, y);
+        dy += (u32 + e * u) * (1 + u32) * (std::abs(logit(y)) + dy) + e * eta;
+      }
+      dz = std::max(dz, dy);
+      zabs = std::max(zabs, std::abs(logit(y)));
     }
+    row_none = row_none || (both && (zabs + dz) * (1 + u) >= limit);
     // Each weight's exponent ℓ̂ − M̂ is ℓ − M plus its own logit's move (≤ D), the float32 subtraction's
     // u₃₂·|ℓ̂ − M̂|, and M − M̂: that last is a factor common to the row, e^{M − M̂} ∈ [e^{−D}, e^{D}], which cancels
     // in num/den but scales the absolute terms (and the values held, for the overflow checks) by up to e^{D}.
@@ -1975,7 +2008,7 @@ KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& 
     const double lift = std::exp(dz);
     VectorX<double> w_ref(codes), w_up(codes);
     for (Index y = 0; y < codes; ++y) {
-      w_ref(y) = count_r(y) > 0 ? std::exp(l(i, y) - mx) : 0.0;
+      w_ref(y) = count_r(y) > 0 ? std::exp(logit(y) - mx) : 0.0;
       w_up(y) = count_r(y) > 0 ? rho * w_ref(y) + a_w * lift : 0.0;
     }
     const double den = w_ref.dot(count_r), den_up = w_up.dot(n_up_r);
@@ -2102,6 +2135,112 @@ KernelRoundingBound vq_soft_rounding_bound(const ConstRef<double>& q, const Cons
   // A code whose stored mass may be 0 is dropped by the emulation (its weights skip it): no guarantee.
   sums.none = overflow || (n.w - n.ew).minCoeff() <= 0 || (eager && sums.n_up.maxCoeff() >= big / (1 + u));
   return vq_bound(q, v, codebook, cb32, assigned, assigned, opts, &sums);
+}
+
+KernelRoundingBound vq_both_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                           const ConstRef<double>& v, const VqBothRun& run64,
+                                           const VqBothRun& run32, const AttentionOptions& opts) {
+  const Index nq = q.rows(), nk = k.rows(), d = k.cols();
+  const Index codes = run64.codebook.rows(), cq = run64.query_codebook.rows();
+  require(!opts.causal, "vq rounding bound: quantize=both is non-causal");
+  require(opts.storage != Storage::native, "vq rounding bound: give a reduced storage (bf16 or fp16)");
+  require(q.cols() == d && v.rows() == nk && codes >= 1 && cq >= 1,
+          "vq both rounding bound: Q {}×{}, K {}×{}, V {} rows", nq, q.cols(), nk, d, v.rows());
+  for (const VqBothRun* r : {&run64, &run32}) {
+    require(r->codebook.rows() == codes && r->codebook.cols() == d && r->query_codebook.rows() == cq &&
+                r->query_codebook.cols() == d && Index(r->key_codes.size()) == nk &&
+                Index(r->query_codes.size()) == nq,
+            "vq both rounding bound: codebooks {}×{} and {}×{}, {} key and {} query codes, for {} codes, {} query "
+            "codes, {} keys, {} queries of d = {}",
+            r->codebook.rows(), r->codebook.cols(), r->query_codebook.rows(), r->query_codebook.cols(),
+            r->key_codes.size(), r->query_codes.size(), codes, cq, nk, nq, d);
+    for (const Index y : r->key_codes)
+      require(y >= 0 && y < codes, "vq both rounding bound: key code {} of {}", y, codes);
+    for (const Index y : r->query_codes)
+      require(y >= 0 && y < cq, "vq both rounding bound: query code {} of {}", y, cq);
+  }
+  const Format format = storage_format(opts.storage);
+  const bool eager = opts.policy == Policy::eager;
+  const double e = eager ? 1 : 0, u = unit_roundoff(format), eta = half_min_subnormal(format), u32 = kU32;
+  const double big = largest_finite(format), f64 = std::ldexp(1.0, -53), s = opts.resolved_scale(d);
+  const double limit = eager ? big : kMax32;
+  // Either run's codes may be numbered differently (two k-means fits): renumbered as the float64 run's where the
+  // partitions agree. A key whose code moved leaves every row without a guarantee; a query's, its own row.
+  const std::vector<Index>&a = run64.key_codes, &b = run64.query_codes;
+  std::vector<Index> a32 = run32.key_codes, b32 = run32.query_codes;
+  MatrixR<double> cb32 = run32.codebook, cq32 = run32.query_codebook;
+  {
+    std::vector<Index> as;
+    MatrixR<double> cs;
+    if (renumbered_codes(a, a32, run32.codebook, as, cs)) a32 = as, cb32 = cs;
+    if (renumbered_codes(b, b32, run32.query_codebook, as, cs)) b32 = as, cq32 = cs;
+  }
+  VqBothSums both;
+  both.row_code = b;
+  both.row_flipped.resize(std::size_t(nq));
+  for (Index i = 0; i < nq; ++i) both.row_flipped[std::size_t(i)] = b[std::size_t(i)] != b32[std::size_t(i)];
+  for (Index j = 0; j < nk; ++j) both.none = both.none || a[std::size_t(j)] != a32[std::size_t(j)];
+  // The residuals: the float64 run's R = K − ΔC, and the emulated run's exactly as it forms them (K̂ − ΔĈ in float32,
+  // stored: an elementwise rounding, known); the key logits g = s·C'Rᵀ, the emulated ones' distance — the stored
+  // factors' (computed), the float32 product and scaling and, eager, their two storings (as the logits λ: e_z) —
+  // and their maxima m_by = max_{a(j)=y} g_bj, which move by at most the largest move of the g they take.
+  const MatrixR<double> ks = stored_in(format, k), cs = stored_in(format, cb32), cqs = stored_in(format, cq32);
+  const MatrixR<double> vs = stored_in(format, v);
+  MatrixR<double> r(nk, d), rs(nk, d);
+  for (Index j = 0; j < nk; ++j)
+    for (Index c = 0; c < d; ++c) {
+      r(j, c) = k(j, c) - run64.codebook(a[std::size_t(j)], c);
+      const float diff = float(ks(j, c)) - float(cs(a[std::size_t(j)], c));
+      rs(j, c) = double(diff);
+    }
+  rs = stored_in(format, rs);
+  const MatrixR<double> g = s * run64.query_codebook * r.transpose(), gt = s * cqs * rs.transpose();
+  const MatrixR<double> gmag = cqs.cwiseAbs() * rs.cwiseAbs().transpose();
+  const double e_z = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) * (1 + u32) - 1;
+  const MatrixR<double> dg = ((gt - g).cwiseAbs() + (e_z + 8 * double(d + 4) * f64) * s * gmag).array() +
+                             (e * eta * (1 + s) + double(d) * kEta32 * s);
+  both.none = both.none || std::max(1.0, s) * (1 + e_z) * gmag.maxCoeff() >= limit;
+  const double inf = std::numeric_limits<double>::infinity();
+  both.m = MatrixR<double>::Constant(cq, codes, -inf);
+  both.dm = MatrixR<double>::Zero(cq, codes);
+  for (Index j = 0; j < nk; ++j)
+    for (Index y = a[std::size_t(j)], c = 0; c < cq; ++c) {
+      both.m(c, y) = std::max(both.m(c, y), g(c, j));
+      both.dm(c, y) = std::max(both.dm(c, y), dg(c, j));
+    }
+  // Per query code the key weights G_bj = e^{g_bj − m_b,a(j)} ≤ 1 (the emulation's Ĝ: the float32 subtraction and
+  // exp, stored under both policies), each within [G/ρ, G·ρ] ± (2⁻¹²⁶(1+u) + η), ρ = e^{δ}(1+4u₃₂)(1+u), δ the moves
+  // of g and m and the subtraction's u₃₂; then S_b = Σ_j G_bj e_a(j) v_jᵀ and N_b = Σ_j G_bj e_a(j) summed in float32
+  // over the keys (stored under eager) by the product rule. A code that holds keys holds one of weight exactly 1 in
+  // both runs (its maximum), so no code's mass vanishes.
+  const double floor = stored_exp_floor(u, eta), steps = (1 + 4 * u32) * (1 + u);
+  const MatrixR<double> ones = MatrixR<double>::Ones(nk, 1);
+  both.sums.resize(std::size_t(cq));
+  for (Index c = 0; c < cq; ++c) {
+    MatrixR<double> x = MatrixR<double>::Zero(codes, nk), dx = x;
+    for (Index j = 0; j < nk; ++j) {
+      const Index y = a[std::size_t(j)];
+      const double z = g(c, j) - both.m(c, y), move = dg(c, j) + both.dm(c, y);
+      const double rho = std::exp(move + u32 * (std::abs(z) + move)) * steps;
+      x(y, j) = std::exp(z);
+      dx(y, j) = (rho - 1) * x(y, j) + floor + 1e-15 * x(y, j);
+    }
+    const MatrixR<double> xu = x + dx;
+    const StoredState sv = stored_state(x, dx, xu, v, vs, eager, u, eta);
+    const StoredState sn = stored_state(x, dx, xu, ones, ones, eager, u, eta);
+    VqCodeSums& sums = both.sums[std::size_t(c)];
+    sums.sum = sv.w;
+    sums.s_up = sv.wu;
+    sums.count = sn.w.col(0);
+    sums.n_up = sn.wu.col(0);
+    sums.partial = (1 + gamma32(double(nk))) * (xu * vs.cwiseAbs()).maxCoeff();
+    both.none = both.none || sums.partial >= kMax32 ||
+                (eager && std::max(sums.s_up.maxCoeff(), sums.n_up.maxCoeff()) >= big / (1 + u));
+  }
+  for (Index c = 0; c < cq; ++c)
+    for (Index y = 0; y < codes; ++y)
+      if (!std::isfinite(both.m(c, y))) both.m(c, y) = 0;  // a code without keys: weight 0, never read
+  return vq_bound(q, v, run64.codebook, cb32, a, a, opts, nullptr, &both);
 }
 
 }  // namespace attnlab

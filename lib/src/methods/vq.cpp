@@ -164,12 +164,12 @@ Status VqMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const
     resid_ = resid;
     q_formed_from_ = kq.formed_from;
     q_copy_of_ = kq.copy_of;
-    if (opts.storage != Storage::native) {  // what the emulated transcription forms again in the format
-      k_ = k;
-      qcentroids_ = kq.centroids;
-      key_codes_ = km.assignment;
-      query_codes_ = kq.assignment;
-    }
+    // The query codebook and both codes: what vq_both_rounding_bound reads of each run, and under an emulated
+    // storage (with K) what the transcription forms again in the format.
+    qcentroids_ = kq.centroids;
+    key_codes_ = km.assignment;
+    query_codes_ = kq.assignment;
+    if (opts.storage != Storage::native) k_ = k;
     const MatrixR<T> g = (kq.centroids * resid.transpose()) * s;  // c_q × n_k
     op_ = std::make_unique<MeanFieldOperator<T>>(logits, g, km.assignment, kq.assignment);
   } else if (this->o_.assign == VqAssign::Hard) {

@@ -10,14 +10,15 @@
 // attention, Scatterbrain (both policies), ProbSparse (either lazy form, causal too; conditional on both runs choosing
 // the same queries), Reformer (conditional on both runs' key sets; causal too) and Transformer-VQ (hard, keys
 // quantized, causal too; conditional on the keys a row sees keeping their codes; with a k-means codebook, given the
-// codebook each run fitted; soft, non-causal, given both codebooks), and Nyström (either landmarks; given both runs'
-// pseudo-inverses: a pseudo-inverse of a rounded landmark kernel — the converged inverse amplifies the storage
-// rounding by the kernel's condition number, the unconverged iteration does not, and no useful worst case follows from
-// norms alone — so their difference enters as computed; true but loose, F·Z's cancellation unseen), and CUR (its C and
-// R read through the streaming log-sum-exp; given both runs' pseudo-inverses of P[I,J] as Nyström's, and conditional on
-// both runs sampling the same rows and columns), and the SVD oracle (given both runs' singular vectors, the float64
-// basis rotated to the emulated one's).
-// Not derived: Transformer-VQ's two-codebook variant (quantize=both; attnlab's own; emulated, not bounded).
+// codebook each run fitted; soft, non-causal, given both codebooks; the two-codebook form, quantize=both, non-causal,
+// given both runs' codebooks and codes, a query whose code moved without a guarantee), and Nyström (either
+// landmarks; given both runs' pseudo-inverses: a pseudo-inverse of a rounded landmark kernel — the converged inverse
+// amplifies the storage rounding by the kernel's condition number, the unconverged iteration does not, and no useful
+// worst case follows from norms alone — so their difference enters as computed; true but loose, F·Z's cancellation
+// unseen), and CUR (its C and R read through the streaming log-sum-exp; given both runs' pseudo-inverses of P[I,J] as
+// Nyström's, and conditional on both runs sampling the same rows and columns), and the SVD oracle (given both runs'
+// singular vectors, the float64 basis rotated to the emulated one's). Every spec the conformance test runs has one
+// under each mask it supports; any other without says why.
 #pragma once
 
 #include "attnlab/core/method.hpp"

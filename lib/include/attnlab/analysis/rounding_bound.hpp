@@ -282,6 +282,31 @@ KernelRoundingBound vq_soft_rounding_bound(const ConstRef<double>& q, const Cons
                                            const ConstRef<double>& codebook32, double temperature,
                                            const AttentionOptions& opts);
 
+/// What the two-codebook bound reads of one run of quantize=both: its key codebook C (the emulated run's before it
+/// is stored: its float32 values), its query codebook C', each key's code a(j) and each query's code b(i)
+/// (VqMethod's codebook(), query_codebook(), key_codes(), query_codes()).
+struct VqBothRun {
+  MatrixR<double> codebook, query_codebook;
+  std::vector<Index> key_codes, query_codes;
+};
+/// Transformer-VQ's two-codebook form's bound (quantize=both, attnlab's mean-field form: P̃_ij ∝ e^{λ_i,a(j) +
+/// g_b(i),j}, λ = s·QCᵀ, g = s·C'(K − ΔC)ᵀ; operators/codebook.hpp), non-causal, both policies, given both runs'
+/// k-means codebooks and codes, as VqMethod::emulated_both_output computes it: per query code b a Transformer-VQ over
+/// the key codes with the key weights G_bj = e^{g_bj − m_b,a(j)} in place of the counts and the joint logits λ_iy +
+/// m_by. The stored Q, K, V, C, C' and residuals K̂ − ΔĈ known exactly; g's move the stored factors' (computed), the
+/// float32 product and scaling and eager's two storings of s·|Ĉ'||R̂|ᵀ (as λ's); m's move at most its code's largest
+/// g move; each Ĝ within [G/ρ, G·ρ] ± (2⁻¹²⁶(1+u) + η), ρ = e^{δ}(1+4u₃₂)(1+u), δ = the g and m moves plus the
+/// float32 subtraction's u₃₂; the per-code sums S_b = Σ G v and N_b = Σ G summed in float32 over the keys (stored
+/// under eager) by the product rule; the joint logits' move λ's plus m's plus the float32 sum's (and eager's storing);
+/// then the hard bound's weights, numerators, normalisers and division. The maxima cancel between E and Ĝ in both
+/// runs; the bound counts their move twice (in the logits and in the weights), an overestimate of at most 2·max|m̂ −
+/// m| in the exponent. The codes are renumbered as the float64 run's where the partitions agree. No guarantee
+/// anywhere where a key's code moved or g, a sum or a logit may overflow what holds it; none for a query whose code
+/// moved; else as the hard bound.
+KernelRoundingBound vq_both_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
+                                           const ConstRef<double>& v, const VqBothRun& run64,
+                                           const VqBothRun& run32, const AttentionOptions& opts);
+
 enum class PerformerKernel;
 KernelRoundingBound performer_rounding_bound(const ConstRef<double>& q, const ConstRef<double>& k,
                                              const ConstRef<double>& v, const ConstRef<double>& omega,

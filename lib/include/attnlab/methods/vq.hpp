@@ -125,6 +125,12 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
   /// held them: stored in the format under an emulated storage) or the file's, in T; empty before compute(). What
   /// vq_rounding_bound reads of each run.
   const MatrixR<T>& codebook() const { return centroids_; }
+  /// quantize=both: the query codebook C' (k-means' centroids on the queries as this call held them), each key's
+  /// code a(j) and each query's code b(i) of the last compute(); empty otherwise. What vq_both_rounding_bound reads
+  /// of each run.
+  const MatrixR<T>& query_codebook() const { return qcentroids_; }
+  const std::vector<Index>& key_codes() const { return key_codes_; }
+  const std::vector<Index>& query_codes() const { return query_codes_; }
 
  private:
   Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
@@ -165,8 +171,8 @@ class VqMethod final : public ConfiguredMethod<VqOptions, Method<T>> {
   Index iterations_ = 0;
   std::unique_ptr<AttentionOperator<T>> op_;
   // Kept for the backward: Q, the key codebook C; soft: K, the logits s·QCᵀ and their normalizers L_i;
-  // both: the residuals r_j = k_j − c_a(j) and how the query codebook was formed from Q, and under an emulated
-  // storage K, the query codebook C' and the key and query codes.
+  // both: the residuals r_j = k_j − c_a(j), how the query codebook was formed from Q, the query codebook C' and the
+  // key and query codes, and under an emulated storage K.
   MatrixR<T> q_, k_, centroids_, logits_, resid_, qcentroids_;
   VectorX<T> lse_;
   std::vector<Index> q_formed_from_, q_copy_of_, key_codes_, query_codes_;
