@@ -1310,6 +1310,13 @@ TEST(RoundingBound, VqBothRespectsIt) {
       moved = same;
       moved.key_codes[11] = (moved.key_codes[11] + 1) % codes;
       EXPECT_EQ(vq_both_rounding_bound(qd, kd, vd, same, moved, o).rows_without_guarantee, n);
+      // A key past fp16's range (its stored residual inf): no guarantee anywhere, not a NaN bound.
+      MatrixR<double> kbig = kd;
+      kbig(0, 0) = 1e5;
+      o.storage = Storage::fp16;
+      const KernelRoundingBound bk = vq_both_rounding_bound(qd, kbig, vd, same, same, o);
+      EXPECT_EQ(bk.rows_without_guarantee, n);
+      EXPECT_FALSE(bk.output.hasNaN());
     }
   std::printf("  vq both: %lld of %lld cases with a guarantee on every row\n", static_cast<long long>(guaranteed),
               static_cast<long long>(cases));

@@ -2199,7 +2199,12 @@ KernelRoundingBound vq_both_rounding_bound(const ConstRef<double>& q, const Cons
   const double e_z = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) * (1 + u32) - 1;
   const MatrixR<double> dg = ((gt - g).cwiseAbs() + (e_z + 8 * double(d + 4) * f64) * s * gmag).array() +
                              (e * eta * (1 + s) + double(d) * kEta32 * s);
-  both.none = both.none || std::max(1.0, s) * (1 + e_z) * gmag.maxCoeff() >= limit;
+  // No guarantee where a key or query codebook entry may overflow when stored (a residual or g then inf or NaN, which
+  // the comparisons below would not see).
+  both.none = both.none || !rs.allFinite() || !cqs.allFinite() || !gt.allFinite() ||
+              std::max({k.cwiseAbs().maxCoeff(), run64.query_codebook.cwiseAbs().maxCoeff(),
+                        run32.query_codebook.cwiseAbs().maxCoeff()}) >= big ||
+              std::max(1.0, s) * (1 + e_z) * gmag.maxCoeff() >= limit;
   const double inf = std::numeric_limits<double>::infinity();
   both.m = MatrixR<double>::Constant(cq, codes, -inf);
   both.dm = MatrixR<double>::Zero(cq, codes);
