@@ -33,6 +33,12 @@ double stored_exp_floor(double u, double eta) { return kMin32 * (1 + u) + eta; }
 /// γ_m = m·u₃₂/(1 − m·u₃₂): a sum or product of m float32 roundings, in any order (Higham 2002 §3.1).
 double gamma32(double m) { return m * kU32 / (1 - m * kU32); }
 
+/// A logit s·(aᵀb) over d products formed in float32, times the scale as float32 holds it, stored after the product
+/// and after the scale under eager: its relative error (1+γ_d)(1+u)^{2e}(1+u₃₂)² − 1 on s·|a|ᵀ|b|.
+double scaled_logit_error(Index d, double u, bool eager) {
+  return (1 + gamma32(double(d))) * std::pow(1 + u, eager ? 2 : 0) * (1 + kU32) * (1 + kU32) - 1;
+}
+
 /// Inputs given in float64 as the emulation stores them: float32 first (what the float32 method was given), then the
 /// format (round_to: known exactly).
 MatrixR<double> stored_in(Format format, const ConstRef<double>& x) {
@@ -270,7 +276,7 @@ SoftmaxRoundingBound linformer_rounding_bound(const ConstRef<double>& q, const C
   const MatrixR<double> kup = ek.cwiseAbs() + dk, vup = fv.cwiseAbs() + dv;
   // Per query the largest A_ij and input-error term over the k projected keys.
   const MatrixR<double> a = qs.cwiseAbs() * kup.transpose(), c = dq * kup.transpose() + qa * dk.transpose();
-  const double e_z = (1 + gamma32(double(q.cols()))) * std::pow(1 + u, eager ? 2 : 0) * (1 + u32) * (1 + u32) - 1;
+  const double e_z = scaled_logit_error(q.cols(), u, eager);
   const double g = gamma32(double(kk + 8)), gk = gamma32(double(kk));
   const bool stored_overflow = std::max({q.cwiseAbs().maxCoeff(), k.cwiseAbs().maxCoeff(), v.cwiseAbs().maxCoeff(),
                                          e32.cwiseAbs().maxCoeff(), f32.cwiseAbs().maxCoeff(), kup.maxCoeff(),
@@ -1202,7 +1208,7 @@ KernelRoundingBound nystrom_rounding_bound(const ConstRef<double>& q, const Cons
   const double big = largest_finite(format);
   const double s = opts.resolved_scale(d);
   // A logit: d products summed, stored (eager), times the scale — itself rounded to float32 —, stored (eager).
-  const double ez = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) * (1 + u32) - 1;
+  const double ez = scaled_logit_error(d, u, eager);
   const double p_abs = stored_exp_floor(u, eta);
   const MatrixR<double> qs = stored_in(format, q), ks = stored_in(format, k), vs = stored_in(format, v);
   // The landmarks: segment means of the stored rows in float32 (a sum of len terms and a division), stored; or
@@ -1776,6 +1782,25 @@ struct VqCodeSums {
   bool none = false;
 };
 
+/// Per-code sums of weights X (codes × n_k, within dx of the reference x, stored magnitudes at most xu) as the soft
+/// and two-codebook emulations form them: S = X·V and N = X·1 summed in float32 over n_k and stored under eager
+/// (stored_state), and the largest float32 partial sum; `mass_low`, if given, the masses' lower bounds N − ΔN.
+VqCodeSums weighted_code_sums(const MatrixR<double>& x, const MatrixR<double>& dx, const MatrixR<double>& xu,
+                              const ConstRef<double>& v, const MatrixR<double>& vs, bool eager, double u, double eta,
+                              VectorX<double>* mass_low = nullptr) {
+  const MatrixR<double> ones = MatrixR<double>::Ones(x.cols(), 1);
+  const StoredState sv = stored_state(x, dx, xu, v, vs, eager, u, eta);
+  const StoredState sn = stored_state(x, dx, xu, ones, ones, eager, u, eta);
+  VqCodeSums sums;
+  sums.sum = sv.w;
+  sums.s_up = sv.wu;
+  sums.count = sn.w.col(0);
+  sums.n_up = sn.wu.col(0);
+  sums.partial = (1 + gamma32(double(x.cols()))) * (xu * vs.cwiseAbs()).maxCoeff();
+  if (mass_low) *mass_low = (sn.w - sn.ew).col(0);
+  return sums;
+}
+
 /// The two-codebook form's (quantize=both, vq_both_rounding_bound) per query code b the sums S_b, N_b of the key
 /// weights G_bj = e^{g_bj − m_b,a(j)} as a VqCodeSums, each query's code b(i) (the float64 run's) and whether the
 /// emulated run gave it another (no guarantee for that row), the maxima m_by the joint logits λ_iy + m_b(i),y add
@@ -1870,14 +1895,12 @@ KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& 
   require(!both || (!causal && !soft && Index(both->sums.size()) == both->m.rows() && both->m.cols() == codes &&
                     Index(both->row_code.size()) == nq && Index(both->row_flipped.size()) == nq),
           "vq rounding bound: the two-codebook sums do not match {} queries and {} codes", nq, codes);
-  if (both) {
-    // per row, below
-  } else if (soft) {
+  if (soft) {
     count = soft->count;
     sum = soft->sum;
     s_up = soft->s_up;
     n_up = soft->n_up;
-  } else if (!causal) {
+  } else if (!causal && !both) {  // both: its query code's sums, per row below
     count = VectorX<double>::Zero(codes);
     sum = MatrixR<double>::Zero(codes, dv);
     MatrixR<double> sum_s = sum;
@@ -1902,7 +1925,7 @@ KernelRoundingBound vq_bound(const ConstRef<double>& q, const ConstRef<double>& 
   // float32 product and scaling (the scale as float32 holds it: two u₃₂), eager's two storings (u·|x| + η each).
   const MatrixR<double> l = s * q * codebook.transpose(), ls = s * qs * cs.transpose();
   const MatrixR<double> la = qs.cwiseAbs() * cs.cwiseAbs().transpose();
-  const double e_z = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) * (1 + u32) - 1;
+  const double e_z = scaled_logit_error(d, u, eager);
   // No guarantee where a stored input may overflow, where QĈᵀ or s·QĈᵀ may pass the largest value of what holds it
   // (the format under eager, float32 under careful), where a code's float32 value sum may pass float32's (its
   // partial sums reach (1+γ)·Σ|v̂|) or, eager, the stored sums or counts the format's.
@@ -2123,17 +2146,10 @@ KernelRoundingBound vq_soft_rounding_bound(const ConstRef<double>& q, const Cons
   }
   // S = RᵀV and N = Rᵀ1 summed in float32 over n_k, stored under eager.
   const MatrixR<double> rt = r.transpose(), drt = dr.transpose(), rut = rt + drt;
-  const MatrixR<double> ones = MatrixR<double>::Ones(nk, 1);
-  const StoredState s = stored_state(rt, drt, rut, v, vs, eager, u, eta);
-  const StoredState n = stored_state(rt, drt, rut, ones, ones, eager, u, eta);
-  VqCodeSums sums;
-  sums.sum = s.w;
-  sums.s_up = s.wu;
-  sums.count = n.w.col(0);
-  sums.n_up = n.wu.col(0);
-  sums.partial = (1 + gamma32(double(nk))) * (rut * vs.cwiseAbs()).maxCoeff();
+  VectorX<double> mass_low;
+  VqCodeSums sums = weighted_code_sums(rt, drt, rut, v, vs, eager, u, eta, &mass_low);
   // A code whose stored mass may be 0 is dropped by the emulation (its weights skip it): no guarantee.
-  sums.none = overflow || (n.w - n.ew).minCoeff() <= 0 || (eager && sums.n_up.maxCoeff() >= big / (1 + u));
+  sums.none = overflow || mass_low.minCoeff() <= 0 || (eager && sums.n_up.maxCoeff() >= big / (1 + u));
   return vq_bound(q, v, codebook, cb32, assigned, assigned, opts, &sums);
 }
 
@@ -2196,7 +2212,7 @@ KernelRoundingBound vq_both_rounding_bound(const ConstRef<double>& q, const Cons
   rs = stored_in(format, rs);
   const MatrixR<double> g = s * run64.query_codebook * r.transpose(), gt = s * cqs * rs.transpose();
   const MatrixR<double> gmag = cqs.cwiseAbs() * rs.cwiseAbs().transpose();
-  const double e_z = (1 + gamma32(double(d))) * std::pow(1 + u, 2 * e) * (1 + u32) * (1 + u32) - 1;
+  const double e_z = scaled_logit_error(d, u, eager);
   const MatrixR<double> dg = ((gt - g).cwiseAbs() + (e_z + 8 * double(d + 4) * f64) * s * gmag).array() +
                              (e * eta * (1 + s) + double(d) * kEta32 * s);
   // No guarantee where a key or query codebook entry may overflow when stored (a residual or g then inf or NaN, which
@@ -2219,7 +2235,6 @@ KernelRoundingBound vq_both_rounding_bound(const ConstRef<double>& q, const Cons
   // over the keys (stored under eager) by the product rule. A code that holds keys holds one of weight exactly 1 in
   // both runs (its maximum), so no code's mass vanishes.
   const double floor = stored_exp_floor(u, eta), steps = (1 + 4 * u32) * (1 + u);
-  const MatrixR<double> ones = MatrixR<double>::Ones(nk, 1);
   both.sums.resize(std::size_t(cq));
   for (Index c = 0; c < cq; ++c) {
     MatrixR<double> x = MatrixR<double>::Zero(codes, nk), dx = x;
@@ -2230,15 +2245,7 @@ KernelRoundingBound vq_both_rounding_bound(const ConstRef<double>& q, const Cons
       x(y, j) = std::exp(z);
       dx(y, j) = (rho - 1) * x(y, j) + floor + 1e-15 * x(y, j);
     }
-    const MatrixR<double> xu = x + dx;
-    const StoredState sv = stored_state(x, dx, xu, v, vs, eager, u, eta);
-    const StoredState sn = stored_state(x, dx, xu, ones, ones, eager, u, eta);
-    VqCodeSums& sums = both.sums[std::size_t(c)];
-    sums.sum = sv.w;
-    sums.s_up = sv.wu;
-    sums.count = sn.w.col(0);
-    sums.n_up = sn.wu.col(0);
-    sums.partial = (1 + gamma32(double(nk))) * (xu * vs.cwiseAbs()).maxCoeff();
+    const VqCodeSums& sums = both.sums[std::size_t(c)] = weighted_code_sums(x, dx, x + dx, v, vs, eager, u, eta);
     both.none = both.none || sums.partial >= kMax32 ||
                 (eager && std::max(sums.s_up.maxCoeff(), sums.n_up.maxCoeff()) >= big / (1 + u));
   }
