@@ -29,9 +29,7 @@ struct ApplyOptions {
   double scale = std::numeric_limits<double>::quiet_NaN();
   std::optional<std::uint64_t> seed;
   std::string dtype = "auto";
-  std::string precision;  // "" (the dtype's native path), fp64, fp32, bf16, fp16
-  std::string policy = "eager";
-  bool fail_on_nonfinite = false;
+  PrecisionOptions p;
 };
 
 template <typename T>
@@ -40,8 +38,8 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
   AttentionOptions opts;
   opts.scale = o.scale;
   opts.causal = o.causal;
-  opts.storage = parse_storage(o.precision.empty() ? "native" : o.precision);
-  opts.policy = parse_policy(o.policy);
+  opts.storage = parse_storage(o.p.precision.empty() ? "native" : o.p.precision);
+  opts.policy = parse_policy(o.p.policy);
   const bool reduced = opts.storage != Storage::native;
   const Index h = f.heads(), n_q = f.q.rows(), n_k = f.k.rows(), d_v = f.v.cols();
   // What the method will allocate, refused before any work when it cannot fit (exact:impl=materialized's P, ...).
@@ -92,7 +90,7 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
                "overflowed: {}\n", method->spec(), storage_name(opts.storage), policy_name(opts.policy), nonfinite,
                zero_rows, rows, overflowed.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(overflowed,
                ", ")));
-    if (o.fail_on_nonfinite && (nonfinite > 0 || zero_rows > 0))
+    if (o.p.fail_on_nonfinite && (nonfinite > 0 || zero_rows > 0))
       throw Error(fmt::format("--fail-on-nonfinite: the output of {} under {} has {} non-finite entries and {} "
                               "all-zero rows (written to {})", method->spec(), storage_name(opts.storage), nonfinite,
                               zero_rows, o.out));
@@ -117,35 +115,15 @@ void add_apply(CLI::App& app) {
   sub->add_option("--dtype", o->dtype, "compute type: auto (that of Q's file), f32, f64")
       ->check(CLI::IsMember({"auto", "f32", "f64"}))
       ->capture_default_str();
-  sub->add_option("--precision", o->precision,
-                  "emulated storage precision: fp64 or fp32 (native, in that type), bf16 or fp16 (the method's tensors "
-                  "stored in the format over float32 accumulation; see `attnlab methods` for which); float16 files "
-                  "('<f2') default to fp16")
-      ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp16"}));
-  sub->add_option("--policy", o->policy,
-                  "with --precision bf16|fp16: eager (every intermediate stored in the format) or careful "
-                  "(accumulators, normalisers, softmax statistics and states in float32)")
-      ->check(CLI::IsMember({"eager", "careful"}))
-      ->capture_default_str();
-  sub->add_flag("--fail-on-nonfinite", o->fail_on_nonfinite,
-                "with --precision bf16|fp16: exit non-zero when the output has non-finite entries or all-zero rows "
-                "(it is written either way, and said on stderr)");
+  add_precision_options(sub, o->p, "; float16 files ('<f2') default to fp16");
   sub->callback([o] {
     const auto proto = make_method<double>(o->method, o->seed);  // a bad spec fails before any file is read
-    std::string dtype = o->dtype;
-    if (!o->precision.empty()) {
-      const std::string want = o->precision == "fp64" ? "f64" : "f32";
-      if (dtype != "auto" && dtype != want)
-        throw Error(fmt::format("--dtype {} contradicts --precision {}, which computes in {}; give one of them",
-                                dtype, o->precision, want));
-      dtype = want;
-      check_storage(find_method(proto->name()), parse_storage(o->precision), parse_policy(o->policy));
-    }
+    const std::string dtype = precision_dtype(o->p, o->dtype, {proto->name()});
     const QkvFiles f = load_qkv(o->q, o->k, o->v, dtype, "--dtype f32|f64");
-    if (o->precision.empty() && dtype == "auto" && f.q.float16()) {
+    if (o->p.precision.empty() && dtype == "auto" && f.q.float16()) {
       // float16 files: computed as they are stored, in emulated float16 (--precision fp32 or --dtype computes natively)
       ApplyOptions half = *o;
-      half.precision = "fp16";
+      half.p.precision = "fp16";
       run<float>(half, f);
       return;
     }

@@ -14,12 +14,15 @@
 #include "sweep.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <utility>
 
 namespace attnlab::cli {
 namespace {
@@ -38,6 +41,7 @@ struct CompareOptions {
   std::string matrix_metrics = "auto";
   Index matrix_limit = 4096;
   int repeats = 5, warmup = 1;
+  PrecisionOptions p;
 };
 
 std::string opt(const std::optional<double>& x) { return x ? fmt::format("{:.3e}", *x) : "-"; }
@@ -101,14 +105,31 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
   AttentionOptions aopts;
   aopts.scale = o.scale;
   aopts.causal = o.causal;
+  aopts.storage = parse_storage(o.p.precision.empty() ? "native" : o.p.precision);
+  aopts.policy = parse_policy(o.p.policy);
+  const bool reduced = aopts.storage != Storage::native;
 
   std::size_t width = 8;
   for (const auto& s : shown) width = std::max(width, s.size());
   // One row per method and head: the head first when the files hold several.
   const std::string head_header = heads > 1 ? fmt::format("{:>4} ", "head") : "";
   // Times in milliseconds here (3 significant digits: the fast methods take microseconds); seconds in the CSV.
-  fmt::print("{}{:<{}} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}\n", head_header, "method", width,
-             "out_relF", "out_cos", "P_relF", "P_rel2", "P_KL", "P_TV", "time_ms", "speedup");
+  // Under bf16/fp16: the error against exact attention in float32 (total), against the method's own float32 run
+  // (rounding), the output's non-finite entries and all-zero rows; no P̃ metrics, no times (the emulation's).
+  // The header with the first row: a method that refuses its storage when computed (performer's eager emulation
+  // of kernel=trig) fails before anything is printed.
+  bool header = false;
+  const auto print_header = [&] {
+    if (std::exchange(header, true)) return;
+    if (reduced)
+      fmt::print("{}{:<{}} {:>10} {:>10} {:>10} {:>10} {:>9}\n", head_header, "method", width, "out_relF",
+                 "round_relF", "out_cos", "nonfinite", "zero_rows");
+    else
+      fmt::print("{}{:<{}} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}\n", head_header, "method", width,
+                 "out_relF", "out_cos", "P_relF", "P_rel2", "P_KL", "P_TV", "time_ms", "speedup");
+  };
+  std::uint64_t failed = 0;
+  std::vector<std::string> failed_specs;
   for (Index h = 0; h < heads; ++h) {
     MatrixR<T> qs, ks, vs;
     if (!files) {
@@ -130,22 +151,57 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
     std::size_t row_index = 0;  // compare_methods reports the rows in the methods' order
     const auto print_row = [&](const Evaluation& r) {
       const std::string& spec_shown = shown.at(row_index++);
+      print_header();
+      const std::string head_cell = heads > 1 ? fmt::format("{:>4} ", h) : "";
+      if (reduced) {
+        const auto nonfinite = r.value("output_nonfinite"), zero = r.value("output_zero_rows");
+        fmt::print("{}{:<{}} {:>10} {:>10} {:>10} {:>10.0f} {:>9.0f}\n", head_cell, spec_shown, width,
+                   opt(r.value("out_rel_fro")), opt(r.value("round_rel_fro")),
+                   r.value("out_mean_cosine") ? fmt::format("{:.6f}", *r.value("out_mean_cosine")) : "-",
+                   nonfinite.value_or(0), zero.value_or(0));
+        if (r.failed()) {
+          ++failed;
+          if (std::find(failed_specs.begin(), failed_specs.end(), spec_shown) == failed_specs.end())
+            failed_specs.push_back(spec_shown);
+        }
+      } else {
       fmt::print("{}{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.3g} {:>8.2f}\n",
                  heads > 1 ? fmt::format("{:>4} ", h) : "", spec_shown, width, *r.value("out_rel_fro"),
                  *r.value("out_mean_cosine"), opt(r.value("P_rel_fro")), opt(r.value("P_rel_spectral")),
                  opt(r.value("P_mean_kl")), opt(r.value("P_mean_tv")), r.time_s() * 1e3, r.speedup());
+      }
       if (!csv) return;
       const std::vector<std::string> keys = {
           "compare",
           fmt::format("source={} dtype={} causal={} n_q={} n_k={} d={} d_v={} seed={} head={}", source,
-                      dtype_name(dtype_of<T>()), o.causal, q.rows(), k.rows(), q.cols(), v.cols(), o.seed, h),
+                      dtype_name(dtype_of<T>()), o.causal, q.rows(), k.rows(), q.cols(), v.cols(), o.seed, h) +
+              (reduced ? fmt::format(" precision={} policy={}", storage_name(aopts.storage),
+                                     policy_name(aopts.policy))
+                       : std::string()),
           source, r.method, r.spec, std::to_string(q.rows()), std::to_string(q.cols()), std::to_string(o.seed),
-          /*sequence=*/"", /*layer=*/"", /*head=*/std::to_string(h), std::string(dtype_name(dtype_of<T>())),
-          /*variant=*/o.causal ? "causal" : "", /*step=*/""};
+          /*sequence=*/"", /*layer=*/"", /*head=*/std::to_string(h),
+          // under emulation the dtype column names the format (as the precision experiment's does)
+          reduced ? std::string(storage_name(aopts.storage)) : std::string(dtype_name(dtype_of<T>())),
+          /*variant=*/reduced ? fmt::format("{}{}", o.causal ? "causal " : "", policy_name(aopts.policy))
+                              : (o.causal ? "causal" : ""),
+          /*step=*/""};
       // The library's one serializer (evaluate.hpp): errors, times by the cost harness, diagnostics, P̃ errors.
       for (const auto& [metric, value] : evaluation_rows(r)) csv->write(keys, metric, value);
     };
     compare_methods<T>(q, k, v, methods, copts, print_row);
+  }
+  if (reduced) {
+    fmt::print("out_relF: against exact attention in float32; round_relF: against the method's own float32 run (the "
+               "rounding of {} storage, {} policy, emulated on this CPU); no times: the emulation's are not the "
+               "format's\n", storage_name(aopts.storage), policy_name(aopts.policy));
+    fmt::print(stderr, "compare: under {} storage ({}): {} of {} rows with non-finite entries or all-zero output rows"
+               "{}\n", storage_name(aopts.storage), policy_name(aopts.policy), failed, heads * Index(methods.size()),
+               failed_specs.empty() ? std::string() : fmt::format(" ({})", fmt::join(failed_specs, ", ")));
+    if (csv) fmt::print("wrote {}\n", csv->path());
+    if (o.p.fail_on_nonfinite && failed > 0)
+      throw Error(fmt::format("--fail-on-nonfinite: {} of {} rows under {} had non-finite entries or all-zero rows",
+                              failed, heads * Index(methods.size()), storage_name(aopts.storage)));
+    return;
   }
   // What the times and speed-ups hold for, beside them (issue "Costs on the machine the user runs").
   fmt::print("time_ms, speedup: {} compute + output, the fastest of {} calls after {} warm-up, on {}, against "
@@ -205,13 +261,18 @@ void add_compare(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "timing: untimed calls before the timed ones")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
+  add_precision_options(sub, o->p,
+                        ": each method's error against exact attention and against its own float32 run, and its "
+                        "failures, as rows");
   sub->callback([o] {
-    for (const auto& s : o->methods) make_method<double>(s, o->seed);  // bad specs fail before any work
+    std::vector<std::string> names;  // bad specs fail before any work
+    for (const auto& s : o->methods) names.push_back(make_method<double>(s, o->seed)->name());
+    const std::string dtype = precision_dtype(o->p, o->dtype, names);
     std::optional<QkvFiles> files;
-    if (!o->q.empty()) files = load_qkv(o->q, o->k, o->v, o->dtype, "--dtype f32|f64");
+    if (!o->q.empty()) files = load_qkv(o->q, o->k, o->v, dtype, "--dtype f32|f64");
     DType dt = DType::f64;
-    if (o->dtype == "f32") dt = DType::f32;
-    else if (o->dtype == "auto" && files) dt = files->q.dtype();
+    if (dtype == "f32") dt = DType::f32;
+    else if (dtype == "auto" && files) dt = files->q.dtype();
     if (dt == DType::f32) run<float>(*o, files);
     else run<double>(*o, files);
   });

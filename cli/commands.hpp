@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 namespace attnlab::cli {
 
@@ -15,6 +16,19 @@ const std::string& command_line();
 CLI::Validator positive_finite();
 /// --q, --k, --v (.npy), each requiring the other two; returns --q (for excludes). q_help describes --q's shapes.
 CLI::Option* add_qkv_files(CLI::App* sub, std::string& q, std::string& k, std::string& v, const std::string& q_help);
+
+/// --precision, --policy and --fail-on-nonfinite: a command's emulated storage (apply, compare).
+struct PrecisionOptions {
+  std::string precision;  // "" (the dtype's native path), fp64, fp32, bf16, fp16
+  std::string policy = "eager";
+  bool fail_on_nonfinite = false;
+};
+/// Registers the three options on `sub`; `what` says what --precision's run reports (its help's tail).
+void add_precision_options(CLI::App* sub, PrecisionOptions& o, const std::string& what);
+/// The compute dtype the options imply: --precision fp64 → "f64", bf16/fp16/fp32 → "f32" (the emulation's float32
+/// accumulation), refused where --dtype says otherwise; `dtype` as given without --precision. Then every method spec
+/// (method names: `names`) is checked for the storage and policy, before any work.
+std::string precision_dtype(const PrecisionOptions& o, const std::string& dtype, const std::vector<std::string>& names);
 
 void add_apply(CLI::App& app);
 void add_compare(CLI::App& app);

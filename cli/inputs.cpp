@@ -2,6 +2,8 @@
 
 #include "attnlab/core/error.hpp"
 #include "attnlab/core/memory.hpp"
+#include "attnlab/core/precision.hpp"
+#include "attnlab/core/registry.hpp"
 #include "attnlab/io/tidy_csv.hpp"
 #include "commands.hpp"
 
@@ -46,6 +48,32 @@ CLI::Option* add_qkv_files(CLI::App* sub, std::string& q, std::string& k, std::s
   ko->needs(qo, vo);
   vo->needs(qo, ko);
   return qo;
+}
+
+void add_precision_options(CLI::App* sub, PrecisionOptions& o, const std::string& what) {
+  sub->add_option("--precision", o.precision,
+                  "emulated storage precision: fp64 or fp32 (native, in that type), bf16 or fp16 (the method's tensors "
+                  "stored in the format over float32 accumulation; see `attnlab methods` for which)" + what)
+      ->check(CLI::IsMember({"fp64", "fp32", "bf16", "fp16"}));
+  sub->add_option("--policy", o.policy,
+                  "with --precision bf16|fp16: eager (every intermediate stored in the format) or careful "
+                  "(accumulators, normalisers, softmax statistics and states in float32)")
+      ->check(CLI::IsMember({"eager", "careful"}))
+      ->capture_default_str();
+  sub->add_flag("--fail-on-nonfinite", o.fail_on_nonfinite,
+                "with --precision bf16|fp16: exit non-zero when an output has non-finite entries or all-zero rows (it "
+                "is written either way, and said on stderr)");
+}
+
+std::string precision_dtype(const PrecisionOptions& o, const std::string& dtype,
+                            const std::vector<std::string>& names) {
+  if (o.precision.empty()) return dtype;
+  const std::string want = o.precision == "fp64" ? "f64" : "f32";
+  if (dtype != "auto" && dtype != want)
+    throw Error(fmt::format("--dtype {} contradicts --precision {}, which computes in {}; give one of them", dtype,
+                            o.precision, want));
+  for (const auto& name : names) check_storage(find_method(name), parse_storage(o.precision), parse_policy(o.policy));
+  return want;
 }
 
 void set_work(std::string what) { g_work = std::move(what); }

@@ -325,14 +325,7 @@ class PyMethod {
       if (opts_.storage != Storage::native) {
         std::size_t h = 0;
         for (const auto& m : f->heads) {
-          for (const auto& e : m->rounding()) {
-            all[h].emplace_back("overflow[" + e.what + "]", double(e.tally.overflow));
-            all[h].emplace_back("underflow[" + e.what + "]", double(e.tally.underflow));
-            all[h].emplace_back("nan[" + e.what + "]", double(e.tally.nan));
-          }
-          const auto c = m->output_check();
-          all[h].emplace_back("output_nonfinite", double(c.nonfinite));
-          all[h].emplace_back("output_zero_rows", double(c.zero_rows));
+          for (const auto& row : reduced_storage_diagnostics(*m)) all[h].push_back(row);
           const auto g = m->gradient_check();  // the last backward()'s dQ, dK, dV (0 before any)
           all[h].emplace_back("gradient_nonfinite", double(g.nonfinite));
           ++h;

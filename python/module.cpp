@@ -122,7 +122,7 @@ template <typename T>
 py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handle& vo,
                      const std::vector<std::string>& specs_in, bool causal, const std::optional<double>& scale,
                      std::uint64_t seed, const std::string& matrix_metrics, Index matrix_limit, bool spectral,
-                     int repeats, int warmup, bool frame) {
+                     int repeats, int warmup, bool frame, const std::string& storage, const std::string& policy) {
   std::vector<std::string> specs = specs_in;
   if (specs.empty())
     for (const auto& d : registered_methods())
@@ -135,6 +135,8 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
   check_qkv(q, k, &v);
   CompareOptions copts;
   copts.attention = attention_options(causal, scale);
+  copts.attention.storage = parse_storage(storage);
+  copts.attention.policy = parse_policy(policy);
   copts.matrix_metrics =
       matrix_metrics == "on" || (matrix_metrics == "auto" && q.rows <= matrix_limit && k.rows <= matrix_limit);
   copts.spectral = spectral;
@@ -160,6 +162,10 @@ py::object compare_t(const py::handle& qo, const py::handle& ko, const py::handl
     d["method"] = r.method;
     d["spec"] = r.spec;
     d["dtype"] = dtype_name(dtype_of<T>());
+    if (copts.attention.storage != Storage::native) {  // the emulated format and policy (compute in float32)
+      d["precision"] = storage_name(copts.attention.storage);
+      d["policy"] = policy_name(copts.attention.policy);
+    }
     d["n_q"] = q.rows;
     d["n_k"] = k.rows;
     for (const auto& name : names) d[py::str(name)] = std::numeric_limits<double>::quiet_NaN();
@@ -362,15 +368,16 @@ PYBIND11_MODULE(_core, m) {
       "compare",
       [](const py::handle& q, const py::handle& k, const py::handle& v, const std::vector<std::string>& specs,
          bool causal, std::optional<double> scale, std::uint64_t seed, const std::string& matrix_metrics,
-         Index matrix_limit, bool spectral, int repeats, int warmup, bool frame) -> py::object {
+         Index matrix_limit, bool spectral, int repeats, int warmup, bool frame, const std::string& storage,
+         const std::string& policy) -> py::object {
         return is_f32(q) ? compare_t<float>(q, k, v, specs, causal, scale, seed, matrix_metrics, matrix_limit,
-                                            spectral, repeats, warmup, frame)
+                                            spectral, repeats, warmup, frame, storage, policy)
                          : compare_t<double>(q, k, v, specs, causal, scale, seed, matrix_metrics, matrix_limit,
-                                             spectral, repeats, warmup, frame);
+                                             spectral, repeats, warmup, frame, storage, policy);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("specs"), py::arg("causal"), py::arg("scale"),
       py::arg("seed"), py::arg("matrix_metrics"), py::arg("matrix_limit"), py::arg("spectral"), py::arg("repeats"),
-      py::arg("warmup"), py::arg("frame"));
+      py::arg("warmup"), py::arg("frame"), py::arg("storage") = "native", py::arg("policy") = "eager");
 
   m.def(
       "cost",

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -115,6 +116,75 @@ TEST(Evaluate, RefusesWhatCannotBeEvaluated) {
   MatrixR<double> big = q;
   big(0, 0) = std::numeric_limits<double>::infinity();
   EXPECT_THROW(Reference<double>(big, k, v), Error);
+}
+
+// Under bf16/fp16 (issue "Reduced precision"): the reference stays native, each method runs emulated, its rounding
+// error is against its own native run, a failing output is a row with its counts (not an exception, not an error
+// of a non-finite output), and nothing is timed.
+TEST(Evaluate, CompareUnderReducedStorageReportsFailuresAsRows) {
+  const Index n = 256, d = 32;
+  // Large positive logits: elu+1 linear attention's fp16 normaliser φ(q)ᵀΣφ(k) overflows (x/inf = 0 rows), as the
+  // GPU measured it; careful keeps the normaliser in float32.
+  MatrixR<float> q = randn<float>(n, d, 21), k = randn<float>(n, d, 22);
+  q.array() = q.array().abs() * 8.0f;
+  k.array() = k.array().abs() * 8.0f;
+  const MatrixR<float> v = randn<float>(n, 16, 23);
+  const std::vector<std::string> specs = {"linear", "exact:impl=materialized"};
+  std::vector<std::unique_ptr<Method<float>>> methods;
+  for (const auto& s : specs) methods.push_back(make_method<float>(s));
+  for (const Policy policy : {Policy::eager, Policy::careful}) {
+    CompareOptions co;
+    co.attention.storage = Storage::fp16;
+    co.attention.policy = policy;
+    const auto rows = compare_methods<float>(q, k, v, methods, co);
+    ASSERT_EQ(rows.size(), 2u);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Evaluation& r = rows[i];
+      EXPECT_EQ(r.storage, Storage::fp16);
+      EXPECT_FALSE(r.cost);
+      EXPECT_TRUE(r.matrix_errors.empty());
+      const auto n_rows = names(evaluation_rows(r));
+      EXPECT_EQ(std::count(n_rows.begin(), n_rows.end(), "time_s"), 0) << r.spec;
+      EXPECT_EQ(std::count(n_rows.begin(), n_rows.end(), "output_zero_rows"), 1) << r.spec;
+      // Independently: the method natively and emulated, through Method itself.
+      auto m = make_method<float>(specs[i]);
+      AttentionOptions a;
+      const MatrixR<float> own = m->compute(q, k, a).output(v);
+      a.storage = Storage::fp16;
+      a.policy = policy;
+      const MatrixR<float> emu = m->compute(q, k, a).output(v);
+      const OutputCheck c = m->output_check();
+      EXPECT_EQ(*r.value("output_zero_rows"), double(c.zero_rows)) << r.spec;
+      EXPECT_EQ(*r.value("output_nonfinite"), double(c.nonfinite)) << r.spec;
+      EXPECT_EQ(r.failed(), c.zero_rows + c.nonfinite > 0) << r.spec;
+      if (!all_finite(emu)) {  // no error of a non-finite output: its counts say it
+        EXPECT_FALSE(r.value("out_rel_fro")) << r.spec;
+        EXPECT_FALSE(r.value("round_rel_fro")) << r.spec;
+        EXPECT_GT(c.nonfinite, 0u) << r.spec;
+        continue;
+      }
+      ASSERT_TRUE(r.value("out_rel_fro") && r.value("round_rel_fro")) << r.spec;
+      const double round = (emu.cast<double>() - own.cast<double>()).norm() / own.cast<double>().norm();
+      const MatrixR<float> exact = exact_output<float>(q, k, v, {});
+      const double total = (emu.cast<double>() - exact.cast<double>()).norm() / exact.cast<double>().norm();
+      EXPECT_NEAR(*r.value("round_rel_fro"), round, 1e-6 * round) << r.spec;
+      EXPECT_NEAR(*r.value("out_rel_fro"), total, 1e-6 * total) << r.spec;
+    }
+    // Eager linear attention returns zero rows without a NaN; careful does not; exact attention never fails.
+    EXPECT_EQ(rows[0].failed(), policy == Policy::eager);
+    if (policy == Policy::eager) {
+      EXPECT_GT(*rows[0].value("output_zero_rows"), 0.0);
+      EXPECT_GT(*rows[0].value("overflow[normalisers φ(q)ᵀΣφ(k)]"), 0.0);
+    }
+    EXPECT_FALSE(rows[1].failed());
+    EXPECT_GT(*rows[1].value("round_rel_fro"), 0.0);  // the format did round something
+  }
+  // Emulation is over float32: double inputs are refused before any work, as is a method the storage lacks.
+  std::vector<std::unique_ptr<Method<double>>> m64;
+  m64.push_back(make_method<double>("linear"));
+  CompareOptions co;
+  co.attention.storage = Storage::bf16;
+  EXPECT_THROW(compare_methods<double>(q.cast<double>(), k.cast<double>(), v.cast<double>(), m64, co), Error);
 }
 
 }  // namespace

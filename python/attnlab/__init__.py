@@ -246,6 +246,19 @@ def _warn_reduced(m, what):
                       + " (Method.diagnostics has the counts per intermediate)", RuntimeWarning, stacklevel=3)
 
 
+def _warn_gradients(m, what):
+    """Under bf16/fp16 non-finite gradients are the finding: returned, and said (never silent)."""
+    if m._storage == "native":
+        return
+    diags = m._m.diagnostics
+    bad = int(sum(d.get("gradient_nonfinite", 0) for d in (diags if isinstance(diags, list) else [diags])))
+    if bad:
+        import warnings
+        warnings.warn(f"{what}: {m._m.spec} under {m._storage} storage ({m._policy}): {bad} non-finite gradient "
+                      "entries (dQ, dK, dV together; Method.diagnostics has the counts per intermediate)",
+                      RuntimeWarning, stacklevel=3)
+
+
 # ---- the functions ------------------------------------------------------------------------------------------------
 
 def methods():
@@ -306,21 +319,28 @@ def apply(spec, q, k, v, *, causal=False, scale=None, seed=None, matrix=False, d
     return out
 
 
-def backward(spec, q, k, v, do, *, causal=False, scale=None, seed=None, dtype=None):
+def backward(spec, q, k, v, do, *, causal=False, scale=None, seed=None, dtype=None, precision=None, policy="eager"):
     """The gradients (dq, dk, dv) of method `spec`'s output P̃·V for the upstream gradient do = ∂L/∂O (shaped as the
     output): Method(spec).fit(q, k).backward(v, do) in one call. Exact attention's ('exact') is FlashAttention-2's
-    backward in O(n) memory; see Method.backward for what the approximations hold fixed."""
+    backward in O(n) memory; see Method.backward for what the approximations hold fixed.
+
+    precision and policy: as for apply (the backward emulated where the method's is: `attnlab methods` says which);
+    under bf16/fp16 non-finite gradients are returned with a RuntimeWarning, not raised."""
     spec = _str("spec", spec, "nystrom:landmarks=64")
+    spec, precision, policy = _split_precision(spec, precision, policy)
     causal = _bool("causal", causal)
     scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
+    storage, policy, dtype = _precision(precision, policy, dtype)
     q, k, v, do = _inputs(dtype, q=q, k=k, v=v, do=do)
-    m = Method._once(spec, causal, scale, seed)
+    m = Method._once(spec, causal, scale, seed, storage, policy)
     m._m.fit(q, k)
-    return m._m.backward(v, do)
+    grads = m._m.backward(v, do)
+    _warn_gradients(m, "backward")
+    return grads
 
 
 def compare(q, k, v, methods=None, *, causal=False, scale=None, seed=0, matrix_metrics="auto", matrix_limit=4096,
-            spectral=True, repeats=5, warmup=1, frame=True, dtype=None):
+            spectral=True, repeats=5, warmup=1, frame=True, dtype=None, precision=None, policy="eager"):
     """Every method in `methods` (a spec, a list of specs, or None: every registered method, the causal ones when
     causal=True) against exact attention, per head: one row per (head, method).
 
@@ -331,6 +351,13 @@ def compare(q, k, v, methods=None, *, causal=False, scale=None, seed=0, matrix_m
     than exact); the output errors (out_rel_fro, out_max_abs, cosines), the method's diagnostics and, for
     n ≤ matrix_limit (matrix_metrics='auto'; 'on', 'off'), the errors of P̃ (P_rel_fro, P_rel_spectral,
     P_mean_kl, P_mean_tv). A pandas DataFrame when pandas is installed and frame=True, else a list of dicts.
+
+    precision='bf16' or 'fp16' (policy 'eager' or 'careful'; as for apply): every method runs in that emulated
+    storage over float32 (the inputs taken as float32) against exact attention in float32: out_rel_fro and the
+    cosines (left NaN where the output is not finite), round_rel_fro (against the method's own float32 run: the
+    format's rounding), output_nonfinite, output_zero_rows and per intermediate overflow[...], underflow[...],
+    nan[...]; columns precision and policy. No times and no P̃ errors there (the emulation's time is not the
+    format's). A method whose output fails is a row, not an exception, and a RuntimeWarning names it.
     """
     specs = _specs("methods", methods, "nystrom:landmarks=64", "every method")
     causal, spectral, frame = _bool("causal", causal), _bool("spectral", spectral), _bool("frame", frame)
@@ -338,9 +365,20 @@ def compare(q, k, v, methods=None, *, causal=False, scale=None, seed=0, matrix_m
     matrix_metrics = _str("matrix_metrics", matrix_metrics, "auto")
     matrix_limit = _int("matrix_limit", matrix_limit, 0)
     repeats, warmup = _int("repeats", repeats, 1), _int("warmup", warmup, 0)
+    storage, policy, dtype = _precision(precision, policy, dtype)
     q, k, v = _inputs(dtype, q=q, k=k, v=v)
-    return _core.compare(q, k, v, specs, causal, scale, seed, matrix_metrics, matrix_limit, spectral, repeats,
-                         warmup, frame)
+    rows = _core.compare(q, k, v, specs, causal, scale, seed, matrix_metrics, matrix_limit, spectral, repeats,
+                         warmup, frame, storage, policy)
+    if storage != "native":
+        records = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+        failed = sorted({r["spec"] for r in records
+                         if r.get("output_nonfinite", 0) > 0 or r.get("output_zero_rows", 0) > 0})
+        if failed:
+            import warnings
+            warnings.warn(f"compare: under {storage} storage ({policy}) the output of {', '.join(failed)} has "
+                          "non-finite entries or all-zero rows (the columns output_nonfinite, output_zero_rows)",
+                          RuntimeWarning, stacklevel=2)
+    return rows
 
 
 def cost(q, k, v, spec, *, causal=False, scale=None, seed=0, repeats=5, warmup=1, memory=True, dtype=None):
@@ -712,14 +750,7 @@ class Method:
                                  f"{name}.astype('{dt}'), or fit on {a.dtype} q and k")
             arrays.append(a)
         grads = self._m.backward(*arrays)
-        if self._storage != "native":
-            diags = self._m.diagnostics
-            bad = int(sum(d.get("gradient_nonfinite", 0) for d in (diags if isinstance(diags, list) else [diags])))
-            if bad:
-                import warnings
-                warnings.warn(f"backward(v, do): {self._m.spec} under {self._storage} storage ({self._policy}): {bad} "
-                              "non-finite gradient entries (Method.diagnostics has the counts per intermediate)",
-                              RuntimeWarning, stacklevel=2)
+        _warn_gradients(self, "backward(v, do)")
         return grads
 
     def apply(self, x):

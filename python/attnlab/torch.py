@@ -103,7 +103,9 @@ def attention(q, k, v, spec="exact", causal=False, scale=None, seed=None):
     n, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
 
     def flat(x):   # (..., n, d) -> (heads, n, d): a view of a contiguous tensor, else one copy
-        x = x.reshape(-1, x.shape[-2], x.shape[-1]) if lead else x
+        # the head count spelled out: reshape(-1, 0, d) of an empty tensor is ambiguous to torch, and an empty
+        # (n = 0) input must reach the library's own check (a ValueError naming it), not torch's RuntimeError
+        x = x.reshape(int(np.prod(lead)), x.shape[-2], x.shape[-1]) if lead else x
         return x if x.is_contiguous() else x.contiguous()
 
     if lead and int(np.prod(lead)) == 0:

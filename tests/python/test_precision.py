@@ -133,6 +133,44 @@ def test_failures_are_returned_warned_and_counted():
     assert e.diagnostics["overflow[normalisers φ(q)ᵀΣφ(k)]"] > 900
 
 
+def test_compare_and_backward_functions_take_the_precision():
+    """attnlab.compare and attnlab.backward under bf16/fp16: the same numbers as Method gives (an independent path
+    through the module), a failing method a row with its counts and a warning, not an exception; no times."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1024, 64)) for _ in range(3))
+    with pytest.warns(RuntimeWarning, match="output of linear.* non-finite entries or all-zero rows"):
+        df = attnlab.compare(q, k, v, ["linear", "exact"], precision="fp16", matrix_metrics="on")
+    assert list(df["precision"]) == ["fp16", "fp16"] and list(df["policy"]) == ["eager", "eager"]
+    assert "time_s" not in df.columns and "P_rel_fro" not in df.columns
+    f32 = [a.astype(np.float32) for a in (q, k, v)]
+    exact32 = attnlab.apply("exact", *f32)
+    for row in df.to_dict("records"):
+        spec = row["spec"]
+        m = attnlab.Method(spec, precision="fp16")
+        o = quiet(m, q, k, v)
+        own = attnlab.apply(spec, *f32)
+        assert row["output_zero_rows"] == m.diagnostics["output_zero_rows"]
+        assert row["output_nonfinite"] == m.diagnostics["output_nonfinite"]
+        if row["output_zero_rows"] or row["output_nonfinite"]:
+            assert row["method"] == "linear" and row["output_zero_rows"] > 900
+            continue
+        assert row["round_rel_fro"] == pytest.approx(rel(o.astype(np.float64), own.astype(np.float64)), rel=1e-6)
+        assert row["out_rel_fro"] == pytest.approx(rel(o.astype(np.float64), exact32.astype(np.float64)), rel=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        dc = attnlab.compare(q, k, v, "linear", precision="fp16", policy="careful")
+    assert dc["output_zero_rows"][0] == 0 and dc["round_rel_fro"][0] < 1e-3
+    with pytest.raises(ValueError, match="contradicts"):
+        attnlab.compare(q, k, v, "exact", precision="bf16", dtype="float64")
+    # backward(): Method's gradients, bit for bit
+    do = rng.standard_normal((1024, 64))
+    for precision, policy in (("bf16", "eager"), ("fp16", "careful")):
+        g = attnlab.backward("exact", q[:128], k[:128], v[:128], do[:128], precision=precision, policy=policy)
+        gm = attnlab.Method("exact", precision=precision, policy=policy).fit(q[:128], k[:128]).backward(v[:128],
+                                                                                                       do[:128])
+        assert all(a.dtype == np.float32 and np.array_equal(a, b) for a, b in zip(g, gm))
+
+
 def test_arguments_are_checked():
     rng = np.random.default_rng(0)
     q = rng.standard_normal((32, 8))

@@ -177,6 +177,10 @@ def test_requires_grad_takes_the_autograd_path():
         (lambda q, k, v: at.attention(q, k.float(), v), "different dtypes"),
         (lambda q, k, v: at.attention(q.numpy(), k, v), "must be a torch.Tensor"),
         (lambda q, k, v: at.attention(q, [[1.0]], v), "must be a torch.Tensor"),
+        # empty sequences (batched): the library's check, not torch's ambiguous-reshape RuntimeError
+        (lambda q, k, v: at.attention(q[:, :0], k, v), "q: empty array"),
+        (lambda q, k, v: at.attention(q, k[:, :0], v[:, :0]), "k: empty array"),
+        (lambda q, k, v: at.attention(q.half()[:, :0], k.half(), v.half()), "q: empty array"),
     ],
 )
 def test_errors_are_value_errors(call, message):

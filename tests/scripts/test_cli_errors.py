@@ -1,5 +1,6 @@
 """Bad input to the attnlab command: every case exits non-zero with one line on stderr naming the problem,
 never a crash (signal), a hang, a NaN output, or a half-written output file."""
+import csv
 import os
 import sys
 
@@ -225,7 +226,6 @@ c.check("Usage: attnlab compare" in r.stdout and "--repeats" in r.stdout and "--
 r = run("compare", "--all", "--n", 128, "--d", 16, "--seed", 3, "--csv", path("c.csv"))
 c.check(r.returncode == 0, f"compare --all: {r.returncode} {r.stderr!r}")
 if r.returncode == 0:
-    import csv
     rows = list(csv.DictReader(open(path("c.csv"))))
     c.check(rows and list(rows[0])[:2] == ["schema_version", "code_version"] and
             list(rows[0])[-2:] == ["metric", "value"],
@@ -327,6 +327,29 @@ for args, want in ((["--method", "performer:features=16,kernel=trig", "--precisi
     r = run("apply", "--q", good_q, "--k", good_k, "--v", good_v, "--out", path("px.npy"), *args)
     c.check(r.returncode != 0 and want in r.stderr and not os.path.exists(path("px.npy")),
             f"apply {' '.join(args)}: refused before any work ({want!r}): {r.returncode} {r.stderr!r}")
+
+# `compare --precision`: the same failure as a row (zero rows counted, no error value), the CSV's dtype the format and
+# its variant the policy, no times; --fail-on-nonfinite fails the command after the rows are written.
+r = run("compare", "--q", pq, "--k", pk, "--v", pv, "--method", "linear", "--method", "exact", "--precision", "fp16",
+        "--csv", path("pc.csv"))
+rows = list(csv.DictReader(open(path("pc.csv")))) if os.path.exists(path("pc.csv")) else []
+lin = {x["metric"]: float(x["value"]) for x in rows if x["method"] == "linear"}
+ex = {x["metric"]: float(x["value"]) for x in rows if x["method"] == "exact"}
+c.check(r.returncode == 0 and "1 of 2 rows" in r.stderr and "(linear)" in r.stderr and rows and
+        {x["dtype"] for x in rows} == {"fp16"} and {x["variant"] for x in rows} == {"eager"} and
+        lin.get("output_zero_rows", 0) > 900 and lin.get("overflow[normalisers φ(q)ᵀΣφ(k)]", 0) > 900 and
+        ex.get("output_zero_rows") == 0 and 0 < ex.get("round_rel_fro", 0) < 1e-2 and
+        not any(x["metric"].startswith("time") for x in rows),
+        f"compare --precision fp16: the failure a row with its counts: {r.returncode} {r.stderr!r} {lin} {ex}")
+r = run("compare", "--q", pq, "--k", pk, "--v", pv, "--method", "linear", "--precision", "fp16", "--fail-on-nonfinite")
+c.check(r.returncode != 0 and "--fail-on-nonfinite" in r.stderr and "linear" in r.stdout,
+        f"compare --fail-on-nonfinite: rows printed, non-zero exit: {r.returncode} {r.stderr!r}")
+r = run("compare", "--q", pq, "--k", pk, "--v", pv, "--method", "linear", "--precision", "fp16", "--policy", "careful",
+        "--fail-on-nonfinite")
+c.check(r.returncode == 0 and "0 of 1 rows" in r.stderr, f"compare careful: no failure: {r.returncode} {r.stderr!r}")
+r = run("compare", "--n", 64, "--method", "performer:kernel=trig", "--precision", "bf16")
+c.check(r.returncode != 0 and "kernel=positive" in r.stderr and "method" not in r.stdout,
+        f"compare: a storage the method lacks refused before any work: {r.returncode} {r.stderr!r}")
 
 # float16 files ('<f2') are read and computed in emulated float16 storage unless --precision says otherwise.
 h16 = [save(f"h{x}.npy", a.astype(np.float16)) for x, a in (("q", rng.standard_normal((128, 16))),

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace attnlab {
 
@@ -38,6 +39,27 @@ std::optional<double> Evaluation::value(const std::string& metric) const {
   return std::nullopt;
 }
 
+bool Evaluation::failed() const {
+  for (const char* name : {"output_nonfinite", "output_zero_rows"})
+    if (const auto x = value(name); x && *x > 0) return true;
+  return false;
+}
+
+template <typename T>
+std::vector<std::pair<std::string, double>> reduced_storage_diagnostics(const Method<T>& m) {
+  std::vector<std::pair<std::string, double>> rows;
+  if (m.options().storage == Storage::native) return rows;
+  for (const auto& e : m.rounding()) {
+    rows.emplace_back("overflow[" + e.what + "]", double(e.tally.overflow));
+    rows.emplace_back("underflow[" + e.what + "]", double(e.tally.underflow));
+    rows.emplace_back("nan[" + e.what + "]", double(e.tally.nan));
+  }
+  const OutputCheck c = m.output_check();
+  rows.emplace_back("output_nonfinite", double(c.nonfinite));
+  rows.emplace_back("output_zero_rows", double(c.zero_rows));
+  return rows;
+}
+
 double Evaluation::speedup() const {
   return cost && exact_cost ? attnlab::speedup(exact_cost->min_s, cost->min_s)
                             : std::numeric_limits<double>::quiet_NaN();
@@ -47,15 +69,36 @@ template <typename T>
 Evaluation evaluate(Method<T>& m, const Reference<T>& ref, const EvaluateOptions& opts) {
   Evaluation e;
   e.method = m.name();
+  e.storage = opts.storage;
+  e.policy = opts.policy;
+  const bool reduced = opts.storage != Storage::native;
+  MatrixR<T> own;  // reduced: the same method (same spec and seed: the same draws) in T, for its rounding error
+  if (reduced) {
+    m.compute(ref.q(), ref.k(), ref.options());
+    own = m.output(ref.v());
+    require_finite_output(own, "the output of {} in {}", m.spec(), dtype_name(dtype_of<T>()));
+  }
+  AttentionOptions a = ref.options();
+  a.storage = opts.storage;
+  a.policy = opts.policy;
   const auto t0 = std::chrono::steady_clock::now();
-  m.compute(ref.q(), ref.k(), ref.options());
+  m.compute(ref.q(), ref.k(), a);
   const MatrixR<T> out = m.output(ref.v());
   e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   e.spec = m.spec();
-  require_finite_output(out, "the output of {}", e.spec);
-  e.output_errors = named_metrics(output_errors<T>(ref.output(), out));
+  if (!reduced) require_finite_output(out, "the output of {}", e.spec);
   for (const auto& [name, value] : m.diagnostics())
     if (!std::isnan(value)) e.diagnostics.emplace_back(name, value);
+  if (reduced) {
+    // The failure is the finding (issue "Reduced precision"): counted, and no error of a non-finite output.
+    for (const auto& row : reduced_storage_diagnostics(m)) e.diagnostics.push_back(row);
+    if (all_finite(out)) {
+      e.output_errors = named_metrics(output_errors<T>(ref.output(), out));
+      e.output_errors.emplace_back("round_rel_fro", output_errors<T>(own, out).rel_fro);
+    }
+    return e;
+  }
+  e.output_errors = named_metrics(output_errors<T>(ref.output(), out));
   if (opts.matrix_errors) {
     MatrixErrorOptions mo;
     mo.spectral = opts.spectral;
@@ -73,7 +116,8 @@ Evaluation evaluate(Method<T>& m, const Reference<T>& ref, const EvaluateOptions
 
 std::vector<std::pair<std::string, double>> evaluation_rows(const Evaluation& e) {
   std::vector<std::pair<std::string, double>> rows = e.output_errors;
-  rows.emplace_back("time_s", e.time_s());
+  // Under emulation no time: it would be the emulation's, not the format's.
+  if (e.storage == Storage::native) rows.emplace_back("time_s", e.time_s());
   if (e.cost) {
     rows.emplace_back("time_median_s", e.cost->median_s);
     if (e.exact_cost) {
@@ -96,15 +140,29 @@ std::vector<Evaluation> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
     if (opts.attention.causal && !m->supports_causal())
       throw Error(fmt::format("method '{}' cannot honour a causal mask", m->name()));
     check_method_fits<T>(*m, {q.rows(), k.rows(), q.cols(), v.cols(), sizeof(T)});
+    if (opts.attention.storage != Storage::native) {
+      require(std::is_same_v<T, float>, "compare: {} storage is emulated over float32 accumulation; give float32 "
+              "inputs", storage_name(opts.attention.storage));
+      check_storage(find_method(m->name()), opts.attention.storage, opts.attention.policy);
+    }
   }
-  Reference<T> ref(q, k, v, opts.attention);
-  // Exact attention timed by the same harness as the methods (warm-up, then repeats), so that no row pays the
-  // process's first-call costs and the speed-ups compare like with like.
-  ref.measure(opts.cost);
+  // The reference is native (exact attention in T); the methods run in opts.attention's storage and policy.
+  AttentionOptions native = opts.attention;
+  native.storage = Storage::native;
+  const bool reduced = opts.attention.storage != Storage::native;
+  Reference<T> ref(q, k, v, native);
   EvaluateOptions eo;
-  eo.matrix_errors = opts.matrix_metrics;
+  eo.matrix_errors = opts.matrix_metrics && !reduced;
   eo.spectral = opts.spectral;
-  eo.cost = opts.cost;
+  eo.storage = opts.attention.storage;
+  eo.policy = opts.attention.policy;
+  if (!reduced) {
+    // Exact attention timed by the same harness as the methods (warm-up, then repeats), so that no row pays the
+    // process's first-call costs and the speed-ups compare like with like. Not under emulation: its time is the
+    // emulation's, not the format's.
+    ref.measure(opts.cost);
+    eo.cost = opts.cost;
+  }
   std::vector<Evaluation> rows;
   for (const auto& m : methods) {
     throw_if_cancelled();
@@ -117,6 +175,7 @@ std::vector<Evaluation> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
 #define ATTNLAB_EVALUATE(T)                                                                                        \
   template void require_finite_output<T>(const MatrixR<T>&, const std::string&);                                  \
   template class Reference<T>;                                                                                     \
+  template std::vector<std::pair<std::string, double>> reduced_storage_diagnostics<T>(const Method<T>&);          \
   template Evaluation evaluate<T>(Method<T>&, const Reference<T>&, const EvaluateOptions&);                      \
   template std::vector<Evaluation> compare_methods<T>(const ConstRef<T>&, const ConstRef<T>&, const ConstRef<T>&, \
                                                       const std::vector<std::unique_ptr<Method<T>>>&,             \

@@ -67,6 +67,12 @@ struct EvaluateOptions {
   /// Time the method by the cost harness (cost.hpp) after the errors. Unset: time_s is the wall time of the
   /// evaluated compute() + output() (one call, with its first-call costs: the experiments' rough figure).
   std::optional<CostOptions> cost;
+  /// The method's storage and policy (the reference stays native, in T). Under bf16/fp16 the method also runs once
+  /// natively in T, for its rounding error (round_rel_fro); a non-finite output is then the finding, not an error
+  /// (its output errors are left out, its counts are diagnostics: reduced_storage_diagnostics); matrix errors and
+  /// the timing are skipped (P̃ of the emulation is not formed, and the emulation's time is not the format's).
+  Storage storage = Storage::native;
+  Policy policy = Policy::eager;
 };
 
 /// What evaluate() found.
@@ -81,6 +87,11 @@ struct Evaluation {
   double seconds = 0;       ///< wall time of the evaluated compute() + output()
   std::optional<Cost> cost;        ///< the harness's timing, when asked
   std::optional<Cost> exact_cost;  ///< the reference's, when it was measured
+  Storage storage = Storage::native;  ///< the method's storage (bf16, fp16: emulated; see EvaluateOptions)
+  Policy policy = Policy::eager;
+  /// Under a reduced storage: whether the output had non-finite entries or all-zero rows (the failure the
+  /// diagnostics count).
+  bool failed() const;
   /// A metric by name among the errors and diagnostics (nullopt when not computed).
   std::optional<double> value(const std::string& metric) const;
   /// The figure quoted as the method's time: the harness's minimum when measured, else the evaluated call's.
@@ -89,13 +100,21 @@ struct Evaluation {
   double speedup() const;
 };
 
+/// Under a reduced storage, what the method's last call did, as (name, value): per intermediate the entries that
+/// overflowed, underflowed to zero or became NaN when stored (overflow[WHAT], underflow[WHAT], nan[WHAT]), then
+/// output_nonfinite and output_zero_rows (Method::output_check). Empty for a native storage. The names the Python
+/// module's Method.diagnostics, `compare`'s CSV and its table use.
+template <typename T>
+std::vector<std::pair<std::string, double>> reduced_storage_diagnostics(const Method<T>& m);
+
 /// Computes `m` on the reference's Q, K (with its options), its output for V (checked finite), the errors against
 /// the reference, its diagnostics and, when asked, its cost. Throws Error for a causal mask the method cannot honour
 /// and for a non-finite output.
 template <typename T>
 Evaluation evaluate(Method<T>& m, const Reference<T>& ref, const EvaluateOptions& opts = {});
 
-/// The one serializer: the evaluation as (metric, value) rows, in one order — the output errors, the time (time_s;
+/// The one serializer: the evaluation as (metric, value) rows, in one order — the output errors (and, under a
+/// reduced storage, round_rel_fro), the time (time_s, not under a reduced storage;
 /// with a harness cost also time_median_s, exact_time_s when the reference was measured, speedup), the diagnostics,
 /// the P̃ errors.
 std::vector<std::pair<std::string, double>> evaluation_rows(const Evaluation& e);
