@@ -270,6 +270,15 @@ void add_compare(CLI::App& app) {
     const std::string dtype = precision_dtype(o->p, o->dtype, names);
     std::optional<QkvFiles> files;
     if (!o->q.empty()) files = load_qkv(o->q, o->k, o->v, dtype, "--dtype f32|f64");
+    if (files && o->p.precision.empty() && dtype == "auto" && files->q.float16()) {
+      // float16 files: compared as they are stored, in emulated float16, as apply computes them (--precision fp32
+      // or --dtype compares natively)
+      CompareOptions half = *o;
+      half.p.precision = "fp16";
+      precision_dtype(half.p, "auto", names);  // the named methods' storage, before any work
+      run<float>(half, files);
+      return;
+    }
     DType dt = DType::f64;
     if (dtype == "f32") dt = DType::f32;
     else if (dtype == "auto" && files) dt = files->q.dtype();

@@ -180,8 +180,10 @@ def _inputs(dtype, **arrays):
         return list(out.values())
     for name, a in out.items():
         if a.dtype not in _FLOATS:
+            half = (" (float16 arrays, e.g. np.load of a '<f2' file: precision='fp16' computes them as float16 "
+                    "stores them, as `attnlab apply` does such files)") if a.dtype == np.float16 else ""
             raise ValueError(f"{name}: dtype {a.dtype} is not supported; give float32 or float64 arrays, or pass "
-                             "dtype='float32' or dtype='float64' to convert (a copy)")
+                             f"dtype='float32' or dtype='float64' to convert (a copy){half}")
     if len({a.dtype for a in out.values()}) > 1:
         listed = ", ".join(f"{name} {a.dtype}" for name, a in out.items())
         raise ValueError(f"{', '.join(out)}: different dtypes ({listed}); give one dtype, or pass "

@@ -162,6 +162,13 @@ def test_compare_and_backward_functions_take_the_precision():
     assert dc["output_zero_rows"][0] == 0 and dc["round_rel_fro"][0] < 1e-3
     with pytest.raises(ValueError, match="contradicts"):
         attnlab.compare(q, k, v, "exact", precision="bf16", dtype="float64")
+    # float16 arrays (a '<f2' file): refused with the way to compute them as stored, which gives the same rows
+    h = [a[:128].astype(np.float16) for a in (q, k, v)]
+    with pytest.raises(ValueError, match="precision='fp16'"):
+        attnlab.compare(*h, "exact")
+    dh = attnlab.compare(*h, "exact", precision="fp16")
+    d32 = attnlab.compare(*(a.astype(np.float32) for a in h), "exact", precision="fp16")
+    assert dh["round_rel_fro"][0] == d32["round_rel_fro"][0] > 0
     # backward(): Method's gradients, bit for bit
     do = rng.standard_normal((1024, 64))
     for precision, policy in (("bf16", "eager"), ("fp16", "careful")):

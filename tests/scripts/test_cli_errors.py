@@ -355,6 +355,11 @@ c.check(r.returncode != 0 and "kernel=positive" in r.stderr and "method" not in 
 h16 = [save(f"h{x}.npy", a.astype(np.float16)) for x, a in (("q", rng.standard_normal((128, 16))),
                                                              ("k", rng.standard_normal((128, 16))),
                                                              ("v", rng.standard_normal((128, 16))))]
+r = run("compare", "--method", "exact", "--q", h16[0], "--k", h16[1], "--v", h16[2])
+c.check(r.returncode == 0 and "round_relF" in r.stdout and "fp16 storage" in r.stderr,
+        f"compare on float16 files: emulated fp16 as apply: {r.returncode} {r.stdout!r} {r.stderr!r}")
+r = run("compare", "--method", "exact", "--q", h16[0], "--k", h16[1], "--v", h16[2], "--precision", "fp32")
+c.check(r.returncode == 0 and "P_relF" in r.stdout, f"compare --precision fp32 on float16 files: native: {r.stdout!r}")
 r = run("apply", "--method", "exact", "--q", h16[0], "--k", h16[1], "--v", h16[2], "--out", path("ho.npy"))
 ho = np.load(path("ho.npy")) if os.path.exists(path("ho.npy")) else None
 want = (lambda q, k, v: (lambda p: (p / p.sum(1, keepdims=True)) @ v)(np.exp(q @ k.T / 4 - (q @ k.T / 4).max(1,
