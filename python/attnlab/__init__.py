@@ -359,7 +359,9 @@ def compare(q, k, v, methods=None, *, causal=False, scale=None, seed=0, matrix_m
     cosines (left NaN where the output is not finite), round_rel_fro (against the method's own float32 run: the
     format's rounding), output_nonfinite, output_zero_rows and per intermediate overflow[...], underflow[...],
     nan[...]; columns precision and policy. No times and no P̃ errors there (the emulation's time is not the
-    format's). A method whose output fails is a row, not an exception, and a RuntimeWarning names it.
+    format's). A method whose output fails is a row, not an exception, and a RuntimeWarning names it. Specs may
+    name their own precision instead ('linear@fp16', 'linear@fp16-careful', 'linear': one table, each compared in
+    its own).
     """
     specs = _specs("methods", methods, "nystrom:landmarks=64", "every method")
     causal, spectral, frame = _bool("causal", causal), _bool("spectral", spectral), _bool("frame", frame)
@@ -367,6 +369,30 @@ def compare(q, k, v, methods=None, *, causal=False, scale=None, seed=0, matrix_m
     matrix_metrics = _str("matrix_metrics", matrix_metrics, "auto")
     matrix_limit = _int("matrix_limit", matrix_limit, 0)
     repeats, warmup = _int("repeats", repeats, 1), _int("warmup", warmup, 0)
+    parts = [_split_precision(s, None, policy) for s in specs]
+    if any(p is not None for _, p, _ in parts):
+        # Specs naming their precision ('linear@fp16', 'linear@fp16-careful', beside a plain 'linear'): one table,
+        # each group of one precision and policy compared on its own, the rows in the order given (head by head).
+        if precision is not None:
+            raise ValueError(f"methods: {', '.join(s for s in specs if '@' in s)} name their precision and "
+                             f"precision={precision!r} is given too; give it one way")
+        groups = {}
+        for i, (base, p, pol) in enumerate(parts):
+            groups.setdefault((p, pol), []).append((i, base))
+        keyed = []
+        for (p, pol), members in groups.items():
+            got = compare(q, k, v, [b for _, b in members], causal=causal, scale=scale, seed=seed,
+                          matrix_metrics=matrix_metrics, matrix_limit=matrix_limit, spectral=spectral,
+                          repeats=repeats, warmup=warmup, frame=False, dtype=dtype, precision=p, policy=pol)
+            keyed += [((r["head_index"], members[j % len(members)][0]), r) for j, r in enumerate(got)]
+        records = [r for _, r in sorted(keyed, key=lambda x: x[0])]
+        if frame:
+            try:
+                import pandas
+                return pandas.DataFrame(records)
+            except ImportError:
+                pass
+        return records
     storage, policy, dtype = _precision(precision, policy, dtype)
     q, k, v = _inputs(dtype, q=q, k=k, v=v)
     rows = _core.compare(q, k, v, specs, causal, scale, seed, matrix_metrics, matrix_limit, spectral, repeats,

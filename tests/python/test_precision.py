@@ -169,6 +169,16 @@ def test_compare_and_backward_functions_take_the_precision():
     dh = attnlab.compare(*h, "exact", precision="fp16")
     d32 = attnlab.compare(*(a.astype(np.float32) for a in h), "exact", precision="fp16")
     assert dh["round_rel_fro"][0] == d32["round_rel_fro"][0] > 0
+    # specs naming their precision: one table, in the order given, each row as its own precision's call gives it
+    mixed = attnlab.compare(q[:256], k[:256], v[:256], ["linear@fp16-careful", "exact", "linear@bf16"],
+                            matrix_metrics="off", repeats=1, warmup=0)
+    assert list(mixed["method"]) == ["linear", "exact", "linear"]
+    assert list(mixed["precision"].fillna("-")) == ["fp16", "-", "bf16"]
+    alone = attnlab.compare(q[:256], k[:256], v[:256], "linear", precision="bf16")
+    assert mixed["round_rel_fro"][2] == alone["round_rel_fro"][0] and np.isnan(mixed["round_rel_fro"][1])
+    assert mixed["time_s"][1] > 0 and np.isnan(mixed["time_s"][0])
+    with pytest.raises(ValueError, match="give it one way"):
+        attnlab.compare(q, k, v, ["linear@fp16"], precision="bf16")
     # backward(): Method's gradients, bit for bit
     do = rng.standard_normal((1024, 64))
     for precision, policy in (("bf16", "eager"), ("fp16", "careful")):
