@@ -953,7 +953,7 @@ def precision(F, R):
                         F.add(f"precision.{s}_{fmt}_{pol}_{grad}", x.value.iloc[0], lambda v: sig(v, 2),
                               f"{s}: rounding error of {grad} (backward) against its own float64 gradient, {fmt} "
                               f"{pol}, gaussian, n = {n}, t = 1", "precision")
-    for s in ("performer256", "performer64", "linear"):
+    for s in ("performer256", "performer64", "linear", "nystrom_svd64"):
         for fmt in ("bf16", "fp16"):
             for pol in ("eager", "careful"):
                 a = g[(g.short == s) & (g.dtype == fmt) & (g.policy == pol) & (g.metric == "grad_nonfinite")]
@@ -968,6 +968,18 @@ def precision(F, R):
     gb = d[d.metric == "grad_nonfinite"]
     F.add("precision.grad_nonfinite", int(gb.value.sum()), str,
           "non-finite gradient entries over every emulated backward of the precision experiment", "precision")
+    # Where even the careful policy's gradients fail: per spec and format, the sources and the share of their cells
+    # (every length or head and temperature) with a non-finite dQ, dK or dV.
+    cg = gb[gb.policy == "careful"].assign(bad=lambda x: x.value > 0)
+    parts = []
+    for (spec, fmt), c in cg.groupby(["spec", "dtype"]):
+        if not c.bad.any():
+            continue
+        where = ", ".join(f"{src} {int(x.bad.sum())} of {len(x)}" for src, x in c.groupby("source") if x.bad.any())
+        parts.append(f"{short(spec) or spec} in {fmt} ({where})")
+    F.add("precision.careful_grad_fails", "; ".join(parts) if parts else "none", str,
+          "where the careful policy's gradients have non-finite entries: spec, format, and per source the cells "
+          "(lengths or heads × temperatures) that do", "precision")
     # The discrete-choice methods' total error in the format beside their float64 approximation error.
     for s in ("reformer64", "vq64", "probsparse5", "nystrom64"):
         c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
@@ -1196,12 +1208,15 @@ def precision(F, R):
           "the format may overflow there)", "precision")
     # Where the format costs more than the approximation: every method and budget (exact left out), cells without a
     # failure, per source at t = 1 (every length of the generated sources; every head of the model sources).
+    # The generated sources have no sequence, layer or head (NaN): filled, since NaN keys never match in a join (an
+    # earlier version lost every generated cell that way and counted the models' heads only).
     key = ["source", "n", "seed", "sequence", "layer", "head", "spec", "t"]
-    approx = d[(d.dtype == "fp64") & (d.metric == "err_total")].set_index(key)["value"].rename("approx")
-    rnd = d[(d.metric == "err_rounding") & d.dtype.isin(["bf16", "fp16"]) & ~d.spec.str.startswith("exact")
-            & (d.t == 1)]
-    j = rnd.set_index(key + ["dtype", "policy"])["value"].rename("rounding").to_frame().reset_index()
-    j = j.join(approx, on=key, how="inner")
+    dk = d.fillna({"sequence": -1, "layer": -1, "head": -1})
+    approx = dk[(dk.dtype == "fp64") & (dk.metric == "err_total")][key + ["value"]].rename(columns={"value": "approx"})
+    rnd = dk[(dk.metric == "err_rounding") & dk.dtype.isin(["bf16", "fp16"]) & ~dk.spec.str.startswith("exact")
+             & (dk.t == 1)]
+    j = rnd[key + ["dtype", "policy", "value"]].rename(columns={"value": "rounding"})
+    j = j.merge(approx, on=key, how="inner", validate="many_to_one")
     j = j[j.approx > 1e-12]  # a budget at its exact limit (pooled Linformer with k = n) has no approximation error
     for fmt in ("bf16", "fp16"):
         for pol in ("eager", "careful"):

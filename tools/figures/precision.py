@@ -60,7 +60,8 @@ def plot_precision(results, out):
         if spec.startswith("exact"):
             approx = None   # exact attention's own error in float64 is its rounding (~1e-16): nothing to draw
         else:
-            ax.semilogy(approx.index, approx.values, color="0.3", ls=":", lw=1.5, label="approximation (fp64)")
+            ax.semilogy(approx.index, approx.values, color="0.3", ls=":", lw=1.5,
+                        label="approximation (fp64):\n‖Õ_fp64 − O‖ / ‖O‖")
         top = 1.0
         for (fmt, pol), st in STYLE.items():
             c = g[(g.dtype == fmt) & (g.policy == pol)]
@@ -76,7 +77,7 @@ def plot_precision(results, out):
                 ax.text(0.02, 0.02 + 0.07 * list(STYLE).index((fmt, pol)), f"{fmt} {pol}: not emulated",
                         transform=ax.transAxes, fontsize=7, color=st["color"])
         ax.set_xscale("log", base=2)
-        ax.set(title=short(spec), xlabel="logit temperature t (Q·t)", ylabel="‖Õ_fmt − Õ_fp64‖ / ‖Õ_fp64‖")
+        ax.set(title=short(spec), xlabel="logit temperature t (Q·t)", ylabel="relative output error")
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
     handles, labels = axes[-1].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], ls="none", marker="x", ms=8, mew=2, color="0.3"))
@@ -88,8 +89,9 @@ def plot_precision(results, out):
     paths = [finish(fig, out, "precision",
                    f"Each method in emulated bfloat16 and float16 storage ({src} Q, K, V, n = {n}, d = "
                    f"{int(d.d.iloc[0])}; eager: every intermediate stored in the format; careful: accumulators and "
-                   "statistics in float32): relative rounding error against the method's own float64 output, beside "
-                   "its approximation error; x: the output had non-finite entries or all-zero rows (at the top).",
+                   "statistics in float32): rounding error ‖Õ_fmt − Õ_fp64‖/‖Õ_fp64‖ against the method's own "
+                   "float64 output, beside its approximation error (dotted); x: the output had non-finite entries or "
+                   "all-zero rows (at the top).",
                    right=right)]
     heads = plot_heads(df, out)
     return paths + ([heads] if heads else [])
@@ -113,12 +115,14 @@ def plot_heads(df, out):
     both = pd.concat([approx, d[d.dtype.isin(["bf16", "fp16"]) & (d.metric == "err_rounding")].value])
     both = both[both > 1e-12]
     lo, hi = 10 ** np.floor(np.log10(both.quantile(0.01))), 10 ** np.ceil(np.log10(both.quantile(0.99)))
+    clipped = 0
     for ax, src in zip(axes, HEAD_SOURCES):
         for (fmt, pol), st in STYLE.items():
             c = d[(d.source == src) & (d.dtype == fmt) & (d.policy == pol) & (d.metric == "err_rounding")]
             c = c.set_index(key)["value"].rename("rounding").to_frame().join(approx, how="inner")
             if c.empty:
                 continue
+            clipped += int(((c.approx < lo) | (c.approx > hi) | (c.rounding < lo) | (c.rounding > hi)).sum())
             ax.loglog(c.approx.clip(lo, hi), c.rounding.clip(lo, hi), ls="none", marker=st["marker"], ms=4,
                       mfc=st.get("mfc", st["color"]), color=st["color"], alpha=0.7, label=f"{fmt} {pol}")
         ax.plot([lo, hi], [lo, hi], color="0.3", lw=0.8, ls=":", label="rounding = approximation")
@@ -126,8 +130,15 @@ def plot_heads(df, out):
                xlabel="approximation error in float64 (relative)", ylabel="rounding error (relative)")
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
     axes[0].legend(fontsize=8, loc="upper left")
+    # What is not drawn: the failed cells (no rounding error: non-finite entries or all-zero rows) are counted.
+    fails = d[d.dtype.isin(["bf16", "fp16"]) & d.metric.isin(["nonfinite", "zero_rows"]) & (d.value > 0)]
+    failed = len(fails.drop_duplicates(key + ["dtype", "policy"]))
     return finish(fig, out, "precision_heads",
                   "Rounding error in emulated bfloat16 / float16 against each approximation's own error in float64, "
                   "per head of the byte-level model trained here (trained) and of all-MiniLM-L6-v2 (pretrained), "
                   "every method and budget of the precision experiment (exact attention left out), t = 1. Points "
-                  "above the diagonal: the format costs more than the approximation.")
+                  f"above the diagonal: the format costs more than the approximation. {clipped} points beyond the "
+                  f"axes sit on their edges (most of them Nyström with pinv=svd, whose float64 error reaches 1e5); "
+                  f"{failed} cells "
+                  "whose output failed (non-finite entries or all-zero rows: eager Performer, eager fp16 linear "
+                  "attention) are not drawn.")
