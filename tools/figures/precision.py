@@ -28,7 +28,10 @@ def short(spec):
         if spec.startswith(k):
             return v
     name, _, params = spec.partition(":")
-    for method, key, form in (("performer", "features", "{} features"), ("linformer", "k", "k = {}"),
+    # Linformer's projection in the title: the Gaussian E, F round about twice as much as pooling (figures.md)
+    proj = re.search(r"(?:^|,)projection=(\w+)", params)
+    linformer = "k = {}" + (f", {proj.group(1)} E, F" if proj else "")
+    for method, key, form in (("performer", "features", "{} features"), ("linformer", "k", linformer),
                               ("local", "window", "window {}"), ("nystrom", "landmarks", "{} landmarks"),
                               ("reformer", "chunk", "chunk {}"), ("probsparse", "factor", "c = {}"),
                               ("vq", "codes", "{} codes")):
