@@ -968,18 +968,33 @@ def precision(F, R):
     gb = d[d.metric == "grad_nonfinite"]
     F.add("precision.grad_nonfinite", int(gb.value.sum()), str,
           "non-finite gradient entries over every emulated backward of the precision experiment", "precision")
-    # Where even the careful policy's gradients fail: per spec and format, the sources and the share of their cells
-    # (every length or head and temperature) with a non-finite dQ, dK or dV.
-    cg = gb[gb.policy == "careful"].assign(bad=lambda x: x.value > 0)
-    parts = []
-    for (spec, fmt), c in cg.groupby(["spec", "dtype"]):
-        if not c.bad.any():
-            continue
-        where = ", ".join(f"{src} {int(x.bad.sum())} of {len(x)}" for src, x in c.groupby("source") if x.bad.any())
-        parts.append(f"{short(spec) or spec} in {fmt} ({where})")
-    F.add("precision.careful_grad_fails", "; ".join(parts) if parts else "none", str,
+    def failing(rows, with_policy):
+        """'spec in fmt [policy] (source k of m, ...)' over the specs with a failing cell (k of the m cells, lengths or
+        heads × temperatures, of that source)."""
+        parts = []
+        by = ["spec", "dtype"] + (["policy"] if with_policy else [])
+        for keys, c in rows.assign(bad=lambda x: x.value > 0).groupby(by):
+            if not c.bad.any():
+                continue
+            where = ", ".join(f"{src} {int(x.bad.sum())} of {len(x)}" for src, x in c.groupby("source")
+                              if x.bad.any())
+            parts.append(f"{short(keys[0]) or keys[0]} in {' '.join(keys[1:])} ({where})")
+        return "; ".join(parts) if parts else "none"
+
+    # Where even the careful policy's gradients fail, and where any output or gradient fails: per spec, format (and
+    # policy), the sources and how many of their cells.
+    F.add("precision.careful_grad_fails", failing(gb[gb.policy == "careful"], False), str,
           "where the careful policy's gradients have non-finite entries: spec, format, and per source the cells "
           "(lengths or heads × temperatures) that do", "precision")
+    out_bad = d[d.metric.isin(["nonfinite", "zero_rows"]) & d.dtype.isin(["bf16", "fp16"])]
+    out_bad = out_bad.groupby(["spec", "dtype", "policy", "source", "n", "sequence", "layer", "head", "t"],
+                              dropna=False).value.max().reset_index()
+    F.add("precision.output_fails", failing(out_bad, True), str,
+          "every spec, format and policy whose output has non-finite entries or all-zero rows somewhere in the grid, "
+          "with per source the failing cells", "precision")
+    F.add("precision.grad_fails", failing(gb[gb.dtype.isin(["bf16", "fp16"])], True), str,
+          "every spec, format and policy whose dQ, dK or dV has non-finite entries somewhere in the grid, with per "
+          "source the failing cells", "precision")
     # The discrete-choice methods' total error in the format beside their float64 approximation error.
     for s in ("reformer64", "vq64", "probsparse5", "nystrom64"):
         c = g[(g.short == s) & (g.n == n) & (g.t == 1)]
