@@ -165,10 +165,10 @@ void run(const CompareOptions& o, const std::optional<QkvFiles>& files) {
             failed_specs.push_back(spec_shown);
         }
       } else {
-      fmt::print("{}{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.3g} {:>8.2f}\n",
-                 heads > 1 ? fmt::format("{:>4} ", h) : "", spec_shown, width, *r.value("out_rel_fro"),
-                 *r.value("out_mean_cosine"), opt(r.value("P_rel_fro")), opt(r.value("P_rel_spectral")),
-                 opt(r.value("P_mean_kl")), opt(r.value("P_mean_tv")), r.time_s() * 1e3, r.speedup());
+        fmt::print("{}{:<{}} {:>10.3e} {:>10.6f} {:>10} {:>10} {:>10} {:>10} {:>9.3g} {:>8.2f}\n", head_cell,
+                   spec_shown, width, *r.value("out_rel_fro"), *r.value("out_mean_cosine"), opt(r.value("P_rel_fro")),
+                   opt(r.value("P_rel_spectral")), opt(r.value("P_mean_kl")), opt(r.value("P_mean_tv")),
+                   r.time_s() * 1e3, r.speedup());
       }
       if (!csv) return;
       const std::vector<std::string> keys = {
