@@ -41,6 +41,13 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
   opts.storage = parse_storage(o.p.precision.empty() ? "native" : o.p.precision);
   opts.policy = parse_policy(o.p.policy);
   const bool reduced = opts.storage != Storage::native;
+  // The emulation covers the output (and the backward), not P̃: the matrix would be the native float32 one, under a
+  // name that says otherwise.
+  if (reduced && !o.matrix.empty())
+    throw Error(fmt::format("--matrix: not under {} storage (the emulation rounds the output, not P̃, which would be "
+                            "float32's); write the matrix in a run without --precision{}",
+                            storage_name(opts.storage), o.p.precision == "fp16" && f.q.float16()
+                                                            ? " (float16 files: --precision fp32)" : ""));
   const Index h = f.heads(), n_q = f.q.rows(), n_k = f.k.rows(), d_v = f.v.cols();
   // What the method will allocate, refused before any work when it cannot fit (exact:impl=materialized's P, ...).
   check_method_fits(*method, {n_q, n_k, f.q.cols(), d_v, sizeof(T)});
@@ -118,15 +125,17 @@ void add_apply(CLI::App& app) {
   add_precision_options(sub, o->p, "; float16 files ('<f2') default to fp16");
   sub->callback([o] {
     const auto proto = make_method<double>(o->method, o->seed);  // a bad spec fails before any file is read
-    const std::string dtype = precision_dtype(o->p, o->dtype, {proto->name()});
+    const std::string dtype = precision_dtype(o->p, o->dtype, {proto.get()});
     const QkvFiles f = load_qkv(o->q, o->k, o->v, dtype, "--dtype f32|f64");
     if (o->p.precision.empty() && dtype == "auto" && f.q.float16()) {
       // float16 files: computed as they are stored, in emulated float16 (--precision fp32 or --dtype computes natively)
       ApplyOptions half = *o;
       half.p.precision = "fp16";
+      precision_dtype(half.p, "auto", {proto.get()});  // the method's storage, before any work
       run<float>(half, f);
       return;
     }
+    require_reduced_for_policy(o->p);
     if (resolve_dtype(dtype, f.q) == DType::f32) run<float>(*o, f);
     else run<double>(*o, f);
   });

@@ -265,9 +265,13 @@ void add_compare(CLI::App& app) {
                         ": each method's error against exact attention and against its own float32 run, and its "
                         "failures, as rows");
   sub->callback([o] {
-    std::vector<std::string> names;  // bad specs fail before any work
-    for (const auto& s : o->methods) names.push_back(make_method<double>(s, o->seed)->name());
-    const std::string dtype = precision_dtype(o->p, o->dtype, names);
+    std::vector<std::unique_ptr<Method<double>>> protos;  // bad specs fail before any work
+    std::vector<const Method<double>*> methods;
+    for (const auto& s : o->methods) {
+      protos.push_back(make_method<double>(s, o->seed));
+      methods.push_back(protos.back().get());
+    }
+    const std::string dtype = precision_dtype(o->p, o->dtype, methods);
     std::optional<QkvFiles> files;
     if (!o->q.empty()) files = load_qkv(o->q, o->k, o->v, dtype, "--dtype f32|f64");
     if (files && o->p.precision.empty() && dtype == "auto" && files->q.float16()) {
@@ -275,10 +279,11 @@ void add_compare(CLI::App& app) {
       // or --dtype compares natively)
       CompareOptions half = *o;
       half.p.precision = "fp16";
-      precision_dtype(half.p, "auto", names);  // the named methods' storage, before any work
+      precision_dtype(half.p, "auto", methods);  // the methods' storage, before any work
       run<float>(half, files);
       return;
     }
+    require_reduced_for_policy(o->p);
     DType dt = DType::f64;
     if (dtype == "f32") dt = DType::f32;
     else if (dtype == "auto" && files) dt = files->q.dtype();

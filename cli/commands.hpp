@@ -6,6 +6,11 @@
 #include <string>
 #include <vector>
 
+namespace attnlab {
+template <typename T>
+class Method;
+}
+
 namespace attnlab::cli {
 
 /// The command line as typed, for result sidecars (set once by main).
@@ -26,9 +31,14 @@ struct PrecisionOptions {
 /// Registers the three options on `sub`; `what` says what --precision's run reports (its help's tail).
 void add_precision_options(CLI::App* sub, PrecisionOptions& o, const std::string& what);
 /// The compute dtype the options imply: --precision fp64 → "f64", bf16/fp16/fp32 → "f32" (the emulation's float32
-/// accumulation), refused where --dtype says otherwise; `dtype` as given without --precision. Then every method spec
-/// (method names: `names`) is checked for the storage and policy, before any work.
-std::string precision_dtype(const PrecisionOptions& o, const std::string& dtype, const std::vector<std::string>& names);
+/// accumulation), refused where --dtype says otherwise; `dtype` as given without --precision. Then every method (its
+/// parameters too: Method::check_storage_support) is checked for the storage and policy, before any work.
+std::string precision_dtype(const PrecisionOptions& o, const std::string& dtype,
+                            const std::vector<const Method<double>*>& methods);
+/// --policy careful and --fail-on-nonfinite act under bf16/fp16 only (fp32 and fp64 round nothing): refused where the
+/// run's precision (`o.precision`, as given or as float16 files imply it) is not one of them, so that neither option
+/// is silently without effect.
+void require_reduced_for_policy(const PrecisionOptions& o);
 
 void add_apply(CLI::App& app);
 void add_compare(CLI::App& app);

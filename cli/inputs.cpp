@@ -65,14 +65,25 @@ void add_precision_options(CLI::App* sub, PrecisionOptions& o, const std::string
                 "is written either way, and said on stderr)");
 }
 
+void require_reduced_for_policy(const PrecisionOptions& o) {
+  if (o.precision == "bf16" || o.precision == "fp16") return;
+  const std::string run =
+      o.precision.empty() ? "without --precision (and float16 files)" : "--precision " + o.precision;
+  require(o.policy == "eager", "--policy {}: only under --precision bf16 or fp16; {} rounds nothing", o.policy, run);
+  if (o.fail_on_nonfinite)
+    throw Error(fmt::format("--fail-on-nonfinite: only under --precision bf16 or fp16 ({} a non-finite output is an "
+                            "error already)", run));
+}
+
 std::string precision_dtype(const PrecisionOptions& o, const std::string& dtype,
-                            const std::vector<std::string>& names) {
+                            const std::vector<const Method<double>*>& methods) {
+  if (!o.precision.empty()) require_reduced_for_policy(o);  // an explicit fp32/fp64: before any file is read
   if (o.precision.empty()) return dtype;
   const std::string want = o.precision == "fp64" ? "f64" : "f32";
   if (dtype != "auto" && dtype != want)
     throw Error(fmt::format("--dtype {} contradicts --precision {}, which computes in {}; give one of them", dtype,
                             o.precision, want));
-  for (const auto& name : names) check_storage(find_method(name), parse_storage(o.precision), parse_policy(o.policy));
+  for (const Method<double>* m : methods) m->check_storage_support(parse_storage(o.precision), parse_policy(o.policy));
   return want;
 }
 
@@ -96,6 +107,10 @@ QkvFiles load_qkv(const std::string& q, const std::string& k, const std::string&
                    dtype_option.empty() ? ""
                                         : fmt::format(", or choose the compute dtype with {} (every file is then cast "
                                                       "to it)", dtype_option));
+  if (dtype_flag == "f32")  // a float64 file computed in float32 (--dtype f32, or --precision fp32 / bf16 / fp16)
+    for (const NpyArray* a : {&f.q, &f.k, &f.v})
+      a->check_fits_float32(", the type it is computed in here (--dtype f32, or --precision fp32, bf16 or fp16: "
+                            "their accumulation); compute it in float64 with --dtype f64 or --precision fp64");
   return f;
 }
 

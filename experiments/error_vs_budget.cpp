@@ -33,7 +33,7 @@ class ErrorVsBudget final : public Experiment {
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal, pretrained")
         .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"});
     o.add("--families", families_, "method families (default: all)").preset(all_families);
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive();
     o.add("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
     o.add("--repeats", repeats_, "timed float32 repetitions per method for the cost (0: no cost rows)");
     // Quick: one head per layer (the diagonal) of one sequence; paper: every head of every exported sequence.

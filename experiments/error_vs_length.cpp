@@ -20,7 +20,7 @@ class ErrorVsLength final : public Experiment {
         .separator(';')
         .preset({"svd:rank", "nystrom:landmarks", "linformer:projection=pool,k", "linformer:k", "performer:features",
                  "vq:codes"});
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive();
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

@@ -51,7 +51,7 @@ class Gradients final : public Experiment {
         .preset(all);
     o.add("--fixed", fixed_, "methods without a budget, measured once per problem").separator(';')
         .preset({"linear", "taylor", "efficient"});
-    o.add("--seeds", seeds_, "number of seeds of the generated sources").preset(1, 3);
+    o.add("--seeds", seeds_, "number of seeds of the generated sources").preset(1, 3).positive();
     // Quick: one head per layer (the diagonal) of one held-out sequence; paper: every head of every sequence.
     model_.declare(o, {"diagonal"}, {"all"}, 1, 0);
   }

@@ -6,11 +6,13 @@
 //   o.add("--methods", methods_, "method specs").separator(';').preset(defaults);
 #pragma once
 
+#include "attnlab/core/error.hpp"
 #include "attnlab/core/types.hpp"
 
 #include <fmt/format.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -46,6 +48,7 @@ class Options {
     std::function<void(bool paper)> preset;            // sets the preset's value (empty: none)
     std::function<std::string(char)> text;             // the effective value as --config reads it
     std::function<bool()> recorded = [] { return true; };
+    std::vector<std::function<void()>> checks;         // each throws Error for a value out of range
     void* target = nullptr;                            // the variable, for target<V>()
     const std::type_info* type = nullptr;
   };
@@ -90,6 +93,36 @@ class Options {
     /// Recorded in the settings only when `when()` holds (the options of a user's files, say).
     Declared& recorded_if(std::function<bool()> when) {
       o_.entries_[i_].recorded = std::move(when);
+      return *this;
+    }
+
+    /// Every value (of a list: every item) finite and > 0: checked after the preset and the command line, before
+    /// any point runs (`--seeds 0` would run nothing and say it succeeded; `--temperatures nan` fail mid-run).
+    Declared& positive() {
+      static_assert(std::is_arithmetic_v<V> || is_vector<V>::value, "positive(): a number or a list of numbers");
+      const V& t = target_;
+      o_.entries_[i_].checks.push_back([&t, flag = o_.entries_[i_].flag] {
+        const auto one = [&flag](const auto& x) {
+          if (!(double(x) > 0 && double(x) < std::numeric_limits<double>::infinity()))
+            throw Error(fmt::format("{}: every value must be positive and finite, got {}", flag, x));
+        };
+        if constexpr (is_vector<V>::value) {
+          for (const auto& x : t) one(x);
+        } else {
+          one(t);
+        }
+      });
+      return *this;
+    }
+    /// A list whose items are all different (a duplicate would write the same rows twice).
+    Declared& distinct() {
+      static_assert(is_vector<V>::value, "distinct(): a list");
+      const V& t = target_;
+      o_.entries_[i_].checks.push_back([&t, flag = o_.entries_[i_].flag] {
+        for (std::size_t i = 0; i < t.size(); ++i)
+          for (std::size_t j = 0; j < i; ++j)
+            if (t[i] == t[j]) throw Error(fmt::format("{}: '{}' is given twice", flag, t[i]));
+      });
       return *this;
     }
 
@@ -143,6 +176,8 @@ class Options {
     for (const Entry& e : entries_)
       if (e.preset && !given(app, e.flag)) e.preset(preset == "paper");
     for (const auto& rule : rules_) rule(*this, app);
+    for (const Entry& e : entries_)
+      for (const auto& check : e.checks) check();
   }
   /// The effective values, as (key, value) in declaration order: key is the flag without its dashes.
   std::vector<std::pair<std::string, std::string>> values() const {

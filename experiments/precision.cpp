@@ -34,9 +34,9 @@ namespace {
 class Precision final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
-    o.add("--n", n_, "sequence lengths").preset({256, 512, 1024, 4096}, {256, 512, 1024, 4096, 16384});
-    o.add("--d", d_, "head dimension");
-    o.add("--temperatures", temps_, "logit temperatures t (Q·t)").preset({0.5, 1, 2, 4});
+    o.add("--n", n_, "sequence lengths").preset({256, 512, 1024, 4096}, {256, 512, 1024, 4096, 16384}).positive();
+    o.add("--d", d_, "head dimension").positive();
+    o.add("--temperatures", temps_, "logit temperatures t (Q·t)").preset({0.5, 1, 2, 4}).positive().distinct();
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
         .preset({"gaussian", "clustered", "trained", "pretrained"});
     // The lengths above kLongN cost most of the run (n = 4096: ~70 s a source on 2 cores) and on clustered keys
@@ -55,14 +55,25 @@ class Precision final : public SourcesExperiment {
                  "linformer:k=256", "linformer:k=64", "local:window=64", "local:window=16", "nystrom:landmarks=64",
                  "nystrom:landmarks=16", "reformer:rounds=2", "reformer:rounds=2,chunk=32", "probsparse",
                  "probsparse:factor=2", "vq:codes=64", "vq:codes=16", "nystrom:landmarks=64,pinv=svd",
-                 "linformer:k=256,projection=pool", "scatterbrain:features=64"});
-    o.add("--formats", formats_, "storage formats beside fp64: fp32, bf16, fp16").preset({"fp32", "bf16", "fp16"});
+                 "linformer:k=256,projection=pool", "scatterbrain:features=64"})
+        .distinct();
+    o.add("--formats", formats_, "storage formats beside fp64 (always run: the reference): fp32, bf16, fp16")
+        .preset({"fp32", "bf16", "fp16"})
+        .distinct();
     declare_seeds_and_model(o, {"diagonal"}, {"all"}, 1, 1);
   }
 
  private:
+  // Before any point: an unknown format, or fp64, which the float32 runs below cannot be (they would write float32
+  // values labelled fp64; the fp64 rows are the method's float64 run, always written).
+  void check() const override {
+    for (const auto& f : formats_) {
+      parse_storage(f);
+      require(f == "fp32" || f == "bf16" || f == "fp16",
+              "precision: --formats takes fp32, bf16 and fp16, not '{}' (the fp64 rows are always written)", f);
+    }
+  }
   void model_points(std::vector<Point>& pts, const std::string& src) const override {
-    for (const auto& f : formats_) parse_storage(f);  // an unknown format fails before any point
     const auto [data, heads] = model_.open_bidirectional(src, name());
     for (const ModelHead& h : heads)
       for (double t : temps_)
@@ -71,7 +82,6 @@ class Precision final : public SourcesExperiment {
                        }});
   }
   void generated_points(std::vector<Point>& pts, const std::string& src) const override {
-    for (const auto& f : formats_) parse_storage(f);
     const bool long_n = std::find(long_sources_.begin(), long_sources_.end(), src) != long_sources_.end();
     for (Index n : n_) {
       if (n > kLongN && !long_n) continue;

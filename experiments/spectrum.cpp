@@ -31,7 +31,7 @@ class SpectrumExperiment final : public Experiment {
     o.add("--top", top_, "k of the matrix-free spectra");
     o.add("--solvers", solvers_, "matrix-free solvers: block (block Krylov), lanczos (Spectra on PᵀP)");
     o.add("--tol", tol_, "residual tolerance of the matrix-free solvers, relative to σ_1");
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3);
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive();
     model_.declare(o);  // also --q, --k (the user's files; --v is not needed here)
     o.add("--causal", causal_, "causal mask for the files (true/false)").recorded_if(files);
     o.add("--dense-limit", dense_limit_, "files: largest length with a dense (every value) spectrum; "

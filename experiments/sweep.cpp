@@ -99,6 +99,43 @@ std::string dump(Experiment& e, const RunOptions& o) {
   return s;
 }
 
+/// The settings of a dump() (or a .config sidecar's text), key → value, without what does not change a point's
+/// rows: the preset's name (its values are the settings), the shard and the thread count.
+std::map<std::string, std::string> point_settings(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    const std::string key = line.substr(0, eq);
+    if (key != "preset" && key != "shard" && key != "threads") out[key] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+/// A resumed file keeps its finished points as they are: refused when its sidecar says they were computed with other
+/// settings (a point's id names its grid coordinates, not everything its rows depend on: `precision`'s methods and
+/// formats, say), which would otherwise leave old rows under the new sidecar and compute nothing.
+void check_resumable(const std::string& path, const std::set<std::string>& done, const std::string& now) {
+  const std::string config = path + ".config";
+  if (done.empty() || !std::filesystem::exists(config)) return;
+  const auto before = point_settings(read_text_file(config)), after = point_settings(now);
+  std::string diff;
+  for (const auto& [key, value] : after) {
+    const auto it = before.find(key);
+    const std::string old = it == before.end() ? "(not set)" : it->second;
+    if (old != value) diff += fmt::format("{}{}: {} → {}", diff.empty() ? "" : "; ", key, old, value);
+  }
+  for (const auto& [key, value] : before)
+    if (!after.count(key)) diff += fmt::format("{}{}: {} → (not set)", diff.empty() ? "" : "; ", key, value);
+  if (!diff.empty())
+    throw Error(fmt::format("{}: its {} finished points were computed with other settings ({}); rerun with "
+                            "`--config {}` to resume it, or give another --out (or delete it) to start anew",
+                            path, done.size(), diff, config));
+}
+
 void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   e.apply_preset(o.preset, sub);
   if (o.dump_config) {
@@ -118,6 +155,7 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   if (std::filesystem::path(path).has_parent_path())
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   const std::set<std::string> done = resume(path, header);
+  check_resumable(path, done, dump(e, o));
   std::vector<Point> points = e.grid();
   std::vector<Point*> todo;
   std::set<std::string> ids;
@@ -215,7 +253,7 @@ void add_run_command(CLI::App& app) {
         ->capture_default_str();
     sub->add_option("--shard", o->shard, "run the points i, i+N, i+2N, ... of the grid (0 ≤ i < N)")
         ->capture_default_str();
-    sub->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
+    sub->add_option("--threads", o->threads, "OpenMP threads (default, 0: all cores)")->check(CLI::NonNegativeNumber);
     sub->add_option("--config", o->config_out, "read options from a file written by --dump-config (replays a run)");
     sub->add_flag("--dump-config", o->dump_config, "print the full configuration as TOML and exit");
     e->add_options(*sub);

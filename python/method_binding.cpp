@@ -125,7 +125,7 @@ class PyMethod {
     opts_.causal = causal;
     opts_.scale = scale ? *scale : std::numeric_limits<double>::quiet_NaN();
     // A reduced storage the method does not emulate under this policy: refused here, before any data.
-    check_storage(d, opts_.storage, opts_.policy);
+    proto->check_storage_support(opts_.storage, opts_.policy);
   }
 
   const std::string& spec() const { return canonical_; }

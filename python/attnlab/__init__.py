@@ -167,9 +167,14 @@ def _array(x, name):
                          "float32 or float64 numpy array or CPU tensor") from None
 
 
-def _inputs(dtype, **arrays):
-    """The named inputs as numpy arrays of one dtype: theirs (when float32 or float64 and all equal) or `dtype`."""
+def _inputs(dtype, half="hint", **arrays):
+    """The named inputs as numpy arrays of one dtype: theirs (when float32 or float64 and all equal) or `dtype`.
+    float16 arrays (np.load of a '<f2' file): half='hint' refuses them naming precision='fp16' (the functions that
+    take it), 'plain' naming dtype='float32' (the others), 'convert' converts them to float32, exactly (a reduced
+    precision given, without dtype=)."""
     out = {name: _array(x, name) for name, x in arrays.items()}
+    if dtype is None and half == "convert" and any(a.dtype == np.float16 for a in out.values()):
+        dtype = np.float32
     if dtype is not None:
         dt = _dtype(dtype)
         for name, a in out.items():
@@ -180,10 +185,12 @@ def _inputs(dtype, **arrays):
         return list(out.values())
     for name, a in out.items():
         if a.dtype not in _FLOATS:
-            half = (" (float16 arrays, e.g. np.load of a '<f2' file: precision='fp16' computes them as float16 "
-                    "stores them, as `attnlab apply` does such files)") if a.dtype == np.float16 else ""
+            hint = (" (float16 arrays, e.g. np.load of a '<f2' file: precision='fp16' computes them as float16 "
+                    "stores them, as `attnlab apply` does such files)") if half != "plain" else (
+                    " (float16 arrays: dtype='float32' holds their values exactly)")
+            half_hint = hint if a.dtype == np.float16 else ""
             raise ValueError(f"{name}: dtype {a.dtype} is not supported; give float32 or float64 arrays, or pass "
-                             f"dtype='float32' or dtype='float64' to convert (a copy){half}")
+                             f"dtype='float32' or dtype='float64' to convert (a copy){half_hint}")
     if len({a.dtype for a in out.values()}) > 1:
         listed = ", ".join(f"{name} {a.dtype}" for name, a in out.items())
         raise ValueError(f"{', '.join(out)}: different dtypes ({listed}); give one dtype, or pass "
@@ -207,7 +214,7 @@ def _precision(precision, policy, dtype):
                          "softmax statistics and states kept in float32)")
     if precision is None:
         return "native", policy, dtype
-    if precision not in _PRECISIONS:
+    if not isinstance(precision, str) or precision not in _PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {', '.join(_PRECISIONS)}")
     storage, dt = _PRECISIONS[precision]
     if dtype is not None and _dtype(dtype) != np.dtype(dt):
@@ -218,18 +225,23 @@ def _precision(precision, policy, dtype):
 
 def _split_precision(spec, precision, policy):
     """A spec may end in '@bf16', '@fp16', '@bf16-careful', '@fp16-eager' (...): the method in that emulated storage
-    (eager unless named), the form a swap spec or a drop-in row carries. (spec without it, precision, policy); giving
-    the precision both ways is refused."""
+    (`policy` unless named), the form a swap spec or a drop-in row carries. (spec without it, precision, policy);
+    giving the precision both ways, or two policies, is refused. An '@' in a parameter's value (a path: vq's
+    codebook=) is not a precision."""
     if not isinstance(spec, str) or "@" not in spec:
         return spec, precision, policy
     base, _, tail = spec.rpartition("@")
     fmt, _, pol = tail.partition("-")
     if fmt not in _PRECISIONS or (pol and pol not in _POLICIES):
+        if any(c in tail for c in "/\\.=,:"):   # a path's or a value's '@', not a misspelt precision
+            return spec, precision, policy
         raise ValueError(f"spec {spec!r}: '@{tail}' is not a precision; write SPEC@FORMAT or SPEC@FORMAT-POLICY with "
                          f"FORMAT one of {', '.join(_PRECISIONS)} and POLICY one of {', '.join(_POLICIES)}")
     if precision is not None:
         raise ValueError(f"spec {spec!r} names its precision, and precision={precision!r} is given too; give it once")
-    return base, fmt, pol or "eager"
+    if pol and policy not in ("eager", pol):
+        raise ValueError(f"spec {spec!r} names its policy, and policy={policy!r} is given too; give it once")
+    return base, fmt, pol or policy
 
 
 def _warn_reduced(m, what):
@@ -314,6 +326,9 @@ def apply(spec, q, k, v, *, causal=False, scale=None, seed=None, matrix=False, d
     causal, matrix = _bool("causal", causal), _bool("matrix", matrix)
     scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
     storage, policy, dtype = _precision(precision, policy, dtype)
+    if matrix and storage != "native":
+        raise ValueError(f"apply(matrix=True): not under {storage} storage (the emulation rounds the output, not P̃, "
+                         "which would be float32's); ask for the matrix without precision=")
     q, k, v = _inputs(dtype, q=q, k=k, v=v)
     m = Method._once(spec, causal, scale, seed, storage, policy)
     out = m._m.call(q, k, v, matrix, storage != "native")
@@ -425,7 +440,7 @@ def cost(q, k, v, spec, *, causal=False, scale=None, seed=0, repeats=5, warmup=1
     causal, memory = _bool("causal", causal), _bool("memory", memory)
     scale, seed = _real("scale", scale, none=True), _seed(seed)
     repeats, warmup = _int("repeats", repeats, 1), _int("warmup", warmup, 0)
-    q, k, v = _inputs(dtype, q=q, k=k, v=v)
+    q, k, v = _inputs(dtype, "plain", q=q, k=k, v=v)
     return _core.cost(q, k, v, spec, causal, scale, seed, repeats, warmup, memory)
 
 
@@ -436,7 +451,7 @@ def spectrum(q, k, *, top=None, causal=False, scale=None, solver="auto", tol=1e-
     top = _int("top", top, None, none=True)
     causal, scale = _bool("causal", causal), _real("scale", scale, none=True)
     solver, tol = _str("solver", solver, "auto"), _real("tol", tol)
-    q, k = _inputs(dtype, q=q, k=k)
+    q, k = _inputs(dtype, "plain", q=q, k=k)
     return _core.spectrum(q, k, top, causal, scale, solver, tol)
 
 
@@ -485,11 +500,11 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
     if model_dir:
         if q is not None or k is not None or v is not None:
             raise ValueError("report: give q, k, v or model_dir, not both")
-    else:
-        q, k, v = _inputs(dtype, q=q, k=k, v=v)
     if precision is None and policy != "eager":
         raise ValueError(f"report: policy={policy!r} needs precision='bf16' or 'fp16'")
     storage, policy, _ = _precision(precision, policy, None)
+    if not model_dir:   # float16 arrays under bf16/fp16: converted to float32, exactly (as apply converts them)
+        q, k, v = _inputs(dtype, "convert" if storage != "native" else "hint", q=q, k=k, v=v)
     costs, costs_dtype = _path("costs", costs), _str("costs_dtype", costs_dtype, "bf16")
     if costs and not os.path.isfile(costs):
         raise ValueError(f"report: costs={costs!r} is not a file")
@@ -516,7 +531,7 @@ def vq_codebook(keys, codes=64, *, iters=20, seed=0, dtype=None):
     The method reads the file once (again when it is rewritten); its d must be the keys'.
     """
     codes, iters, seed = _int("codes", codes, 1), _int("iters", iters, 0), _seed(seed)
-    (keys,) = _inputs(dtype, keys=keys)
+    (keys,) = _inputs(dtype, "plain", keys=keys)
     return _core.vq_codebook(keys, codes, iters, seed)
 
 
@@ -540,7 +555,7 @@ _omp_max_threads = _core._omp_max_threads
 
 def _data_address(a, dtype=None):
     """For the tests: the address the C++ side reads an input at (the input's own when it is not copied)."""
-    (a,) = _inputs(dtype, a=a)
+    (a,) = _inputs(dtype, "plain", a=a)
     return _core._data_address(a)
 
 
@@ -626,10 +641,10 @@ class Method:
         """attnlab.apply's method: seed fills the spec's seed when it gives none (the spec's wins otherwise)."""
         self = cls.__new__(cls)
         spec, precision, spec_policy = _split_precision(spec, None, policy)
-        if precision is not None:   # a spec with '@FORMAT[-POLICY]' (attnlab.torch's swaps)
-            storage, policy, _ = _precision(precision, spec_policy, None)
-        self._storage, self._policy = storage, policy
-        self._dtype = np.float32 if storage != "native" else None   # the emulation accumulates in float32
+        dtype = np.float32 if storage != "native" else None   # the emulation accumulates in float32
+        if precision is not None:   # a spec with '@FORMAT[-POLICY]' (attnlab.torch's swaps): '@fp64' computes in
+            storage, policy, dtype = _precision(precision, spec_policy, None)   # float64, as apply() does
+        self._storage, self._policy, self._dtype = storage, policy, dtype
         self._m = _core.Method(spec, [], causal, scale, seed, False, storage, policy)
         return self
 
@@ -735,6 +750,14 @@ class Method:
 
     # ---- the fitted method -------------------------------------------------------------------------------------
 
+    def _native_operator(self, what):
+        """The operator's calls (apply, apply_transpose, matrix, spectrum) are native: refused under bf16/fp16,
+        where they would answer for float32, not for the format the method was asked to run in."""
+        if self._storage != "native":
+            raise ValueError(f"{what}: not under {self._storage} storage: the emulation covers output() and "
+                             "backward(), not the operator (it would be float32's P̃, not the format's); fit a "
+                             "Method without precision= (or with 'fp32') for it")
+
     def _on_operand(self, x, name, what, call):
         """call(x) on the fitted method, x checked first: fitted, x in the fitted dtype; a 1-D x after an (n, d) fit
         is one column, and the result is then 1-D too."""
@@ -742,7 +765,7 @@ class Method:
             raise ValueError(f"{what}: the method is not fitted; call fit(q, k) first")
         a = _array(x, name)
         dt = np.dtype(self._m.dtype)
-        if self._dtype is not None and a.dtype in _FLOATS:
+        if self._dtype is not None and (a.dtype in _FLOATS or a.dtype == np.float16):
             a = a.astype(dt, copy=False)  # the precision says how it is stored
         if a.dtype != dt:
             raise ValueError(f"{what}: {name} is {a.dtype} but the method was fitted in {dt}; pass "
@@ -771,7 +794,7 @@ class Method:
         arrays = []
         for name, x in (("v", v), ("do", do)):
             a = _array(x, name)
-            if self._dtype is not None and a.dtype in _FLOATS:
+            if self._dtype is not None and (a.dtype in _FLOATS or a.dtype == np.float16):
                 a = a.astype(dt, copy=False)  # the precision says how it is stored
             if a.dtype != dt:
                 raise ValueError(f"backward(v, do): {name} is {a.dtype} but the method was fitted in {dt}; pass "
@@ -783,24 +806,28 @@ class Method:
 
     def apply(self, x):
         """P̃·X for X (n_k, b) — or (heads, n_k, b) — through the method's operator, never forming P̃: equal to
-        output(x) up to rounding (output may take a faster path). Needs fit()."""
+        output(x) up to rounding (output may take a faster path). Needs fit(); native only (not under bf16/fp16)."""
+        self._native_operator("apply(x)")
         return self._on_operand(x, "x", "apply(x)", lambda a: self._m.apply(a, False))
 
     def apply_transpose(self, x):
         """P̃ᵀ·X for X (n_q, b) — or (heads, n_q, b) — through the method's operator, never forming P̃: with
-        apply(), what iterative solvers (svds, LSQR) need. Needs fit()."""
+        apply(), what iterative solvers (svds, LSQR) need. Needs fit(); native only (not under bf16/fp16)."""
+        self._native_operator("apply_transpose(x)")
         return self._on_operand(x, "x", "apply_transpose(x)", lambda a: self._m.apply(a, True))
 
     def matrix(self):
         """P̃ materialized, (n_q, n_k) — or (heads, n_q, n_k) — in the fitted dtype: for small problems; refused
-        (ValueError) when it would not fit in memory. Needs fit()."""
+        (ValueError) when it would not fit in memory. Needs fit(); native only (not under bf16/fp16)."""
+        self._native_operator("matrix()")
         return self._m.matrix()
 
     def spectrum(self, top=None, *, solver="auto", tol=1e-9):
         """Singular values of P̃, descending, in float64: all of them (top=None: a dense SVD of P̃, memory-guarded)
         or the top `top`, matrix-free on the method's operator (block Krylov; solver 'block', 'lanczos', 'dense'
         or 'auto': dense for n_k ≤ 512; tol relative to σ₁). Shape (top,), or (heads, top) after a batched fit.
-        Needs fit()."""
+        Needs fit(); native only (not under bf16/fp16)."""
+        self._native_operator("spectrum()")
         top = _int("top", top, None, none=True)
         solver, tol = _str("solver", solver, "auto"), _real("tol", tol)
         return self._m.spectrum(top, solver, tol)
@@ -808,6 +835,7 @@ class Method:
     def aslinearoperator(self):
         """P̃ as a scipy.sparse.linalg.LinearOperator (matvec/matmat: apply, rmatvec/rmatmat: apply_transpose),
         for scipy's solvers (svds, eigs, lsqr, ...). Needs an (n, d) fit and scipy."""
+        self._native_operator("aslinearoperator()")
         from scipy.sparse.linalg import LinearOperator
         if not self._m.fitted:
             raise ValueError("aslinearoperator(): the method is not fitted; call fit(q, k) first")

@@ -85,6 +85,8 @@ def attention(q, k, v, spec="exact", causal=False, scale=None, seed=None):
     shapes, a method that cannot be causal) are ValueErrors with the library's message.
     """
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
+    if not isinstance(spec, str):
+        raise ValueError(f"spec must be a method spec string such as 'performer:features=64', got {spec!r}")
     if len({q.dtype, k.dtype, v.dtype}) > 1:
         raise ValueError(f"q, k, v: different dtypes ({q.dtype}, {k.dtype}, {v.dtype}); give one")
     if q.dtype in _HALF:
@@ -428,13 +430,19 @@ def _mha_forward(mod, heads, seed, record, on_output, query, key, value, key_pad
 
 
 def _matrix(q, k, spec, causal, seed):
-    """P̃ of every head (b, h, L, S), for need_weights=True (memory-guarded by the library)."""
+    """P̃ of every head (b, h, L, S), for need_weights=True (memory-guarded by the library), in q's dtype. Under a
+    half dtype or a spec's '@bf16'/'@fp16' it is the method's float32 P̃ on the same inputs, rounded to the dtype at
+    the end: the emulation covers the output, not the matrix."""
     lead = q.shape[:-2]
-    qf, kf = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])
-    ones = torch.zeros(kf.shape[0], kf.shape[1], 1, dtype=q.dtype)
-    _, p = attnlab.apply(spec, qf.detach().numpy(), kf.detach().numpy(), ones.numpy(), causal=causal, seed=seed,
+    base, precision, _ = attnlab._split_precision(spec, None, "eager")
+    wide = q.dtype in _HALF or precision in ("bf16", "fp16")
+    qf, kf = (x.reshape(-1, *x.shape[-2:]).detach() for x in (q, k))
+    if q.dtype in _HALF:
+        qf, kf = qf.float(), kf.float()   # exact in float32
+    ones = torch.ones(kf.shape[0], kf.shape[1], 1, dtype=qf.dtype)   # the row sums; only P̃ is kept
+    _, p = attnlab.apply(base if wide else spec, qf.numpy(), kf.numpy(), ones.numpy(), causal=causal, seed=seed,
                          matrix=True)
-    return torch.from_numpy(p).reshape(*lead, q.shape[-2], k.shape[-2])
+    return torch.from_numpy(p).reshape(*lead, q.shape[-2], k.shape[-2]).to(q.dtype)
 
 
 def _encoder_layer_forward(layer, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
@@ -627,23 +635,29 @@ class Capture(swap):
     """The per-head Q, K, V of every attention call while active (Q, K before the 1/sqrt(d_head) scale: a call's
     custom scale is folded into Q), and with grads=True the upstream gradient ∂L/∂O of each call's output once the
     caller runs a backward; `records` holds dicts {layer, name, q, k, v, causal[, do]} with numpy arrays (batch,
-    heads, n, d_head). save(dir) writes them as the export `attnlab report --model-dir DIR` reads."""
+    heads, n, d_head; a bfloat16 or float16 model's as float32, which holds their values exactly). save(dir) writes
+    them as the export `attnlab report --model-dir DIR` reads."""
 
     def __init__(self, model, spec=None, *, seed=0, grads=False):
         self.records = []
         super().__init__(model, spec, seed=seed, record=self._keep,
                          on_output=self._watch if grads else None)
 
+    @staticmethod
+    def _numpy(t):
+        """A detached copy as numpy: bfloat16 and float16 as float32 (exact; numpy has no bfloat16)."""
+        t = t.detach()
+        return (t.float() if t.dtype in _HALF else t).numpy().copy()
+
     def _keep(self, layer, name, q, k, v, causal):
         self.records.append({"layer": layer, "name": name, "causal": causal,
-                             "q": q.detach().numpy().copy(), "k": k.detach().numpy().copy(),
-                             "v": v.detach().numpy().copy()})
+                             "q": self._numpy(q), "k": self._numpy(k), "v": self._numpy(v)})
 
     def _watch(self, layer, out):
         if out.requires_grad:
             r = self.records[-1]
             shape = r["q"].shape[:-1] + (out.shape[-1],)
-            out.register_hook(lambda g, r=r: r.__setitem__("do", g.detach().reshape(shape).numpy().copy()))
+            out.register_hook(lambda g, r=r: r.__setitem__("do", self._numpy(g.reshape(shape))))
 
     def save(self, directory, dtype=np.float32):
         """Writes DIR/meta.json and DIR/captured/seq{s}_layer{l}_{q,k,v}.npy, (heads, n, d_head) each: sequence s

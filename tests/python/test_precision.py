@@ -195,8 +195,11 @@ def test_arguments_are_checked():
         attnlab.Method("exact", precision="fp8")
     with pytest.raises(ValueError, match="policy"):
         attnlab.Method("exact", precision="bf16", policy="lazy")
+    with pytest.raises(ValueError, match="positive"):   # a parameter's value: refused before any data
+        attnlab.Method("performer:kernel=trig", precision="fp16")
     with pytest.raises(ValueError, match="positive"):
-        attnlab.Method("performer:kernel=trig", precision="fp16").fit(q, q)
+        attnlab.canonical("performer:kernel=trig@bf16")
+    assert attnlab.canonical("performer:kernel=trig@bf16-careful").endswith("@bf16-careful")
     with pytest.raises(ValueError, match="contradicts"):
         attnlab.apply("exact", q, q, q, precision="bf16", dtype="float64")
     with pytest.raises(ValueError, match="has no backward pass"):
@@ -475,3 +478,95 @@ def test_report_for_the_format(tmp_path):
     assert "emulated fp16 storage, careful policy" in (out / "summary.md").read_text()
     with pytest.raises(ValueError, match="precision"):
         attnlab.report(q, k, v, out=str(tmp_path / "bad"), precision="fp8")
+
+
+def test_diagnostics_are_the_last_calls():
+    """Method.diagnostics' rounding tallies are the fit's, the last output()'s and the last backward()'s: a call made
+    again replaces its counts, it does not add to them."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1024, 64)) for _ in range(3))
+    m = attnlab.Method("linear", precision="fp16").fit(q, k)
+    quiet(m.output, v)
+    first = dict(m.diagnostics)
+    quiet(m.output, v)
+    assert m.diagnostics == first and first["overflow[normalisers φ(q)ᵀΣφ(k)]"] > 900
+    once = attnlab.Method("linear", precision="fp16").fit(q, k)
+    quiet(once.output, v)
+    quiet(once.backward, v, v)
+    quiet(m.backward, v, v)
+    quiet(m.backward, v, v)
+    assert m.diagnostics == once.diagnostics and "overflow[upstream dO]" in m.diagnostics
+    assert m.diagnostics["overflow[normalisers φ(q)ᵀΣφ(k)]"] == first["overflow[normalisers φ(q)ᵀΣφ(k)]"]
+
+
+def test_the_operator_is_refused_under_half_storage():
+    """apply/apply_transpose/matrix/spectrum are the native operator's: under bf16/fp16 they would answer for
+    float32, so they are refused, as is apply(matrix=True)."""
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((64, 8)) for _ in range(3))
+    m = attnlab.Method("nystrom:landmarks=8", precision="bf16").fit(q, k)
+    for call in (lambda: m.apply(v), lambda: m.apply_transpose(v), m.matrix, m.spectrum, m.aslinearoperator):
+        with pytest.raises(ValueError, match="not under bf16 storage"):
+            call()
+    with pytest.raises(ValueError, match="matrix=True"):
+        attnlab.apply("exact", q, k, v, precision="fp16", matrix=True)
+    assert attnlab.Method("nystrom:landmarks=8", precision="fp32").fit(q, k).matrix().shape == (64, 64)
+
+
+def test_specs_precisions_and_types():
+    """A spec's '@FORMAT' takes policy= where it names none (and refuses two policies); '@fp64' computes in float64
+    with autograd as without; wrong types are ValueErrors; an '@' inside a path is not a precision; float16 arrays
+    are taken where a precision says how they are stored, and refused with the right hint elsewhere."""
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((256, 32)) for _ in range(3))
+    careful = attnlab.apply("linear", q, k, v, precision="fp16", policy="careful")
+    assert np.array_equal(attnlab.apply("linear@fp16", q, k, v, policy="careful"), careful)
+    with pytest.raises(ValueError, match="give it once"):
+        attnlab.apply("linear@fp16-eager", q, k, v, policy="careful")
+    with pytest.raises(ValueError, match="precision"):
+        attnlab.apply("linear", q, k, v, precision=["bf16"])
+    # float16 arrays: stored as float16 is what precision='fp16' computes
+    h = [x.astype(np.float16) for x in (q, k, v)]
+    m = attnlab.Method("exact", precision="fp16").fit(h[0], h[1])
+    assert np.array_equal(m.output(h[2]), attnlab.apply("exact", *h, precision="fp16"))
+    dq, dk, dv = m.backward(h[2], h[2])
+    assert dq.dtype == np.float32 and np.isfinite(dq).all()
+    with pytest.raises(ValueError, match="dtype='float32' holds their values exactly"):
+        attnlab.spectrum(h[0], h[1])
+    with pytest.raises(ValueError, match="precision='fp16'"):
+        attnlab.apply("exact", *h)
+    # '@' in a codebook's path
+    import tempfile
+    with tempfile.TemporaryDirectory(suffix="@run") as d:
+        path = os.path.join(d, "cb.npy")
+        np.save(path, attnlab.vq_codebook(k, codes=8))
+        spec = f"vq:codes=8,codebook={path}"
+        assert np.array_equal(attnlab.apply(spec, q, k, v), attnlab.Method(spec).fit(q, k).output(v))
+        assert np.isfinite(attnlab.apply(spec + "@bf16", q, k, v)).all()
+    torch = pytest.importorskip("torch")
+    import attnlab.torch as at
+    tq, tk, tv = (torch.from_numpy(x.astype(np.float32)) for x in (q, k, v))
+    plain = at.attention(tq, tk, tv, "exact@fp64")
+    graded = at.attention(tq.clone().requires_grad_(), tk, tv, "exact@fp64")
+    assert torch.equal(plain, graded.detach())
+    with pytest.raises(ValueError, match="spec"):
+        at.attention(tq.half(), tk.half(), tv.half(), None)
+
+
+def test_half_multihead_attention_with_weights():
+    """A bfloat16 nn.MultiheadAttention swapped with need_weights=True: its weights are the method's P̃ (float32,
+    rounded to bfloat16 at the end), its output the emulation's; capturing it records float32 copies."""
+    torch = pytest.importorskip("torch")
+    import attnlab.torch as at
+    torch.manual_seed(1)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).to(torch.bfloat16).eval()
+    x = torch.randn(2, 48, 32).to(torch.bfloat16)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)   # no false zero-row warnings from the weights' pass
+        with at.swap(mha, "exact"):
+            out, w = mha(x, x, x, need_weights=True)
+        with at.capture(mha) as cap:
+            mha(x, x, x, need_weights=True)
+    assert out.dtype == torch.bfloat16 and w.dtype == torch.bfloat16 and w.shape == (2, 48, 48)
+    assert torch.allclose(w.float().sum(-1), torch.ones(2, 48), atol=2e-2)
+    assert cap.records[0]["q"].dtype == np.float32 and cap.records[0]["q"].shape == (2, 4, 48, 8)

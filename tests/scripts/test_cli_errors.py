@@ -347,9 +347,10 @@ c.check(r.returncode != 0 and "--fail-on-nonfinite" in r.stderr and "linear" in 
 r = run("compare", "--q", pq, "--k", pk, "--v", pv, "--method", "linear", "--precision", "fp16", "--policy", "careful",
         "--fail-on-nonfinite")
 c.check(r.returncode == 0 and "0 of 1 rows" in r.stderr, f"compare careful: no failure: {r.returncode} {r.stderr!r}")
-r = run("compare", "--n", 64, "--method", "performer:kernel=trig", "--precision", "bf16")
-c.check(r.returncode != 0 and "kernel=positive" in r.stderr and "method" not in r.stdout,
-        f"compare: a storage the method lacks refused before any work: {r.returncode} {r.stderr!r}")
+for methods in (["performer:kernel=trig"], ["exact", "performer:kernel=trig"]):   # refused by a parameter's value
+    r = run("compare", "--n", 64, *[x for m in methods for x in ("--method", m)], "--precision", "bf16")
+    c.check(r.returncode != 0 and "kernel=positive" in r.stderr and "method" not in r.stdout,
+            f"compare {methods}: a storage the method lacks refused before any work: {r.returncode} {r.stderr!r}")
 
 # float16 files ('<f2') are read and computed in emulated float16 storage unless --precision says otherwise.
 h16 = [save(f"h{x}.npy", a.astype(np.float16)) for x, a in (("q", rng.standard_normal((128, 16))),
@@ -368,6 +369,73 @@ c.check(r.returncode == 0 and "fp16 storage" in r.stderr and ho is not None and
         np.array_equal(ho.astype(np.float16).astype(np.float32), ho) and
         np.abs(ho - want).max() < 4 * 2.0 ** -11 * np.abs(want).max(),
         f"apply on float16 files: emulated fp16, values of the format, near float64: {r.returncode} {r.stderr!r}")
+
+# Options that act under bf16/fp16 only are refused where nothing is rounded (never silently without effect), and
+# --matrix under an emulated storage (the emulation rounds the output, not P̃): before any output is written.
+for args, want in ((["--precision", "fp32", "--policy", "careful"], "--policy careful"),
+                   (["--policy", "careful"], "--policy careful"),
+                   (["--fail-on-nonfinite"], "--fail-on-nonfinite"),
+                   (["--precision", "bf16", "--matrix", path("pm.npy")], "--matrix")):
+    for cmd in (["apply", "--out", path("py.npy")], ["compare"]):
+        if cmd[0] == "compare" and "--matrix" in args:
+            continue
+        r = run(*cmd, "--method", "exact", "--q", good_q, "--k", good_k, "--v", good_v, *args)
+        c.check(r.returncode != 0 and want in r.stderr and "Traceback" not in r.stderr and
+                not os.path.exists(path("py.npy")) and not os.path.exists(path("pm.npy")),
+                f"{cmd[0]} {' '.join(args)}: refused ({want!r}): {r.returncode} {r.stderr!r}")
+r = run("apply", "--method", "exact", "--q", h16[0], "--k", h16[1], "--v", h16[2], "--out", path("py.npy"),
+        "--matrix", path("pm.npy"))
+c.check(r.returncode != 0 and "--matrix" in r.stderr and "--precision fp32" in r.stderr,
+        f"apply --matrix on float16 files (emulated fp16): refused, naming --precision fp32: {r.stderr!r}")
+
+# A float64 file computed in float32 with a value beyond float32's range: named, not reported later as an Inf the
+# file does not hold (nor as nothing overflowing under bf16).
+big = rng.standard_normal((64, 16)); big[3, 2] = 1e39
+big_q = save("bigq.npy", big)
+for args in (["--dtype", "f32"], ["--precision", "bf16"]):
+    r = run("apply", "--method", "exact", "--q", big_q, "--k", save("k64.npy", rng.standard_normal((64, 16))),
+            "--v", save("v64.npy", rng.standard_normal((64, 16))), "--out", path("pb.npy"), *args)
+    c.check(r.returncode != 0 and "bigq.npy" in r.stderr and "row 3, column 2" in r.stderr and
+            "float32's range" in r.stderr and "--dtype f64" in r.stderr and not os.path.exists(path("pb.npy")),
+            f"apply {' '.join(args)} on a float64 value beyond float32: named: {r.stderr!r}")
+
+# Inputs that overflow the format make the kernel methods' features non-finite: under bf16/fp16 that is the
+# finding (written, counted, said), not an error, as exact attention's is; natively the inputs are finite.
+hq = rng.standard_normal((64, 16)).astype(np.float32); hq[3, 2] = 1e5   # beyond fp16's 65504
+hq_path = save("hq.npy", hq)
+for method, policy, causal in ((m, p, x) for m in ("exact", "linear", "performer:features=16")
+                               for p in ("eager", "careful") for x in ([], ["--causal"])):
+    r = run("apply", "--method", method, "--q", hq_path, "--k", good_k, "--v", good_v, "--out", path("ph.npy"),
+            "--precision", "fp16", "--policy", policy, *causal)
+    ph = np.load(path("ph.npy")) if r.returncode == 0 else None
+    c.check(r.returncode == 0 and "non-finite output entries" in r.stderr and "inputs Q, K" in r.stderr and
+            ph is not None and not np.isfinite(ph[3]).all(),
+            f"apply {method} fp16 {policy} {causal}: overflowed input reported, not an error: {r.returncode} "
+            f"{r.stderr!r}")
+    if os.path.exists(path("ph.npy")):
+        os.remove(path("ph.npy"))
+
+# `run precision`: options that would run nothing, fail mid-run or write rows under a wrong label are refused before
+# any point.
+for args, want in ((["--formats", "fp64"], "--formats"), (["--formats", "bf16,bf16"], "twice"),
+                   (["--methods", "linear;linear"], "twice"), (["--seeds", "0"], "--seeds"),
+                   (["--temperatures", "nan"], "--temperatures"), (["--temperatures", "-1"], "--temperatures"),
+                   (["--n", "0"], "--n")):
+    r = run("run", "precision", "--sources", "gaussian", "--n", "64", "--methods", "linear", "--formats", "bf16",
+            "--temperatures", "1", *args, "--out", path("prec.csv"))
+    c.check(r.returncode != 0 and want in r.stderr and not os.path.exists(path("prec.csv")),
+            f"run precision {' '.join(args)}: refused ({want!r}): {r.returncode} {r.stderr!r}")
+# A finished run's file resumed with other settings (here the methods, which no point id names) is refused, naming
+# the difference; resumed with its own, nothing is recomputed.
+base = ["run", "precision", "--sources", "gaussian", "--n", "64", "--formats", "bf16", "--temperatures", "1",
+        "--out", path("prec.csv")]
+r = run(*base, "--methods", "linear")
+c.check(r.returncode == 0 and "1 points computed" in r.stderr, f"run precision: {r.stderr!r}")
+r = run(*base, "--methods", "linear;exact")
+c.check(r.returncode != 0 and "methods: linear → linear;exact" in r.stderr and "--config" in r.stderr,
+        f"resume with other settings: refused, naming them: {r.stderr!r}")
+r = run(*base, "--methods", "linear")
+c.check(r.returncode == 0 and "1 already done" in r.stderr, f"resume with the same settings: {r.stderr!r}")
 
 # README's methods table is the registry's (attnlab methods --markdown): a new method, parameter or default shows.
 table = run("methods", "--markdown").stdout

@@ -143,7 +143,7 @@ std::vector<Evaluation> compare_methods(const ConstRef<T>& q, const ConstRef<T>&
     if (opts.attention.storage != Storage::native) {
       require(std::is_same_v<T, float>, "compare: {} storage is emulated over float32 accumulation; give float32 "
               "inputs", storage_name(opts.attention.storage));
-      check_storage(find_method(m->name()), opts.attention.storage, opts.attention.policy);
+      m->check_storage_support(opts.attention.storage, opts.attention.policy);
     }
   }
   // The reference is native (exact attention in T); the methods run in opts.attention's storage and policy.

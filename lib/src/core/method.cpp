@@ -41,7 +41,7 @@ Method<T>& Method<T>::compute(const ConstRef<T>& q, const ConstRef<T>& k, const 
     require(std::is_same_v<T, float>,
             "method '{}': {} storage is emulated over float32 accumulation; give float32 inputs (Method<float>)",
             descriptor_.name, storage_name(opts.storage));
-    check_storage(descriptor_, opts.storage, opts.policy);
+    check_storage_support(opts.storage, opts.policy);
   }
   AttentionOptions resolved = opts;
   resolved.scale = opts.resolved_scale(q.cols());
@@ -60,10 +60,18 @@ Method<T>& Method<T>::compute(const ConstRef<T>& q, const ConstRef<T>& k, const 
     r(qs, Held::tensor, "inputs Q, K");
     r(ks, Held::tensor, "inputs Q, K");
     status_ = do_compute(qs, ks, resolved);
+    rounding_.fitted();
   }
   n_q_ = q.rows();
   n_k_ = k.rows();
   return *this;
+}
+
+template <typename T>
+void Method<T>::check_storage_support(Storage storage, Policy policy) const {
+  if (storage == Storage::native) return;
+  check_storage(descriptor_, storage, policy);
+  check_params_storage(storage, policy);
 }
 
 template <typename T>
@@ -77,11 +85,13 @@ MatrixR<T> Method<T>::output(const ConstRef<T>& v) const {
   require_computed("output()");
   validate_v(n_k_, v.rows());
   if (opts_.storage == Storage::native) return do_output(v);
+  rounding_.begin_output();  // this call's tallies, not every call's since compute()
   const Rounding r = rounding_hook();
   MatrixR<T> vs = v;
   r(vs, Held::tensor, "input V");
   MatrixR<T> out = do_output(vs);
   r(out, Held::tensor, "output O");
+  rounding_.end_output();
   output_check_ = check_output<T>(out);  // the no-silent-NaN rule (output_check())
   return out;
 }
@@ -119,6 +129,7 @@ Gradients<T> Method<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out)
   }
   // Emulated: V and the upstream dO as the user stores them, the method's intermediates as its note says, and the
   // gradients stored in the format; checked for non-finite entries and zero rows (the no-silent-NaN rule).
+  rounding_.begin_backward();
   const Rounding r = rounding_hook();
   MatrixR<T> vs = v, dos = d_out;
   r(vs, Held::tensor, "input V");

@@ -165,6 +165,28 @@ RoundingTally round_in_place(Storage s, float* x, std::size_t n) {
 void RoundingLog::clear() {
   const std::lock_guard<std::mutex> lock(mutex_);
   entries_.clear();
+  fitted_.clear();
+  output_.clear();
+}
+
+void RoundingLog::fitted() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  fitted_ = output_ = entries_;
+}
+
+void RoundingLog::begin_output() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  entries_ = fitted_;
+}
+
+void RoundingLog::end_output() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  output_ = entries_;
+}
+
+void RoundingLog::begin_backward() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  entries_ = output_;
 }
 
 void RoundingLog::add(const char* what, Held held, const RoundingTally& t) {

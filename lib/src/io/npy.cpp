@@ -252,19 +252,36 @@ MatrixR<T> NpyArray::head_as(Index h) const {
   return head<double>(h).template cast<T>();
 }
 
+namespace {
+
+/// Where flat index i of an (n, d) or (h, n, d) array is, in words.
+std::string npy_position(const NpyArray& a, std::size_t i) {
+  const std::size_t c = std::size_t(a.cols()), n = std::size_t(a.rows());
+  return a.ndim() == 3 ? fmt::format("head {}, row {}, column {}", i / (n * c), (i / c) % n, i % c)
+                       : fmt::format("row {}, column {}", i / c, i % c);
+}
+
+}  // namespace
+
 void NpyArray::check_finite() const {
   const auto scan = [&](const auto& v) {
     for (std::size_t i = 0; i < v.size(); ++i) {
       if (std::isfinite(v[i])) continue;
-      const std::size_t c = std::size_t(cols()), n = std::size_t(rows());
-      const std::string where =
-          ndim() == 3 ? fmt::format("head {}, row {}, column {}", i / (n * c), (i / c) % n, i % c)
-                      : fmt::format("row {}, column {}", i / c, i % c);
-      throw Error(fmt::format("{}: contains {} at {}", path_, std::isnan(v[i]) ? "NaN" : "Inf", where));
+      throw Error(
+          fmt::format("{}: contains {} at {}", path_, std::isnan(v[i]) ? "NaN" : "Inf", npy_position(*this, i)));
     }
   };
   if (dtype_ == DType::f32) scan(f32_);
   else scan(f64_);
+}
+
+void NpyArray::check_fits_float32(const std::string& remedy) const {
+  if (dtype_ != DType::f64) return;
+  const double largest = double(std::numeric_limits<float>::max());
+  for (std::size_t i = 0; i < f64_.size(); ++i)
+    if (std::isfinite(f64_[i]) && std::fabs(f64_[i]) > largest)
+      throw Error(fmt::format("{}: {} at {} is beyond float32's range (largest {:g}){}", path_, f64_[i],
+                              npy_position(*this, i), largest, remedy));
 }
 
 namespace {

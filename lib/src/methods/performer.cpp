@@ -42,6 +42,13 @@ MethodDescriptor PerformerOptions::registry_entry() {
 }
 
 template <typename T>
+void PerformerMethod<T>::check_params_storage(Storage storage, Policy policy) const {
+  require(policy != Policy::eager || this->o_.kernel == PerformerKernel::Positive,
+          "performer: the eager {} emulation follows the reference code's positive features; kernel=positive, or "
+          "policy careful", storage_name(storage));
+}
+
+template <typename T>
 void PerformerMethod<T>::prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   scratch_.resize(std::size_t(std::max(1, omp_get_max_threads())));
   // ω is the method's parameter: drawn once per d (QR of Gaussian blocks) and reused by later calls.
@@ -51,10 +58,7 @@ void PerformerMethod<T>::prepare(const ConstRef<T>& q, const ConstRef<T>& k, con
     omega_ = performer_projection<T>(o.features, q.cols(), o.orthogonal, o.norms == PerformerNorms::Chi, rng);
     omega_d_ = q.cols();
   }
-  if (opts.storage != Storage::native && opts.policy == Policy::eager) {
-    require(this->o_.kernel == PerformerKernel::Positive,
-            "performer: the eager {} emulation follows the reference code's positive features; kernel=positive, or "
-            "policy careful", storage_name(opts.storage));
+  if (opts.storage != Storage::native && opts.policy == Policy::eager) {  // kernel=positive: compute() checked
     omega_stored_ = omega_;
     this->rounding_hook()(omega_stored_, Held::tensor, "ω");
     // The reference code's key stabiliser: the largest projection over every key and feature, stored as computed.

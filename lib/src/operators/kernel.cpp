@@ -427,17 +427,28 @@ void KernelOperator<T>::backward(const ConstRef<T>& v, const ConstRef<T>& d_out,
 
 namespace {
 
-/// The features of a block, finite or false (nothing may leave an OpenMP region by an exception).
+/// The features of a block, finite or false (nothing may leave an OpenMP region by an exception). Under an emulated
+/// storage non-finite features are a finding, not an error (issue "Reduced precision": overflow is reported, never
+/// a crash): inputs that overflowed the format make them, as on the GPU, and the output's non-finite entries and the
+/// rounding log say so; only a feature map that threw is false then.
 template <typename T>
 bool block_features_checked(const BlockFeatures<T>& features, const ConstRef<T>& x, bool keys, MatrixR<T>& f,
-                            VectorX<T>& g) {
+                            VectorX<T>& g, const Rounding& rounding) {
   try {
     features(x, keys, f, g);
   } catch (...) {
     return false;
   }
   if (keys && g.size() == 0) g.setZero(x.rows());
-  return all_finite(f) && (!keys || all_finite(g));
+  return rounding.active() || (all_finite(f) && (!keys || all_finite(g)));
+}
+
+/// The emulated causal forms' check of their features: as block_features_checked, native only.
+template <typename T>
+void require_finite_features(const MatrixR<T>& fq, const MatrixR<T>& fk, const VectorX<T>& gk,
+                             const Rounding& rounding) {
+  require(rounding.active() || (all_finite(fq) && all_finite(fk) && all_finite(gk)),
+          "kernel attention: non-finite features");
 }
 
 }  // namespace
@@ -465,7 +476,7 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
     MatrixR<T>& f = t.f;
     VectorX<T>& g = t.g;
-    finite = block_features_checked<T>(features, k.middleRows(r0, len), true, f, g) && finite;
+    finite = block_features_checked<T>(features, k.middleRows(r0, len), true, f, g, rounding) && finite;
     if (!finite) continue;
     rounding(f, Held::tensor, "features φ(q), φ(k)");
     const T mc = g.maxCoeff();
@@ -501,7 +512,7 @@ MatrixR<T> streamed_kernel_output(const ConstRef<T>& q, const ConstRef<T>& k, co
     const Index r0 = c * chunk, len = std::min(chunk, nq - r0);
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
     MatrixR<T>& f = t.f;
-    qfinite = block_features_checked<T>(features, q.middleRows(r0, len), false, f, t.g) && qfinite;
+    qfinite = block_features_checked<T>(features, q.middleRows(r0, len), false, f, t.g, rounding) && qfinite;
     if (!qfinite) continue;
     rounding(f, Held::tensor, "features φ(q), φ(k)");
     t.den.noalias() = f * zsum;
@@ -530,7 +541,7 @@ MatrixR<T> emulated_causal_kernel_output(const ConstRef<T>& q, const ConstRef<T>
   VectorX<T> gq, gk;
   features(q, false, fq, gq);
   features(k, true, fk, gk);
-  require(all_finite(fq) && all_finite(fk) && all_finite(gk), "kernel attention: non-finite features");
+  require_finite_features<T>(fq, fk, gk, rounding);
   rounding(fq, Held::tensor, "features φ(q), φ(k)");
   rounding(fk, Held::tensor, "features φ(q), φ(k)");
   const bool logscale = gk.size() > 0;  // keys carry e^{g_j} apart (careful Performer): a running maximum
@@ -649,7 +660,7 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
   for (Index c = 0; c < kchunks; ++c) {
     const Index r0 = c * chunk, len = std::min(chunk, nk - r0);
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
-    ok = block_features_checked<T>(features, k.middleRows(r0, len), true, t.f, t.g) && ok;
+    ok = block_features_checked<T>(features, k.middleRows(r0, len), true, t.f, t.g, rounding) && ok;
     if (!ok) continue;
     rounding(t.f, Held::tensor, "features φ(q), φ(k)");  // as the forward stored them
     const T mc = t.g.maxCoeff();
@@ -683,7 +694,7 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
   for (Index c = 0; c < qchunks; ++c) {
     const Index r0 = c * chunk, len = std::min(chunk, nq - r0);
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
-    ok = block_features_checked<T>(features, q.middleRows(r0, len), false, t.f, t.g) && ok;
+    ok = block_features_checked<T>(features, q.middleRows(r0, len), false, t.f, t.g, rounding) && ok;
     if (!ok) continue;
     rounding(t.f, Held::tensor, "features φ(q), φ(k)");
     t.y.noalias() = t.f * s;
@@ -716,7 +727,7 @@ Gradients<T> streamed_kernel_backward(const ConstRef<T>& q, const ConstRef<T>& k
   for (Index c = 0; c < kchunks; ++c) {
     const Index r0 = c * chunk, len = std::min(chunk, nk - r0);
     auto& t = ws.threads[std::size_t(omp_get_thread_num())];
-    ok = block_features_checked<T>(features, k.middleRows(r0, len), true, t.f, t.g) && ok;
+    ok = block_features_checked<T>(features, k.middleRows(r0, len), true, t.f, t.g, rounding) && ok;
     if (!ok) continue;
     rounding(t.f, Held::tensor, "features φ(q), φ(k)");
     t.w = (t.g.array() - mx).exp();
@@ -752,7 +763,7 @@ Gradients<T> emulated_causal_kernel_backward(const ConstRef<T>& q, const ConstRe
   VectorX<T> gq, gk;
   features(q, false, fq, gq);
   features(k, true, fk, gk);
-  require(all_finite(fq) && all_finite(fk) && all_finite(gk), "kernel attention: non-finite features");
+  require_finite_features<T>(fq, fk, gk, rounding);
   rounding(fq, Held::tensor, "features φ(q), φ(k)");
   rounding(fk, Held::tensor, "features φ(q), φ(k)");
   const bool logscale = gk.size() > 0;

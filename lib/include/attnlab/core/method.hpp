@@ -87,8 +87,9 @@ class Method {
   /// attention itself, described here ("" when there is none). With a causal mask the attention given that state
   /// is causal; the state is not.
   virtual std::string lookahead() const { return ""; }
-  /// Under a reduced storage (AttentionOptions::storage): what rounding did to each intermediate of the last compute()
-  /// and output() (core/precision.hpp), in the order they were stored. Empty when native.
+  /// Under a reduced storage (AttentionOptions::storage): what rounding did to each intermediate of the last compute(),
+  /// the last output() after it and the last backward() after that (core/precision.hpp), in the order they were
+  /// stored; a call made again replaces its tallies, it does not add to them. Empty when native.
   std::vector<RoundingLog::Entry> rounding() const { return rounding_.entries(); }
   /// What the last output() returned, checked under a reduced storage (check_output). The no-silent-NaN rule: the
   /// caller reports these; `--fail-on-nonfinite` makes the command fail on them.
@@ -109,8 +110,15 @@ class Method {
   Index n_q() const { return n_q_; }
   Index n_k() const { return n_k_; }
   const AttentionOptions& options() const { return opts_; }
+  /// Throws Error for a reduced storage and policy this method does not emulate: what its descriptor says for every
+  /// parameter value (check_storage), then what its own parameters rule out (check_params_storage). compute() calls
+  /// it; so do the callers that refuse before any work (the command, compare, the Python module). Native: nothing.
+  void check_storage_support(Storage storage, Policy policy) const;
 
  protected:
+  /// The parameter-dependent part of check_storage_support (Performer's eager emulation follows the reference code's
+  /// positive features only); the default rules nothing out.
+  virtual void check_params_storage(Storage /*storage*/, Policy /*policy*/) const {}
   /// Builds the state; opts.scale is already resolved. Returns the status (Success unless an inner
   /// iteration failed to converge or a numerical issue was detected).
   virtual Status do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) = 0;

@@ -74,10 +74,20 @@ class RoundingLog {
   void clear();
   void add(const char* what, Held held, const RoundingTally& t);
   std::vector<Entry> entries() const;
+  // A method's calls, so that the log holds compute()'s tallies and the last output()'s, then the last backward()'s:
+  // a call made twice replaces its tallies, it does not add to them. A backward counts its own tensors (the
+  // forward's, formed again inside it, untallied: output() counted them).
+  /// compute() is done: its entries are where an output() starts.
+  void fitted();
+  /// An output() starts from compute()'s entries; when it ends, its entries are where a backward() starts.
+  void begin_output();
+  void end_output();
+  /// A backward() starts from compute()'s and the last output()'s entries.
+  void begin_backward();
 
  private:
   mutable std::mutex mutex_;
-  std::vector<Entry> entries_;
+  std::vector<Entry> entries_, fitted_, output_;
 };
 
 /// The rounding a kernel applies: the storage, the policy and the log its tallies go to. A default (native) Rounding

@@ -38,6 +38,10 @@ class NpyArray {
 
   /// Throws Error naming the file and the first NaN or Inf.
   void check_finite() const;
+  /// For a float64 file that is to be computed in float32: throws Error naming the file and the first finite value
+  /// beyond float32's range (it would become ±Inf in the cast, and the computation's message would then be about an
+  /// Inf the file does not hold); `remedy` ends the message. A no-op for float32 and float16 files.
+  void check_fits_float32(const std::string& remedy) const;
 
   static NpyArray read(const std::string& path);
 

@@ -65,6 +65,7 @@ class PerformerMethod final : public ConfiguredMethod<PerformerOptions, KernelMe
 
  private:
   void prepare(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) override;
+  void check_params_storage(Storage storage, Policy policy) const override;
   void block_features(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, MatrixR<T>& f,
                       VectorX<T>& g) const override;
   void block_features_backward(const ConstRef<T>& x, bool keys, const AttentionOptions& opts, const ConstRef<T>& f,
