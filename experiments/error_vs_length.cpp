@@ -12,15 +12,19 @@ namespace {
 class ErrorVsLength final : public Experiment {
  public:
   void declare(Options& o) override {
-    o.add("--n", n_, "sequence lengths").preset({256, 512, 1024, 2048}, {256, 512, 1024, 2048, 4096, 8192});
+    o.add("--n", n_, "sequence lengths")
+        .preset({256, 512, 1024, 2048}, {256, 512, 1024, 2048, 4096, 8192})
+        .in_point_ids();
     o.add("--d", d_, "head dimension");
     o.add("--budget", budget_, "the fixed budget (rank, landmarks, k, features, codes)");
-    o.add("--sources", sources_, "gaussian, clustered, lowrank").preset({"gaussian", "clustered", "lowrank"});
+    o.add("--sources", sources_, "gaussian, clustered, lowrank")
+        .preset({"gaussian", "clustered", "lowrank"})
+        .in_point_ids();
     o.add("--methods", methods_, "method specs without the budget parameter")
         .separator(';')
         .preset({"svd:rank", "nystrom:landmarks", "linformer:projection=pool,k", "linformer:k", "performer:features",
                  "vq:codes"});
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive();
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive().in_point_ids();
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

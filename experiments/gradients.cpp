@@ -46,12 +46,13 @@ class Gradients final : public Experiment {
     o.add("--n", n_, "sequence length of the generated sources").preset(512, 1024);
     o.add("--d", d_, "head dimension of the generated sources");
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal, pretrained")
-        .preset({"gaussian", "clustered", "lowrank", "trained", "trained_causal", "pretrained"});
+        .preset({"gaussian", "clustered", "lowrank", "trained", "trained_causal", "pretrained"})
+        .in_point_ids();
     o.add("--families", families_, "budget families (analysis/budget_families.hpp; default: the deployable ones)")
         .preset(all);
     o.add("--fixed", fixed_, "methods without a budget, measured once per problem").separator(';')
         .preset({"linear", "taylor", "efficient"});
-    o.add("--seeds", seeds_, "number of seeds of the generated sources").preset(1, 3).positive();
+    o.add("--seeds", seeds_, "number of seeds of the generated sources").preset(1, 3).positive().in_point_ids();
     // Quick: one head per layer (the diagonal) of one held-out sequence; paper: every head of every sequence.
     model_.declare(o, {"diagonal"}, {"all"}, 1, 0);
   }

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <string>
@@ -49,6 +50,7 @@ class Options {
     std::function<std::string(char)> text;             // the effective value as --config reads it
     std::function<bool()> recorded = [] { return true; };
     std::vector<std::function<void()>> checks;         // each throws Error for a value out of range
+    enum class Grid { none, list, count } grid = Grid::none;  // in_point_ids(): how the option grows the grid
     void* target = nullptr;                            // the variable, for target<V>()
     const std::type_info* type = nullptr;
   };
@@ -112,6 +114,14 @@ class Options {
           one(t);
         }
       });
+      return *this;
+    }
+    /// The option's values are coordinates the grid points' ids name (a list: lengths, sources, temperatures; an
+    /// integer count: seeds 0, ..., seeds − 1): a results file resumed with more of them keeps its finished points,
+    /// which no other change of settings does (sweep.cpp, check_resumable).
+    Declared& in_point_ids() {
+      static_assert(is_vector<V>::value || std::is_integral_v<V>, "in_point_ids(): a list or an integer count");
+      o_.entries_[i_].grid = is_vector<V>::value ? Entry::Grid::list : Entry::Grid::count;
       return *this;
     }
     /// A list whose items are all different (a duplicate would write the same rows twice).
@@ -178,6 +188,30 @@ class Options {
     for (const auto& rule : rules_) rule(*this, app);
     for (const Entry& e : entries_)
       for (const auto& check : e.checks) check();
+  }
+  /// Whether the recorded value `now` of option `key` (its flag without dashes) only adds grid points to `before`:
+  /// an in_point_ids() list holding every item of before, or a count no smaller.
+  bool grows(const std::string& key, const std::string& before, const std::string& now) const {
+    for (const Entry& e : entries_) {
+      if (e.flag.substr(e.flag.find_first_not_of('-')) != key) continue;
+      if (e.grid == Entry::Grid::count) return std::stoll(now) >= std::stoll(before);
+      if (e.grid != Entry::Grid::list) return false;
+      const auto items = [&](const std::string& text) {
+        std::vector<std::string> out;
+        std::size_t start = 0;
+        for (std::size_t i = 0; i <= text.size(); ++i) {
+          if (i < text.size() && text[i] != e.separator) continue;
+          out.push_back(text.substr(start, i - start));
+          start = i + 1;
+        }
+        return out;
+      };
+      const auto have = items(now);
+      for (const auto& x : items(before))
+        if (std::find(have.begin(), have.end(), x) == have.end()) return false;
+      return true;
+    }
+    return false;
   }
   /// The effective values, as (key, value) in declaration order: key is the flag without its dashes.
   std::vector<std::pair<std::string, std::string>> values() const {

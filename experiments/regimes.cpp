@@ -20,9 +20,11 @@ class Regimes final : public SourcesExperiment {
     o.add("--n", n_, "sequence length").preset(512, 1024);
     o.add("--d", d_, "head dimension");
     o.add("--temperatures", temps_, "logit temperatures (small: sharp attention)")
-        .preset({0.125, 0.25, 0.5, 1, 2, 4, 8});
+        .preset({0.125, 0.25, 0.5, 1, 2, 4, 8})
+        .in_point_ids();
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
-        .preset({"gaussian", "clustered", "trained", "pretrained"});
+        .preset({"gaussian", "clustered", "trained", "pretrained"})
+        .in_point_ids();
     o.add("--methods", methods_, "method specs at matched budgets")
         .separator(';')
         .preset({"svd:rank=64", "performer:features=64", "reformer:buckets=8,rounds=2,chunk=32", "local:window=32",

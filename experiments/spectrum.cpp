@@ -25,13 +25,16 @@ class SpectrumExperiment final : public Experiment {
     o.add("--n", n_, "sequence length of the dense spectra");
     o.add("--d", d_, "head dimension");
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
-        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"});
-    o.add("--temperatures", temps_, "logit temperatures of the generated sources").preset({0.25, 0.5, 1.0, 2.0});
+        .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"})
+        .in_point_ids();
+    o.add("--temperatures", temps_, "logit temperatures of the generated sources")
+        .preset({0.25, 0.5, 1.0, 2.0})
+        .in_point_ids();
     o.add("--large-n", large_n_, "lengths of the matrix-free top-k spectra").preset({2048}, {4096, 16384});
     o.add("--top", top_, "k of the matrix-free spectra");
     o.add("--solvers", solvers_, "matrix-free solvers: block (block Krylov), lanczos (Spectra on PᵀP)");
     o.add("--tol", tol_, "residual tolerance of the matrix-free solvers, relative to σ_1");
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive();
+    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive().in_point_ids();
     model_.declare(o);  // also --q, --k (the user's files; --v is not needed here)
     o.add("--causal", causal_, "causal mask for the files (true/false)").recorded_if(files);
     o.add("--dense-limit", dense_limit_, "files: largest length with a dense (every value) spectrum; "

@@ -117,23 +117,24 @@ std::map<std::string, std::string> point_settings(const std::string& text) {
 
 /// A resumed file keeps its finished points as they are: refused when its sidecar says they were computed with other
 /// settings (a point's id names its grid coordinates, not everything its rows depend on: `precision`'s methods and
-/// formats, say), which would otherwise leave old rows under the new sidecar and compute nothing.
-void check_resumable(const std::string& path, const std::set<std::string>& done, const std::string& now) {
+/// formats, say), which would otherwise leave old rows under the new sidecar and compute nothing. More of the
+/// coordinates the ids name (lengths, sources, seeds: Options' in_point_ids) only add points, and are resumed; a
+/// setting the old sidecar lacks (written by a version without that option) is not a difference.
+void check_resumable(Experiment& e, const std::string& path, const std::set<std::string>& done,
+                     const std::string& now) {
   const std::string config = path + ".config";
   if (done.empty() || !std::filesystem::exists(config)) return;
   const auto before = point_settings(read_text_file(config)), after = point_settings(now);
   std::string diff;
   for (const auto& [key, value] : after) {
     const auto it = before.find(key);
-    const std::string old = it == before.end() ? "(not set)" : it->second;
-    if (old != value) diff += fmt::format("{}{}: {} → {}", diff.empty() ? "" : "; ", key, old, value);
+    if (it == before.end() || it->second == value || e.grows(key, it->second, value)) continue;
+    diff += fmt::format("{}{}: {} → {}", diff.empty() ? "" : "; ", key, it->second, value);
   }
-  for (const auto& [key, value] : before)
-    if (!after.count(key)) diff += fmt::format("{}{}: {} → (not set)", diff.empty() ? "" : "; ", key, value);
   if (!diff.empty())
     throw Error(fmt::format("{}: its {} finished points were computed with other settings ({}); rerun with "
-                            "`--config {}` to resume it, or give another --out (or delete it) to start anew",
-                            path, done.size(), diff, config));
+                            "`--config {} --out {}` to resume it, or give another --out (or delete it) to start anew",
+                            path, done.size(), diff, config, path));
 }
 
 void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
@@ -155,7 +156,7 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   if (std::filesystem::path(path).has_parent_path())
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   const std::set<std::string> done = resume(path, header);
-  check_resumable(path, done, dump(e, o));
+  check_resumable(e, path, done, dump(e, o));
   std::vector<Point> points = e.grid();
   std::vector<Point*> todo;
   std::set<std::string> ids;

@@ -61,6 +61,10 @@ class Experiment {
   }
   /// The effective grid after the preset, as option → value ("n" → "512,2048"): what --dump-config writes.
   std::vector<std::pair<std::string, std::string>> settings() { return options().values(); }
+  /// Whether setting `key` changed from `before` to `now` only adds grid points (Options::grows).
+  bool grows(const std::string& key, const std::string& before, const std::string& now) {
+    return options().grows(key, before, now);
+  }
 
  protected:
   /// Declares every option once: flag, variable, help, and preset values (options.hpp).

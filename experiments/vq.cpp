@@ -16,10 +16,13 @@ class VqExperiment final : public SourcesExperiment {
   void declare(Options& o) override {
     o.add("--n", n_, "sequence length").preset(512, 2048);
     o.add("--d", d_, "head dimension");
-    o.add("--codes", codes_, "codebook sizes (and Performer feature counts)").preset({8, 16, 32, 64, 128, 256});
+    o.add("--codes", codes_, "codebook sizes (and Performer feature counts)")
+        .preset({8, 16, 32, 64, 128, 256})
+        .in_point_ids();
     o.add("--temperatures", temps_, "soft-assignment temperatures").preset({0.1, 1, 10});
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized")
-        .preset({"gaussian", "clustered"});
+        .preset({"gaussian", "clustered"})
+        .in_point_ids();
     declare_seeds_and_model(o, {"diagonal"}, {"all"}, 1, 1);
   }
 

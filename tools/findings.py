@@ -995,6 +995,24 @@ def precision(F, R):
     F.add("precision.grad_fails", failing(gb[gb.dtype.isin(["bf16", "fp16"])], True), str,
           "every spec, format and policy whose dQ, dK or dV has non-finite entries somewhere in the grid, with per "
           "source the failing cells", "precision")
+    # dQ, dK and dV apart (the experiment's grad_nonfinite_dq, _dk, _dv): on Gaussian heads, per spec, format and
+    # policy whose gradients fail, each gradient's first failing length at t = 1 and temperature at the longest n.
+    split = []
+    gs = g[g.metric.str.startswith("grad_nonfinite_") & g.dtype.isin(["bf16", "fp16"])]
+    for (spec, fmt, pol), c in gs.groupby(["spec", "dtype", "policy"], sort=False):
+        if not (c.value > 0).any():
+            continue
+        parts = []
+        for grad in ("dq", "dk", "dv"):
+            bad = c[(c.metric == f"grad_nonfinite_{grad}") & (c.value > 0)]
+            at_n, at_t = bad[bad.t == 1].n, bad[bad.n == n].t
+            first = " / ".join(x for x in (f"n = {at_n.min()}" if len(at_n) else "",
+                                           f"t = {at_t.min():g}" if len(at_t) else "") if x)
+            parts.append(f"d{grad[1].upper()} {first or 'finite'}")
+        split.append(f"{short(spec) or spec} {fmt} {pol}: {', '.join(parts)}")
+    F.add("precision.grad_fails_split", "; ".join(split) if split else "none", str,
+          "per spec, format and policy whose gradients fail on Gaussian heads: dQ's, dK's and dV's first failing "
+          f"length at t = 1 and first failing temperature at n = {n} (each 'finite' where it never fails)", "precision")
     # The discrete-choice methods' total error in the format beside their float64 approximation error.
     for s in ("reformer64", "vq64", "probsparse5", "nystrom64"):
         c = g[(g.short == s) & (g.n == n) & (g.t == 1)]

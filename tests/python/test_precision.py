@@ -570,3 +570,19 @@ def test_half_multihead_attention_with_weights():
     assert out.dtype == torch.bfloat16 and w.dtype == torch.bfloat16 and w.shape == (2, 48, 48)
     assert torch.allclose(w.float().sum(-1), torch.ones(2, 48), atol=2e-2)
     assert cap.records[0]["q"].dtype == np.float32 and cap.records[0]["q"].shape == (2, 4, 48, 8)
+
+
+def test_overflowed_inputs_are_a_finding_for_every_method():
+    """A query entry beyond fp16's range: every method's output and (where emulated) backward in fp16 come back —
+    non-finite where the overflow reaches them, said in the diagnostics — instead of raising or hanging."""
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((256, 16)).astype(np.float32) for _ in range(3))
+    q[3, 2] = 1e5
+    for info in attnlab.methods():
+        for policy in info["storage_policies"]:
+            m = attnlab.Method(info["name"], precision="fp16", policy=policy).fit(q, k)
+            out = quiet(m.output, v)
+            assert out.shape == (256, 16) and m.diagnostics["overflow[inputs Q, K]"] == 1, info["name"]
+            if info["storage_backward"] is not None:
+                dq, dk, dv = quiet(m.backward, v, v)
+                assert dq.shape == q.shape and dv.shape == v.shape, info["name"]

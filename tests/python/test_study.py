@@ -232,3 +232,14 @@ def test_a_swap_that_fails_in_its_format_is_a_row():
     assert base["status"] == "ok"
     assert eager["status"].startswith("failed") and eager["finite"] is False and math.isnan(eager["loss"])
     assert careful["status"] == "ok" and careful["finite"] and math.isfinite(careful["dloss"])
+
+
+def test_head_measures_of_a_half_precision_spec():
+    """One-head swaps of a '@bf16' spec with the head measures (the defaults): p_tv reads the method's own P̃
+    (natively: the emulation rounds outputs, not P̃), the loss its emulated run; nothing refuses the matrix."""
+    m = Tiny().double().eval()
+    rows = study.dropin(m, batches(1), step, ["linear@bf16-careful"], scopes=("head",), progress=False)
+    heads = [r for r in rows if r["scope"] == "head"]
+    plain = study.dropin(m, batches(1), step, ["linear"], scopes=("head",), progress=False)
+    assert heads and all(r["status"] == "ok" and math.isfinite(r["p_tv"]) for r in heads)
+    assert [r["p_tv"] for r in heads] == [r["p_tv"] for r in plain if r["scope"] == "head"]

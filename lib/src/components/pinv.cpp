@@ -37,9 +37,17 @@ MatrixR<T> svd_pinv(const ConstRef<T>& a, double rcond) {
 template <typename T>
 Pseudoinverse<T>& Pseudoinverse<T>::compute(const ConstRef<T>& a) {
   require(a.rows() > 0 && a.cols() > 0, "pseudo-inverse of an empty matrix");
-  require(all_finite(a), "pseudo-inverse: the matrix has non-finite entries");
   residuals_.clear();
   errors_.clear();
+  if (!all_finite(a)) {
+    // Under an emulated storage the landmark kernel of inputs that overflowed the format is the finding, not an
+    // error: the pseudo-inverse is NaN (no SVD or iteration runs on it) and the output says so. Natively: an error.
+    require(rounding_.active(), "pseudo-inverse: the matrix has non-finite entries");
+    z_ = MatrixR<T>::Constant(a.cols(), a.rows(), std::numeric_limits<T>::quiet_NaN());
+    residuals_.push_back(std::numeric_limits<double>::quiet_NaN());
+    status_ = Status::NumericalIssue;
+    return *this;
+  }
   const bool square = a.rows() == a.cols();
   const bool track_error = reference_.size() > 0;
   if (track_error)
@@ -333,6 +341,10 @@ MatrixR<T> pinv_backward(const ConstRef<T>& a, const ConstRef<T>& d_z, PinvMetho
 
 MatrixR<float> pinv_backward_emulated(const ConstRef<float>& a, const ConstRef<float>& d_z, PinvMethod method,
                                       Index iterations, const Rounding& r) {
+  // A landmark kernel that overflowed the format (compute() made Z NaN): its gradient is NaN too, the finding the
+  // gradients' check reports; no SVD or iteration runs on it.
+  if (r.active() && !all_finite(a))
+    return MatrixR<float>::Constant(a.rows(), a.cols(), std::numeric_limits<float>::quiet_NaN());
   if (method == PinvMethod::Svd || !r.active()) return pinv_backward<float>(a, d_z, method, iterations);
   require(d_z.rows() == a.cols() && d_z.cols() == a.rows() && iterations >= 0,
           "pseudo-inverse backward: dZ is {}×{}, Z is {}×{}", d_z.rows(), d_z.cols(), a.cols(), a.rows());

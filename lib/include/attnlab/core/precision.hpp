@@ -75,8 +75,9 @@ class RoundingLog {
   void add(const char* what, Held held, const RoundingTally& t);
   std::vector<Entry> entries() const;
   // A method's calls, so that the log holds compute()'s tallies and the last output()'s, then the last backward()'s:
-  // a call made twice replaces its tallies, it does not add to them. A backward counts its own tensors (the
-  // forward's, formed again inside it, untallied: output() counted them).
+  // a call made twice replaces its tallies, it does not add to them. A backward counts what it stores: V and dO as
+  // given, its own tensors, and those of the forward it forms again where its method's backward does (exact
+  // attention's P; the methods whose backward reuses the forward's roundings leave them untallied there).
   /// compute() is done: its entries are where an output() starts.
   void fitted();
   /// An output() starts from compute()'s entries; when it ends, its entries are where a backward() starts.
