@@ -70,9 +70,10 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
     method->compute(head_view<T>(f.q, i, qs), head_view<T>(f.k, i, ks), opts);
     // Natively a fit that did not succeed is an error; under a reduced storage it is part of the finding (Nyström's
     // pseudo-inverse of a landmark kernel the format overflowed), said on stderr with the output's counts.
-    if (method->info() != Status::Success && !reduced)
-      throw Error(fmt::format("{} (head {}): {}", method->spec(), i, status_name(method->info())));
-    if (method->info() != Status::Success) issues.push_back(fmt::format("head {}: {}", i, status_name(method->info())));
+    if (method->info() != Status::Success) {
+      if (!reduced) throw Error(fmt::format("{} (head {}): {}", method->spec(), i, status_name(method->info())));
+      issues.push_back(fmt::format("head {}: {}", i, status_name(method->info())));
+    }
     const MatrixR<T> o_h = method->output(head_view<T>(f.v, i, vs));
     if (reduced) {
       // Under a reduced storage a non-finite or zero output is the finding: written, and said on stderr.

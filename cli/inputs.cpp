@@ -77,8 +77,8 @@ void require_reduced_for_policy(const PrecisionOptions& o) {
 
 std::string precision_dtype(const PrecisionOptions& o, const std::string& dtype,
                             const std::vector<const Method<double>*>& methods) {
-  if (!o.precision.empty()) require_reduced_for_policy(o);  // an explicit fp32/fp64: before any file is read
   if (o.precision.empty()) return dtype;
+  require_reduced_for_policy(o);  // an explicit fp32/fp64: before any file is read
   const std::string want = o.precision == "fp64" ? "f64" : "f32";
   if (dtype != "auto" && dtype != want)
     throw Error(fmt::format("--dtype {} contradicts --precision {}, which computes in {}; give one of them", dtype,

@@ -76,11 +76,9 @@ class Precision final : public SourcesExperiment {
   // Before any point: an unknown format, or fp64, which the float32 runs below cannot be (they would write float32
   // values labelled fp64; the fp64 rows are the method's float64 run, always written).
   void check() const override {
-    for (const auto& f : formats_) {
-      parse_storage(f);
+    for (const auto& f : formats_)
       require(f == "fp32" || f == "bf16" || f == "fp16",
               "precision: --formats takes fp32, bf16 and fp16, not '{}' (the fp64 rows are always written)", f);
-    }
   }
   void model_points(std::vector<Point>& pts, const std::string& src) const override {
     const auto [data, heads] = model_.open_bidirectional(src, name());

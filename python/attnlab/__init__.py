@@ -244,6 +244,13 @@ def _split_precision(spec, precision, policy):
     return base, fmt, pol or policy
 
 
+def _native_spec(spec):
+    """A '@bf16' / '@fp16' spec's own method, native: what P̃ is read from (the emulation rounds outputs and gradients,
+    not P̃; apply(matrix=True) refuses it). Other specs as given."""
+    base, precision, _ = _split_precision(spec, None, "eager")
+    return base if precision in ("bf16", "fp16") else spec
+
+
 def _warn_reduced(m, what):
     """Under bf16/fp16 a non-finite or all-zero output is the finding: returned, and said (never silent)."""
     if m._storage == "native":

@@ -328,8 +328,8 @@ class Dropin:
                     self._p_layer[i] = _matrix_heads("exact", r["q"], r["k"], r["causal"], None)
                 p = np.ascontiguousarray(self._p_layer[i][:, head])
             if callable(filled) or not whole:
-                _, p_t = attnlab.apply(_matrix_spec(one), q, k, ones, causal=r["causal"], seed=self.seed + layer,
-                                       matrix=True)
+                _, p_t = attnlab.apply(attnlab._native_spec(one), q, k, ones, causal=r["causal"],
+                                       seed=self.seed + layer, matrix=True)
             else:
                 if i not in self._spec_layer["p"]:
                     self._spec_layer["p"][i] = _matrix_heads(one, r["q"], r["k"], r["causal"], self.seed + layer)
@@ -378,19 +378,12 @@ def _flat(x):
     return np.ascontiguousarray(x.reshape(-1, x.shape[2], x.shape[3]))
 
 
-def _matrix_spec(spec):
-    """The spec whose P̃ a head measure reads: a '@bf16' / '@fp16' spec's own method natively (the emulation rounds
-    outputs and gradients, not P̃; attnlab.apply(matrix=True) refuses it)."""
-    base, precision, _ = attnlab._split_precision(spec, None, "eager")
-    return base if precision in ("bf16", "fp16") else spec
-
-
 def _matrix_heads(spec, q, k, causal, seed):
     """P̃ of every (batch entry, head) of (B, H, n, d) arrays: (B, H, n, n_k), the same draw for all (a '@bf16' /
-    '@fp16' spec's native P̃: _matrix_spec)."""
+    '@fp16' spec's native P̃: attnlab._native_spec)."""
     B, H, n, d = q.shape
-    _, p = attnlab.apply(_matrix_spec(spec), _flat(q), _flat(k), np.zeros((B * H, n, 1)), causal=causal, seed=seed,
-                         matrix=True)
+    _, p = attnlab.apply(attnlab._native_spec(spec), _flat(q), _flat(k), np.zeros((B * H, n, 1)), causal=causal,
+                         seed=seed, matrix=True)
     return p.reshape(B, H, n, k.shape[2])
 
 

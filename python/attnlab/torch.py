@@ -434,13 +434,11 @@ def _matrix(q, k, spec, causal, seed):
     half dtype or a spec's '@bf16'/'@fp16' it is the method's float32 P̃ on the same inputs, rounded to the dtype at
     the end: the emulation covers the output, not the matrix."""
     lead = q.shape[:-2]
-    base, precision, _ = attnlab._split_precision(spec, None, "eager")
-    wide = q.dtype in _HALF or precision in ("bf16", "fp16")
     qf, kf = (x.reshape(-1, *x.shape[-2:]).detach() for x in (q, k))
     if q.dtype in _HALF:
         qf, kf = qf.float(), kf.float()   # exact in float32
     ones = torch.ones(kf.shape[0], kf.shape[1], 1, dtype=qf.dtype)   # the row sums; only P̃ is kept
-    _, p = attnlab.apply(base if wide else spec, qf.numpy(), kf.numpy(), ones.numpy(), causal=causal, seed=seed,
+    _, p = attnlab.apply(attnlab._native_spec(spec), qf.numpy(), kf.numpy(), ones.numpy(), causal=causal, seed=seed,
                          matrix=True)
     return torch.from_numpy(p).reshape(*lead, q.shape[-2], k.shape[-2]).to(q.dtype)
 
