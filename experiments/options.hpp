@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
@@ -194,7 +195,11 @@ class Options {
   bool grows(const std::string& key, const std::string& before, const std::string& now) const {
     for (const Entry& e : entries_) {
       if (e.flag.substr(e.flag.find_first_not_of('-')) != key) continue;
-      if (e.grid == Entry::Grid::count) return std::stoll(now) >= std::stoll(before);
+      if (e.grid == Entry::Grid::count) {  // a hand-edited sidecar's non-number is a difference, not a throw
+        char *end_now = nullptr, *end_before = nullptr;
+        const long long n = std::strtoll(now.c_str(), &end_now, 10), b = std::strtoll(before.c_str(), &end_before, 10);
+        return !now.empty() && !before.empty() && *end_now == 0 && *end_before == 0 && n >= b;
+      }
       if (e.grid != Entry::Grid::list) return false;
       const auto items = [&](const std::string& text) {
         std::vector<std::string> out;

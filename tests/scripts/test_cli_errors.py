@@ -457,6 +457,21 @@ r = run(*base, "--n", "64,96", "--methods", "linear")
 c.check(r.returncode == 0 and "2 already done" in r.stderr, f"an older sidecar without a key resumes: {r.stderr!r}")
 r = run(*base, "--n", "96", "--methods", "linear")
 c.check(r.returncode != 0 and "n: 64,96 → 96" in r.stderr, f"fewer lengths are another grid: refused: {r.stderr!r}")
+# A count the point ids name (--seeds) grows the grid when it rises; a sidecar whose count is not a number (edited
+# by hand) is a difference named in the refusal, not a parse exception.
+seeds = ["run", "error_vs_budget", "--n", "64", "--d", "8", "--sources", "gaussian", "--families", "local",
+         "--spectral-limit", "0", "--repeats", "0", "--out", path("seeds.csv")]
+r = run(*seeds, "--seeds", "1")
+c.check(r.returncode == 0 and "points computed" in r.stderr, f"error_vs_budget --seeds 1: {r.stderr!r}")
+r = run(*seeds, "--seeds", "2")
+c.check(r.returncode == 0 and "1 already done" in r.stderr, f"more seeds resume: {r.stderr!r}")
+with open(path("seeds.csv") + ".config") as f:
+    sidecar = ["seeds = two\n" if x.startswith("seeds = ") else x for x in f]
+with open(path("seeds.csv") + ".config", "w") as f:
+    f.writelines(sidecar)
+r = run(*seeds, "--seeds", "2")
+c.check(r.returncode != 0 and "seeds: two → 2" in r.stderr and "stoll" not in r.stderr,
+        f"a non-numeric count in the sidecar: refused, naming it: {r.stderr!r}")
 
 # README's methods table is the registry's (attnlab methods --markdown): a new method, parameter or default shows.
 table = run("methods", "--markdown").stdout
