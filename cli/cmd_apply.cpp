@@ -66,6 +66,7 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
   MatrixR<T> qs, ks, vs;
   std::uint64_t nonfinite = 0, zero_rows = 0, rows = 0;
   std::vector<std::string> overflowed, issues;
+  std::string first_nan;  // the first intermediate stored with a NaN (the log's order): where a 0/0 or inf − inf arose
   for (Index i = 0; i < h; ++i) {
     method->compute(head_view<T>(f.q, i, qs), head_view<T>(f.k, i, ks), opts);
     // Natively a fit that did not succeed is an error; under a reduced storage it is part of the finding (Nyström's
@@ -84,6 +85,8 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
       for (const auto& e : method->rounding())
         if (e.tally.overflow > 0 && std::find(overflowed.begin(), overflowed.end(), e.what) == overflowed.end())
           overflowed.push_back(e.what);
+      for (const auto& e : method->rounding())
+        if (first_nan.empty() && e.tally.nan > 0) first_nan = e.what;
     } else {
       require_finite_output(o_h, "the output of {} (head {})", method->spec(), i);
     }
@@ -98,9 +101,9 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
   if (matrix_out) matrix_out->close();
   if (reduced) {
     fmt::print(stderr, "apply: {} under {} storage ({}): {} non-finite output entries, {} of {} output rows all zero; "
-               "overflowed: {}\n", method->spec(), storage_name(opts.storage), policy_name(opts.policy), nonfinite,
+               "overflowed: {}{}\n", method->spec(), storage_name(opts.storage), policy_name(opts.policy), nonfinite,
                zero_rows, rows, overflowed.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(overflowed,
-               ", ")));
+               ", ")), first_nan.empty() ? "" : "; NaN first stored in: " + first_nan);
     if (!issues.empty()) fmt::print(stderr, "apply: the fit did not succeed ({})\n", fmt::join(issues, "; "));
     if (o.p.fail_on_nonfinite && (nonfinite > 0 || zero_rows > 0))
       throw Error(fmt::format("--fail-on-nonfinite: the output of {} under {} has {} non-finite entries and {} "

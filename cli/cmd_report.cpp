@@ -87,6 +87,11 @@ void add_report(CLI::App& app) {
       layer.origin = attnlab::report::files_origin(f->q, f->k, f->v);  // their sidecars; the sequence
       attnlab::report::causal_rule(layer.origin, f->opts.causal);         // refused before the files are read
       const QkvFiles files = load_qkv(f->q, f->k, f->v);
+      if (f->precision.empty() && files.q.float16()) {  // as apply and compare: computed as they are stored
+        f->opts.storage = Storage::fp16;
+        fmt::print("report: float16 files: the recommendation is for fp16 storage ({} policy; --precision fp32 for "
+                   "the float64 methods' errors)\n", policy_name(f->opts.policy));
+      }
       layer.name = "input";
       for (Index h = 0; h < files.heads(); ++h)
         layer.heads.push_back({files.q.head_as<double>(h), files.k.head_as<double>(h), files.v.head_as<double>(h)});

@@ -29,12 +29,16 @@ class ErrorVsBudget final : public Experiment {
     std::vector<std::string> all_families;
     for (const auto& f : families()) all_families.push_back(f.label);
     o.add("--n", n_, "sequence lengths").preset({512}, {512, 2048}).in_point_ids();
-    o.add("--d", d_, "head dimensions").preset({64});
+    o.add("--d", d_, "head dimensions").preset({64}).positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal, pretrained")
         .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"})
         .in_point_ids();
     o.add("--families", families_, "method families (default: all)").preset(all_families);
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive().in_point_ids();
+    o.add("--seeds", seeds_, "number of seeds")
+        .preset(1, 3)
+        .positive()
+        .at_most(kMaxSeeds, "a grid point each")
+        .in_point_ids();
     o.add("--spectral-limit", spectral_limit_, "compute spectral errors up to this n");
     o.add("--repeats", repeats_, "timed float32 repetitions per method for the cost (0: no cost rows)");
     // Quick: one head per layer (the diagonal) of one sequence; paper: every head of every exported sequence.

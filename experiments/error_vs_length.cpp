@@ -15,7 +15,7 @@ class ErrorVsLength final : public Experiment {
     o.add("--n", n_, "sequence lengths")
         .preset({256, 512, 1024, 2048}, {256, 512, 1024, 2048, 4096, 8192})
         .in_point_ids();
-    o.add("--d", d_, "head dimension");
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--budget", budget_, "the fixed budget (rank, landmarks, k, features, codes)");
     o.add("--sources", sources_, "gaussian, clustered, lowrank")
         .preset({"gaussian", "clustered", "lowrank"})
@@ -24,7 +24,11 @@ class ErrorVsLength final : public Experiment {
         .separator(';')
         .preset({"svd:rank", "nystrom:landmarks", "linformer:projection=pool,k", "linformer:k", "performer:features",
                  "vq:codes"});
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive().in_point_ids();
+    o.add("--seeds", seeds_, "number of seeds")
+        .preset(1, 3)
+        .positive()
+        .at_most(kMaxSeeds, "a grid point each")
+        .in_point_ids();
   }
   std::vector<Point> grid() override {
     std::vector<Point> pts;

@@ -44,7 +44,7 @@ class Gradients final : public Experiment {
     for (const auto& f : budget_families())
       if (f.deployable) all.push_back(f.label);
     o.add("--n", n_, "sequence length of the generated sources").preset(512, 1024);
-    o.add("--d", d_, "head dimension of the generated sources");
+    o.add("--d", d_, "head dimension of the generated sources").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, trained_causal, pretrained")
         .preset({"gaussian", "clustered", "lowrank", "trained", "trained_causal", "pretrained"})
         .in_point_ids();
@@ -52,7 +52,11 @@ class Gradients final : public Experiment {
         .preset(all);
     o.add("--fixed", fixed_, "methods without a budget, measured once per problem").separator(';')
         .preset({"linear", "taylor", "efficient"});
-    o.add("--seeds", seeds_, "number of seeds of the generated sources").preset(1, 3).positive().in_point_ids();
+    o.add("--seeds", seeds_, "number of seeds of the generated sources")
+        .preset(1, 3)
+        .positive()
+        .at_most(kMaxSeeds, "a grid point each")
+        .in_point_ids();
     // Quick: one head per layer (the diagonal) of one held-out sequence; paper: every head of every sequence.
     model_.declare(o, {"diagonal"}, {"all"}, 1, 0);
   }

@@ -109,7 +109,11 @@ class SourcesExperiment : public Experiment {
   /// options, after its own and its --sources.
   void declare_seeds_and_model(Options& o, std::vector<std::string> heads_quick, std::vector<std::string> heads_paper,
                                Index seqs_quick, Index seqs_paper) {
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive().in_point_ids();
+    o.add("--seeds", seeds_, "number of seeds")
+        .preset(1, 3)
+        .positive()
+        .at_most(kMaxSeeds, "a grid point each")
+        .in_point_ids();
     model_.declare(o, std::move(heads_quick), std::move(heads_paper), seqs_quick, seqs_paper);
   }
   virtual void model_points(std::vector<Point>& pts, const std::string& src) const = 0;

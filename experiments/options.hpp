@@ -27,6 +27,12 @@ class App;
 
 namespace attnlab::experiments {
 
+/// The largest head dimension an experiment takes (the command's compare takes as much): beyond it linear attention's
+/// d × d state alone passes memory.
+inline constexpr double kMaxHeadDim = 4096;
+/// The most seeds an experiment takes: every seed is a point of the grid, which is built before the first one runs.
+inline constexpr double kMaxSeeds = 10000;
+
 template <typename V>
 struct is_vector : std::false_type {};
 template <typename V>
@@ -108,6 +114,24 @@ class Options {
         const auto one = [&flag](const auto& x) {
           if (!(double(x) > 0 && double(x) < std::numeric_limits<double>::infinity()))
             throw Error(fmt::format("{}: every value must be positive and finite, got {}", flag, x));
+        };
+        if constexpr (is_vector<V>::value) {
+          for (const auto& x : t) one(x);
+        } else {
+          one(t);
+        }
+      });
+      return *this;
+    }
+    /// Every value (of a list: every item) at most `limit`, for the reason `why`: checked with positive()'s, before
+    /// any point (a grid of 10^20 seeds is built in memory before its first point; a head dimension of 10^5 asks a
+    /// d × d state of linear attention for 80 GB).
+    Declared& at_most(double limit, const char* why) {
+      static_assert(std::is_arithmetic_v<V> || is_vector<V>::value, "at_most(): a number or a list of numbers");
+      const V& t = target_;
+      o_.entries_[i_].checks.push_back([&t, limit, why, flag = o_.entries_[i_].flag] {
+        const auto one = [&](const auto& x) {
+          if (double(x) > limit) throw Error(fmt::format("{}: {} is more than {} ({})", flag, x, limit, why));
         };
         if constexpr (is_vector<V>::value) {
           for (const auto& x : t) one(x);

@@ -19,7 +19,7 @@ class PerformerMse final : public Experiment {
  public:
   void declare(Options& o) override {
     o.add("--length", length_, "sequence length L").preset(1024, 4096);
-    o.add("--d", d_, "head dimension");
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--features", features_, "numbers of random features M").preset({16, 32, 64, 128, 256});
     o.add("--draws", draws_, "independent feature draws per point").preset(12, 50);
     o.add("--pairs", pairs_, "(q, k) pairs whose kernel MSE is averaged");

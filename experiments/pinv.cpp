@@ -21,7 +21,7 @@ class PinvExperiment final : public SourcesExperiment {
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({512}, {512, 4096}).in_point_ids();
     o.add("--m", m_, "landmark counts").preset({8, 32, 64, 128}, {8, 16, 32, 64, 128, 256, 512}).in_point_ids();
-    o.add("--d", d_, "head dimension");
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--iters", iters_, "iterations of each pseudo-inverse iteration").preset(40, 60);
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
         .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"})

@@ -3,18 +3,18 @@
 // problems and on the model sources' heads, with logits sharpened by a temperature t (Q·t, softmax(t·s·QKᵀ): the GPU
 // transcriptions' convention, tools/gpu_precision.py). Per cell: the rounding error against the method's own float64
 // output, the total error against exact attention in float64, the non-finite output entries, the all-zero output rows,
-// and what the forward's rounding overflowed, underflowed to zero or met as NaN; where the backward is emulated, dQ,
-// dK, dV against the method's own float64 gradients (err_dq, ...), the non-finite gradient entries (grad_nonfinite;
-// where it is > 0 also per gradient, grad_nonfinite_dq, _dk, _dv) and the entries the backward's rounding overflowed
-// (grad_overflow: its stored tensors, the forward's formed again among them). The fp64 rows give each method's
-// approximation error, the yardstick the rounding error is read against. Where a method has a derived worst-case
-// rounding bound (analysis/method_rounding_bound.hpp says which: exact attention, the pattern methods, Linformer,
-// linear attention, Performer's positive features, ProbSparse and Reformer — the last two given both runs' discrete
-// choices — among the specs here), also the bound: ‖bound‖_F / ‖O‖_F (`bound`), the measured error over the bound
-// (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); the kernel-form bounds give up on a row
-// where the format may overflow or a choice moved (`bound_rows_none`; `bound` only when they give up nowhere,
-// `bound_ratio` over the rows they hold). A method or policy the library does not emulate is a `refused` row, not a
-// silent gap.
+// and what the forward stored as ±inf (overflow: in the format, or already in float32), underflowed to zero or met as
+// NaN; where the backward is emulated, dQ, dK, dV against the method's own float64 gradients (err_dq, ...), the
+// non-finite gradient entries (grad_nonfinite; where it is > 0 also per gradient, grad_nonfinite_dq, _dk, _dv) and the
+// entries the backward stored as ±inf (grad_overflow: its stored tensors, the forward's formed again among them). The
+// fp64 rows give each method's approximation error, the yardstick the rounding error is read against. Where a method
+// has a derived worst-case rounding bound (analysis/method_rounding_bound.hpp says which: exact attention, the pattern
+// methods, Linformer, linear attention, Performer's positive features, ProbSparse and Reformer — the last two given
+// both runs' discrete choices — among the specs here), also the bound: ‖bound‖_F / ‖O‖_F (`bound`), the measured error
+// over the bound (`bound_ratio`, ≤ 1) and the entries outside it (`bound_violations`, 0); the kernel-form bounds give
+// up on a row where the format may overflow or a choice moved (`bound_rows_none`; `bound` only when they give up
+// nowhere, `bound_ratio` over the rows they hold). A method or policy the library does not emulate is a `refused` row,
+// not a silent gap.
 #include "attnlab/analysis/method_rounding_bound.hpp"
 #include "attnlab/core/precision.hpp"
 #include "attnlab/core/random.hpp"
@@ -38,7 +38,7 @@ class Precision final : public SourcesExperiment {
         .preset({256, 512, 1024, 4096}, {256, 512, 1024, 4096, 16384})
         .positive()
         .in_point_ids();
-    o.add("--d", d_, "head dimension").positive();
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--temperatures", temps_, "logit temperatures t (Q·t)")
         .preset({0.5, 1, 2, 4})
         .positive()
@@ -79,6 +79,22 @@ class Precision final : public SourcesExperiment {
     for (const auto& f : formats_)
       require(f == "fp32" || f == "bf16" || f == "fp16",
               "precision: --formats takes fp32, bf16 and fp16, not '{}' (the fp64 rows are always written)", f);
+    // --long-sources names generated kinds: an unknown one would silently drop the long lengths it meant to keep.
+    const std::string kinds = std::string(", ") + source_kinds() + ", ";
+    for (const auto& s : long_sources_)
+      require(kinds.find(", " + s + ", ") != std::string::npos,
+              "precision: --long-sources '{}' is not a generated source ({})", s, source_kinds());
+    // Every method's budget against every generated length it will run at (the model heads' lengths are read with
+    // them): a budget past the sequence is refused here, not after the points before it.
+    for (const auto& spec : methods_) {
+      const auto m = make_method<double>(spec, 0);
+      for (const auto& src : sources_) {
+        if (ModelData::is_model_source(src)) continue;
+        const bool long_n = std::find(long_sources_.begin(), long_sources_.end(), src) != long_sources_.end();
+        for (Index n : n_)
+          if (n <= kLongN || long_n) check_method_fits(*m, ProblemSize{n, n, d_, d_, 8});
+      }
+    }
   }
   void model_points(std::vector<Point>& pts, const std::string& src) const override {
     const auto [data, heads] = model_.open_bidirectional(src, name());

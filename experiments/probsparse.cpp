@@ -20,7 +20,7 @@ class ProbSparseExperiment final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({512, 2048}, {512, 2048, 8192}).in_point_ids();
-    o.add("--d", d_, "head dimension");
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--factors", factors_, "sampling factors c").preset({1, 2, 3, 5, 8, 12});
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
         .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"})

@@ -18,7 +18,7 @@ class Regimes final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
     o.add("--n", n_, "sequence length").preset(512, 1024);
-    o.add("--d", d_, "head dimension");
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--temperatures", temps_, "logit temperatures (small: sharp attention)")
         .preset({0.125, 0.25, 0.5, 1, 2, 4, 8})
         .in_point_ids();

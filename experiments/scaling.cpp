@@ -21,7 +21,7 @@ class Scaling final : public Experiment {
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths")
         .preset({512, 1024, 2048, 4096}, {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536});
-    o.add("--d", d_, "head dimension");
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--methods", methods_, "method specs (default: exact both ways and every method's default)")
         .separator(';')
         .preset({"exact:impl=materialized", "exact", "linear", "performer", "nystrom", "linformer:k=128", "vq",

@@ -23,7 +23,7 @@ class SpectrumExperiment final : public Experiment {
   void declare(Options& o) override {
     const auto files = [this] { return model_.files.given(); };
     o.add("--n", n_, "sequence length of the dense spectra");
-    o.add("--d", d_, "head dimension");
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--sources", sources_, "gaussian, clustered, lowrank, trained, initialized, pretrained")
         .preset({"gaussian", "clustered", "lowrank", "trained", "initialized", "pretrained"})
         .in_point_ids();
@@ -34,7 +34,11 @@ class SpectrumExperiment final : public Experiment {
     o.add("--top", top_, "k of the matrix-free spectra");
     o.add("--solvers", solvers_, "matrix-free solvers: block (block Krylov), lanczos (Spectra on PᵀP)");
     o.add("--tol", tol_, "residual tolerance of the matrix-free solvers, relative to σ_1");
-    o.add("--seeds", seeds_, "number of seeds").preset(1, 3).positive().in_point_ids();
+    o.add("--seeds", seeds_, "number of seeds")
+        .preset(1, 3)
+        .positive()
+        .at_most(kMaxSeeds, "a grid point each")
+        .in_point_ids();
     model_.declare(o);  // also --q, --k (the user's files; --v is not needed here)
     o.add("--causal", causal_, "causal mask for the files (true/false)").recorded_if(files);
     o.add("--dense-limit", dense_limit_, "files: largest length with a dense (every value) spectrum; "

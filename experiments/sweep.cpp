@@ -147,9 +147,12 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   std::size_t shard = 0, shards = 1;
   {
     char slash = 0;
+    long long i = -1, count = 0;  // signed: an unsigned read takes "-1" as 2^64 − 1
     std::istringstream s(o.shard);
-    if (!(s >> shard >> slash >> shards) || slash != '/' || shards == 0 || shard >= shards || !s.eof())
+    if (!(s >> i >> slash >> count) || slash != '/' || i < 0 || count <= 0 || i >= count || !s.eof())
       throw Error(fmt::format("--shard '{}': expected i/N with 0 ≤ i < N", o.shard));
+    shard = std::size_t(i);
+    shards = std::size_t(count);
   }
   const std::string path = o.out.empty() ? fmt::format("results/{}.csv.gz", e.name()) : o.out;
   const std::string header = tidy_header(result_columns());

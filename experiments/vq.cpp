@@ -15,7 +15,7 @@ class VqExperiment final : public SourcesExperiment {
  public:
   void declare(Options& o) override {
     o.add("--n", n_, "sequence length").preset(512, 2048);
-    o.add("--d", d_, "head dimension");
+    o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");
     o.add("--codes", codes_, "codebook sizes (and Performer feature counts)")
         .preset({8, 16, 32, 64, 128, 256})
         .in_point_ids();

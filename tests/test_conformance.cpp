@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -205,6 +206,29 @@ void check_reduced_storage(const std::string& test_name) {
   const Index n = 96, dim = 16;
   const MatrixR<float> q = randn<float>(n, dim, 1), k = randn<float>(n, dim, 2), v = randn<float>(n, dim, 3);
   MethodRoundingBounds bounds(q.cast<double>(), k.cast<double>(), v.cast<double>());
+  // fp32 under either policy is the float32 path, output and backward bit for bit: natively nothing is rounded, so
+  // the careful policy changes nothing (the command and the module refuse a policy there for that reason).
+  for (const bool causal : {false, true}) {
+    auto plain = make_method<float>(name, 11), careful = make_method<float>(name, 11);
+    if (causal && !plain->supports_causal()) continue;
+    AttentionOptions o, oc;
+    o.causal = oc.causal = causal;
+    oc.policy = Policy::careful;
+    plain->compute(q, k, o);
+    careful->compute(q, k, oc);
+    EXPECT_TRUE(plain->output(v) == careful->output(v)) << name << ": fp32 careful differs from float32";
+    const MatrixR<float> dout = randn<float>(n, dim, 4);
+    std::optional<Gradients<float>> a, b;
+    try {
+      a = plain->backward(v, dout);
+    } catch (const Error&) {  // a method without a backward (svd, cur): refused under either policy
+      EXPECT_THROW(careful->backward(v, dout), Error);
+    }
+    if (a) {
+      b = careful->backward(v, dout);
+      EXPECT_TRUE(a->dq == b->dq && a->dk == b->dk && a->dv == b->dv) << name << ": fp32 careful backward differs";
+    }
+  }
   for (const Storage st : {Storage::bf16, Storage::fp16})
     for (const Policy pol : {Policy::eager, Policy::careful})
       for (const bool causal : {false, true}) {

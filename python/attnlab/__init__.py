@@ -163,8 +163,12 @@ def _array(x, name):
     try:
         return np.asarray(x)
     except Exception as e:  # numpy's or the tensor's own refusal (bfloat16, a conjugate view, a ragged list, ...)
+        hint = ""
+        if "bfloat16" in str(getattr(x, "dtype", "")):   # numpy has no bfloat16; its values are exact in float32
+            hint = (f" ({name}.float() holds the same values: pass it with precision='bf16' to compute in bfloat16, "
+                    "or use attnlab.torch.attention, which takes bfloat16 tensors)")
         raise ValueError(f"{name}: cannot be read as an array ({type(e).__name__}: {_first_line(e)}); give a "
-                         "float32 or float64 numpy array or CPU tensor") from None
+                         f"float32 or float64 numpy array or CPU tensor{hint}") from None
 
 
 def _inputs(dtype, half="hint", **arrays):
@@ -212,10 +216,14 @@ def _precision(precision, policy, dtype):
         raise ValueError(f"policy: {policy!r} is not one of {', '.join(_POLICIES)} (eager: every intermediate stored "
                          "in the format, as a straightforward transcription; careful: accumulators, normalisers, "
                          "softmax statistics and states kept in float32)")
+    if precision is not None and (not isinstance(precision, str) or precision not in _PRECISIONS):
+        raise ValueError(f"precision: {precision!r} is not one of {', '.join(_PRECISIONS)}")
+    if policy != "eager" and _PRECISIONS.get(precision, ("native",))[0] == "native":
+        # as the command's --policy: a policy says which intermediates bf16/fp16 round; elsewhere nothing rounds
+        raise ValueError(f"policy={policy!r} needs precision='bf16' or 'fp16' (under precision={precision!r} nothing "
+                         "is rounded, so a policy would change nothing)")
     if precision is None:
         return "native", policy, dtype
-    if not isinstance(precision, str) or precision not in _PRECISIONS:
-        raise ValueError(f"precision: {precision!r} is not one of {', '.join(_PRECISIONS)}")
     storage, dt = _PRECISIONS[precision]
     if dtype is not None and _dtype(dtype) != np.dtype(dt):
         raise ValueError(f"dtype={dtype!r} contradicts precision={precision!r}, which computes in {np.dtype(dt)}; "
@@ -231,12 +239,14 @@ def _split_precision(spec, precision, policy):
     if not isinstance(spec, str) or "@" not in spec:
         return spec, precision, policy
     base, _, tail = spec.rpartition("@")
-    fmt, _, pol = tail.partition("-")
-    if fmt not in _PRECISIONS or (pol and pol not in _POLICIES):
+    fmt, dash, pol = tail.partition("-")
+    if fmt not in _PRECISIONS or (dash and pol not in _POLICIES):
         if any(c in tail for c in "/\\.=,:"):   # a path's or a value's '@', not a misspelt precision
             return spec, precision, policy
         raise ValueError(f"spec {spec!r}: '@{tail}' is not a precision; write SPEC@FORMAT or SPEC@FORMAT-POLICY with "
                          f"FORMAT one of {', '.join(_PRECISIONS)} and POLICY one of {', '.join(_POLICIES)}")
+    if _split_precision(base, None, "eager")[1] is not None:
+        raise ValueError(f"spec {spec!r} names two precisions; give one")
     if precision is not None:
         raise ValueError(f"spec {spec!r} names its precision, and precision={precision!r} is given too; give it once")
     if pol and policy not in ("eager", pol):
@@ -262,22 +272,36 @@ def _warn_reduced(m, what):
     if nonfinite or zero:
         import warnings
         over = sorted({k[9:-1] for d in heads for k, x in d.items() if k.startswith("overflow[") and x > 0})
+        # the first intermediate stored with a NaN (diagnostics keep the order of storing): where 0/0 or inf − inf arose
+        nan = next((k[4:-1] for d in heads for k, x in d.items() if k.startswith("nan[") and x > 0), None)
         warnings.warn(f"{what}: {m._m.spec} under {m._storage} storage ({m._policy}): {nonfinite} non-finite output "
                       f"entries, {zero} all-zero output rows" + (f"; overflowed: {', '.join(over)}" if over else "")
+                      + (f"; NaN first stored in: {nan}" if nan else "")
                       + " (Method.diagnostics has the counts per intermediate)", RuntimeWarning, stacklevel=3)
 
 
-def _warn_gradients(m, what):
-    """Under bf16/fp16 non-finite gradients are the finding: returned, and said (never silent)."""
+def _warn_gradients(m, what, grads, do):
+    """Under bf16/fp16 non-finite gradients, and a gradient that is zero everywhere while ∂L/∂O is not (fp16 eager
+    linear attention's: its normaliser overflowed), are the finding: returned, and said (never silent). A gradient
+    of an attention output is zero only where ∂L/∂O is, or where V's rows are all equal."""
     if m._storage == "native":
         return
     diags = m._m.diagnostics
     bad = int(sum(d.get("gradient_nonfinite", 0) for d in (diags if isinstance(diags, list) else [diags])))
-    if bad:
+    do = np.asarray(do)
+    live = np.any(do != 0, axis=(-2, -1)) if do.ndim >= 2 else np.any(do != 0)   # per head
+    zero = [name for name, g in zip(("dQ", "dK", "dV"), grads)
+            if np.any(live & ~np.any(np.asarray(g) != 0, axis=(-2, -1) if np.ndim(g) >= 2 else None))]
+    if bad or zero:
         import warnings
-        warnings.warn(f"{what}: {m._m.spec} under {m._storage} storage ({m._policy}): {bad} non-finite gradient "
-                      "entries (dQ, dK, dV together; Method.diagnostics has the counts per intermediate)",
-                      RuntimeWarning, stacklevel=3)
+        said = [f"{bad} non-finite gradient entries (dQ, dK, dV together)"] if bad else []
+        if zero:
+            said.append(f"{', '.join(zero)} zero everywhere while ∂L/∂O is not")
+        over = sorted({k[9:-1] for d in (diags if isinstance(diags, list) else [diags]) for k, x in d.items()
+                       if k.startswith("overflow[") and x > 0})
+        warnings.warn(f"{what}: {m._m.spec} under {m._storage} storage ({m._policy}): {'; '.join(said)}"
+                      + (f"; overflowed: {', '.join(over)}" if over else "")
+                      + " (Method.diagnostics has the counts per intermediate)", RuntimeWarning, stacklevel=3)
 
 
 # ---- the functions ------------------------------------------------------------------------------------------------
@@ -359,7 +383,7 @@ def backward(spec, q, k, v, do, *, causal=False, scale=None, seed=None, dtype=No
     m = Method._once(spec, causal, scale, seed, storage, policy)
     m._m.fit(q, k)
     grads = m._m.backward(v, do)
-    _warn_gradients(m, "backward")
+    _warn_gradients(m, "backward", grads, do)
     return grads
 
 
@@ -507,10 +531,9 @@ def report(q=None, k=None, v=None, *, model_dir="", out="attnlab_report", target
     if model_dir:
         if q is not None or k is not None or v is not None:
             raise ValueError("report: give q, k, v or model_dir, not both")
-    if precision is None and policy != "eager":
-        raise ValueError(f"report: policy={policy!r} needs precision='bf16' or 'fp16'")
-    storage, policy, _ = _precision(precision, policy, None)
-    if not model_dir:   # float16 arrays under bf16/fp16: converted to float32, exactly (as apply converts them)
+    storage, policy, dtype = _precision(precision, policy, dtype)
+    if not model_dir:   # float16 arrays under bf16/fp16: converted to float32, exactly (as apply converts them);
+        # 'fp32' / 'fp64' take the inputs in that dtype, as apply does (the report's errors are float64's on them)
         q, k, v = _inputs(dtype, "convert" if storage != "native" else "hint", q=q, k=k, v=v)
     costs, costs_dtype = _path("costs", costs), _str("costs_dtype", costs_dtype, "bf16")
     if costs and not os.path.isfile(costs):
@@ -630,7 +653,8 @@ class Method:
         inputs and the tensors it materialises rounded to the format, products and sums accumulated in float32 —
         under `policy`: 'eager' (every intermediate stored in the format, as a straightforward transcription under
         .half() stores it) or 'careful' (accumulators, normalisers, softmax statistics and states kept in float32, as
-        FlashAttention keeps them). Which intermediates each policy rounds: attnlab.methods()' 'storage'; a method
+        FlashAttention keeps them; 'careful' needs bf16 or fp16, where something is rounded). Which intermediates
+        each policy rounds: attnlab.methods()' 'storage'; a method
         that does not emulate one refuses it here (ValueError). Results come back in float32, their values exact in
         the format; diagnostics gains per intermediate the entries that overflowed, underflowed to 0 or were NaN,
         and the output's non-finite entries and all-zero rows (a non-finite or zero output is returned with a
@@ -640,6 +664,7 @@ class Method:
         causal = _bool("causal", causal)
         scale, seed = _real("scale", scale, none=True), _seed(seed, none=True)
         self._storage, self._policy, self._dtype = _precision(precision, policy, None)
+        self._precision_name = precision
         opts = [(name, _option(name, value)) for name, value in options.items()]
         self._m = _core.Method(spec, opts, causal, scale, seed, True, self._storage, self._policy)
 
@@ -652,14 +677,19 @@ class Method:
         if precision is not None:   # a spec with '@FORMAT[-POLICY]' (attnlab.torch's swaps): '@fp64' computes in
             storage, policy, dtype = _precision(precision, spec_policy, None)   # float64, as apply() does
         self._storage, self._policy, self._dtype = storage, policy, dtype
+        self._precision_name = precision if precision is not None else {"bf16": "bf16", "fp16": "fp16"}.get(storage)
         self._m = _core.Method(spec, [], causal, scale, seed, False, storage, policy)
         return self
 
     # ---- what it is --------------------------------------------------------------------------------------------
 
-    spec = _core_attribute(
-        "spec",
-        "The canonical spec, every parameter written out (defaults and the seed included): replays this method.")
+    @property
+    def spec(self):
+        """The canonical spec, every parameter written out (defaults and the seed included), and the precision
+        when one was given ('...@bf16-careful', as canonical() writes it): replays this method."""
+        if self._precision_name is None:
+            return self._m.spec
+        return f"{self._m.spec}@{self._precision_name}-{self._policy}"
 
     name = _core_attribute("name", "The method's name ('nystrom', ...).")
 
@@ -808,7 +838,7 @@ class Method:
                                  f"{name}.astype('{dt}'), or fit on {a.dtype} q and k")
             arrays.append(a)
         grads = self._m.backward(*arrays)
-        _warn_gradients(self, "backward(v, do)")
+        _warn_gradients(self, "backward(v, do)", grads, arrays[1])
         return grads
 
     def apply(self, x):
@@ -862,6 +892,10 @@ class Method:
             args.append("causal=True")
         if self.scale is not None:
             args.append(f"scale={self.scale!r}")
+        if self._precision_name is not None:
+            args.append(f"precision={self._precision_name!r}")
+        if self._policy != "eager":
+            args.append(f"policy={self._policy!r}")
         text = f"attnlab.Method({', '.join(args)})"
         if not self.fitted:
             return f"<{text}, not fitted>"

@@ -91,9 +91,10 @@ def attention(q, k, v, spec="exact", causal=False, scale=None, seed=None):
         raise ValueError(f"q, k, v: different dtypes ({q.dtype}, {k.dtype}, {v.dtype}); give one")
     if q.dtype in _HALF:
         # Half tensors: their values are exact in float32; the emulation stores every tensor in their format.
-        if "@" not in spec:
+        named = attnlab._split_precision(spec, None, "eager")[1]   # an '@' in a path names no precision
+        if named is None:
             spec = f"{spec}@{_HALF[q.dtype]}"
-        elif attnlab._split_precision(spec, None, "eager")[1] != _HALF[q.dtype]:
+        elif named != _HALF[q.dtype]:
             raise ValueError(f"spec {spec!r}: its precision differs from the tensors' {q.dtype}; give one")
         half = q.dtype
         out = attention(q.float(), k.float(), v.float(), spec, causal=causal, scale=scale, seed=seed)

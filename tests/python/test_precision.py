@@ -29,12 +29,12 @@ def rel(a, b):
 def test_native_precisions_are_the_native_paths():
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((96, 16)) for _ in range(3))
+    # (fp32 under the careful policy is the float32 path too — the conformance test's, every method, output and
+    # backward — but the module, as the command, refuses a policy where nothing rounds: test_precision_spellings)
     for spec in ("exact", "linear", "nystrom:landmarks=8"):
-        for policy in ("eager", "careful"):
-            assert np.array_equal(attnlab.apply(spec, q, k, v, precision="fp64", policy=policy),
-                                  attnlab.apply(spec, q, k, v))
-            assert np.array_equal(attnlab.apply(spec, q, k, v, precision="fp32", policy=policy),
-                                  attnlab.apply(spec, q, k, v, dtype="float32"))
+        assert np.array_equal(attnlab.apply(spec, q, k, v, precision="fp64"), attnlab.apply(spec, q, k, v))
+        assert np.array_equal(attnlab.apply(spec, q, k, v, precision="fp32"),
+                              attnlab.apply(spec, q, k, v, dtype="float32"))
 
 
 def test_outputs_are_values_of_the_format():
@@ -586,3 +586,100 @@ def test_overflowed_inputs_are_a_finding_for_every_method():
             if info["storage_backward"] is not None:
                 dq, dk, dv = quiet(m.backward, v, v)
                 assert dq.shape == q.shape and dv.shape == v.shape, info["name"]
+
+
+def test_gradients_zero_everywhere_are_said():
+    """fp16 eager linear attention's backward at n = 1024 returns zero gradients (its normaliser overflowed, as its
+    forward returns zero rows): a RuntimeWarning says which gradients are zero while ∂L/∂O is not; careful, none."""
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((1024, 64)) for _ in range(4))
+    with pytest.warns(RuntimeWarning, match="dQ, dK, dV zero everywhere while ∂L/∂O is not"):
+        g = attnlab.backward("linear", q, k, v, do, precision="fp16")
+    assert all(not np.any(x) for x in g)
+    m = attnlab.Method("linear", precision="fp16").fit(q[None], k[None])   # per head, batched
+    with pytest.warns(RuntimeWarning, match="zero everywhere"):
+        m.backward(v[None], do[None])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = attnlab.backward("linear", q, k, v, do, precision="fp16", policy="careful")
+        assert all(np.any(x) for x in g)
+        attnlab.backward("linear", q, k, v, np.zeros_like(do), precision="fp16", policy="careful")   # dO = 0: no
+
+
+def test_precision_spellings_refused_and_kept():
+    """A spec naming two precisions or an empty policy, and a policy where nothing rounds (no precision, fp32,
+    fp64: the command refuses --policy there too), are ValueErrors in every function; Method's spec and repr keep
+    the precision, so that the spec replays the method."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((64, 16)) for _ in range(3))
+    for spec, kw, match in (("exact@bf16@fp16", {}, "two precisions"), ("exact@bf16-", {}, "not a precision"),
+                            ("exact@fp32-careful", {}, "needs precision"), ("exact", {"policy": "careful"}, "needs"),
+                            ("exact", {"precision": "fp64", "policy": "careful"}, "needs precision")):
+        for call in (lambda: attnlab.apply(spec, q, k, v, **kw), lambda: attnlab.Method(spec, **kw),
+                     lambda: attnlab.backward(spec, q, k, v, v, **kw), lambda: attnlab.compare(q, k, v, spec, **kw)):
+            with pytest.raises(ValueError, match=match):
+                call()
+    m = attnlab.Method("nystrom:landmarks=8", precision="bf16", policy="careful")
+    assert m.spec.endswith("@bf16-careful") and "precision='bf16', policy='careful'" in repr(m)
+    again = attnlab.Method(m.spec)
+    assert again.spec == m.spec and again._storage == "bf16" and again._policy == "careful"
+    assert attnlab.Method("local", precision="fp32").spec.endswith("@fp32-eager")
+    assert "@" not in attnlab.Method("local").spec
+
+
+def test_report_takes_the_precisions_dtype(tmp_path):
+    """report(precision='fp32') takes float64 arrays as float32, as apply does (the same table as on float32 arrays);
+    a dtype that contradicts the precision is refused."""
+    import pandas as pd
+    g = np.random.default_rng(5)
+    q, k, v = (g.standard_normal((1, 128, 16)) for _ in range(3))
+    tables = []
+    for name, kw in (("a", {"precision": "fp32"}), ("b", {})):
+        x = (q, k, v) if kw else (q.astype("f4"), k.astype("f4"), v.astype("f4"))
+        attnlab.report(*x, out=str(tmp_path / name), families=["local"], quiet=True, repeats=1, **kw)
+        df = pd.read_csv(tmp_path / name / "report.csv")
+        tables.append(df[df.metric == "out_rel_fro"].value.to_numpy())
+    assert len(tables[0]) and np.array_equal(tables[0], tables[1])
+    with pytest.raises(ValueError, match="contradicts"):
+        attnlab.report(q, k, v, out=str(tmp_path / "c"), precision="bf16", dtype="float64")
+
+
+def test_half_tensors_with_an_at_in_a_path(tmp_path):
+    """attnlab.torch.attention on bfloat16 tensors with a spec whose path holds an '@' (no precision named there):
+    the tensors' format is the precision."""
+    torch = pytest.importorskip("torch")
+    import attnlab.torch as at
+    d = tmp_path / "run@1"
+    d.mkdir()
+    np.save(d / "cb.npy", np.random.default_rng(2).standard_normal((8, 16)).astype(np.float32))
+    t = torch.randn(1, 32, 16, generator=torch.Generator().manual_seed(0))
+    spec = f"vq:codes=8,codebook={d}/cb.npy"
+    out = at.attention(t.bfloat16(), t.bfloat16(), t.bfloat16(), spec)
+    ref = at.attention(t.bfloat16(), t.bfloat16(), t.bfloat16(), spec + "@bf16")
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
+
+
+def test_bfloat16_tensor_to_the_module_names_the_remedy():
+    """numpy has no bfloat16: a bfloat16 tensor given to apply/Method is refused with the remedy (.float() with
+    precision='bf16', or attnlab.torch.attention), and the remedy gives attnlab.torch.attention's values."""
+    torch = pytest.importorskip("torch")
+    import attnlab.torch as at
+    t = torch.randn(64, 16, generator=torch.Generator().manual_seed(0)).bfloat16()
+    with pytest.raises(ValueError, match=r"q.float\(\) holds the same values"):
+        attnlab.apply("exact", t, t, t, precision="bf16")
+    got = attnlab.apply("exact", t.float(), t.float(), t.float(), precision="bf16")
+    assert np.array_equal(got, at.attention(t[None], t[None], t[None], "exact")[0].float().numpy())
+
+
+def test_warnings_name_where_a_nan_and_float32s_overflow_arose():
+    """The output warning names the first intermediate stored with a NaN; an infinity the float32 arithmetic made
+    before the storing (bfloat16 has float32's range: nearly the only way it overflows) counts as that
+    intermediate's overflow, so bf16's failures are not 'overflowed: nothing'."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((64, 8)).astype(np.float32) for _ in range(3))
+    q[0, 0] = 1e20
+    k[:, 0] = np.abs(k[:, 0]) * 1e20   # q₀·k_j = +inf in float32, finite in neither bf16 nor fp16
+    m = attnlab.Method("exact:impl=materialized", precision="bf16").fit(q, k)
+    with pytest.warns(RuntimeWarning, match=r"overflowed: .*logits.*NaN first stored in: "):
+        m.output(v)
+    assert sum(x for key, x in m.diagnostics.items() if key.startswith("overflow[logits")) > 0

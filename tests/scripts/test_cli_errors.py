@@ -473,6 +473,53 @@ r = run(*seeds, "--seeds", "2")
 c.check(r.returncode != 0 and "seeds: two → 2" in r.stderr and "stoll" not in r.stderr,
         f"a non-numeric count in the sidecar: refused, naming it: {r.stderr!r}")
 
+# Sliding bands that hold no key (queries more than the keys plus the window, no mask): refused before any work by
+# local and Scatterbrain, which corrupted memory there (double free, a hang, or NaN rows under bf16); at the edge,
+# n_q = n_k + W, every band holds a key and the output is finite.
+wide_q = save("q200.npy", rng.standard_normal((200, 16)).astype(np.float32))
+edge_q = save("q144.npy", rng.standard_normal((144, 16)).astype(np.float32))
+band_k = save("k128.npy", rng.standard_normal((128, 16)).astype(np.float32))
+band_v = save("v128.npy", rng.standard_normal((128, 8)).astype(np.float32))
+for method in ("local:window=16", "scatterbrain:window=16"):
+    for extra in ([], ["--precision", "bf16"]):
+        for cmd in (["apply", "--out", path("band.npy")], ["compare"]):
+            r = run(*cmd, "--method", method, "--q", wide_q, "--k", band_k, "--v", band_v, *extra)
+            c.check(r.returncode in (1, 2) and "leave 56 query bands without a key" in r.stderr,
+                    f"{method} {cmd[0]} {extra}: empty bands refused: {r.returncode} {r.stderr[-300:]!r}")
+    r = run("apply", "--method", method, "--q", edge_q, "--k", band_k, "--v", band_v, "--out", path("edge.npy"))
+    c.check(r.returncode == 0 and np.isfinite(np.load(path("edge.npy"))).all(),
+            f"{method}: n_q = n_k + W runs: {r.returncode} {r.stderr[-300:]!r}")
+# Files whose stored dtypes differ, float16 beside float32 included (Q's alone would pick the emulation), are refused
+# naming the dtypes as stored.
+q_f2 = save("q_f2.npy", rng.standard_normal((64, 16)).astype(np.float16))
+for args, want in ((["--q", good_q, "--k", save("k_f2.npy", np.load(good_k).astype(np.float16))], "is float16"),
+                   (["--q", q_f2, "--k", good_k], "Q " + q_f2 + " is float16, K " + good_k + " is float32")):
+    r = run("apply", "--method", "exact", *args, "--v", good_v, "--out", path("mixed.npy"))
+    c.check(r.returncode != 0 and want in r.stderr and "differ in dtype" in r.stderr,
+            f"mixed float16/float32 files refused: {r.stderr!r}")
+# report on float16 files: the recommendation for fp16 storage, as apply and compare compute them, and said.
+f2 = [save(f"{x}_half.npy", rng.standard_normal((96, 16)).astype(np.float16)) for x in "qkv"]
+r = run("report", "--q", f2[0], "--k", f2[1], "--v", f2[2], "--out", path("rep_half"), "--families", "local",
+        "--repeats", "1")
+c.check(r.returncode == 0 and "float16 files: the recommendation is for fp16 storage" in r.stdout and
+        "fp16" in open(os.path.join(path("rep_half"), "summary.md")).read(), f"report on float16 files: {r.stderr!r}")
+# A NaN is said with the first intermediate it was stored in (where 0/0 or inf − inf arose).
+nan_in = save("q_big.npy", (rng.standard_normal((256, 16)) * 3e4).astype(np.float32))
+r = run("apply", "--method", "exact:impl=materialized", "--q", nan_in, "--k", nan_in, "--v",
+        save("v256.npy", rng.standard_normal((256, 8)).astype(np.float32)), "--precision", "fp16",
+        "--out", path("nan.npy"))
+c.check(r.returncode == 0 and "NaN first stored in: " in r.stderr, f"the first NaN is named: {r.stderr!r}")
+# Experiment options that would exhaust memory or fail mid-run: refused before any point.
+prec = ["run", "precision", "--sources", "gaussian", "--formats", "bf16", "--temperatures", "1", "--n", "64"]
+for args, want in ((["--methods", "linear", "--seeds", "20000"], "--seeds: 20000 is more than 10000"),
+                   (["--methods", "linear", "--d", "100000"], "--d: 100000 is more than 4096"),
+                   (["--methods", "linear", "--long-sources", "foo"], "--long-sources 'foo'"),
+                   (["--methods", "exact;linformer:k=256"], "k = 256 exceeds the sequence"),
+                   (["--methods", "linear", "--shard", "0/-1"], "--shard '0/-1'")):
+    r = run(*prec, *args, "--out", path("early.csv"))
+    c.check(r.returncode != 0 and want in r.stderr and not os.path.exists(path("early.csv")),
+            f"run precision {' '.join(args)}: refused before any point: {r.returncode} {r.stderr!r}")
+
 # README's methods table is the registry's (attnlab methods --markdown): a new method, parameter or default shows.
 table = run("methods", "--markdown").stdout
 readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md"),

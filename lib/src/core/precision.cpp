@@ -98,10 +98,11 @@ float round_stored(Storage s, float x) {
 
 namespace {
 
-/// One entry's tally, as round_in_place's contract says: NaN when stored, finite rounded to ±inf, nonzero to 0.
+/// One entry's tally, as RoundingTally says: NaN when stored, ±inf when stored (rounded there, or already from the
+/// float32 arithmetic: an overflow all the same, which counting only the rounding's would hide in bf16), nonzero to 0.
 void tally_one(float a, float r, RoundingTally& t) {
   if (std::isnan(a)) ++t.nan;
-  else if (std::isinf(r) && std::isfinite(a)) ++t.overflow;
+  else if (std::isinf(r)) ++t.overflow;
   else if (r == 0.0f && a != 0.0f) ++t.underflow;
 }
 
@@ -130,12 +131,11 @@ void tally8(__m256 a, __m256 r, RoundingTally& t) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 inf = _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000)), zero = _mm256_setzero_ps();
   const __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
-  const __m256 a_finite = _mm256_cmp_ps(_mm256_and_ps(a, abs_mask), inf, _CMP_LT_OQ);
   const __m256 r_inf = _mm256_cmp_ps(_mm256_and_ps(r, abs_mask), inf, _CMP_EQ_OQ);
   const __m256 under = _mm256_and_ps(_mm256_cmp_ps(r, zero, _CMP_EQ_OQ), _mm256_cmp_ps(a, zero, _CMP_NEQ_OQ));
   t.nan += std::uint64_t(__builtin_popcount(unsigned(_mm256_movemask_ps(nan))));
-  t.overflow += std::uint64_t(__builtin_popcount(unsigned(_mm256_movemask_ps(_mm256_and_ps(r_inf, a_finite)))));
-  // (a NaN is never a finite a, nor rounds to 0: the three masks are disjoint, as tally_one's branches)
+  t.overflow += std::uint64_t(__builtin_popcount(unsigned(_mm256_movemask_ps(r_inf))));
+  // (a NaN stays NaN, never ±inf nor 0: the three masks are disjoint, as tally_one's branches)
   t.underflow += std::uint64_t(__builtin_popcount(unsigned(_mm256_movemask_ps(under))));
 }
 #endif

@@ -307,11 +307,13 @@ void check_qkv_arrays(const NpyArray& q, const NpyArray& k, const NpyArray* v, c
                                 q.path(), q.cols(), k.path(), k.cols());
   require(!v || v->rows() == k.rows(), "{}K {} has n_k = {} rows but V {} has {}; they must match", context,
                                        k.path(), k.rows(), v ? v->path() : "", v ? v->rows() : 0);
-  // Mixed dtypes: a silent cast would hide which precision the results are in; the user chooses it explicitly.
-  require(mixed_dtypes || (q.dtype() == k.dtype() && (!v || v->dtype() == q.dtype())),
+  // Mixed dtypes: a silent cast would hide which precision the results are in; the user chooses it explicitly. As
+  // stored: a float16 file (held as float32) beside a float32 one differs too (Q's would pick the emulation).
+  const auto stored = [](const NpyArray& a) { return a.float16() ? "float16" : dtype_name(a.dtype()); };
+  const auto same = [&](const NpyArray& a) { return a.dtype() == q.dtype() && a.float16() == q.float16(); };
+  require(mixed_dtypes || (same(k) && (!v || same(*v))),
           "{}Q {} is {}, K {} is {}{}: the files differ in dtype; convert them to one{}", context, q.path(),
-          dtype_name(q.dtype()), k.path(), dtype_name(k.dtype()),
-          v_part(fmt::format("is {}", dtype_name(v ? v->dtype() : q.dtype()))), dtype_hint);
+          stored(q), k.path(), stored(k), v_part(fmt::format("is {}", stored(v ? *v : q))), dtype_hint);
   q.check_finite();
   k.check_finite();
   if (v) v->check_finite();

@@ -2,6 +2,9 @@
 // aligned position c_i = i + (n_k − n_q) (causal: c_i − W ≤ j ≤ c_i), softmax over the band only; O(n·W·d).
 #include "attnlab/methods/local.hpp"
 
+#include "attnlab/core/error.hpp"
+#include "base/band.hpp"
+
 #include <algorithm>
 
 namespace attnlab {
@@ -128,17 +131,18 @@ Gradients<T> LocalMethod<T>::do_backward(const ConstRef<T>& v, const ConstRef<T>
 
 template <typename T>
 MatrixR<T> LocalMethod<T>::do_output(const ConstRef<T>& v) const {
+  // (compute() only keeps Q and K: the bands are first needed here, and in pattern() for every other path)
+  require_band_reaches_keys("local", this->queries().rows(), this->keys().rows(), this->o_.window,
+                            this->options().causal);
   return local_output<T>(this->queries(), this->keys(), v, this->options(), this->o_.window, this->rounding_hook());
 }
 
 template <typename T>
 Pattern LocalMethod<T>::pattern(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) const {
-  Pattern p(static_cast<std::size_t>(q.rows()));
   const Index w = this->o_.window;
+  require_band_reaches_keys("local", q.rows(), k.rows(), w, opts.causal);
+  Pattern p(static_cast<std::size_t>(q.rows()));
   add_band(p, q.rows(), k.rows(), w, opts.causal);
-  // Without a mask and with n_k > n_q + W the first queries' bands can miss every key: keep c_i at least.
-  for (Index i = 0; i < q.rows(); ++i)
-    if (p[std::size_t(i)].empty()) p[std::size_t(i)].push_back(std::min(k.rows() - 1, i + k.rows() - q.rows()));
   return p;
 }
 

@@ -10,6 +10,7 @@
 #include "attnlab/methods/scatterbrain.hpp"
 
 #include "attnlab/core/error.hpp"
+#include "base/band.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -90,6 +91,7 @@ template <typename T>
 Status ScatterbrainMethod<T>::do_compute(const ConstRef<T>& q, const ConstRef<T>& k, const AttentionOptions& opts) {
   const ScatterbrainOptions& o = this->o_;
   const Index nq = q.rows(), nk = k.rows(), off = nk - nq, w = o.window;
+  require_band_reaches_keys("scatterbrain", nq, nk, w, opts.causal);
   Rng rng(o.seed);
   omega_ = performer_projection<T>(o.features, q.cols(), true, true, rng);
   const MatrixR<T>& omega = omega_;

@@ -46,8 +46,10 @@ Format storage_format(Storage s);
 /// low bits to nearest even; fp16 scales to the format's quantum and rounds with nearbyint. Native returns x.
 float round_stored(Storage s, float x);
 
-/// What rounding one tensor did: its entries, those that overflowed (finite, rounded to ±inf), those that underflowed
-/// (nonzero, rounded to 0), and those already NaN when stored (produced by an earlier operation in the format).
+/// What storing one tensor found: its entries, those that overflowed (±inf as stored: a finite value the format rounds
+/// to ±inf, or one the float32 arithmetic before it already overflowed — in bf16, whose range is float32's, nearly the
+/// only way), those that underflowed (nonzero, rounded to 0), and those NaN when stored (produced by an earlier
+/// operation).
 struct RoundingTally {
   std::uint64_t entries = 0, overflow = 0, underflow = 0, nan = 0;
   RoundingTally& operator+=(const RoundingTally& o) {

@@ -3,6 +3,7 @@
 #include "attnlab/methods/base/pattern_method.hpp"
 
 #include "attnlab/core/error.hpp"
+#include "band.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -132,6 +133,14 @@ template Gradients<double> pattern_backward<double>(const SparseOperator<double>
                                                     const ConstRef<double>&, double, const Rounding&);
 
 /// The band around the aligned position c_i = i + off, cut at the future when causal.
+void require_band_reaches_keys(const char* method, Index nq, Index nk, Index w, bool causal) {
+  const Index empty = causal ? (nq > nk ? nq : 0) : std::max<Index>(0, nq - nk - w);
+  require(empty == 0,
+          "{}: {} queries against {} keys leave {} query bands without a key (window W = {}: query i sees keys "
+          "|j − c_i| ≤ W{}, c_i = i + n_k − n_q, the queries aligned to the last keys); give n_q ≤ n_k{}",
+          method, nq, nk, empty, w, causal ? ", j ≤ c_i" : "", causal ? "" : " + W, or a wider window");
+}
+
 void add_band(Pattern& p, Index nq, Index nk, Index w, bool causal) {
   const Index off = nk - nq;
   for (Index i = 0; i < nq; ++i) {
