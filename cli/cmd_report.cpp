@@ -76,7 +76,9 @@ void add_report(CLI::App& app) {
                   "transcription; the default) or careful (accumulators and statistics in float32, as FlashAttention)");
   sub->callback([f] {
     f->opts.storage = parse_storage(f->precision.empty() ? "native" : f->precision);
-    require(f->policy.empty() || f->opts.storage != Storage::native, "report: --policy needs --precision bf16 or fp16");
+    // (float16 files, computed in fp16 below, take a policy too: checked once they are read)
+    require(f->policy.empty() || f->opts.storage != Storage::native || (!f->q.empty() && f->precision.empty()),
+            "report: --policy needs --precision bf16 or fp16");
     f->opts.policy = parse_policy(f->policy.empty() ? "eager" : f->policy);
     std::vector<attnlab::report::Layer> layers;
     if (!f->model_dir.empty()) {
@@ -92,6 +94,8 @@ void add_report(CLI::App& app) {
         fmt::print("report: float16 files: the recommendation is for fp16 storage ({} policy; --precision fp32 for "
                    "the float64 methods' errors)\n", policy_name(f->opts.policy));
       }
+      require(f->policy.empty() || f->opts.storage != Storage::native,
+              "report: --policy needs --precision bf16 or fp16 (or float16 files)");
       layer.name = "input";
       for (Index h = 0; h < files.heads(); ++h)
         layer.heads.push_back({files.q.head_as<double>(h), files.k.head_as<double>(h), files.v.head_as<double>(h)});

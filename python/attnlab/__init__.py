@@ -281,17 +281,21 @@ def _warn_reduced(m, what):
 
 
 def _warn_gradients(m, what, grads, do):
-    """Under bf16/fp16 non-finite gradients, and a gradient that is zero everywhere while ∂L/∂O is not (fp16 eager
-    linear attention's: its normaliser overflowed), are the finding: returned, and said (never silent). A gradient
-    of an attention output is zero only where ∂L/∂O is, or where V's rows are all equal."""
+    """Under bf16/fp16 non-finite gradients, and gradients zero everywhere where dV is while ∂L/∂O is not (fp16 eager
+    linear attention's: its normaliser overflowed), are the finding: returned, and said (never silent). dV = P̃ᵀ·∂L/∂O
+    with P̃'s rows summing to 1 is not zero where ∂L/∂O is not; dQ and dK may be, exactly (one key: dS = 0), so they
+    are named beside a zero dV, never alone."""
     if m._storage == "native":
         return
     diags = m._m.diagnostics
     bad = int(sum(d.get("gradient_nonfinite", 0) for d in (diags if isinstance(diags, list) else [diags])))
     do = np.asarray(do)
     live = np.any(do != 0, axis=(-2, -1)) if do.ndim >= 2 else np.any(do != 0)   # per head
-    zero = [name for name, g in zip(("dQ", "dK", "dV"), grads)
-            if np.any(live & ~np.any(np.asarray(g) != 0, axis=(-2, -1) if np.ndim(g) >= 2 else None))]
+    def dead(g):   # per head: zero everywhere where ∂L/∂O is not
+        g = np.asarray(g)
+        return live & ~np.any(g != 0, axis=(-2, -1) if g.ndim >= 2 else None)
+    failed = dead(grads[2])
+    zero = [name for name, g in zip(("dQ", "dK", "dV"), grads) if np.any(failed & dead(g))]
     if bad or zero:
         import warnings
         said = [f"{bad} non-finite gradient entries (dQ, dK, dV together)"] if bad else []
@@ -423,8 +427,8 @@ def compare(q, k, v, methods=None, *, causal=False, scale=None, seed=0, matrix_m
             raise ValueError(f"methods: {', '.join(s for s in specs if '@' in s)} name their precision and "
                              f"precision={precision!r} is given too; give it one way")
         groups = {}
-        for i, (base, p, pol) in enumerate(parts):
-            groups.setdefault((p, pol), []).append((i, base))
+        for i, (base, p, pol) in enumerate(parts):   # policy= is for the specs naming a format: the plain ones
+            groups.setdefault((p, pol if p is not None else "eager"), []).append((i, base))   # round nothing
         keyed = []
         for (p, pol), members in groups.items():
             got = compare(q, k, v, [b for _, b in members], causal=causal, scale=scale, seed=seed,

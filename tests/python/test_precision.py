@@ -683,3 +683,22 @@ def test_warnings_name_where_a_nan_and_float32s_overflow_arose():
     with pytest.warns(RuntimeWarning, match=r"overflowed: .*logits.*NaN first stored in: "):
         m.output(v)
     assert sum(x for key, x in m.diagnostics.items() if key.startswith("overflow[logits")) > 0
+
+
+def test_exact_zeros_of_the_maths_are_not_a_finding_and_mixed_policies():
+    """Gradients the maths makes zero (one key per query: dS = 0, so dQ = dK = 0) do not warn, natively or emulated;
+    compare's policy= is for the specs that name a format, the plain ones beside them running natively."""
+    rng = np.random.default_rng(6)
+    q, k, v = rng.standard_normal((6, 8)), rng.standard_normal((10, 8)), rng.standard_normal((10, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fmt in ("bf16", "fp16"):
+            g = attnlab.backward("local:window=0", q, k, v, np.ones((6, 8)), precision=fmt)
+            assert not np.any(g[0]) and not np.any(g[1]) and np.any(g[2])
+            attnlab.backward("exact", q[:1, :1], k[:1, :1], v[:1, :1], np.ones((1, 1)), precision=fmt)
+    q, k, v = (rng.standard_normal((96, 16)) for _ in range(3))
+    rows = attnlab.compare(q, k, v, ["linear@fp16", "linear"], policy="careful", repeats=1, frame=False)
+    assert (rows[0]["precision"], rows[0]["policy"]) == ("fp16", "careful")
+    assert "policy" not in rows[1] and rows[1]["dtype"] == "float64"   # the plain spec: native, as given
+    with pytest.raises(ValueError, match="needs precision"):
+        attnlab.compare(q, k, v, ["linear"], policy="careful", repeats=1)

@@ -503,6 +503,14 @@ r = run("report", "--q", f2[0], "--k", f2[1], "--v", f2[2], "--out", path("rep_h
         "--repeats", "1")
 c.check(r.returncode == 0 and "float16 files: the recommendation is for fp16 storage" in r.stdout and
         "fp16" in open(os.path.join(path("rep_half"), "summary.md")).read(), f"report on float16 files: {r.stderr!r}")
+r = run("report", "--q", f2[0], "--k", f2[1], "--v", f2[2], "--out", path("rep_half_c"), "--families", "local",
+        "--repeats", "1", "--policy", "careful")
+c.check(r.returncode == 0 and "fp16 storage (careful policy" in r.stdout and
+        "careful" in open(os.path.join(path("rep_half_c"), "summary.md")).read(),
+        f"report on float16 files takes a policy, as apply does: {r.returncode} {r.stderr!r}")
+r = run("report", "--q", good_q, "--k", good_k, "--v", good_v, "--out", path("rep_pol"), "--policy", "careful")
+c.check(r.returncode != 0 and "--policy needs --precision bf16 or fp16" in r.stderr,
+        f"report --policy on float32 files without --precision: refused: {r.stderr!r}")
 # A NaN is said with the first intermediate it was stored in (where 0/0 or inf − inf arose).
 nan_in = save("q_big.npy", (rng.standard_normal((256, 16)) * 3e4).astype(np.float32))
 r = run("apply", "--method", "exact:impl=materialized", "--q", nan_in, "--k", nan_in, "--v",

@@ -8,7 +8,8 @@
 namespace attnlab {
 
 /// Refuses, before any work, shapes that leave a query's band without a key: without a mask the first
-/// n_q − n_k − W queries when n_q > n_k + W (causal: any query when n_q > n_k). Their softmax would be over nothing.
+/// n_q − n_k − W queries when n_q > n_k + W (causal: the first n_q − n_k when n_q > n_k). Their softmax would be
+/// over nothing.
 void require_band_reaches_keys(const char* method, Index nq, Index nk, Index w, bool causal);
 
 }  // namespace attnlab

@@ -132,15 +132,16 @@ template Gradients<double> pattern_backward<double>(const SparseOperator<double>
                                                     const ConstRef<double>&, const ConstRef<double>&,
                                                     const ConstRef<double>&, double, const Rounding&);
 
-/// The band around the aligned position c_i = i + off, cut at the future when causal.
 void require_band_reaches_keys(const char* method, Index nq, Index nk, Index w, bool causal) {
-  const Index empty = causal ? (nq > nk ? nq : 0) : std::max<Index>(0, nq - nk - w);
+  // the first queries, whose band ends before key 0: c_i + W < 0 (causal: c_i < 0)
+  const Index empty = std::max<Index>(0, causal ? nq - nk : nq - nk - w);
   require(empty == 0,
           "{}: {} queries against {} keys leave {} query bands without a key (window W = {}: query i sees keys "
           "|j − c_i| ≤ W{}, c_i = i + n_k − n_q, the queries aligned to the last keys); give n_q ≤ n_k{}",
           method, nq, nk, empty, w, causal ? ", j ≤ c_i" : "", causal ? "" : " + W, or a wider window");
 }
 
+/// The band around the aligned position c_i = i + off, cut at the future when causal.
 void add_band(Pattern& p, Index nq, Index nk, Index w, bool causal) {
   const Index off = nk - nq;
   for (Index i = 0; i < nq; ++i) {
