@@ -82,11 +82,11 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
       nonfinite += c.nonfinite;
       zero_rows += c.zero_rows;
       rows += c.rows;
-      for (const auto& e : method->rounding())
+      for (const auto& e : method->rounding()) {
         if (e.tally.overflow > 0 && std::find(overflowed.begin(), overflowed.end(), e.what) == overflowed.end())
           overflowed.push_back(e.what);
-      for (const auto& e : method->rounding())
         if (first_nan.empty() && e.tally.nan > 0) first_nan = e.what;
+      }
     } else {
       require_finite_output(o_h, "the output of {} (head {})", method->spec(), i);
     }

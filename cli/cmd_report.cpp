@@ -76,12 +76,15 @@ void add_report(CLI::App& app) {
                   "transcription; the default) or careful (accumulators and statistics in float32, as FlashAttention)");
   sub->callback([f] {
     f->opts.storage = parse_storage(f->precision.empty() ? "native" : f->precision);
-    // (float16 files, computed in fp16 below, take a policy too: checked once they are read)
-    require(f->policy.empty() || f->opts.storage != Storage::native || (!f->q.empty() && f->precision.empty()),
-            "report: --policy needs --precision bf16 or fp16");
     f->opts.policy = parse_policy(f->policy.empty() ? "eager" : f->policy);
+    // A policy says what bf16/fp16 round: refused where nothing is (float16 files take one: checked once read).
+    const auto require_policy_rounds = [&] {
+      require(f->policy.empty() || f->opts.storage != Storage::native,
+              "report: --policy needs --precision bf16 or fp16 (or float16 files)");
+    };
     std::vector<attnlab::report::Layer> layers;
     if (!f->model_dir.empty()) {
+      require_policy_rounds();
       layers = attnlab::report::load_model_export(f->model_dir, f->layers, f->seq, f->opts.causal);
     } else {
       require(!f->q.empty(), "report: give --q/--k/--v or --model-dir");
@@ -94,8 +97,7 @@ void add_report(CLI::App& app) {
         fmt::print("report: float16 files: the recommendation is for fp16 storage ({} policy; --precision fp32 for "
                    "the float64 methods' errors)\n", policy_name(f->opts.policy));
       }
-      require(f->policy.empty() || f->opts.storage != Storage::native,
-              "report: --policy needs --precision bf16 or fp16 (or float16 files)");
+      require_policy_rounds();
       layer.name = "input";
       for (Index h = 0; h < files.heads(); ++h)
         layer.heads.push_back({files.q.head_as<double>(h), files.k.head_as<double>(h), files.v.head_as<double>(h)});

@@ -88,12 +88,10 @@ class Precision final : public SourcesExperiment {
     // them): a budget past the sequence is refused here, not after the points before it.
     for (const auto& spec : methods_) {
       const auto m = make_method<double>(spec, 0);
-      for (const auto& src : sources_) {
-        if (ModelData::is_model_source(src)) continue;
-        const bool long_n = std::find(long_sources_.begin(), long_sources_.end(), src) != long_sources_.end();
-        for (Index n : n_)
-          if (n <= kLongN || long_n) check_method_fits(*m, ProblemSize{n, n, d_, d_, 8});
-      }
+      for (const auto& src : sources_)
+        if (!ModelData::is_model_source(src))
+          for (Index n : n_)
+            if (runs_at(src, n)) check_method_fits(*m, ProblemSize{n, n, d_, d_, 8});
     }
   }
   void model_points(std::vector<Point>& pts, const std::string& src) const override {
@@ -104,10 +102,13 @@ class Precision final : public SourcesExperiment {
                          return evaluate(head_row(*data, h), data->load(h), t, std::uint64_t(h.seq));
                        }});
   }
+  /// Whether generated source `src` runs length n (above kLongN only the --long-sources do).
+  bool runs_at(const std::string& src, Index n) const {
+    return n <= kLongN || std::find(long_sources_.begin(), long_sources_.end(), src) != long_sources_.end();
+  }
   void generated_points(std::vector<Point>& pts, const std::string& src) const override {
-    const bool long_n = std::find(long_sources_.begin(), long_sources_.end(), src) != long_sources_.end();
     for (Index n : n_) {
-      if (n > kLongN && !long_n) continue;
+      if (!runs_at(src, n)) continue;
       for (double t : temps_)
         add_seed_points(pts, seeds_, fmt::format("source={} n={} d={} T={}", src, n, d_, t),
                         [=](std::uint64_t s) { return evaluate(source_row(src), generated(src, n, d_, s), t, s); });

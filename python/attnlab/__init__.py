@@ -261,6 +261,12 @@ def _native_spec(spec):
     return base if precision in ("bf16", "fp16") else spec
 
 
+def _overflowed(heads):
+    """'; overflowed: WHAT, ...' of the intermediates stored with ±inf in any head's diagnostics, or ''."""
+    over = sorted({k[9:-1] for d in heads for k, x in d.items() if k.startswith("overflow[") and x > 0})
+    return f"; overflowed: {', '.join(over)}" if over else ""
+
+
 def _warn_reduced(m, what):
     """Under bf16/fp16 a non-finite or all-zero output is the finding: returned, and said (never silent)."""
     if m._storage == "native":
@@ -271,11 +277,10 @@ def _warn_reduced(m, what):
     zero = int(sum(d.get("output_zero_rows", 0) for d in heads))
     if nonfinite or zero:
         import warnings
-        over = sorted({k[9:-1] for d in heads for k, x in d.items() if k.startswith("overflow[") and x > 0})
         # the first intermediate stored with a NaN (diagnostics keep the order of storing): where 0/0 or inf − inf arose
         nan = next((k[4:-1] for d in heads for k, x in d.items() if k.startswith("nan[") and x > 0), None)
         warnings.warn(f"{what}: {m._m.spec} under {m._storage} storage ({m._policy}): {nonfinite} non-finite output "
-                      f"entries, {zero} all-zero output rows" + (f"; overflowed: {', '.join(over)}" if over else "")
+                      f"entries, {zero} all-zero output rows" + _overflowed(heads)
                       + (f"; NaN first stored in: {nan}" if nan else "")
                       + " (Method.diagnostics has the counts per intermediate)", RuntimeWarning, stacklevel=3)
 
@@ -288,7 +293,8 @@ def _warn_gradients(m, what, grads, do):
     if m._storage == "native":
         return
     diags = m._m.diagnostics
-    bad = int(sum(d.get("gradient_nonfinite", 0) for d in (diags if isinstance(diags, list) else [diags])))
+    heads = diags if isinstance(diags, list) else [diags]
+    bad = int(sum(d.get("gradient_nonfinite", 0) for d in heads))
     do = np.asarray(do)
     live = np.any(do != 0, axis=(-2, -1)) if do.ndim >= 2 else np.any(do != 0)   # per head
     def dead(g):   # per head: zero everywhere where ∂L/∂O is not
@@ -301,10 +307,8 @@ def _warn_gradients(m, what, grads, do):
         said = [f"{bad} non-finite gradient entries (dQ, dK, dV together)"] if bad else []
         if zero:
             said.append(f"{', '.join(zero)} zero everywhere while ∂L/∂O is not")
-        over = sorted({k[9:-1] for d in (diags if isinstance(diags, list) else [diags]) for k, x in d.items()
-                       if k.startswith("overflow[") and x > 0})
         warnings.warn(f"{what}: {m._m.spec} under {m._storage} storage ({m._policy}): {'; '.join(said)}"
-                      + (f"; overflowed: {', '.join(over)}" if over else "")
+                      + _overflowed(heads)
                       + " (Method.diagnostics has the counts per intermediate)", RuntimeWarning, stacklevel=3)
 
 
