@@ -49,3 +49,22 @@ def test_other_detected_caches_give_the_pinned_bits_once_pinned():
     assert not np.array_equal(other, pinned)
     # ... and under the pin it is the pinned run's, bit for bit, whatever sizes were set before.
     assert np.array_equal(again, pinned)
+
+
+def test_the_thread_count_changes_no_bit():
+    """Eigen split a long product made outside attnlab's parallel regions among the OpenMP threads, with another
+    blocking depth than on one thread: Linformer's and Nyström's outputs differed in their last bits between
+    set_threads(1) and 2 (as the command's did between OMP_NUM_THREADS=1 and 2). The library keeps Eigen's products on
+    one thread, so a user's thread count (or PyTorch's, or a 1-CPU machine) changes no value."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1024, 64)).astype(np.float32) for _ in range(3))
+    before = attnlab.threads()
+    try:
+        for spec in ("linformer:k=64", "nystrom:landmarks=64"):
+            attnlab.set_threads(1)
+            one = attnlab.apply(spec, q, k, v)
+            attnlab.set_threads(2)
+            two = attnlab.apply(spec, q, k, v)
+            assert np.array_equal(one, two), spec
+    finally:
+        attnlab.set_threads(before)

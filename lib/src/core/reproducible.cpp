@@ -33,7 +33,17 @@ namespace attnlab {
 
 CacheSizes pinned_cache_sizes() { return {48 * 1024, 1024 * 1024, 384 * 1024 * 1024}; }
 
-void pin_eigen_blocking() { set_eigen_cache_sizes(pinned_cache_sizes()); }
+// Eigen's products on one thread, whatever the thread count: Eigen splits a large product made outside a parallel
+// region among OpenMP threads (parallelize_gemm), and its blocking then takes another depth (kc: 320 against 344 for
+// a float product of depth 1024 at the pinned L1), so such a product's last bits followed OMP_NUM_THREADS and the
+// machine's core count (one thread gave other values than two, measured on the quick preset). attnlab runs its own
+// tiles and row chunks in parallel, in a fixed order; the products inside them were sequential already.
+// EIGEN_DONT_PARALLELIZE (lib/CMakeLists.txt) removes the split where attnlab's flags compile Eigen; this covers a
+// program compiled without them.
+void pin_eigen_blocking() {
+  set_eigen_cache_sizes(pinned_cache_sizes());
+  Eigen::setNbThreads(1);
+}
 
 CacheSizes eigen_cache_sizes() { return {Eigen::l1CacheSize(), Eigen::l2CacheSize(), Eigen::l3CacheSize()}; }
 

@@ -2,7 +2,9 @@
 // product's terms are summed) from the cache sizes it reads from the CPU, so the same product can differ in its
 // last bits between an AMD and an Intel machine. The library pins the sizes it assumes when a program that links it
 // starts (a static initializer in lib/src/core/reproducible.cpp, kept by the link option --undefined=
-// attnlab_eigen_pinned): the command, the benchmarks, the Python module and a user's program alike.
+// attnlab_eigen_pinned): the command, the benchmarks, the Python module and a user's program alike. Eigen's products
+// also stay on one thread (EIGEN_DONT_PARALLELIZE, and Eigen::setNbThreads(1) in the same initializer): split among
+// threads, a product takes another blocking depth, so the thread count would change the last bits.
 #pragma once
 
 #include <cstddef>
@@ -12,8 +14,9 @@ namespace attnlab {
 
 /// Fixes the cache sizes Eigen's products assume (L1 48 KiB, L2 1 MiB, L3 384 MiB: what Eigen reads on the AMD
 /// EPYC machines the committed results were made on), so that blocking, and summation order, are the same on
-/// every CPU; it changes only speed on a machine with other caches. Done before main() (or when the Python module
-/// loads) in every program that links attnlab; call it again only to undo set_eigen_cache_sizes.
+/// every CPU; it changes only speed on a machine with other caches. Also holds Eigen's products to one thread
+/// (Eigen::setNbThreads(1)). Done before main() (or when the Python module loads) in every program that links
+/// attnlab; call it again only to undo set_eigen_cache_sizes.
 void pin_eigen_blocking();
 
 /// Cache sizes in bytes, as Eigen's products take them.
