@@ -64,7 +64,7 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
   }
   NpyWriter<T> out(o.out, shape(n_q, d_v));
   MatrixR<T> qs, ks, vs;
-  std::uint64_t nonfinite = 0, zero_rows = 0, rows = 0;
+  std::uint64_t nonfinite = 0, zero_rows = 0, rows = 0, zero_v_heads = 0;
   std::vector<std::string> overflowed, issues;
   std::string first_nan;  // the first intermediate stored with a NaN (the log's order): where a 0/0 or inf − inf arose
   for (Index i = 0; i < h; ++i) {
@@ -77,6 +77,7 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
     }
     const MatrixR<T> o_h = method->output(head_view<T>(f.v, i, vs));
     if (reduced) {
+      zero_v_heads += (head_view<T>(f.v, i, vs).array() == T(0)).all();
       // Under a reduced storage a non-finite or zero output is the finding: written, and said on stderr.
       const auto c = method->output_check();
       nonfinite += c.nonfinite;
@@ -100,10 +101,15 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
   out.close();
   if (matrix_out) matrix_out->close();
   if (reduced) {
-    fmt::print(stderr, "apply: {} under {} storage ({}): {} non-finite output entries, {} of {} output rows all zero; "
+    // A head whose V is all zero has rows of zeros by right: not counted (Method::output), and said.
+    const std::string zero_v = zero_v_heads == 0 ? std::string()
+                                                 : fmt::format(" (not counting the {} head(s) whose V is all zero)",
+                                                               zero_v_heads);
+    fmt::print(stderr,
+               "apply: {} under {} storage ({}): {} non-finite output entries, {} of {} output rows all zero{}; "
                "overflowed: {}{}\n", method->spec(), storage_name(opts.storage), policy_name(opts.policy), nonfinite,
-               zero_rows, rows, overflowed.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(overflowed,
-               ", ")), first_nan.empty() ? "" : "; NaN first stored in: " + first_nan);
+               zero_rows, rows, zero_v, overflowed.empty() ? std::string("nothing") : fmt::format("{}",
+               fmt::join(overflowed, ", ")), first_nan.empty() ? "" : "; NaN first stored in: " + first_nan);
     if (!issues.empty()) fmt::print(stderr, "apply: the fit did not succeed ({})\n", fmt::join(issues, "; "));
     if (o.p.fail_on_nonfinite && (nonfinite > 0 || zero_rows > 0))
       throw Error(fmt::format("--fail-on-nonfinite: the output of {} under {} has {} non-finite entries and {} "

@@ -220,6 +220,25 @@ TEST(RoundInPlace, EqualsTheScalarRounding) {
   }
 }
 
+// Rows of zeros are a finding where V had something to average: a V of zeros gives them by right (not counted), a V
+// that float16 flushes to zero (1e-10 < its smallest subnormal, 6e-8) is the silent failure (counted).
+TEST(Precision, ZeroRowsCountOnlyWhereVHadValues) {
+  const Index n = 64, d = 16;
+  const MatrixR<float> q = gaussian(n, d, 1), k = gaussian(n, d, 2);
+  AttentionOptions fp16;
+  fp16.storage = Storage::fp16;
+  for (const char* spec : {"exact", "linear"}) {
+    auto m = make_method<float>(spec);
+    m->compute(q, k, fp16);
+    const MatrixR<float> zero = m->output(MatrixR<float>::Zero(n, d));
+    EXPECT_TRUE((zero.array() == 0.0f).all()) << spec;
+    EXPECT_EQ(m->output_check().zero_rows, 0u) << spec;
+    const MatrixR<float> tiny = m->output(MatrixR<float>::Constant(n, d, 1e-10f));
+    EXPECT_TRUE((tiny.array() == 0.0f).all()) << spec;
+    EXPECT_EQ(m->output_check().zero_rows, std::uint64_t(n)) << spec;
+  }
+}
+
 // Issue 39's first GPU observation, emulated: linear attention (elu + 1) in float16, eager, at n = 1024, d = 64 on
 // Gaussian inputs: φ(q)ᵀΣφ(k) ≈ 64 · 1024 · E[φ]² passes 65504, the normalisers overflow to inf and the rows are zeros
 // — no NaN, no error: the output check and the tallies say it. The careful policy keeps the normalisers in float32.

@@ -4,6 +4,8 @@
 #include "attnlab/core/reproducible.hpp"
 #include "attnlab/core/shared_draws.hpp"
 #include "test_util.hpp"
+// A private helper, tested as such: the split of a product among threads.
+#include "../lib/src/detail/tall_products.hpp"
 
 #include <omp.h>
 
@@ -96,6 +98,35 @@ TEST(Reproducible, OneThreadGivesTheBitsOfTwo) {
     omp_set_num_threads(before);
     EXPECT_EQ(one, two) << spec;
   }
+}
+
+// Eigen's products run on one thread; the sequence reductions AᵀB (Linformer's E·K, Nyström's B·V, the kernel
+// methods' φ(K)ᵀV) split their output's rows among the threads instead, in blocks starting at multiples of 8: the
+// same bits as the whole product, whatever the thread count and the remainder rows (p not a multiple of 8 or of the
+// block), for A stored either way.
+template <typename T>
+void expect_row_split_is_the_whole_product() {
+  struct Shape {
+    Index n, p, q;
+  };
+  const int before = omp_get_max_threads();
+  for (const Shape s : {Shape{1024, 64, 64}, Shape{4096, 64, 65}, Shape{333, 70, 17}, Shape{1000, 24, 64},
+                        Shape{2048, 130, 32}}) {
+    const MatrixR<T> a = test::randn<T>(s.n, s.p, 7), b = test::randn<T>(s.n, s.q, 8);
+    const MatrixR<T> at = a.transpose();  // the callers' other layout: Bᵀ of a row-major B
+    const MatrixR<T> whole = a.transpose() * b;
+    for (int t : {2, 3, 4}) {
+      omp_set_num_threads(t);
+      EXPECT_EQ(detail::row_split_product<T>(a, b), whole) << s.n << "×" << s.p << "×" << s.q << ", " << t;
+      EXPECT_EQ(detail::row_split_product<T>(at.transpose(), b), whole) << s.n << "×" << s.p << ", " << t;
+    }
+    omp_set_num_threads(before);
+  }
+}
+
+TEST(Reproducible, RowSplitProductGivesTheWholeProductsBits) {
+  expect_row_split_is_the_whole_product<float>();
+  expect_row_split_is_the_whole_product<double>();
 }
 
 TEST(Random, SharedDrawsAreMadeOnceWhileHeldAndChangeNoValue) {

@@ -417,6 +417,8 @@ def finetune(F, R):
                         f"{b.time_ratio_exact:.2f} |")
             if not math.isnan(b.gap_closed):
                 closed[(m, fam)] = b.gap_closed
+                F.add(f"finetune.{m}.{fam}.closed", b.gap_closed, pct, f"{names[m]} model, {fam}: the share of its "
+                      "drop-in gap fine-tuning closed", "finetune")
     F.add("finetune.table", "\n".join(rows), str, "per model and family: held-out loss before and after fine-tuning, "
           "the share of the drop-in gap closed, the gap left with its paired SE, the time-per-step ratio (timing)",
           "finetune")

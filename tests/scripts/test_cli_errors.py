@@ -321,6 +321,19 @@ po3 = np.load(path("po3.npy")) if os.path.exists(path("po3.npy")) else None
 c.check(r.returncode == 0 and po3 is not None and np.isfinite(po3).all() and (np.abs(po3).max(-1) > 0).all() and
         np.array_equal(po3.astype(np.float16).astype(np.float32), po3),
         f"apply --precision fp16 --policy careful: finite, values of the format: {r.returncode} {r.stderr!r}")
+# A V of zeros gives rows of zeros by right: not counted, said, and no failure under --fail-on-nonfinite; a V that
+# float16 flushes to zero (1e-10) is the silent failure, counted.
+zv = save("zv.npy", np.zeros((64, 16), np.float32))
+tv = save("tv.npy", np.full((64, 16), 1e-10, np.float32))
+zq = save("zq.npy", rng.standard_normal((64, 16)).astype(np.float32))
+zk = save("zk.npy", rng.standard_normal((64, 16)).astype(np.float32))
+fp16_fail = ("--precision", "fp16", "--fail-on-nonfinite")
+r = run("apply", "--q", zq, "--k", zk, "--v", zv, "--out", path("zo.npy"), *fp16_fail)
+c.check(r.returncode == 0 and "0 of 64 output rows all zero (not counting the 1 head(s) whose V is all zero)"
+        in r.stderr, f"apply --precision fp16, V all zero: not a failure, said: {r.returncode} {r.stderr!r}")
+r = run("apply", "--q", zq, "--k", zk, "--v", tv, "--out", path("zo2.npy"), *fp16_fail)
+c.check(r.returncode != 0 and "64 all-zero rows" in r.stderr,
+        f"apply --precision fp16, V flushed to zero: the failure: {r.returncode} {r.stderr!r}")
 for args, want in ((["--method", "performer:features=16,kernel=trig", "--precision", "bf16"], "positive"),
                    (["--precision", "bf16", "--dtype", "f64"], "contradicts"),
                    (["--precision", "fp8"], "--precision")):

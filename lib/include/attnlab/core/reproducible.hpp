@@ -4,7 +4,13 @@
 // starts (a static initializer in lib/src/core/reproducible.cpp, kept by the link option --undefined=
 // attnlab_eigen_pinned): the command, the benchmarks, the Python module and a user's program alike. Eigen's products
 // also stay on one thread (EIGEN_DONT_PARALLELIZE, and Eigen::setNbThreads(1) in the same initializer): split among
-// threads, a product takes another blocking depth, so the thread count would change the last bits.
+// threads, a product takes another blocking depth, so the thread count would change the last bits. attnlab splits its
+// own work among threads in a fixed order instead (tiles, row chunks, detail/tall_products.hpp).
+// What this does to a program that links attnlab: the pinned cache sizes and the thread count are Eigen's, for the
+// whole program, so the user's own Eigen products also block as pinned and run on one thread (Eigen::nbThreads() is
+// 1), and the CMake target attnlab::attnlab adds EIGEN_DONT_PARALLELIZE to the user's sources. A program that calls
+// Eigen::setNbThreads(n > 1) or setCpuCacheSizes afterwards changes attnlab's products too (their bits, not their
+// correctness); pin_eigen_blocking() restores both.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +22,7 @@ namespace attnlab {
 /// EPYC machines the committed results were made on), so that blocking, and summation order, are the same on
 /// every CPU; it changes only speed on a machine with other caches. Also holds Eigen's products to one thread
 /// (Eigen::setNbThreads(1)). Done before main() (or when the Python module loads) in every program that links
-/// attnlab; call it again only to undo set_eigen_cache_sizes.
+/// attnlab; call it again to undo set_eigen_cache_sizes or a later Eigen::setNbThreads.
 void pin_eigen_blocking();
 
 /// Cache sizes in bytes, as Eigen's products take them.
