@@ -75,9 +75,10 @@ void run(const ApplyOptions& o, const QkvFiles& f) {
       if (!reduced) throw Error(fmt::format("{} (head {}): {}", method->spec(), i, status_name(method->info())));
       issues.push_back(fmt::format("head {}: {}", i, status_name(method->info())));
     }
-    const MatrixR<T> o_h = method->output(head_view<T>(f.v, i, vs));
+    const ConstRef<T> v_h = head_view<T>(f.v, i, vs);
+    const MatrixR<T> o_h = method->output(v_h);
     if (reduced) {
-      zero_v_heads += (head_view<T>(f.v, i, vs).array() == T(0)).all();
+      zero_v_heads += (v_h.array() == T(0)).all();
       // Under a reduced storage a non-finite or zero output is the finding: written, and said on stderr.
       const auto c = method->output_check();
       nonfinite += c.nonfinite;

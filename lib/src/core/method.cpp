@@ -95,7 +95,7 @@ MatrixR<T> Method<T>::output(const ConstRef<T>& v) const {
   output_check_ = check_output<T>(out);  // the no-silent-NaN rule (output_check())
   // Rows of zeros are the silent failure only where there was something to average: a V of zeros (the user's, not one
   // that the format flushed to zero, which stays a finding) gives them by right.
-  if ((v.array() == T(0)).all()) output_check_.zero_rows = 0;
+  if (output_check_.zero_rows > 0 && (v.array() == T(0)).all()) output_check_.zero_rows = 0;
   return out;
 }
 
