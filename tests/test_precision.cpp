@@ -134,6 +134,54 @@ TEST(Precision, FormatConstants) {
   }
 }
 
+/// round_to's definition as libm states it, the reference of RoundTo.OneAdditionIsTheQuantumRounding: |x| scaled by the
+/// format's quantum near it, rounded to the nearest integer (ties to even: nearbyint), scaled back; past the largest
+/// finite value ±inf.
+double round_to_by_scaling(Format f, double x) {
+  if (f == Format::fp64 || x == 0 || !std::isfinite(x)) return x;
+  const int p = f == Format::fp32 ? 24 : f == Format::bf16 ? 8 : 11;
+  const int emin = f == Format::fp16 ? -14 : -126;
+  int e2 = 0;
+  std::frexp(x, &e2);
+  const int q = std::max(e2 - 1, emin) - (p - 1);
+  const double r = std::ldexp(std::nearbyint(std::ldexp(x, -q)), q);
+  return std::fabs(r) > largest_finite(f) ? std::copysign(HUGE_VAL, x) : r;
+}
+
+// round_to adds and subtracts 1.5·2^(q+52) instead of calling frexp, ldexp and nearbyint: the same value for every
+// double, checked on the edges (the midpoints between a format's neighbours and the doubles either side, around the
+// subnormal and overflow thresholds, double subnormals, ±0) and on two million random bit patterns spread over the
+// exponents every format meets (and beyond, both ways).
+TEST(RoundTo, OneAdditionIsTheQuantumRounding) {
+  Rng rng(20261129);
+  auto same = [](Format f, double x) {
+    const double got = round_to(f, x), want = round_to_by_scaling(f, x);
+    std::uint64_t a = 0, b = 0;
+    std::memcpy(&a, &got, 8);
+    std::memcpy(&b, &want, 8);
+    ASSERT_EQ(a, b) << format_name(f) << ": x = " << std::hexfloat << x << " gave " << got << ", want " << want;
+  };
+  for (const Format f : {Format::fp32, Format::bf16, Format::fp16}) {
+    const double u = unit_roundoff(f), eta = half_min_subnormal(f), big = largest_finite(f);
+    for (double x : {eta, 2 * eta, 3 * eta, 5 * eta, eta * (1 + u), eta * (1 - u), big, big * (1 + u),
+                     big * (1 + u) * (1 - 1e-16), big * (1 + u) * (1 + 1e-16), 2 * big, 1e308, 4.9e-324, 1e-310, 0.0,
+                     1.0, 1 + u, 1 + 3 * u, 1 + u * (1 + 1e-15), 1 + u * (1 - 1e-15)})
+      for (double sign : {1.0, -1.0}) {
+        same(f, sign * x);
+        same(f, sign * std::nextafter(x, 0.0));
+        same(f, sign * std::nextafter(x, HUGE_VAL));
+      }
+    for (int i = 0; i < 700000; ++i) {
+      // exponents from 2^-160 to 2^140: every format's subnormals, normals and overflow
+      const double m = 1 + rng.uniform();
+      const int e = int(rng.uniform() * 300) - 160;
+      double x = std::ldexp(m, e) * (rng.uniform() < 0.5 ? -1 : 1);
+      if (i % 2) x = std::ldexp(std::nearbyint(std::ldexp(m, 12)) + 0.5, e - 12);  // near a tie in every format
+      same(f, x);
+    }
+  }
+}
+
 TEST(Precision, RoundStoredEqualsExactRounding) {
   for (Storage s : {Storage::bf16, Storage::fp16}) {
     const Format f = storage_format(s);
