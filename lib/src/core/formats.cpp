@@ -86,8 +86,8 @@ double round_to(Format f, double x) {
   // |x| rounded to a multiple of 2^q, ties to even, in the default rounding mode, by one addition: c = 1.5·2^(q+52)
   // puts |x| + c in [2^(q+52), 2^(q+53)) (|x| < 2^(e+1) ≤ 2^(q+p) ≤ 0.5·2^(q+52) for p ≤ 51), whose doubles are
   // exactly the multiples of 2^q, and c/2^q is even, so the tie goes where |x|/2^q's even neighbour is; subtracting
-  // c is exact. The same value as nearbyint(|x|·2^−q)·2^q (tests/test_precision.cpp: RoundTo.OneAdditionIsTheQuantumRounding),
-  // without libm's calls.
+  // c is exact. The same value as nearbyint(|x|·2^−q)·2^q without libm's calls (tests/test_precision.cpp:
+  // RoundTo.OneAdditionIsTheQuantumRounding).
   const std::uint64_t c_bits = (std::uint64_t(q + 52 + 1023) << 52) | (std::uint64_t(1) << 51);
   double c = 0;
   std::memcpy(&c, &c_bits, sizeof c);
