@@ -17,6 +17,7 @@ namespace {
 
 class PerformerMse final : public Experiment {
  public:
+  bool points_side_by_side() const override { return true; }  // it times nothing
   void declare(Options& o) override {
     o.add("--length", length_, "sequence length L").preset(1024, 4096);
     o.add("--d", d_, "head dimension").positive().at_most(kMaxHeadDim, "a head dimension");

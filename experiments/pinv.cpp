@@ -18,6 +18,7 @@ namespace {
 
 class PinvExperiment final : public SourcesExperiment {
  public:
+  bool points_side_by_side() const override { return true; }  // it times nothing
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths").preset({512}, {512, 4096}).in_point_ids();
     o.add("--m", m_, "landmark counts").preset({8, 32, 64, 128}, {8, 16, 32, 64, 128, 256, 512}).in_point_ids();

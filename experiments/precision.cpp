@@ -33,6 +33,7 @@ namespace {
 
 class Precision final : public SourcesExperiment {
  public:
+  bool points_side_by_side() const override { return true; }  // it times nothing
   void declare(Options& o) override {
     o.add("--n", n_, "sequence lengths")
         .preset({256, 512, 1024, 4096}, {256, 512, 1024, 4096, 16384})

@@ -11,12 +11,16 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -42,6 +46,9 @@ bool given(const CLI::App& app, const std::string& option) {
 namespace {
 
 constexpr const char* kDoneMetric = "point_done";
+// Where a results line holds the point's id and the metric (after schema_version, code_version and experiment).
+constexpr std::size_t kPointCol = 3;
+std::size_t metric_col() { return 2 + result_columns().size(); }
 
 /// An index column's text: empty for −1 (none).
 std::string optional_index(std::int64_t i) { return i >= 0 ? std::to_string(i) : ""; }
@@ -63,19 +70,41 @@ std::set<std::string> resume(const std::string& path, const std::string& header)
   if (first != header)
     throw Error(fmt::format("{}: written by another schema (header differs); move it away or use --out", path));
   std::vector<std::pair<std::string, std::string>> rows;  // (point id, line)
-  const std::size_t point_col = 3, metric_col = 2 + result_columns().size();
   while (std::getline(in, line)) {
     if (in.eof()) break;  // no trailing newline: torn by an interruption
     const auto f = split_csv_line(line);
     if (f.size() != result_columns().size() + 4) continue;
-    rows.emplace_back(f[point_col], line);
-    if (f[metric_col] == kDoneMetric) done.insert(f[point_col]);
+    rows.emplace_back(f[kPointCol], line);
+    if (f[metric_col()] == kDoneMetric) done.insert(f[kPointCol]);
   }
   std::string kept = first + '\n';
   for (const auto& [id, l] : rows)
     if (done.count(id)) kept += l + '\n';
   write_text_file(path, kept);  // atomically: a second interruption here loses nothing
   return done;
+}
+
+/// Rewrites a finished file with its points in grid order, each point's lines as they were: side-by-side workers
+/// commit points in the order they finish, and the same rows should give the same bytes whichever finished first.
+void order_points(const std::string& path, const std::vector<Point>& grid) {
+  std::map<std::string, std::size_t> rank;
+  for (std::size_t i = 0; i < grid.size(); ++i) rank.emplace(grid[i].id, i);
+  std::istringstream in(read_text_file(path));
+  std::string header, line;
+  std::getline(in, header);
+  std::vector<std::pair<std::size_t, std::string>> blocks;  // (grid index, the point's lines)
+  std::map<std::string, std::size_t> block_of;
+  while (std::getline(in, line)) {
+    const auto f = split_csv_line(line);
+    const std::string id = f.size() > kPointCol ? f[kPointCol] : std::string();
+    const auto [it, fresh] = block_of.emplace(id, blocks.size());
+    if (fresh) blocks.emplace_back(rank.count(id) ? rank.at(id) : 0, std::string());
+    blocks[it->second].second += line + '\n';
+  }
+  std::stable_sort(blocks.begin(), blocks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string text = header + '\n';
+  for (const auto& b : blocks) text += b.second;
+  write_text_file(path, text);
 }
 
 struct RunOptions {
@@ -177,29 +206,63 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();
   const std::size_t skipped = points.size() / shards + (shard < points.size() % shards ? 1 : 0) - todo.size();
-  for (std::size_t i = 0; i < todo.size(); ++i) {
-    const std::vector<Row> rows = todo[i]->run();
+  std::mutex commit_mutex;
+  std::size_t finished = 0;
+  // Writes one point's rows and its done marker, then commits: the point is on disk before its worker takes the next.
+  const auto commit = [&](const Point& pt, const std::vector<Row>& rows) {
+    const std::lock_guard<std::mutex> lock(commit_mutex);
     for (const Row& r : rows)
       if (!std::isnan(r.value))
-        csv.write({e.name(), todo[i]->id, r.source, r.method, r.spec, std::to_string(r.n), std::to_string(r.d),
+        csv.write({e.name(), pt.id, r.source, r.method, r.spec, std::to_string(r.n), std::to_string(r.d),
                    std::to_string(r.seed), optional_index(r.sequence), optional_index(r.layer),
                    optional_index(r.head), r.dtype, r.variant, optional_index(r.step)},
                   r.metric, r.value);
     std::vector<std::string> done_keys(result_columns().size());
     done_keys[0] = e.name();
-    done_keys[1] = todo[i]->id;
+    done_keys[1] = pt.id;
     csv.write(done_keys, kDoneMetric, 1);
-    csv.commit();  // the point is on disk before the next one starts
+    csv.commit();
+    ++finished;
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double left = el / double(i + 1) * double(todo.size() - i - 1);
+    const double left = el / double(finished) * double(todo.size() - finished);
     if (tty)
-      std::fprintf(stderr, "\r%s: %zu/%zu points (%zu done before), %s elapsed, ~%s left   ", e.name().c_str(), i + 1,
-                   todo.size(), skipped, format_seconds(el).c_str(), format_seconds(left).c_str());
+      std::fprintf(stderr, "\r%s: %zu/%zu points (%zu done before), %s elapsed, ~%s left   ", e.name().c_str(),
+                   finished, todo.size(), skipped, format_seconds(el).c_str(), format_seconds(left).c_str());
+  };
+  const int workers = e.points_side_by_side() ? int(std::min<std::size_t>(todo.size(), omp_get_max_threads())) : 1;
+  if (workers <= 1) {
+    for (Point* pt : todo) commit(*pt, pt->run());
+  } else {
+    // One point per worker, each on one thread (its own parallel regions run with one: the nthreads of the
+    // worker's data environment), taking the next point when done. The first error stops the taking; the points
+    // already running finish and are kept, then it is raised, as the serial loop would after the points before it.
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr error;
+#pragma omp parallel num_threads(workers)
+    {
+      omp_set_num_threads(1);
+      for (;;) {
+        const std::size_t i = next.fetch_add(1);
+        if (i >= todo.size()) break;
+        try {
+          commit(*todo[i], todo[i]->run());
+        } catch (...) {
+          const std::lock_guard<std::mutex> lock(commit_mutex);
+          if (!error) error = std::current_exception();
+          next = todo.size();
+        }
+      }
+    }
+    if (error) {
+      csv.close();
+      std::rethrow_exception(error);
+    }
   }
   csv.close();
   // A gzip file that was appended to (resumed) holds several members and per-point flushes: rewrite it as one
   // member, so that the same rows always give the same bytes (committed results do not churn).
-  if (is_gzip_path(path)) write_text_file(path, read_text_file(path));
+  if (workers > 1) order_points(path, points);  // (rewrites the file whole, as below)
+  else if (is_gzip_path(path)) write_text_file(path, read_text_file(path));
   const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "%s%s: %zu points computed, %zu already done, %s; results in %s\n", tty ? "\n" : "",
                e.name().c_str(), todo.size(), skipped, format_seconds(el).c_str(), path.c_str());

@@ -61,6 +61,12 @@ class Experiment {
   }
   /// The effective grid after the preset, as option → value ("n" → "512,2048"): what --dump-config writes.
   std::vector<std::pair<std::string, std::string>> settings() { return options().values(); }
+  /// Whether its points may run side by side, one thread each, as many at once as --threads allows: only where a
+  /// point times nothing and measures no memory (side by side they would share the cores and the process's peak).
+  /// The values are the same bits either way (core/reproducible.hpp: no value depends on the thread count), and the
+  /// file the same bytes (its points put back in grid order at the end); a point alone on 2 cores left one of them
+  /// idle half the time (run precision: 107 s on 2 threads, 149 s on one, ~121 CPU-s of work).
+  virtual bool points_side_by_side() const { return false; }
   /// Whether setting `key` changed from `before` to `now` only adds grid points (Options::grows).
   bool grows(const std::string& key, const std::string& before, const std::string& now) {
     return options().grows(key, before, now);

@@ -164,6 +164,24 @@ c.check(m.returncode == 0 and points_done(mz) == s0 | s1 and
 r = run("run", "pinv", "--shard", "2/2")
 c.check(r.returncode > 0 and "--shard" in r.stderr, f"bad shard refused: {r.stderr!r}")
 
+# pinv times nothing, so its points run side by side (one thread each, --threads at once): the file has the bytes of
+# the run on one thread (the code version aside: the same binary) with the points in grid order, whichever finished
+# first; a resumed side-by-side run completes it the same way.
+grid = ("run", "pinv", "--n", "96,128", "--m", "8,16,32", "--sources", "gaussian,clustered", "--iters", 8)
+for threads in (1, 2, 3):
+    r = run(*grid, "--threads", threads, "--out", path(f"side{threads}.csv.gz"))
+    c.check(r.returncode == 0 and "12 points computed" in r.stderr, f"pinv --threads {threads}: {r.stderr!r}")
+one = read_text(path("side1.csv.gz"))
+c.check(all(read_text(path(f"side{t}.csv.gz")) == one for t in (2, 3)),
+        "pinv side by side: the same text as on one thread")
+order = list(dict.fromkeys(r["point"] for r in rows_of(path("side1.csv.gz"))))
+c.check(order == [f"source={s} n={n} m={m} d=64 seed=0" for s in ("gaussian", "clustered") for n in (96, 128)
+                  for m in (8, 16, 32)], f"points in grid order: {order[:3]}…")
+r = run(*grid[:3], "96", *grid[4:], "--threads", 2, "--out", path("side_resumed.csv.gz"))  # half the grid
+r = run(*grid, "--threads", 2, "--out", path("side_resumed.csv.gz"))
+c.check(r.returncode == 0 and "6 already done" in r.stderr and read_text(path("side_resumed.csv.gz")) == one,
+        f"a resumed side-by-side run gives the same text: {r.stderr!r}")
+
 # A file of results schema 1 is not resumed: the error names tools/migrate_results.py. Migrated, it is the file this
 # version writes, byte for byte, and resumes with every point done.
 out = path("v1.csv.gz")
