@@ -12,7 +12,9 @@
 The model computes attention through nn.MultiheadAttention or torch.nn.functional.scaled_dot_product_attention (the
 standard call; attnlab.sdpa on torch 1.13): attnlab.torch.swap's rules. Every attention of a study's forward runs
 through attnlab, the unswapped heads by attnlab's exact attention, so that the only difference between a row and the
-baseline is the method (the baseline's distance from the model's own forward is returned as a check).
+baseline is the method (the baseline's distance from the model's own forward is returned as a check). A unit reuses
+the baseline's exact outputs where a call's inputs are the baseline's, bit for bit (the layers before the swapped one,
+the unswapped heads of its layer): the same values, attention computed only where the swap changed something.
 
 `step(model, batch)` returns the losses of one batch: a tensor (B,) per example or (B, T) per token, or a dict with
 "loss" (that tensor), optionally "mask" (bool, like loss: the scored positions; default all) and "logits" (the
@@ -91,10 +93,11 @@ class _Outcome:
         return stats.pooled(torch.cat(self.sums).numpy(), torch.cat(self.counts).numpy())
 
 
-def _run(model, batches, step, spec, seed):
-    """The outcome of every batch with `spec` swapped in (swap's spec forms), under no_grad."""
+def _run(model, batches, step, spec, seed, memo=None):
+    """The outcome of every batch with `spec` swapped in (swap's spec forms), under no_grad (memo: the baseline's
+    exact outputs, reused where a call's inputs are the baseline's)."""
     out = _Outcome()
-    with torch.no_grad(), at.swap(model, spec, seed=seed) as s:
+    with torch.no_grad(), at.swap(model, spec, seed=seed, memo=memo) as s:
         for b in batches:
             out.add(step(model, b))
         out.calls = list(s.calls)
@@ -203,7 +206,11 @@ class Dropin:
         with torch.no_grad():
             for b in self.batches:
                 self.own.add(step(model, b))
-        self.base = _run(model, self.batches, step, "exact", seed)
+        # The baseline's exact outputs, kept (up to 512 MiB): a unit's calls with the baseline's inputs — every layer
+        # before the swapped one, the unswapped heads of its layer — reuse them (torch._ExactMemo: the same bits).
+        self._memo = at._ExactMemo(budget=512 << 20)
+        self.base = _run(model, self.batches, step, "exact", seed, self._memo)
+        self._memo.recording = False
         self.calls = self.base.calls
         self.H = {c["layer"]: c["heads"] for c in self.calls}
         self.max_abs_own = max(float((a - b)[m].abs().max()) if bool(m.any()) else 0.0
@@ -248,7 +255,7 @@ class Dropin:
         output reached the next layer's (which refuses its inputs), or "failed: non-finite loss" when it reached
         the loss; "ok" otherwise. Any other error is raised."""
         try:
-            r = self._against(_run(self.model, self.batches, self.step, swap_spec, self.seed))
+            r = self._against(_run(self.model, self.batches, self.step, swap_spec, self.seed, self._memo))
         except ValueError as e:
             if "NaN or infinite" not in str(e):
                 raise

@@ -243,3 +243,34 @@ def test_head_measures_of_a_half_precision_spec():
     plain = study.dropin(m, batches(1), step, ["linear"], scopes=("head",), progress=False)
     assert heads and all(r["status"] == "ok" and math.isfinite(r["p_tv"]) for r in heads)
     assert [r["p_tv"] for r in heads] == [r["p_tv"] for r in plain if r["scope"] == "head"]
+
+
+def test_units_reuse_the_baselines_exact_calls_and_give_the_same_rows(monkeypatch):
+    """A one-head or one-layer unit takes the exact outputs of the calls whose inputs are the baseline's (every layer
+    before the swapped one, the unswapped heads of its layer) from the baseline's run instead of computing them: the
+    rows are the same, bit for bit, as with every call computed, and attention runs only where the swap changed
+    something."""
+    m, bs = Tiny(layers=3).double().eval(), batches()
+    computed = []
+    real = at.attention
+
+    def counting(q, k, v, spec, **kw):
+        computed.append((spec, q.shape[1]))   # (spec, heads computed)
+        return real(q, k, v, spec, **kw)
+
+    monkeypatch.setattr(at, "attention", counting)
+    d = study.Dropin(m, bs, step, measures=False)
+    kept = dict(d._memo.calls)
+    rows = {}
+    for memo in (kept, None):
+        d._memo.calls = dict(memo) if memo else {}
+        computed.clear()
+        rows[memo is None] = [d.unit("local:window=4", "head", 1, 0), d.unit("local:window=4", "layer", 2, ""),
+                              d.unit("local:window=4", "head", 0, 1)]
+        if memo:
+            exact = sum(h for s, h in computed if s == "exact")
+            # head (1, 0): layer 0 reused, layer 1's other head reused, layer 2 computed (2 heads) per batch;
+            # layer 2: layers 0, 1 reused; head (0, 1): layer 0's head 0 reused, layers 1, 2 computed (2 + 2)
+            assert exact == len(bs) * (2 + 0 + 4), computed
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
+    assert strip(rows[False]) == strip(rows[True])
