@@ -53,6 +53,8 @@ class SpectrumExperiment final : public Experiment {
     }
     require(tol_ > 0 && tol_ < 1, "spectrum: --tol must be in (0, 1), got {}", tol_);
   }
+  // The dense spectra time nothing: side by side; the top-k points time their solver and its memory: alone.
+  bool points_side_by_side() const override { return true; }
   std::vector<Point> grid() override {
     std::vector<Point> pts;
     for (const auto& src : sources_) {
@@ -72,14 +74,14 @@ class SpectrumExperiment final : public Experiment {
             for (const std::string& solver : solvers_)
               pts.push_back({fmt::format("topk source={} T={} n={} d={} k={} seed={} solver={} tol={}", src, t, n,
                                          d_, top_, s, solver, tol_),
-                             [=] { return topk_generated(src, t, n, std::uint64_t(s), solver); }});
+                             [=] { return topk_generated(src, t, n, std::uint64_t(s), solver); }, /*alone=*/true});
         }
     }
     if (model_.files.given()) {
       files_ = UserFiles::read(model_.files, "spectrum", false);
       for (Index h = 0; h < files_->q.heads(); ++h)
         pts.push_back({fmt::format("files q={} k={} head={} causal={}", model_.files.q, model_.files.k, h, causal_),
-                       [=] { return dense_files(h); }});
+                       [=] { return dense_files(h); }, /*alone=*/true});  // its top k timed
     }
     return pts;
   }

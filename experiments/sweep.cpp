@@ -206,6 +206,17 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
   const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();
   const std::size_t skipped = points.size() / shards + (shard < points.size() % shards ? 1 : 0) - todo.size();
+  // The points that may run side by side first, then those that run alone (a timed one: on every thread, as the
+  // serial loop runs every point); the file is put back in grid order at the end.
+  std::vector<Point*> alone;
+  if (e.points_side_by_side()) {
+    const auto part = std::stable_partition(todo.begin(), todo.end(), [](const Point* p) { return !p->alone; });
+    alone.assign(part, todo.end());
+    todo.erase(part, todo.end());
+  } else {
+    alone.swap(todo);
+  }
+  const std::size_t total = todo.size() + alone.size();
   std::mutex commit_mutex;
   std::size_t finished = 0;
   // Writes one point's rows and its done marker, then commits: the point is on disk before its worker takes the next.
@@ -224,12 +235,12 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
     csv.commit();
     ++finished;
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double left = el / double(finished) * double(todo.size() - finished);
+    const double left = el / double(finished) * double(total - finished);
     if (tty)
       std::fprintf(stderr, "\r%s: %zu/%zu points (%zu done before), %s elapsed, ~%s left   ", e.name().c_str(),
-                   finished, todo.size(), skipped, format_seconds(el).c_str(), format_seconds(left).c_str());
+                   finished, total, skipped, format_seconds(el).c_str(), format_seconds(left).c_str());
   };
-  const int workers = e.points_side_by_side() ? int(std::min<std::size_t>(todo.size(), omp_get_max_threads())) : 1;
+  const int workers = int(std::min<std::size_t>(todo.size(), std::size_t(omp_get_max_threads())));
   if (workers <= 1) {
     for (Point* pt : todo) commit(*pt, pt->run());
   } else {
@@ -258,14 +269,15 @@ void run_experiment(Experiment& e, CLI::App& sub, const RunOptions& o) {
       std::rethrow_exception(error);
     }
   }
+  for (Point* pt : alone) commit(*pt, pt->run());
   csv.close();
   // A gzip file that was appended to (resumed) holds several members and per-point flushes: rewrite it as one
   // member, so that the same rows always give the same bytes (committed results do not churn).
-  if (workers > 1) order_points(path, points);  // (rewrites the file whole, as below)
+  if (e.points_side_by_side()) order_points(path, points);  // (rewrites the file whole, as below)
   else if (is_gzip_path(path)) write_text_file(path, read_text_file(path));
   const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "%s%s: %zu points computed, %zu already done, %s; results in %s\n", tty ? "\n" : "",
-               e.name().c_str(), todo.size(), skipped, format_seconds(el).c_str(), path.c_str());
+               e.name().c_str(), total, skipped, format_seconds(el).c_str(), path.c_str());
 }
 
 }  // namespace

@@ -40,6 +40,9 @@ struct Row {
 struct Point {
   std::string id;
   std::function<std::vector<Row>()> run;
+  /// In an experiment whose points run side by side (Experiment::points_side_by_side), a point that times something
+  /// or measures memory: it runs alone, on every thread, after the others.
+  bool alone = false;
 };
 
 /// An experiment: its name, the question it answers, its options with their presets, and its grid.
@@ -61,8 +64,9 @@ class Experiment {
   }
   /// The effective grid after the preset, as option → value ("n" → "512,2048"): what --dump-config writes.
   std::vector<std::pair<std::string, std::string>> settings() { return options().values(); }
-  /// Whether its points may run side by side, one thread each, as many at once as --threads allows: only where a
-  /// point times nothing and measures no memory (side by side they would share the cores and the process's peak).
+  /// Whether its points may run side by side, one thread each, as many at once as --threads allows: only where its
+  /// points time nothing and measure no memory (side by side they would share the cores and the process's peak), or
+  /// mark those that do (Point::alone).
   /// The values are the same bits either way (core/reproducible.hpp: no value depends on the thread count), and the
   /// file the same bytes (its points put back in grid order at the end); a point alone on 2 cores left one of them
   /// idle half the time (run precision: 107 s on 2 threads, 149 s on one, ~121 CPU-s of work).

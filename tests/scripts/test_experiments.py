@@ -181,6 +181,18 @@ r = run(*grid[:3], "96", *grid[4:], "--threads", 2, "--out", path("side_resumed.
 r = run(*grid, "--threads", 2, "--out", path("side_resumed.csv.gz"))
 c.check(r.returncode == 0 and "6 already done" in r.stderr and read_text(path("side_resumed.csv.gz")) == one,
         f"a resumed side-by-side run gives the same text: {r.stderr!r}")
+# spectrum's dense points run side by side, its timed top-k points alone after them (Point::alone): the same rows as
+# on one thread but the top-k's time and memory, the points in grid order.
+grid = ("run", "spectrum", "--n", 64, "--d", 16, "--sources", "gaussian,clustered", "--temperatures", "1,2",
+        "--large-n", 96, "--top", 4)
+for threads in (1, 2):
+    r = run(*grid, "--threads", threads, "--out", path(f"spec{threads}.csv"))
+    c.check(r.returncode == 0 and "8 points computed" in r.stderr, f"spectrum --threads {threads}: {r.stderr!r}")
+untimed = lambda f: [{k: v for k, v in x.items() if k != "code_version"} for x in rows_of(f)  # noqa: E731
+                     if x["metric"] not in ("time_s", "peak_memory_bytes")]
+c.check(untimed(path("spec1.csv")) == untimed(path("spec2.csv")), "spectrum side by side: the same rows, in order")
+order = list(dict.fromkeys(x["point"] for x in rows_of(path("spec2.csv"))))
+c.check([p.split()[0] for p in order] == ["dense", "topk"] * 4, f"spectrum: dense and top-k points in grid order {order}")
 
 # A file of results schema 1 is not resumed: the error names tools/migrate_results.py. Migrated, it is the file this
 # version writes, byte for byte, and resumes with every point done.
