@@ -192,7 +192,8 @@ untimed = lambda f: [{k: v for k, v in x.items() if k != "code_version"} for x i
                      if x["metric"] not in ("time_s", "peak_memory_bytes")]
 c.check(untimed(path("spec1.csv")) == untimed(path("spec2.csv")), "spectrum side by side: the same rows, in order")
 order = list(dict.fromkeys(x["point"] for x in rows_of(path("spec2.csv"))))
-c.check([p.split()[0] for p in order] == ["dense", "topk"] * 4, f"spectrum: dense and top-k points in grid order {order}")
+c.check([p.split()[0] for p in order] == ["dense", "topk"] * 4,
+        f"spectrum: dense and top-k points in grid order {order}")
 
 # A file of results schema 1 is not resumed: the error names tools/migrate_results.py. Migrated, it is the file this
 # version writes, byte for byte, and resumes with every point done.
