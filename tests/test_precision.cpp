@@ -176,7 +176,10 @@ TEST(RoundTo, OneAdditionIsTheQuantumRounding) {
       const double m = 1 + rng.uniform();
       const int e = int(rng.uniform() * 300) - 160;
       double x = std::ldexp(m, e) * (rng.uniform() < 0.5 ? -1 : 1);
-      if (i % 2) x = std::ldexp(std::nearbyint(std::ldexp(m, 12)) + 0.5, e - 12);  // near a tie in every format
+      // half the draws exactly halfway between two of the format's neighbours at exponent e, (2j + 1)·2^(e−p): a
+      // tie wherever e is in the format's normal range (ties to even)
+      const int p = f == Format::fp32 ? 24 : f == Format::bf16 ? 8 : 11;
+      if (i % 2) x = std::copysign(std::ldexp(std::nearbyint(std::ldexp(m, p - 1)) + 0.5, e - (p - 1)), x);
       same(f, x);
     }
   }

@@ -261,13 +261,14 @@ def test_units_reuse_the_baselines_exact_calls_and_give_the_same_rows(monkeypatc
     monkeypatch.setattr(at, "attention", counting)
     d = study.Dropin(m, bs, step, measures=False)
     kept = dict(d._memo.calls)
+    assert len(kept) == 3 * len(bs)   # every call of the baseline's forwards recorded
     rows = {}
     for memo in (kept, None):
-        d._memo.calls = dict(memo) if memo else {}
+        d._memo.calls = dict(memo) if memo is not None else {}
         computed.clear()
         rows[memo is None] = [d.unit("local:window=4", "head", 1, 0), d.unit("local:window=4", "layer", 2, ""),
                               d.unit("local:window=4", "head", 0, 1)]
-        if memo:
+        if memo is not None:
             exact = sum(h for s, h in computed if s == "exact")
             # head (1, 0): layer 0 reused, layer 1's other head reused, layer 2 computed (2 heads) per batch;
             # layer 2: layers 0, 1 reused; head (0, 1): layer 0's head 0 reused, layers 1, 2 computed (2 + 2)
