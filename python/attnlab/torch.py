@@ -618,7 +618,9 @@ class swap:
             axis = query.dim() - 3
 
             memo = self._memo
-            known = memo.get((self._forward, layer), query, key, value, causal, scale) if memo else None
+            # Compared only where a head is exact (a swap of every head, the "all" units, has nothing to reuse).
+            known = (memo.get((self._forward, layer), query, key, value, causal, scale)
+                     if memo and "exact" in heads else None)
 
             def compute(s, idx):
                 if s == "exact" and known is not None:   # this call's inputs, bit for bit, in the memo's run
