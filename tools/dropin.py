@@ -86,8 +86,12 @@ def model_options(doc, presets, out):
 def run_options(p):
     """The options they end with: the random methods' seed, torch's threads, --quiet."""
     p.add_argument("--seed", type=int, default=0, help="seed of the random methods (layer l draws with seed + l)")
-    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
-                   help="torch threads (default: 2 or the CPUs; attnlab keeps its own: attnlab.threads())")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads of torch and of attnlab in each process (default: 1 with --jobs above 1, else 2 or "
+                        "the CPUs)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes computing units side by side (each builds the models' baselines once); on a few "
+                        "cores, processes of one thread each use them better than one process of several")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -96,6 +100,10 @@ def resolve(p, a, presets):
     for k, v in presets[a.preset].items():
         if getattr(a, k) is None:
             setattr(a, k, v)
+    if a.jobs < 1 or (a.threads is not None and a.threads < 1):
+        p.error(f"--jobs {a.jobs} / --threads {a.threads}: at least 1")
+    if a.threads is None:
+        a.threads = 1 if a.jobs > 1 else min(2, os.cpu_count() or 1)
     a.models = [m for m in a.models.split(",") if m]
     bad = [m for m in a.models if m not in ta.COMMITTED]
     if bad or not a.models:
@@ -337,15 +345,62 @@ def complete_units(rows, shapes):
     return keep, done
 
 
+# One process's studies (a worker's, or this process's when --jobs is 1): each model's baseline run once, kept.
+_WORK = {}
+
+
+def start_work(threads, windows, seed):
+    """A worker's (or this process's) settings: torch's and attnlab's threads, the windows, the random seed."""
+    torch.set_num_threads(threads)
+    attnlab.set_threads(threads)
+    _WORK.update(windows=windows, seed=seed, studies={})
+
+
+def study_of(model_name):
+    """(Model, its Dropin, the check of attnlab's exact against the model's own forward), built once a process."""
+    if model_name not in _WORK["studies"]:
+        model = Model(model_name, _WORK["windows"])
+        d = model.study(seed=_WORK["seed"])
+        # attnlab's exact attention against the model's own forward, every position (scored or not)
+        ce, native, m = d.base.tokens[0], d.own.tokens[0], model.scored
+        check = {"exact_loss_attnlab": float(ce[m].sum() / model.tokens),
+                 "exact_loss_torch": float(native[m].sum() / model.tokens),
+                 "max_abs_token_ce_difference": float((ce - native).abs().max()),
+                 "windows": _WORK["windows"], "scored_tokens": model.tokens,
+                 "window_starts": model.starts, "train_key": model.train_key}
+        _WORK["studies"][model_name] = (model, d, check)
+    return _WORK["studies"][model_name]
+
+
+def work_unit(task):
+    """One unit's rows, annotated, its wall time and the model's check; unit None: the check only."""
+    model_name, unit = task
+    model, d, check = study_of(model_name)
+    if unit is None:
+        return [], 0.0, check
+    label, budget, spec, scope = unit
+    t = time.time()
+    new = unit_rows(d, spec, scope)
+    took = time.time() - t
+    for r in new:
+        r.update(code_version=attnlab.__version__, model=model_name,
+                 objective="masked-LM" if model_name == "mlm" else "next-byte", family=label, spec=spec,
+                 budget=budget, windows=_WORK["windows"], tokens=model.tokens, time_s=round(took / len(new), 3))
+    return new, took, check
+
+
 def main(argv):
     a = parse_args(argv)
-    torch.set_num_threads(a.threads)
+    threads = a.threads
+    torch.set_num_threads(threads)
     out = a.out
     os.makedirs(os.path.dirname(os.path.abspath(out)) or ".", exist_ok=True)
+    # The rows do not depend on --jobs (every unit is computed from its model's baseline alone); torch's threads
+    # change a few in their last bits.
     config = {"preset": a.preset, "windows": a.windows, "models": a.models, "families": a.families,
               "budgets_all": a.budgets_all, "budgets_detail": a.budgets_detail, "seed": a.seed,
-              "mask_seed": MASK_SEED, "attnlab": attnlab.__version__, "attnlab_threads": attnlab.threads(),
-              "torch": torch.__version__, "torch_threads": a.threads, "kernels": ta.KERNELS}
+              "mask_seed": MASK_SEED, "attnlab": attnlab.__version__, "attnlab_threads": threads,
+              "torch": torch.__version__, "torch_threads": threads, "kernels": ta.KERNELS}
     families = {m: families_for(m, a.families) for m in a.models}   # bad names fail here, before any work
     # What the rows depend on beyond the settings: the weights (their training keys) and this code.
     shapes = {}
@@ -356,23 +411,10 @@ def main(argv):
     config, key = resumable.settings_key(config, [os.path.abspath(__file__), ta.__file__, study.__file__])
     part = resumable.Partial(out, "dropin", key, COLUMNS, lambda rows: complete_units(rows, shapes))
     rows, done = part.rows, part.done
-    checks = {}
-    t_start = time.time()
+    tasks, total = [], {}
     for model_name in a.models:
-        t0 = time.time()
-        model = Model(model_name, a.windows)
-        d = model.study(seed=a.seed)
-        # attnlab's exact attention against the model's own forward, every position (scored or not)
-        ce, native = d.base.tokens[0], d.own.tokens[0]
-        m = model.scored
-        checks[model_name] = {"exact_loss_attnlab": float(ce[m].sum() / model.tokens),
-                              "exact_loss_torch": float(native[m].sum() / model.tokens),
-                              "max_abs_token_ce_difference": float((ce - native).abs().max()),
-                              "windows": a.windows, "scored_tokens": model.tokens,
-                              "window_starts": model.starts, "train_key": model.train_key}
-        fams = families[model_name]
         units = []
-        for f in fams:
+        for f in families[model_name]:
             budgets = list(zip(f["budgets"], f["specs"]))
             for b, s in pick(budgets, a.budgets_all):
                 units.append((f["label"], b, s, "all"))
@@ -380,33 +422,42 @@ def main(argv):
                 units += [(f["label"], b, s, "layer"), (f["label"], b, s, "head")]
         units.insert(0, ("exact", "", "exact", "exact"))
         todo = [u for u in units if (model_name, u[2], u[3]) not in done]
-        for spec in dict.fromkeys(u[2] for u in todo):   # the held vq codebooks the causal units name
-            vq_codebooks(spec)
+        for spec in dict.fromkeys(u[2] for u in todo):   # the held vq codebooks the causal units name (fitted here,
+            vq_codebooks(spec)                            # before the workers read them)
         if not a.quiet:
-            print(f"dropin: {model_name}: {len(units)} units ({len(units) - len(todo)} done), {a.windows} windows, "
-                  f"{model.tokens} scored bytes; attnlab exact vs the model's own loss: |Δ| = "
-                  f"{abs(checks[model_name]['exact_loss_attnlab'] - checks[model_name]['exact_loss_torch']):.1e}",
+            print(f"dropin: {model_name}: {len(units)} units ({len(units) - len(todo)} done), {a.windows} windows",
                   file=sys.stderr)
-        for i, (label, budget, spec, scope) in enumerate(todo):
-            t = time.time()
-            new = unit_rows(d, spec, scope)
-            took = time.time() - t
-            canonical = attnlab.canonical(per_head(spec, 0, 0)) if spec != "exact" else "exact"
-            for r in new:
-                r.update(code_version=attnlab.__version__, model=model_name,
-                         objective="masked-LM" if model_name == "mlm" else "next-byte", family=label, spec=spec,
-                         budget=budget, windows=a.windows, tokens=model.tokens, time_s=round(took / len(new), 3))
-            part.append(new)
+        # a model with every unit done still gives its check (the config's)
+        tasks += [(model_name, u) for u in todo] or [(model_name, None)]
+        total[model_name] = len(todo)
+    checks, finished, t_start = {}, {m: 0 for m in a.models}, time.time()
+    if not a.quiet and a.jobs > 1:
+        print(f"dropin: {len(tasks)} units on {min(a.jobs, len(tasks))} processes of {threads} thread(s)",
+              file=sys.stderr)
+    for (model_name, unit), (new, took, check) in resumable.pool(tasks, work_unit, a.jobs, start_work,
+                                                                   (threads, a.windows, a.seed)):
+        if model_name not in checks:
+            checks[model_name] = check
             if not a.quiet:
-                el = time.time() - t0
-                left = el / (i + 1) * (len(todo) - i - 1)
-                print(f"dropin: {model_name} {i + 1}/{len(todo)} {scope:5s} {canonical[:60]} ({took:.1f} s; "
-                      f"elapsed {el:.0f} s, ~{left:.0f} s left)", file=sys.stderr)
+                print(f"dropin: {model_name}: {check['scored_tokens']} scored bytes; attnlab exact vs the model's own "
+                      f"loss: |Δ| = {abs(check['exact_loss_attnlab'] - check['exact_loss_torch']):.1e}",
+                      file=sys.stderr)
+        if unit is None:
+            continue
+        part.append(new)
+        finished[model_name] += 1
+        if not a.quiet:
+            el, i, n = time.time() - t_start, sum(finished.values()), sum(total.values())
+            canonical = attnlab.canonical(per_head(unit[2], 0, 0)) if unit[2] != "exact" else "exact"
+            print(f"dropin: {model_name} {finished[model_name]}/{total[model_name]} {unit[3]:5s} {canonical[:60]} "
+                  f"({took:.1f} s; elapsed {el:.0f} s, ~{el / i * (n - i):.0f} s left)", file=sys.stderr)
     # The finished table, sorted, written atomically; then its settings.
     order = {c: i for i, c in enumerate(["exact", "all", "layer", "head"])}
     rows.sort(key=lambda r: (r["model"], order[r["scope"]], r["family"], float(r["budget"] or 0),
                              int(r["layer"] or -1), int(r["head"] or -1)))
-    part.finish(out, dict(config, checks=checks, command="tools/dropin.py " + " ".join(argv)), "dropin", t_start)
+    checks = {m: checks[m] for m in a.models}
+    part.finish(out, dict(config, checks=checks, jobs=a.jobs, command="tools/dropin.py " + " ".join(argv)), "dropin",
+                t_start)
     return 0
 
 

@@ -32,7 +32,7 @@ if TOOLS not in sys.path:
     sys.path.insert(0, TOOLS)
 from bench_data import allocator_frame  # noqa: E402
 from figures.data import load, upper_half_slope  # noqa: E402  (the scaling figure's fit: sentence and legend agree)
-from figures.data import load_finetune, load_pretrained  # noqa: E402
+from figures.data import load_finetune, load_pretrained, timed_on  # noqa: E402
 from figures.dropin_stats import correlations, load_dropin  # noqa: E402
 from notebook_texts import books  # noqa: E402
 
@@ -389,6 +389,8 @@ def finetune(F, R):
                            ("lr", lambda x: f"{x:g}", "peak learning rate (warm-up 10%, cosine to 0)")):
         F.add(f"finetune.{key}", cfg[key], fmt, what, "finetune")
     F.add("finetune.seconds", cfg["seconds"], integer, "wall time of the whole run, both models (s; timing)",
+          "finetune")
+    F.add("finetune.timed_on", timed_on(R), str, "how the step times were taken (the run's .config)",
           "finetune")
     names = {"mlm": "masked-LM", "causal": "causal"}
     end = df[df.step == df.steps].set_index(["model", "family"])

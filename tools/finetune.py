@@ -53,9 +53,11 @@ Columns, one row per model × family × evaluated step:
                                     this family; time_per_step_exact_s, time_per_step_torch_s: the controls' in the
                                     same run; time_ratio_exact, time_ratio_torch: this one's over theirs;
   time_unit_s                       the whole unit's wall time (training and evaluations);
-  time_load_avg                     the machine's 1-minute load average when the unit ended: above the cores this
-                                    process uses (torch_threads in the .config), other jobs shared the machine and
-                                    the unit's times are inflated;
+  time_load_avg                     the machine's 1-minute load average when the unit ended: above the cores the
+                                    run uses (jobs × torch_threads in the .config), other jobs shared the machine
+                                    and the unit's times are inflated (with --jobs N, each unit's times are one
+                                    process's of --threads threads, the other workers training beside it: the main
+                                    job's, 2 processes of 1 thread, time one thread with the other core busy);
   window_loss_sums                  the per-window sums of the scored bytes' losses (';'-separated): paired
                                     comparisons between any two rows of a model.
 Timing columns vary between runs and machines (the controls are timed in the same run, so their ratios are the
@@ -265,6 +267,28 @@ def complete(rows, n_evals):
     return keep, done
 
 
+# One process's runs (a worker's, or this process's when --jobs is 1): each model's Run built once, kept.
+_WORK = {}
+
+
+def start_work(a):
+    """A worker's (or this process's) settings: the parsed options; torch's and attnlab's threads."""
+    torch.set_num_threads(a.threads)
+    attnlab.set_threads(a.threads)
+    _WORK.update(a=a, runs={})
+
+
+def work_unit(task):
+    """One (model, family) unit trained: its rows."""
+    m, (family, spec, budget) = task
+    if m not in _WORK["runs"]:
+        _WORK["runs"][m] = Run(m, _WORK["a"])
+    run = _WORK["runs"][m]
+    t = time.time()
+    evals, times, status = run.finetune(spec)
+    return rows_of(run, family, spec, budget, evals, times, status, time.time() - t)
+
+
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -274,7 +298,7 @@ def main(argv):
               "batch": a.batch, "micro_batch": a.micro_batch, "lr": a.lr, "schedule": "warm-up 10%, cosine to 0",
               "optimizer": "AdamW(betas=(0.9, 0.98), weight_decay=0.01), clip 1.0", "dtype": "float32",
               "batch_seed": BATCH_SEED, "seed": a.seed, "mask_seed": dropin.MASK_SEED, "models": a.models,
-              "families": a.families, "attnlab": attnlab.__version__, "attnlab_threads": attnlab.threads(),
+              "families": a.families, "attnlab": attnlab.__version__, "attnlab_threads": a.threads,
               "torch": torch.__version__, "torch_threads": a.threads, "kernels": ta.KERNELS,
               "train_keys": {m: ta.safe_load(ta.committed(m, "weights"))["train_key"] for m in a.models}}
     config, key = resumable.settings_key(config, [os.path.abspath(__file__), dropin.__file__, ta.__file__,
@@ -282,27 +306,31 @@ def main(argv):
     n_evals = len(eval_steps(a.steps, a.evals))
     part = resumable.Partial(a.out, "finetune", key, COLUMNS, lambda rows: complete(rows, n_evals))
     checks, t_start = {}, time.time()
+    tasks, total = [], {}
     for m in a.models:
         todo = [u for u in units[m] if (m, u[0]) not in part.done]
-        t0 = time.time()
-        run = Run(m, a) if todo else None
         if todo and not a.quiet:
             print(f"finetune: {m}: {len(units[m])} units ({len(units[m]) - len(todo)} done), {a.steps} steps of "
-                  f"{a.batch} × {run.cfg.context} bytes, {a.windows} held-out windows ({run.tokens} scored bytes)",
-                  file=sys.stderr)
-        for spec in dict.fromkeys(u[1] for u in todo):   # the held vq codebooks the causal units name
-            dropin.vq_codebooks(spec)
-        for i, (family, spec, budget) in enumerate(todo):
-            t = time.time()
-            evals, times, status = run.finetune(spec)
-            rows = rows_of(run, family, spec, budget, evals, times, status, time.time() - t)
-            part.append(rows)
-            if not a.quiet:
-                first, last, el = rows[0], rows[-1], time.time() - t0
-                print(f"finetune: {m} {i + 1}/{len(todo)} {family:18s} held-out loss "
-                      f"{first.get('heldout_loss', math.nan):.3f} -> {last.get('heldout_loss', math.nan):.3f}, "
-                      f"{number(last.get('time_per_step_s')):.3f} s/step; {status} ({time.time() - t:.1f} s; elapsed "
-                      f"{el:.0f} s, ~{el / (i + 1) * (len(todo) - i - 1):.0f} s left)", file=sys.stderr)
+                  f"{a.batch} sequences, {a.windows} held-out windows", file=sys.stderr)
+        for spec in dict.fromkeys(u[1] for u in todo):   # the held vq codebooks the causal units name (fitted here,
+            dropin.vq_codebooks(spec)                     # before any worker reads them)
+        tasks += [(m, u) for u in todo]
+        total[m] = len(todo)
+    if tasks and not a.quiet and a.jobs > 1:
+        print(f"finetune: {len(tasks)} units on {min(a.jobs, len(tasks))} processes of {a.threads} thread(s): each "
+              "unit's step times are one process's, beside the others", file=sys.stderr)
+    finished = {m: 0 for m in a.models}
+    for (m, (family, spec, budget)), rows in resumable.pool(tasks, work_unit, a.jobs, start_work, (a,)):
+        part.append(rows)
+        finished[m] += 1
+        if not a.quiet:
+            first, last, el = rows[0], rows[-1], time.time() - t_start
+            i, n = sum(finished.values()), len(tasks)
+            print(f"finetune: {m} {finished[m]}/{total[m]} {family:18s} held-out loss "
+                  f"{first.get('heldout_loss', math.nan):.3f} -> {last.get('heldout_loss', math.nan):.3f}, "
+                  f"{number(last.get('time_per_step_s')):.3f} s/step; {last['status']} ({rows[0]['time_unit_s']} s; "
+                  f"elapsed {el:.0f} s, ~{el / i * (n - i):.0f} s left)", file=sys.stderr)
+    for m in a.models:
         # attnlab's exact attention against the model's own at step 0 (float32; the drop-in run checks float64)
         ex = {r["family"]: r for r in part.rows if r["model"] == m and r["step"] == "0" and r["family"] in CONTROLS}
         if all(c in ex and ex[c]["heldout_loss"] != "" for c in CONTROLS):
@@ -313,7 +341,7 @@ def main(argv):
                              dropin.Model(m, a.windows).scored.sum(1).double())
     order = {(m, f): (i, j) for i, m in enumerate(a.models) for j, (f, _, _) in enumerate(units[m])}
     part.rows.sort(key=lambda r: (order[r["model"], r["family"]], int(r["step"])))
-    part.finish(a.out, dict(config, checks=checks, seconds=round(time.time() - t_start, 1),
+    part.finish(a.out, dict(config, checks=checks, jobs=a.jobs, seconds=round(time.time() - t_start, 1),
                             command="tools/finetune.py " + " ".join(argv)), "finetune", t_start)
     return 0
 

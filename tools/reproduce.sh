@@ -76,30 +76,46 @@ build/bin/attnlab compare --all --n 1024 --d 64 --seed 0 --dtype f64 --csv "$out
 # Wall-clock time per experiment, kept beside the CSVs (a resumed run times only what it computed).
 timings=$out_dir/timings.csv
 [ -e "$timings" ] || echo "experiment,preset,seconds,cores" > "$timings"
-for experiment in $experiments; do
+# One experiment of the command, timed.
+run_experiment() {
+  local experiment=$1 t_exp
+  shift
   t_exp=$(date +%s)
-  build/bin/attnlab "${limit[@]}" run "$experiment" --preset "$preset" --out "$out_dir/$experiment.csv.gz"
+  build/bin/attnlab "${limit[@]}" run "$experiment" --preset "$preset" --out "$out_dir/$experiment.csv.gz" "$@"
   echo "$experiment,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
+}
+# One PyTorch study (tools/NAME.py, resumable like the rest), timed; skipped when its CSV is there.
+run_study() {
+  local name=$1 t_exp
+  shift
+  [ -e "$out_dir/$name.csv.gz" ] && return 0
+  t_exp=$(date +%s)
+  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" "tools/$name.py" --out "$out_dir/$name.csv.gz" "$@"
+  echo "$name,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
+}
+# First the experiments that time something, alone: nothing else shares the machine while they measure.
+for experiment in $experiments; do
+  [ "$experiment" = precision ] || run_experiment "$experiment"
 done
-# The drop-in experiment: the trained models with each approximation swapped in (PyTorch; resumable like the rest).
-if ! [ -e "$out_dir/dropin.csv.gz" ]; then
-  t_exp=$(date +%s)
-  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/dropin.py --preset "$preset" --out "$out_dir/dropin.csv.gz"
-  echo "dropin,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
+# Then the runs that time nothing, side by side, one thread each (on a few cores, single-threaded processes use them
+# better than one process of several: the small models' torch calls scale poorly past one thread): the precision
+# experiment, the drop-in study (the trained models with each approximation swapped in: two processes) and the
+# models with their attention in emulated bf16 / fp16 storage. No value depends on threads or processes but a few of
+# the drop-in study's last bits on torch's threads (the committed CSV is this run's: one thread).
+jobs=$(( $(nproc) < 4 ? $(nproc) : 4 ))
+pids=()
+run_experiment precision --threads 1 & pids+=($!)
+run_study dropin --preset "$preset" --jobs "$jobs" --threads 1 & pids+=($!)
+run_study precision_model --threads 1 & pids+=($!)
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+if [ "$failed" = 1 ]; then
+  echo "reproduce: a run failed (above); rerunning tools/reproduce.sh resumes it" >&2
+  exit 1
 fi
-# Fine-tuning after the swap: each family trained on inside the trained models through attnlab's backward.
-if ! [ -e "$out_dir/finetune.csv.gz" ]; then
-  t_exp=$(date +%s)
-  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/finetune.py --preset "$preset" \
-    --out "$out_dir/finetune.csv.gz"
-  echo "finetune,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
-fi
-# The models with their attention in emulated bf16 / fp16 storage (eager and careful): ~15 s.
-if ! [ -e "$out_dir/precision_model.csv.gz" ]; then
-  t_exp=$(date +%s)
-  ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" tools/precision_model.py --out "$out_dir/precision_model.csv.gz"
-  echo "precision_model,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
-fi
+# Fine-tuning after the swap: each family trained on inside the trained models through attnlab's backward, its
+# step times taken with nothing else running (the units side by side, one thread each: the times are one thread's).
+run_study finetune --preset "$preset" --jobs "$jobs" --threads 1
 rm -f "$marker"
 # The figures and the findings read the same CSVs and nothing of each other: drawn side by side.
 "$(attnlab_python)" tools/plot.py --results "$out_dir" &

@@ -83,6 +83,29 @@ class Partial:
         print(f"{prog}: wrote {out} ({len(self.rows)} rows) in {time.time() - t_start:.0f} s")
 
 
+def _call(job):
+    work, task = job
+    return task, work(task)
+
+
+def pool(tasks, work, jobs, init=None, initargs=()):
+    """(task, work(task)) for every task, as each finishes: in this process when jobs is 1 (init(*initargs) first),
+    else on `jobs` worker processes, each started by init(*initargs) and given one task at a time (the next free
+    worker takes the next task). work and init must be module-level functions; a worker keeps what init and work
+    cache between its tasks. The workers are spawned, not forked: torch's and OpenMP's thread pools do not survive a
+    fork. A worker's exception is raised here; an interrupt stops the workers (what the caller wrote is kept)."""
+    tasks = list(tasks)
+    if jobs <= 1 or len(tasks) <= 1:
+        if init:
+            init(*initargs)
+        for t in tasks:
+            yield t, work(t)
+        return
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(min(jobs, len(tasks)), init, initargs) as p:
+        yield from p.imap_unordered(_call, [(work, t) for t in tasks], chunksize=1)
+
+
 def command(main, prog):
     """Runs main(argv) as the command, exiting with its code; an interrupt says what is kept."""
     try:

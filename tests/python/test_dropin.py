@@ -3,6 +3,7 @@ seconds per test)."""
 import gzip
 import csv
 import os
+import subprocess
 import sys
 
 import pytest
@@ -194,8 +195,35 @@ def test_run_is_resumable_and_complete(tmp_path, monkeypatch):
     assert values(read(torn)) == values(rows)
 
 
+def test_units_in_worker_processes_give_the_rows_of_one_process(tmp_path):
+    """--jobs 2: the units computed by two spawned processes (each building the baselines itself) give the rows one
+    process gives, every value but the wall times; the settings (the resumable key) are the same. Both runs are
+    commands: a command pins torch's kernels before importing it (this test process imported it first)."""
+    args = ["--windows", "2", "--families", "local,nystrom", "--models", "causal,mlm", "--budgets-all", "0",
+            "--budgets-detail", "0", "--threads", "1", "--quiet"]
+    one, two = tmp_path / "one.csv.gz", tmp_path / "two.csv.gz"
+    for jobs, out in (("1", one), ("2", two)):
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "dropin.py")] + args + ["--jobs", jobs, "--out",
+                                                                                             str(out)], check=True)
+
+    def values(rs):
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in rs]
+
+    # causal: exact and local (nystrom is not causal); mlm: exact, local, nystrom; each family all + 4 layers + 16 heads
+    assert len(read(one)) == (1 + 21) + (1 + 2 * 21)
+    assert values(read(two)) == values(read(one))
+    import json
+    c1, c2 = (json.load(open(f"{p}.config")) for p in (one, two))
+    assert (c1["jobs"], c2["jobs"]) == (1, 2) and c1["checks"] == c2["checks"] and c1["code"] == c2["code"]
+    assert {k: v for k, v in c1.items() if k not in ("jobs", "command")} == \
+        {k: v for k, v in c2.items() if k not in ("jobs", "command")}
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(SystemExit):
         dropin.main(["--models", "gpt", "--out", "/nonexistent/x.csv.gz"])
+    for bad in (["--jobs", "0"], ["--threads", "0"]):
+        with pytest.raises(SystemExit):
+            dropin.main(bad + ["--models", "mlm", "--out", "/nonexistent/x.csv.gz"])
     with pytest.raises(SystemExit, match="unknown family"):
         dropin.main(["--families", "nystrom,bogus", "--windows", "2", "--models", "mlm", "--out", "/tmp/x.csv.gz"])

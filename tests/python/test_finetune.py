@@ -92,6 +92,28 @@ def test_an_interrupted_run_continues_where_it_stopped(tmp_path, monkeypatch):
     assert float(by["local", "1"]["time_ratio_exact"]) > 0 and by["local", "0"]["budget"] == "64"
 
 
+def test_units_in_worker_processes_give_the_rows_of_one_process(tmp_path):
+    """--jobs 2: the units trained by two spawned processes give the rows one process gives (every value but the
+    times); the .config says how the times were taken. Both runs are commands: a command pins torch's kernels
+    before importing it (this test process imported it first)."""
+    argv = ["--models", "causal", "--families", "local", "--threads", "1"] + SMALL
+    one, two = str(tmp_path / "one.csv.gz"), str(tmp_path / "two.csv.gz")
+    for jobs, out in (("1", one), ("2", two)):
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "finetune.py")] + argv + ["--jobs", jobs, "--out",
+                                                                                               out], check=True)
+
+    def values(path):
+        return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows(path)]
+
+    assert len(values(one)) == 3 * 2 and values(two) == values(one)
+    import json
+    from figures.data import timed_on
+    assert json.load(open(two + ".config"))["jobs"] == 2
+    assert timed_on(str(tmp_path)) == "threads not recorded"   # no finetune.csv.gz.config there
+    os.replace(two + ".config", str(tmp_path / "finetune.csv.gz.config"))
+    assert timed_on(str(tmp_path)) == "1 thread a process, 2 processes training side by side"
+
+
 def test_a_diverging_run_is_an_outcome(monkeypatch):
     """A non-finite training loss stops the run with a status; the steps after it have no held-out loss."""
     run = small_run("causal")

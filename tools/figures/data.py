@@ -1,6 +1,7 @@
 """The tidy CSVs as frames, and the fits that a figure and a quoted number share; no matplotlib, so that
 tools/findings.py reads the results without a plotting library. The figures (common.py and the family modules) and
 tools/findings.py import from here."""
+import json
 import os
 import sys
 
@@ -126,3 +127,14 @@ def load_pretrained(results, name):
         if os.path.exists(path):
             return numeric_csv(path, PRETRAINED_TEXT)
     return None
+
+
+def timed_on(results):
+    """How the run's step times were taken (its .config: torch's threads, the processes side by side)."""
+    try:
+        cfg = json.load(open(os.path.join(results, "finetune.csv.gz.config")))
+    except (OSError, ValueError):
+        return "threads not recorded"
+    threads, jobs = cfg.get("torch_threads"), cfg.get("jobs", 1)
+    what = f"{threads} thread{'s' if threads != 1 else ''} a process"
+    return what + (f", {jobs} processes training side by side" if jobs > 1 else ", one process alone")

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from .common import family_colour, family_label, family_marker, finish, plt
-from .data import load_finetune
+from .data import load_finetune, timed_on
 
 MODELS = {"mlm": "masked-LM model (bidirectional)", "causal": "causal LM (next byte)"}
 # Three panels per model, at most five families each beside the exact control (≤ 6 labelled series).
@@ -18,7 +18,7 @@ def plot_finetune(results, out):
     df = load_finetune(results)
     if df is None:
         return []
-    return [_curves(df, out), _time(df, out)]
+    return [_curves(df, out), _time(df, out, timed_on(results))]
 
 
 def _curves(df, out):
@@ -82,7 +82,7 @@ def setting(df):
     return f"{int(r.steps)} AdamW steps at peak lr {r.lr:g}, {int(r.batch)} × 512 bytes a step, float32"
 
 
-def _time(df, out):
+def _time(df, out, timed):
     start = df[df.step == 0]
     models = [m for m in MODELS if m in set(start.model)]
     fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 4.2), squeeze=False)
@@ -107,5 +107,5 @@ def _time(df, out):
     return finish(fig, out, "finetune_time",
                   "What a fine-tuning step costs: the median wall time of an optimizer step of the whole model "
                   f"(forward, backward, update; {setting(df)}) with each family swapped in, over exact attention's "
-                  "through attnlab in the same run; grey: the model's own PyTorch attention. At n = 512 attention "
-                  "is about half of this small model's step (timing: varies by machine).")
+                  f"through attnlab in the same run ({timed}); grey: the model's own PyTorch attention. At n = 512 "
+                  "attention is about half of this small model's step (timing: varies by machine).")
