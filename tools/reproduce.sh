@@ -93,32 +93,41 @@ run_study() {
   ATTNLAB_BUILD="$ATTNLAB_BUILD" "$(attnlab_python)" "tools/$name.py" --out "$out_dir/$name.csv.gz" "$@"
   echo "$name,$preset,$(( $(date +%s) - t_exp )),$(nproc)" >> "$timings"
 }
-# First the experiments that time something, alone: nothing else shares the machine while they measure.
+# First what times something, alone: nothing else shares the machine while it measures. The experiments of the
+# command, then fine-tuning after the swap: each family trained on inside the trained models through attnlab's
+# backward, its units side by side, one thread each (the step times are one thread's, the other core training too:
+# on 2 cores, single-threaded processes use them better than one of two threads, whose small torch calls scale
+# poorly).
 for experiment in $experiments; do
   [ "$experiment" = precision ] || run_experiment "$experiment"
 done
-# Then the runs that time nothing, side by side, one thread each (on a few cores, single-threaded processes use them
-# better than one process of several: the small models' torch calls scale poorly past one thread): the precision
-# experiment, the drop-in study (the trained models with each approximation swapped in: two processes) and the
-# models with their attention in emulated bf16 / fp16 storage. No value depends on threads or processes but a few of
-# the drop-in study's last bits on torch's threads (the committed CSV is this run's: one thread).
 jobs=$(( $(nproc) < 4 ? $(nproc) : 4 ))
+run_study finetune --preset "$preset" --jobs "$jobs" --threads 1
+# Then what times nothing, side by side: the precision experiment (its points side by side), the drop-in study (the
+# trained models with each approximation swapped in: processes of one thread), the models with their attention in
+# emulated bf16 / fp16 storage, and the figures of what is finished. No value depends on threads or processes but a
+# few of the drop-in study's last bits on torch's threads (the committed CSV is this run's: one thread).
 pids=()
-run_experiment precision --threads 1 & pids+=($!)
+run_experiment precision & pids+=($!)
 run_study dropin --preset "$preset" --jobs "$jobs" --threads 1 & pids+=($!)
 run_study precision_model --threads 1 & pids+=($!)
+late=(dropin precision)   # figures drawn after these runs
+early=()
+for name in $("$(attnlab_python)" -c "import sys; sys.path.insert(0, 'tools'); import plot
+print(*[n for n in plot.PLOTS if plot.csv_path(sys.argv[1], n)])" "$out_dir"); do
+  [[ " ${late[*]} " == *" $name "* ]] || early+=("$name")
+done
+"$(attnlab_python)" tools/plot.py --results "$out_dir" "${early[@]}" > "$out_dir/.figures.log" & pids+=($!)
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 if [ "$failed" = 1 ]; then
   echo "reproduce: a run failed (above); rerunning tools/reproduce.sh resumes it" >&2
   exit 1
 fi
-# Fine-tuning after the swap: each family trained on inside the trained models through attnlab's backward, its
-# step times taken with nothing else running (the units side by side, one thread each: the times are one thread's).
-run_study finetune --preset "$preset" --jobs "$jobs" --threads 1
 rm -f "$marker"
-# The figures and the findings read the same CSVs and nothing of each other: drawn side by side.
-"$(attnlab_python)" tools/plot.py --results "$out_dir" &
+# The last figures and the findings read the same CSVs and nothing of each other: drawn side by side.
+cat "$out_dir/.figures.log" && rm -f "$out_dir/.figures.log"
+"$(attnlab_python)" tools/plot.py --results "$out_dir" "${late[@]}" &
 plot_pid=$!
 if [ "$preset" = quick ]; then
   "$(attnlab_python)" tools/findings.py --results "$out_dir"   # the numbers README.md, docs/ and the notebooks quote
