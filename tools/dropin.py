@@ -35,6 +35,9 @@ it to 1e-10).
 Output: a tidy CSV (one row per model, scope, spec, layer, head), resumable: finished units are appended to
 OUT.partial as they complete and a rerun with the same settings continues there; OUT.config records the settings.
   tools/dropin.py [--preset quick|paper] [--out results/dropin.csv.gz] [--models mlm,causal] [--windows W] ...
+                  [--jobs N] [--threads T]
+--jobs N computes the units in N spawned processes (each runs the models' baselines once; the rows are those one
+process gives); --threads: torch's and attnlab's threads in each (default 1 with --jobs above 1, else min(2, CPUs)).
 """
 import argparse
 import json

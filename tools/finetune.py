@@ -67,7 +67,9 @@ the CPU's kernels, which tools/trained_attention.py pins).
 Output: results/finetune.csv.gz, resumable (finished (model, family) units are appended to OUT.partial; a rerun with
 the same settings continues there) with OUT.config (settings, and the exact-vs-torch check of step 0).
   tools/finetune.py [--preset quick|paper] [--out results/finetune.csv.gz] [--models mlm,causal] [--families F,…]
-                    [--steps S] [--evals E] [--windows W] [--batch B] [--lr LR] ...
+                    [--steps S] [--evals E] [--windows W] [--batch B] [--lr LR] [--jobs N] [--threads T] ...
+--jobs N trains the units in N spawned processes (the rows are those one process gives, but the times: see
+time_load_avg); --threads: torch's and attnlab's threads in each (default 1 with --jobs above 1, else min(2, CPUs)).
 """
 import argparse
 import functools

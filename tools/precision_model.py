@@ -43,9 +43,13 @@ def main(argv):
     p.add_argument("--out", default=os.path.join(ROOT, "results", "precision_model.csv.gz"))
     p.add_argument("--models", default="mlm,causal")
     p.add_argument("--windows", type=int, default=8)
-    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                   help="threads of torch and of attnlab (default: 2 or the CPUs)")
     a = p.parse_args(argv)
+    if a.threads < 1:
+        p.error(f"--threads {a.threads}: at least 1")
     torch.set_num_threads(a.threads)
+    attnlab.set_threads(a.threads)   # else attnlab's OpenMP default: every core, spinning beside other processes
     rows = []
     for name in a.models.split(","):
         model = dropin.Model(name, a.windows)

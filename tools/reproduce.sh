@@ -107,6 +107,10 @@ run_study finetune --preset "$preset" --jobs "$jobs" --threads 1
 # trained models with each approximation swapped in: processes of one thread), the models with their attention in
 # emulated bf16 / fp16 storage, and the figures of what is finished. No value depends on threads or processes but a
 # few of the drop-in study's last bits on torch's threads (the committed CSV is this run's: one thread).
+# OpenMP's waiting threads sleep instead of spinning (OMP_WAIT_POLICY=passive; a process's default is every core):
+# beside other processes, spinning threads took their cores (the models in bf16/fp16 at attnlab's default threads
+# took 339 s instead of ~50).
+export OMP_WAIT_POLICY=passive
 pids=()
 run_experiment precision & pids+=($!)
 run_study dropin --preset "$preset" --jobs "$jobs" --threads 1 & pids+=($!)
@@ -117,7 +121,8 @@ for name in $("$(attnlab_python)" -c "import sys; sys.path.insert(0, 'tools'); i
 print(*[n for n in plot.PLOTS if plot.csv_path(sys.argv[1], n)])" "$out_dir"); do
   [[ " ${late[*]} " == *" $name "* ]] || early+=("$name")
 done
-"$(attnlab_python)" tools/plot.py --results "$out_dir" "${early[@]}" > "$out_dir/.figures.log" & pids+=($!)
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$(attnlab_python)" tools/plot.py --results "$out_dir" "${early[@]}" \
+  > "$out_dir/.figures.log" & pids+=($!)
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 if [ "$failed" = 1 ]; then
