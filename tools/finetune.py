@@ -57,7 +57,8 @@ Columns, one row per model × family × evaluated step:
                                     run uses (jobs × torch_threads in the .config), other jobs shared the machine
                                     and the unit's times are inflated (with --jobs N, each unit's times are one
                                     process's of --threads threads, the other workers training beside it: the main
-                                    job's, 2 processes of 1 thread, time one thread with the other core busy);
+                                    job's, 2 processes of 1 thread, time one thread with the other core busy,
+                                    except the last unit or two, which may finish alone and then time lower);
   window_loss_sums                  the per-window sums of the scored bytes' losses (';'-separated): paired
                                     comparisons between any two rows of a model.
 Timing columns vary between runs and machines (the controls are timed in the same run, so their ratios are the

@@ -111,20 +111,25 @@ run_study finetune --preset "$preset" --jobs "$jobs" --threads 1
 # beside other processes, spinning threads took their cores (the models in bf16/fp16 at attnlab's default threads
 # took 339 s instead of ~50).
 export OMP_WAIT_POLICY=passive
+# A script's background jobs ignore Ctrl-C: an interrupt stops them all (their finished work is kept), not the
+# script alone, or a rerun would find them still writing.
+trap 'trap - INT TERM; kill 0' INT TERM
 pids=()
 run_experiment precision & pids+=($!)
 run_study dropin --preset "$preset" --jobs "$jobs" --threads 1 & pids+=($!)
 run_study precision_model --threads 1 & pids+=($!)
 late=(dropin precision)   # figures drawn after these runs
 early=()
-for name in $("$(attnlab_python)" -c "import sys; sys.path.insert(0, 'tools'); import plot
-print(*[n for n in plot.PLOTS if plot.csv_path(sys.argv[1], n)])" "$out_dir"); do
+plots=$("$(attnlab_python)" -c "import sys; sys.path.insert(0, 'tools'); import plot
+print(*[n for n in plot.PLOTS if plot.csv_path(sys.argv[1], n)])" "$out_dir")
+for name in $plots; do
   [[ " ${late[*]} " == *" $name "* ]] || early+=("$name")
 done
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$(attnlab_python)" tools/plot.py --results "$out_dir" "${early[@]}" \
   > "$out_dir/.figures.log" & pids+=($!)
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+trap - INT TERM
 if [ "$failed" = 1 ]; then
   echo "reproduce: a run failed (above); rerunning tools/reproduce.sh resumes it" >&2
   exit 1

@@ -88,6 +88,14 @@ def _call(job):
     return task, work(task)
 
 
+def _start_worker(init, initargs):
+    """A worker ignores Ctrl-C: the main process takes it and stops the pool (one message, not one per worker)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if init:
+        init(*initargs)
+
+
 def pool(tasks, work, jobs, init=None, initargs=()):
     """(task, work(task)) for every task, as each finishes: in this process when jobs is 1 (init(*initargs) first),
     else on `jobs` worker processes, each started by init(*initargs) and given one task at a time (the next free
@@ -102,7 +110,7 @@ def pool(tasks, work, jobs, init=None, initargs=()):
             yield t, work(t)
         return
     import multiprocessing
-    with multiprocessing.get_context("spawn").Pool(min(jobs, len(tasks)), init, initargs) as p:
+    with multiprocessing.get_context("spawn").Pool(min(jobs, len(tasks)), _start_worker, (init, initargs)) as p:
         yield from p.imap_unordered(_call, [(work, t) for t in tasks], chunksize=1)
 
 
