@@ -87,7 +87,7 @@ def model_options(doc, presets, out):
 
 
 def run_options(p):
-    """The options they end with: the random methods' seed, torch's threads, --quiet."""
+    """The options they end with: the random methods' seed, threads and worker processes, --quiet."""
     p.add_argument("--seed", type=int, default=0, help="seed of the random methods (layer l draws with seed + l)")
     p.add_argument("--threads", type=int, default=None,
                    help="threads of torch and of attnlab in each process (default: 1 with --jobs above 1, else 2 or "
@@ -394,16 +394,15 @@ def work_unit(task):
 
 def main(argv):
     a = parse_args(argv)
-    threads = a.threads
-    torch.set_num_threads(threads)
+    torch.set_num_threads(a.threads)
     out = a.out
     os.makedirs(os.path.dirname(os.path.abspath(out)) or ".", exist_ok=True)
     # The rows do not depend on --jobs (every unit is computed from its model's baseline alone); torch's threads
     # change a few in their last bits.
     config = {"preset": a.preset, "windows": a.windows, "models": a.models, "families": a.families,
               "budgets_all": a.budgets_all, "budgets_detail": a.budgets_detail, "seed": a.seed,
-              "mask_seed": MASK_SEED, "attnlab": attnlab.__version__, "attnlab_threads": threads,
-              "torch": torch.__version__, "torch_threads": threads, "kernels": ta.KERNELS}
+              "mask_seed": MASK_SEED, "attnlab": attnlab.__version__, "attnlab_threads": a.threads,
+              "torch": torch.__version__, "torch_threads": a.threads, "kernels": ta.KERNELS}
     families = {m: families_for(m, a.families) for m in a.models}   # bad names fail here, before any work
     # What the rows depend on beyond the settings: the weights (their training keys) and this code.
     shapes = {}
@@ -435,10 +434,10 @@ def main(argv):
         total[model_name] = len(todo)
     checks, finished, t_start = {}, {m: 0 for m in a.models}, time.time()
     if not a.quiet and a.jobs > 1:
-        print(f"dropin: {len(tasks)} units on {min(a.jobs, len(tasks))} processes of {threads} thread(s)",
+        print(f"dropin: {len(tasks)} units on {min(a.jobs, len(tasks))} processes of {a.threads} thread(s)",
               file=sys.stderr)
     for (model_name, unit), (new, took, check) in resumable.pool(tasks, work_unit, a.jobs, start_work,
-                                                                   (threads, a.windows, a.seed)):
+                                                                   (a.threads, a.windows, a.seed)):
         if model_name not in checks:
             checks[model_name] = check
             if not a.quiet:
