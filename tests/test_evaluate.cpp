@@ -5,6 +5,7 @@
 #include "attnlab/operators/exact.hpp"
 #include "test_util.hpp"
 
+#include <Eigen/SVD>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,6 +105,29 @@ TEST(Evaluate, CompareIsEvaluateWithTheHarnessCost) {
     ASSERT_GE(n.size(), 8u);
     EXPECT_EQ(std::vector<std::string>(n.begin() + 4, n.begin() + 8),
               (std::vector<std::string>{"time_s", "time_median_s", "exact_time_s", "speedup"}));
+  }
+}
+
+TEST(Evaluate, TheReferenceKeepsItsSpectralNormAndTheErrorsAreThoseComputedAlone) {
+  // n = 96 > 64: the block Krylov path, not the dense SVD.
+  const MatrixR<double> q = randn<double>(96, 8, 11), k = randn<double>(96, 8, 12), v = randn<double>(96, 4, 13);
+  const Reference<double> ref(q, k, v);
+  const SpectralNormResult& kept = ref.spectral_norm();
+  EXPECT_EQ(&kept, &ref.spectral_norm());  // computed once
+  const SpectralNormResult alone = spectral_norm<double>(ref.op());
+  EXPECT_EQ(kept.value, alone.value);
+  EXPECT_GE(kept.value, 1.0 - 1e-12);  // P·1 = 1: ‖P‖₂ ≥ 1
+  for (const char* spec : {"nystrom:landmarks=8", "local:window=9"}) {
+    auto m = make_method<double>(spec);
+    const Evaluation e = evaluate<double>(*m, ref);  // uses the kept ‖P‖₂
+    // matrix_errors on its own (‖P‖₂ computed inside), the same bits
+    const MatrixErrors me = matrix_errors<double>(ref.op(), m->op());
+    ASSERT_TRUE(e.value("P_rel_spectral").has_value()) << spec;
+    EXPECT_EQ(*e.value("P_rel_spectral"), *me.rel_spectral) << spec;
+    // and against the dense matrices
+    const MatrixR<double> p = exact_matrix<double>(q, k, {}), pt = m->matrix();
+    Eigen::JacobiSVD<Eigen::MatrixXd> sp(p), sd(p - pt);
+    EXPECT_NEAR(*e.value("P_rel_spectral"), sd.singularValues()(0) / sp.singularValues()(0), 1e-8) << spec;
   }
 }
 

@@ -19,23 +19,19 @@ cd "$ATTNLAB_ROOT"
 t0=$(date +%s)
 # The packages the build needs first; then the build in the foreground while, in the background, the Python stack
 # (matplotlib, pandas, torch) is installed and the model's attention exported (log: data/trained_attention.log).
-# The install runs at the build's priority: the build uses both cores throughout, so an install at nice 19 only
-# starves until the build is done and then runs alone, while side by side both finish sooner. The export (torch,
-# two threads) stays at nice 19: beside the build's two compilers its OpenMP workers would wait on each other
-# (oversubscribed OpenMP slows several-fold; docs/reproducing.md's note on --shard), so it runs on what the build
-# leaves.
+# The install and the exports run at the build's priority: the build uses both cores throughout, so at nice 19 they
+# only starve until the build is done and then run alone, while side by side all finish sooner. The exports are one
+# torch thread each (no OpenMP pool to oversubscribe) and ~20 CPU-s: at nice 19 they ran after the build, 20 s of one
+# core while the other idled (2026-11-29, a 2-core Intel Xeon: the build done after 381 s, the exports after 401 s).
 "$ATTNLAB_ROOT/tools/setup.sh" --no-build
 mkdir -p data
 echo "reproduce: installing the Python stack and exporting the small transformer's and the pretrained model's" \
      "attention in the background (log: data/trained_attention.log)"
-low=(nice -n 19)
-if command -v ionice >/dev/null; then low+=(ionice -c 3); fi
 { "$ATTNLAB_ROOT/tools/setup.sh" --python-stack --no-build &&
-  "${low[@]}" "$(attnlab_python)" tools/trained_attention.py --out data/attention \
-    --weights models/trained_attention.pt &&
-  "${low[@]}" "$(attnlab_python)" tools/trained_attention.py --objective causal --out data/attention_causal \
+  "$(attnlab_python)" tools/trained_attention.py --out data/attention --weights models/trained_attention.pt &&
+  "$(attnlab_python)" tools/trained_attention.py --objective causal --out data/attention_causal \
     --weights models/trained_attention_causal.pt &&
-  "${low[@]}" "$(attnlab_python)" tools/pretrained.py --export data/pretrained; } > data/trained_attention.log 2>&1 &
+  "$(attnlab_python)" tools/pretrained.py --export data/pretrained; } > data/trained_attention.log 2>&1 &
 train_pid=$!
 trap 'kill $train_pid 2>/dev/null || true' EXIT
 # Same configuration as tools/test.sh (options never flip between scripts), but only the command and the Python

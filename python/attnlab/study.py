@@ -207,7 +207,9 @@ class Dropin:
             for b in self.batches:
                 self.own.add(step(model, b))
         # The baseline's exact outputs, kept (up to 512 MiB): a unit's calls with the baseline's inputs — every layer
-        # before the swapped one, the unswapped heads of its layer — reuse them (torch._ExactMemo: the same bits).
+        # before the swapped one, the unswapped heads of its layer — reuse them, and so do whole layers (the elements
+        # of the model's nn.ModuleLists) before the swapped one, their linear layers and norms skipped
+        # (torch._ExactMemo: the same bits).
         self._memo = at._ExactMemo(budget=512 << 20)
         self.base = _run(model, self.batches, step, "exact", seed, self._memo)
         self._memo.recording = False

@@ -465,8 +465,9 @@ class _ExactMemo:
     drop-in study then computes attention only where the swap changed something: the swapped head and the layers
     after it. Recording stops at `budget` bytes (inputs and outputs kept): past it, calls are computed as before."""
 
-    def __init__(self, budget=1 << 30):
+    def __init__(self, budget=1 << 30, blocks=True):
         self.calls, self.recording, self.budget, self.bytes = {}, True, budget, 0
+        self.blocks = {} if blocks else None   # (forward, module name) -> a block's recorded call (put_block)
 
     def put(self, where, q, k, v, causal, scale, out):
         size = sum(t.numel() * t.element_size() for t in (q, k, v, out))
@@ -481,6 +482,106 @@ class _ExactMemo:
             return None
         same = all(a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(c[:3], (q, k, v)))
         return c[5].clone() if same else None   # the caller's to change
+
+    # ---- whole blocks: the same reuse one level up -------------------------------------------------------------
+    # A block (an element of one of the model's nn.ModuleLists: a transformer layer) whose inputs, parameters and
+    # buffers are the baseline's, bit for bit, and whose attention calls are all exact in the unit's swap computes
+    # what it computed in the baseline: its recorded output is returned and its forward skipped (its linear layers,
+    # activations and norms: most of a layer's work at n = 512). A one-head unit then computes from the swapped layer
+    # on. Only under no_grad, on a block in eval mode (no dropout draws) that changed none of its inputs in place.
+    def put_block(self, where, module, snapshot, calls, out):
+        """Keeps a block's call of the baseline: snapshot (block_inputs() before the forward), its attention calls
+        (swap.calls entries), its output."""
+        if self.blocks is None or not self.recording or snapshot is None:
+            return
+        inputs, versions, state = snapshot
+        if versions != _versions(inputs) or state != _state(module):   # it changed its inputs or itself: not kept
+            return
+        kept = _clone_output(out)
+        if kept is None:
+            return
+        size = sum(t.numel() * t.element_size() for t in _tensors(inputs) + _tensors(kept))
+        if self.bytes + size <= self.budget:
+            self.blocks[where] = (inputs, state, [dict(c) for c in calls], kept)
+            self.bytes += size
+
+    def get_block(self, where, module, args, kwargs):
+        """(calls, output) of the recorded call at `where` when this call's inputs, parameters and buffers are the
+        recorded ones; else None."""
+        b = None if self.blocks is None or self.recording else self.blocks.get(where)
+        if b is None or b[1] != _state(module):
+            return None
+        return (b[2], _clone_output(b[3])) if _same_inputs(b[0], (args, kwargs)) else None
+
+
+def _block_inputs(module, args, kwargs):
+    """A block call's inputs as kept (tensors cloned; None, bools, numbers and strings as they are), their
+    version counters, and the block's state; None where an input is of another kind or the block can draw (a
+    submodule in training mode) — then the call is neither kept nor reused."""
+    if torch.is_grad_enabled() or any(m.training for m in module.modules()):
+        return None
+    flat = list(args) + [kwargs[k] for k in sorted(kwargs)]
+    if not all(x is None or isinstance(x, (torch.Tensor, bool, int, float, str)) for x in flat):
+        return None
+    kept = (tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in args),
+            {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()})
+    return kept, _versions((args, kwargs)), _state(module)
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def _versions(inputs):
+    """The version counters of a call's input tensors (an in-place change increments them)."""
+    return tuple(t._version for t in _tensors(inputs))
+
+
+def _state(module):
+    """A block's parameters and buffers, by identity and version counter: an optimizer step changes them in place."""
+    return tuple((id(t), t._version) for t in list(module.parameters()) + list(module.buffers()))
+
+
+def _same_inputs(kept, now):
+    (ka, kk), (na, nk) = kept, now
+    if len(ka) != len(na) or sorted(kk) != sorted(nk):
+        return False
+    for a, b in list(zip(ka, na)) + [(kk[k], nk[k]) for k in kk]:
+        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            return False
+        if isinstance(a, torch.Tensor):
+            if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a, b):
+                return False
+        elif type(a) is not type(b) or a != b:
+            return False
+    return True
+
+
+def _clone_output(out):
+    """A copy of a block's output (a tensor, or tuples and lists of tensors and None); None for other kinds."""
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, (tuple, list)):
+        items = [None if o is None else _clone_output(o) for o in out]
+        if any(i is None and o is not None for i, o in zip(items, out)):
+            return None
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)   # a namedtuple, or not
+    return None
+
+
+def _blocks(model):
+    """(name, module) of the elements of the model's outermost nn.ModuleLists: its layers, as models hold them."""
+    found = []
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and not any(name.startswith(b + ".") for b, _ in found):
+            found += [(f"{name}.{c}" if name else c, child) for c, child in m.named_children()]
+    return found
 
 
 class swap:
@@ -532,6 +633,9 @@ class swap:
                 self._patch(m, "forward", lambda *a, m=m, **kw: _encoder_layer_forward(m, *a, **kw))
             elif isinstance(m, torch.nn.TransformerEncoder) and getattr(m, "enable_nested_tensor", False):
                 self._patch(m, "enable_nested_tensor", False)
+        if module and memo is not None and memo.blocks is not None:   # whole layers reused (_ExactMemo.put_block)
+            for name, m in _blocks(model):
+                self._patch(m, "forward", self._block(m, name, m.forward))
         if module:   # which module makes a standard call: the innermost one running
             for name, m in model.named_modules():
                 self._hooks.append(m.register_forward_pre_hook(lambda mod, inp, name=name: self._enter(name)))
@@ -567,6 +671,35 @@ class swap:
                 self.layers.check(len(self.calls), {c["name"] for c in self.calls})
             return out
         return run
+
+    def _block(self, m, name, forward):
+        """A block's forward under the memo: kept in the baseline's run; in a later run its recorded output, with
+        its attention calls counted as made, where _ExactMemo.get_block finds the same inputs and state and every
+        one of those calls is exact in this swap (else computed as ever)."""
+        def run(*a, **kw):
+            memo, where = self._memo, (self._forward, name)
+            plain = self._record is None and self._on_output is None
+            if memo.recording:
+                snapshot = _block_inputs(m, a, kw) if plain else None
+                start = len(self.calls)
+                out = forward(*a, **kw)
+                inner = self.calls[start:]
+                if snapshot is not None and all(self._exact_call(c) for c in inner):
+                    memo.put_block(where, m, snapshot, inner, out)
+                return out
+            if plain and not torch.is_grad_enabled() and not any(x.training for x in m.modules()):
+                got = memo.get_block(where, m, a, kw)
+                if got is not None:
+                    calls, out = got
+                    if all(c["layer"] == len(self.calls) + i and self._exact_call(c) for i, c in enumerate(calls)):
+                        self.calls += [dict(c) for c in calls]
+                        return out
+            return forward(*a, **kw)
+        return run
+
+    def _exact_call(self, call):
+        """Whether every head of a recorded attention call is attnlab's exact attention in this swap."""
+        return all(h == "exact" for h in self.layers.heads(call["layer"], call["name"], call["heads"]))
 
     def _next(self, name, H, L, S, causal, via):
         layer = len(self.calls)

@@ -275,3 +275,94 @@ def test_units_reuse_the_baselines_exact_calls_and_give_the_same_rows(monkeypatc
             assert exact == len(bs) * (2 + 0 + 4), computed
     strip = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
     assert strip(rows[False]) == strip(rows[True])
+
+
+class Layer(nn.Module):
+    """A pre-LayerNorm transformer layer making the standard call (the project's models' form)."""
+
+    def __init__(self, d, h, causal):
+        super().__init__()
+        self.h, self.causal = h, causal
+        self.ln, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x, note=None):
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln(x)).view(b, n, 3, self.h, -1).permute(2, 0, 3, 1, 4)
+        x = x + self.proj(sdpa.attention(q, k, v, is_causal=self.causal).transpose(1, 2).reshape(b, n, d))
+        return x + self.mlp(x)
+
+
+class Stacked(nn.Module):
+    def __init__(self, layers=3, d=16, heads=2, vocab=30, causal=True):
+        super().__init__()
+        torch.manual_seed(1)
+        self.emb, self.out = nn.Embedding(vocab, d), nn.Linear(d, vocab)
+        self.layers = nn.ModuleList(Layer(d, heads, causal) for _ in range(layers))
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for layer in self.layers:
+            x = layer(x, note="kept")
+        return self.out(x)
+
+
+def test_units_skip_the_layers_before_the_swapped_one(monkeypatch):
+    """The layers (elements of the model's nn.ModuleList) before a unit's swapped one are not run again: their
+    recorded outputs stand in, and the rows are those with every layer computed, bit for bit. A layer whose weights
+    changed since the baseline, or a model in training mode, is computed."""
+    m, bs = Stacked().double().eval(), batches()
+    ran = []
+    real = Layer.forward
+
+    def counting(self, *a, **kw):
+        ran.append(self)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Layer, "forward", counting)
+    d = study.Dropin(m, bs, step, measures=False)
+    assert len(d._memo.blocks) == 3 * len(bs)   # every layer of every batch's forward kept
+    units = [("local:window=4", "head", 1, 0), ("local:window=4", "layer", 2, ""), ("local:window=4", "head", 0, 1),
+             ("local:window=4", "all", "", ""), ("exact", "layer", 1, "")]
+    rows, counts, kept = {}, {}, d._memo.blocks
+    for reuse in (True, False):
+        d._memo.blocks = kept if reuse else {}
+        ran.clear()
+        rows[reuse] = [d.unit(*u) for u in units]
+        counts[reuse] = len(ran)
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
+    assert strip(rows[True]) == strip(rows[False])
+    # per batch: head (1, 0) runs layers 1, 2; layer 2 runs 2; head (0, 1) and all run 3; exact runs none
+    assert counts[True] == len(bs) * (2 + 1 + 3 + 3 + 0) and counts[False] == len(bs) * 3 * len(units)
+    assert rows[True][-1]["dloss"] == 0.0
+    # weights changed in place after the baseline: that layer and the later ones are computed
+    d._memo.blocks = kept
+    with torch.no_grad():
+        m.layers[0].mlp[0].weight.add_(0.01)
+    ran.clear()
+    r = d.unit("local:window=4", "head", 2, 0)
+    assert len(ran) == len(bs) * 3
+    fresh = study.Dropin(m, bs, step, measures=False).unit("local:window=4", "head", 2, 0)
+    assert r["loss"] == fresh["loss"] and r["loss"] != rows[True][0]["loss"]
+    # in training mode (dropout would draw) nothing is reused
+    m.train()
+    ran.clear()
+    d.unit("local:window=4", "head", 2, 0)
+    assert len(ran) == len(bs) * 3
+
+
+def test_units_skip_the_layers_of_a_transformer_encoder():
+    """The same on nn.TransformerEncoder (its layers: an nn.ModuleList of nn.TransformerEncoderLayer, attention
+    through nn.MultiheadAttention): the rows with and without the layers' reuse are the same bits."""
+    torch.manual_seed(0)
+    enc = nn.Sequential(nn.Embedding(30, 16), nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True), 3),
+        nn.Linear(16, 30)).double().eval()
+    d = study.Dropin(enc, batches(), step, measures=False)
+    assert len(d._memo.blocks) == 3 * 3
+    kept, rows = d._memo.blocks, {}
+    for reuse in (True, False):
+        d._memo.blocks = kept if reuse else {}
+        rows[reuse] = [{k: v for k, v in d.unit(*u).items() if k != "time_s"}
+                       for u in [("performer:features=8", "head", 2, 1), ("local:window=4", "layer", 1, "")]]
+    assert rows[True] == rows[False]

@@ -32,6 +32,12 @@ void Reference<T>::measure(const CostOptions& c) {
   cost_ = cost;
 }
 
+template <typename T>
+const SpectralNormResult& Reference<T>::spectral_norm() const {
+  if (!spectral_) spectral_ = attnlab::spectral_norm<T>(op_);
+  return *spectral_;
+}
+
 std::optional<double> Evaluation::value(const std::string& metric) const {
   for (const auto* list : {&output_errors, &matrix_errors, &diagnostics})
     for (const auto& [name, v] : *list)
@@ -102,6 +108,7 @@ Evaluation evaluate(Method<T>& m, const Reference<T>& ref, const EvaluateOptions
   if (opts.matrix_errors) {
     MatrixErrorOptions mo;
     mo.spectral = opts.spectral;
+    if (opts.spectral) mo.exact_spectral = ref.spectral_norm();
     e.matrix_errors = named_metrics(matrix_errors<T>(ref.op(), m.op(), mo));
   }
   if (opts.cost) {

@@ -80,7 +80,7 @@ MatrixErrors matrix_errors(const AttentionOperator<T>& exact, const AttentionOpe
     e.mean_tv = tv / double(n);
   }
   if (opts.spectral) {
-    const SpectralNormResult ref = spectral_norm(exact);
+    const SpectralNormResult ref = opts.exact_spectral ? *opts.exact_spectral : spectral_norm(exact);
     SpectralNormResult diff;
     diff.converged = true;
     if (e.fro > 0) {

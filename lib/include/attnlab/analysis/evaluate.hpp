@@ -50,12 +50,16 @@ class Reference {
   const std::optional<Cost>& cost() const { return cost_; }
   /// Times exact streaming attention by the same harness as the methods (warm-up, then repeats).
   void measure(const CostOptions& c);
+  /// ‖P‖₂, spectral_norm(op()), computed on the first call and kept: the denominator of every method's
+  /// P_rel_spectral against this reference (a Reference is used by one thread at a time).
+  const SpectralNormResult& spectral_norm() const;
 
  private:
   AttentionOptions opts_;
   ExactOperator<T> op_;
   MatrixR<T> v_, out_;
   std::optional<Cost> cost_;
+  mutable std::optional<SpectralNormResult> spectral_;
 };
 
 extern template class Reference<float>;

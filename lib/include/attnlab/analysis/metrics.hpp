@@ -2,6 +2,7 @@
 // operators, evaluated block of rows by block of rows so that P is never formed whole) and on outputs.
 #pragma once
 
+#include "attnlab/analysis/norms.hpp"
 #include "attnlab/operators/dense.hpp"
 #include "attnlab/operators/difference.hpp"
 #include "attnlab/operators/low_rank.hpp"
@@ -37,6 +38,10 @@ struct MatrixErrorOptions {
   bool spectral = true;       ///< also the spectral norms (matrix-free, block Krylov)
   /// Tolerance for calling P̃'s rows distributions: entries ≥ −tol and |row sum − 1| ≤ tol.
   double distribution_tol = -1;  ///< −1: 1e-4 in float32, 1e-9 in float64
+  /// ‖P‖₂ of `exact` (spectral_norm(exact)) where the caller has it: a Reference computes it once for all the
+  /// methods measured against it, instead of once per method (each a block Krylov solve of exact attention, which
+  /// recomputes exp(QKᵀ) at every product). Unset: computed here.
+  std::optional<SpectralNormResult> exact_spectral;
 };
 
 template <typename T>
