@@ -113,9 +113,12 @@ TEST(Evaluate, TheReferenceKeepsItsSpectralNormAndTheErrorsAreThoseComputedAlone
   const MatrixR<double> q = randn<double>(96, 8, 11), k = randn<double>(96, 8, 12), v = randn<double>(96, 4, 13);
   const Reference<double> ref(q, k, v);
   const SpectralNormResult& kept = ref.spectral_norm();
-  EXPECT_EQ(&kept, &ref.spectral_norm());  // computed once
   const SpectralNormResult alone = spectral_norm<double>(ref.op());
+  // the same solve: the value, its iterations, residual and convergence
   EXPECT_EQ(kept.value, alone.value);
+  EXPECT_EQ(kept.iterations, alone.iterations);
+  EXPECT_EQ(kept.residual, alone.residual);
+  EXPECT_EQ(kept.converged, alone.converged);
   EXPECT_GE(kept.value, 1.0 - 1e-12);  // P·1 = 1: ‖P‖₂ ≥ 1
   for (const char* spec : {"nystrom:landmarks=8", "local:window=9"}) {
     auto m = make_method<double>(spec);
@@ -124,6 +127,8 @@ TEST(Evaluate, TheReferenceKeepsItsSpectralNormAndTheErrorsAreThoseComputedAlone
     const MatrixErrors me = matrix_errors<double>(ref.op(), m->op());
     ASSERT_TRUE(e.value("P_rel_spectral").has_value()) << spec;
     EXPECT_EQ(*e.value("P_rel_spectral"), *me.rel_spectral) << spec;
+    EXPECT_EQ(e.value("P_spectral_residual").has_value(), me.spectral_residual.has_value()) << spec;
+    if (me.spectral_residual) EXPECT_EQ(*e.value("P_spectral_residual"), *me.spectral_residual) << spec;
     // and against the dense matrices
     const MatrixR<double> p = exact_matrix<double>(q, k, {}), pt = m->matrix();
     Eigen::JacobiSVD<Eigen::MatrixXd> sp(p), sd(p - pt);

@@ -265,8 +265,9 @@ class Model:
 
     def study(self, seed=0, measures=True):
         """attnlab.study's Dropin on these windows (the baseline run once), with resid_err as a head measure."""
+        # reuse_layers: the blocks are functions of their input and weights (trained_attention.Block)
         return study.Dropin(self.net, self.batches, step, seed=seed, measures=measures,
-                            head_extra=self.resid_err if measures else None)
+                            head_extra=self.resid_err if measures else None, reuse_layers=True)
 
     def streams(self):
         """The residual stream entering each block in the exact run through attnlab (the resid_err denominator)."""

@@ -465,9 +465,10 @@ class _ExactMemo:
     drop-in study then computes attention only where the swap changed something: the swapped head and the layers
     after it. Recording stops at `budget` bytes (inputs and outputs kept): past it, calls are computed as before."""
 
-    def __init__(self, budget=1 << 30, blocks=True):
+    def __init__(self, budget=1 << 30, blocks=False):
         self.calls, self.recording, self.budget, self.bytes = {}, True, budget, 0
-        self.blocks = {} if blocks else None   # (forward, module name) -> a block's recorded call (put_block)
+        # (forward, module name, its call in that forward) -> a block's recorded call (put_block); None: not kept
+        self.blocks = {} if blocks else None
 
     def put(self, where, q, k, v, causal, scale, out):
         size = sum(t.numel() * t.element_size() for t in (q, k, v, out))
@@ -483,21 +484,25 @@ class _ExactMemo:
         same = all(a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(c[:3], (q, k, v)))
         return c[5].clone() if same else None   # the caller's to change
 
-    # ---- whole blocks: the same reuse one level up -------------------------------------------------------------
+    # ---- whole blocks: the same reuse one level up (opt-in: blocks=True) ---------------------------------------
     # A block (an element of one of the model's nn.ModuleLists: a transformer layer) whose inputs, parameters and
     # buffers are the baseline's, bit for bit, and whose attention calls are all exact in the unit's swap computes
-    # what it computed in the baseline: its recorded output is returned and its forward skipped (its linear layers,
-    # activations and norms: most of a layer's work at n = 512). A one-head unit then computes from the swapped layer
-    # on. Only under no_grad, on a block in eval mode (no dropout draws) that changed none of its inputs in place.
-    def put_block(self, where, module, snapshot, calls, out):
-        """Keeps a block's call of the baseline: snapshot (block_inputs() before the forward), its attention calls
-        (swap.calls entries), its output."""
+    # what it computed in the baseline — if it is a function of those alone: no state kept between calls (caches,
+    # counters, attributes it writes for others to read), no forward hooks inside it, no random draws. Then its
+    # recorded output is returned and its forward skipped (its linear layers, activations and norms: most of a
+    # layer's work at n = 512), and a one-head unit computes from the swapped layer on. Checked here: no_grad and not
+    # inference mode, every submodule in eval mode, no forward hooks but the swap's own, the inputs not changed in
+    # place by the block, the parameters and buffers the same tensors at the same versions, the output a dense
+    # tensor (or tuple of them) sharing no memory with the inputs. The rest is the caller's promise.
+    def put_block(self, where, module, snapshot, args, kwargs, calls, out):
+        """Keeps a block's call of the baseline: snapshot (_block_inputs() before the forward), the call's own
+        args and kwargs (after it), its attention calls (swap.calls entries), its output."""
         if self.blocks is None or not self.recording or snapshot is None:
             return
         inputs, versions, state = snapshot
-        if versions != _versions(inputs) or state != _state(module):   # it changed its inputs or itself: not kept
+        if versions != _versions((args, kwargs)) or not _same_state(state, _state(module)):   # it changed them
             return
-        kept = _clone_output(out)
+        kept = _clone_output(out, _tensors((args, kwargs)))
         if kept is None:
             return
         size = sum(t.numel() * t.element_size() for t in _tensors(inputs) + _tensors(kept))
@@ -509,20 +514,31 @@ class _ExactMemo:
         """(calls, output) of the recorded call at `where` when this call's inputs, parameters and buffers are the
         recorded ones; else None."""
         b = None if self.blocks is None or self.recording else self.blocks.get(where)
-        if b is None or b[1] != _state(module):
+        if b is None or _block_inputs(module, args, kwargs, copy=False) is None:
             return None
-        return (b[2], _clone_output(b[3])) if _same_inputs(b[0], (args, kwargs)) else None
+        if not _same_state(b[1], _state(module)):
+            return None
+        return (b[2], _clone_output(b[3], [])) if _same_inputs(b[0], (args, kwargs)) else None
 
 
-def _block_inputs(module, args, kwargs):
+def _block_inputs(module, args, kwargs, copy=True):
     """A block call's inputs as kept (tensors cloned; None, bools, numbers and strings as they are), their
-    version counters, and the block's state; None where an input is of another kind or the block can draw (a
-    submodule in training mode) — then the call is neither kept nor reused."""
-    if torch.is_grad_enabled() or any(m.training for m in module.modules()):
+    version counters, and the block's state; None where the call cannot be kept or reused: an input of another
+    kind, grad or inference mode, a submodule in training mode (dropout draws) or with forward hooks other than a
+    swap's own."""
+    if torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return None
     flat = list(args) + [kwargs[k] for k in sorted(kwargs)]
     if not all(x is None or isinstance(x, (torch.Tensor, bool, int, float, str)) for x in flat):
         return None
+    if any(isinstance(x, torch.Tensor) and x.is_inference() for x in flat):
+        return None
+    for m in module.modules():
+        if m.training or any(not getattr(h, "_attnlab_swap", False)
+                             for h in list(m._forward_hooks.values()) + list(m._forward_pre_hooks.values())):
+            return None
+    if not copy:
+        return True
     kept = (tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in args),
             {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()})
     return kept, _versions((args, kwargs)), _state(module)
@@ -544,8 +560,14 @@ def _versions(inputs):
 
 
 def _state(module):
-    """A block's parameters and buffers, by identity and version counter: an optimizer step changes them in place."""
-    return tuple((id(t), t._version) for t in list(module.parameters()) + list(module.buffers()))
+    """A block's parameters and buffers: the tensors themselves (kept: their identities stay theirs), their memory,
+    type and version counters (an optimizer step, .data = ..., .to() change one of these)."""
+    return tuple((t, t._version, t.data_ptr(), t.dtype, t.device, tuple(t.shape))
+                 for t in list(module.parameters()) + list(module.buffers()))
+
+
+def _same_state(a, b):
+    return len(a) == len(b) and all(x[0] is y[0] and x[1:] == y[1:] for x, y in zip(a, b))
 
 
 def _same_inputs(kept, now):
@@ -556,19 +578,27 @@ def _same_inputs(kept, now):
         if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
             return False
         if isinstance(a, torch.Tensor):
-            if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a, b):
+            if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device or not torch.equal(a, b):
                 return False
         elif type(a) is not type(b) or a != b:
             return False
     return True
 
 
-def _clone_output(out):
-    """A copy of a block's output (a tensor, or tuples and lists of tensors and None); None for other kinds."""
+def _storage(t):
+    return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr()
+
+
+def _clone_output(out, inputs):
+    """A copy of a block's output (a tensor, or tuples and lists of tensors and None) with its strides; None for
+    other kinds, a view that is not dense (a copy would have other strides), or one sharing memory with an input."""
     if isinstance(out, torch.Tensor):
-        return out.clone()
+        c = out.clone()
+        if c.stride() != out.stride() or any(_storage(out) == _storage(t) for t in inputs):
+            return None
+        return c
     if isinstance(out, (tuple, list)):
-        items = [None if o is None else _clone_output(o) for o in out]
+        items = [None if o is None else _clone_output(o, inputs) for o in out]
         if any(i is None and o is not None for i, o in zip(items, out)):
             return None
         return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)   # a namedtuple, or not
@@ -621,7 +651,7 @@ class swap:
             attnlab.canonical(s)
         self.layers = _Layers(spec, model)
         self.seed, self.calls = seed, []
-        self._memo, self._forward = memo, -1
+        self._memo, self._forward, self._block_count = memo, -1, {}
         self._record, self._on_output = record, on_output
         self._saved, self._hooks, self._stack, self._depth = [], [], [], 0
         self._active = True
@@ -638,8 +668,9 @@ class swap:
                 self._patch(m, "forward", self._block(m, name, m.forward))
         if module:   # which module makes a standard call: the innermost one running
             for name, m in model.named_modules():
-                self._hooks.append(m.register_forward_pre_hook(lambda mod, inp, name=name: self._enter(name)))
-                self._hooks.append(m.register_forward_hook(lambda mod, inp, out: self._leave()))
+                enter, leave = (lambda mod, inp, name=name: self._enter(name)), (lambda mod, inp, out: self._leave())
+                enter._attnlab_swap = leave._attnlab_swap = True   # not a user's hook (_block_inputs)
+                self._hooks += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
         self._patch(model, "forward", self._root(model.forward))
         self._patch(F, "scaled_dot_product_attention", _sdpa)
         _ACTIVE.append(self)
@@ -656,7 +687,7 @@ class swap:
         def run(*a, **kw):
             self._depth += 1
             if self._depth == 1:
-                self.calls, self._stack = [], []
+                self.calls, self._stack, self._block_count = [], [], {}
                 self._forward += 1
             try:
                 out = forward(*a, **kw)
@@ -677,7 +708,8 @@ class swap:
         its attention calls counted as made, where _ExactMemo.get_block finds the same inputs and state and every
         one of those calls is exact in this swap (else computed as ever)."""
         def run(*a, **kw):
-            memo, where = self._memo, (self._forward, name)
+            k = self._block_count[name] = self._block_count.get(name, -1) + 1   # its k-th call in this forward
+            memo, where = self._memo, (self._forward, name, k)
             plain = self._record is None and self._on_output is None
             if memo.recording:
                 snapshot = _block_inputs(m, a, kw) if plain else None
@@ -685,9 +717,9 @@ class swap:
                 out = forward(*a, **kw)
                 inner = self.calls[start:]
                 if snapshot is not None and all(self._exact_call(c) for c in inner):
-                    memo.put_block(where, m, snapshot, inner, out)
+                    memo.put_block(where, m, snapshot, a, kw, inner, out)
                 return out
-            if plain and not torch.is_grad_enabled() and not any(x.training for x in m.modules()):
+            if plain:
                 got = memo.get_block(where, m, a, kw)
                 if got is not None:
                     calls, out = got

@@ -308,9 +308,10 @@ class Stacked(nn.Module):
 
 
 def test_units_skip_the_layers_before_the_swapped_one(monkeypatch):
-    """The layers (elements of the model's nn.ModuleList) before a unit's swapped one are not run again: their
-    recorded outputs stand in, and the rows are those with every layer computed, bit for bit. A layer whose weights
-    changed since the baseline, or a model in training mode, is computed."""
+    """With reuse_layers, the layers (elements of the model's nn.ModuleList) before a unit's swapped one are not run
+    again: their recorded outputs stand in, and the rows are those with every layer computed, bit for bit. A layer
+    whose weights changed since the baseline, a model in training mode, a layer with a forward hook, or a step in
+    grad mode is computed."""
     m, bs = Stacked().double().eval(), batches()
     ran = []
     real = Layer.forward
@@ -320,7 +321,8 @@ def test_units_skip_the_layers_before_the_swapped_one(monkeypatch):
         return real(self, *a, **kw)
 
     monkeypatch.setattr(Layer, "forward", counting)
-    d = study.Dropin(m, bs, step, measures=False)
+    assert study.Dropin(m, bs, step, measures=False)._memo.blocks is None   # off unless asked for
+    d = study.Dropin(m, bs, step, measures=False, reuse_layers=True)
     assert len(d._memo.blocks) == 3 * len(bs)   # every layer of every batch's forward kept
     units = [("local:window=4", "head", 1, 0), ("local:window=4", "layer", 2, ""), ("local:window=4", "head", 0, 1),
              ("local:window=4", "all", "", ""), ("exact", "layer", 1, "")]
@@ -335,8 +337,14 @@ def test_units_skip_the_layers_before_the_swapped_one(monkeypatch):
     # per batch: head (1, 0) runs layers 1, 2; layer 2 runs 2; head (0, 1) and all run 3; exact runs none
     assert counts[True] == len(bs) * (2 + 1 + 3 + 3 + 0) and counts[False] == len(bs) * 3 * len(units)
     assert rows[True][-1]["dloss"] == 0.0
-    # weights changed in place after the baseline: that layer and the later ones are computed
     d._memo.blocks = kept
+    # a forward hook inside layer 0 (it may read what the layer computes): layer 0 is run
+    h = m.layers[0].mlp.register_forward_hook(lambda mod, inp, out: None)
+    ran.clear()
+    d.unit("local:window=4", "head", 2, 0)
+    assert len(ran) == len(bs) * 2
+    h.remove()
+    # weights changed in place after the baseline: that layer and the later ones are computed
     with torch.no_grad():
         m.layers[0].mlp[0].weight.add_(0.01)
     ran.clear()
@@ -344,6 +352,15 @@ def test_units_skip_the_layers_before_the_swapped_one(monkeypatch):
     assert len(ran) == len(bs) * 3
     fresh = study.Dropin(m, bs, step, measures=False).unit("local:window=4", "head", 2, 0)
     assert r["loss"] == fresh["loss"] and r["loss"] != rows[True][0]["loss"]
+    # weights replaced through .data (the same tensor object, the same version counter): computed too
+    with torch.no_grad():
+        m.layers[0].mlp[0].weight.sub_(0.01)
+    d = study.Dropin(m, bs, step, measures=False, reuse_layers=True)
+    m.layers[1].mlp[0].weight.data = m.layers[1].mlp[0].weight.data * 1.5
+    ran.clear()
+    r = d.unit("local:window=4", "head", 2, 0)
+    assert len(ran) == len(bs) * 2   # layer 0 reused, layer 1 (changed) and 2 run
+    assert r["loss"] == study.Dropin(m, bs, step, measures=False).unit("local:window=4", "head", 2, 0)["loss"]
     # in training mode (dropout would draw) nothing is reused
     m.train()
     ran.clear()
@@ -351,18 +368,65 @@ def test_units_skip_the_layers_before_the_swapped_one(monkeypatch):
     assert len(ran) == len(bs) * 3
 
 
-def test_units_skip_the_layers_of_a_transformer_encoder():
+class Counting(nn.Module):
+    """A layer that changes an input in place (a counter the later layers read): never skipped."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, counter):
+        counter.add_(1)
+        return self.layer(x) + 0.01 * counter
+
+
+class CountingStack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        base = Stacked()
+        self.emb, self.out = base.emb, base.out
+        self.layers = nn.ModuleList(Counting(layer) for layer in base.layers)
+
+    def forward(self, idx):
+        x, counter = self.emb(idx), torch.zeros(1, dtype=self.out.weight.dtype)
+        for layer in self.layers:
+            x = layer(x, counter)
+        return self.out(x)
+
+
+def test_layers_that_change_their_inputs_are_not_skipped():
+    m, bs = CountingStack().double().eval(), batches()
+    d = study.Dropin(m, bs, step, measures=False, reuse_layers=True)
+    assert d._memo.blocks == {}   # each layer changed `counter` in place: none kept
+    r = d.unit("local:window=4", "head", 2, 0)
+    assert r == {**study.Dropin(m, bs, step, measures=False).unit("local:window=4", "head", 2, 0),
+                 "time_s": r["time_s"]}
+
+
+def test_units_skip_the_layers_of_a_transformer_encoder(monkeypatch):
     """The same on nn.TransformerEncoder (its layers: an nn.ModuleList of nn.TransformerEncoderLayer, attention
     through nn.MultiheadAttention): the rows with and without the layers' reuse are the same bits."""
     torch.manual_seed(0)
     enc = nn.Sequential(nn.Embedding(30, 16), nn.TransformerEncoder(
         nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True), 3),
         nn.Linear(16, 30)).double().eval()
-    d = study.Dropin(enc, batches(), step, measures=False)
+    ran = []
+    real = at._encoder_layer_forward
+
+    def counting(m, *a, **kw):
+        ran.append(m)
+        return real(m, *a, **kw)
+
+    monkeypatch.setattr(at, "_encoder_layer_forward", counting)
+    bs = batches()
+    d = study.Dropin(enc, bs, step, measures=False, reuse_layers=True)
     assert len(d._memo.blocks) == 3 * 3
-    kept, rows = d._memo.blocks, {}
+    kept, rows, counts = d._memo.blocks, {}, {}
     for reuse in (True, False):
         d._memo.blocks = kept if reuse else {}
+        ran.clear()
         rows[reuse] = [{k: v for k, v in d.unit(*u).items() if k != "time_s"}
                        for u in [("performer:features=8", "head", 2, 1), ("local:window=4", "layer", 1, "")]]
+        counts[reuse] = len(ran)
     assert rows[True] == rows[False]
+    assert counts[True] == len(bs) * (1 + 2) and counts[False] == len(bs) * 3 * 2

@@ -34,8 +34,8 @@ void Reference<T>::measure(const CostOptions& c) {
 
 template <typename T>
 const SpectralNormResult& Reference<T>::spectral_norm() const {
-  if (!spectral_) spectral_ = attnlab::spectral_norm<T>(op_);
-  return *spectral_;
+  std::call_once(spectral_once_, [this] { spectral_ = attnlab::spectral_norm<T>(op_); });
+  return spectral_;
 }
 
 std::optional<double> Evaluation::value(const std::string& metric) const {

@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -50,8 +51,8 @@ class Reference {
   const std::optional<Cost>& cost() const { return cost_; }
   /// Times exact streaming attention by the same harness as the methods (warm-up, then repeats).
   void measure(const CostOptions& c);
-  /// ‖P‖₂, spectral_norm(op()), computed on the first call and kept: the denominator of every method's
-  /// P_rel_spectral against this reference (a Reference is used by one thread at a time).
+  /// ‖P‖₂, spectral_norm(op()), computed on the first call (once, whichever thread calls) and kept: the
+  /// denominator of every method's P_rel_spectral against this reference.
   const SpectralNormResult& spectral_norm() const;
 
  private:
@@ -59,7 +60,8 @@ class Reference {
   ExactOperator<T> op_;
   MatrixR<T> v_, out_;
   std::optional<Cost> cost_;
-  mutable std::optional<SpectralNormResult> spectral_;
+  mutable std::once_flag spectral_once_;
+  mutable SpectralNormResult spectral_;
 };
 
 extern template class Reference<float>;
