@@ -481,7 +481,7 @@ class _ExactMemo:
         c = self.calls.get(where)
         if c is None or self.recording or c[3] != causal or c[4] != scale:
             return None
-        same = all(a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(c[:3], (q, k, v)))
+        same = all(_same_tensor(a, b) for a, b in zip(c[:3], (q, k, v)))
         return c[5].clone() if same else None   # the caller's to change
 
     # ---- whole blocks: the same reuse one level up (opt-in: blocks=True) ---------------------------------------
@@ -510,35 +510,39 @@ class _ExactMemo:
             self.blocks[where] = (inputs, state, [dict(c) for c in calls], kept)
             self.bytes += size
 
-    def get_block(self, where, module, args, kwargs):
-        """(calls, output) of the recorded call at `where` when this call's inputs, parameters and buffers are the
-        recorded ones; else None."""
+    def get_block(self, where, module, args, kwargs, usable):
+        """(calls, output) of the recorded call at `where` when usable(its recorded attention calls) holds (the
+        caller's swap computes them as recorded) and this call's inputs, parameters and buffers are the recorded
+        ones; else None. The cheap checks first: the output is copied only when it is returned."""
         b = None if self.blocks is None or self.recording else self.blocks.get(where)
-        if b is None or _block_inputs(module, args, kwargs, copy=False) is None:
+        if b is None or not _reusable(module, args, kwargs) or not usable(b[2]):
             return None
-        if not _same_state(b[1], _state(module)):
+        if not _same_state(b[1], _state(module)) or not _same_inputs(b[0], (args, kwargs)):
             return None
-        return (b[2], _clone_output(b[3], [])) if _same_inputs(b[0], (args, kwargs)) else None
+        return b[2], _clone_output(b[3], [])
 
 
-def _block_inputs(module, args, kwargs, copy=True):
-    """A block call's inputs as kept (tensors cloned; None, bools, numbers and strings as they are), their
-    version counters, and the block's state; None where the call cannot be kept or reused: an input of another
-    kind, grad or inference mode, a submodule in training mode (dropout draws) or with forward hooks other than a
-    swap's own."""
+def _reusable(module, args, kwargs):
+    """Whether a block call may be kept or reused: not where an input is of another kind than tensors, None,
+    bools, numbers and strings, in grad or inference mode, or where a submodule is in training mode (dropout draws)
+    or has forward hooks other than a swap's own."""
     if torch.is_grad_enabled() or torch.is_inference_mode_enabled():
-        return None
-    flat = list(args) + [kwargs[k] for k in sorted(kwargs)]
+        return False
+    flat = list(args) + list(kwargs.values())
     if not all(x is None or isinstance(x, (torch.Tensor, bool, int, float, str)) for x in flat):
-        return None
+        return False
     if any(isinstance(x, torch.Tensor) and x.is_inference() for x in flat):
+        return False
+    return not any(m.training or any(not getattr(h, "_attnlab_swap", False)
+                                     for h in list(m._forward_hooks.values()) + list(m._forward_pre_hooks.values()))
+                   for m in module.modules())
+
+
+def _block_inputs(module, args, kwargs):
+    """A block call's inputs as kept (tensors cloned; None, bools, numbers and strings as they are), their
+    version counters, and the block's state; None where the call cannot be kept (_reusable)."""
+    if not _reusable(module, args, kwargs):
         return None
-    for m in module.modules():
-        if m.training or any(not getattr(h, "_attnlab_swap", False)
-                             for h in list(m._forward_hooks.values()) + list(m._forward_pre_hooks.values())):
-            return None
-    if not copy:
-        return True
     kept = (tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in args),
             {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()})
     return kept, _versions((args, kwargs)), _state(module)
@@ -570,6 +574,11 @@ def _same_state(a, b):
     return len(a) == len(b) and all(x[0] is y[0] and x[1:] == y[1:] for x, y in zip(a, b))
 
 
+def _same_tensor(a, b):
+    """The same values, bit for bit, in the same shape, type and place."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+
+
 def _same_inputs(kept, now):
     (ka, kk), (na, nk) = kept, now
     if len(ka) != len(na) or sorted(kk) != sorted(nk):
@@ -578,7 +587,7 @@ def _same_inputs(kept, now):
         if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
             return False
         if isinstance(a, torch.Tensor):
-            if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device or not torch.equal(a, b):
+            if not _same_tensor(a, b):
                 return False
         elif type(a) is not type(b) or a != b:
             return False
@@ -669,7 +678,7 @@ class swap:
         if module:   # which module makes a standard call: the innermost one running
             for name, m in model.named_modules():
                 enter, leave = (lambda mod, inp, name=name: self._enter(name)), (lambda mod, inp, out: self._leave())
-                enter._attnlab_swap = leave._attnlab_swap = True   # not a user's hook (_block_inputs)
+                enter._attnlab_swap = leave._attnlab_swap = True   # not a user's hook (_reusable)
                 self._hooks += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
         self._patch(model, "forward", self._root(model.forward))
         self._patch(F, "scaled_dot_product_attention", _sdpa)
@@ -720,12 +729,12 @@ class swap:
                     memo.put_block(where, m, snapshot, a, kw, inner, out)
                 return out
             if plain:
-                got = memo.get_block(where, m, a, kw)
+                got = memo.get_block(where, m, a, kw, lambda calls: all(
+                    c["layer"] == len(self.calls) + i and self._exact_call(c) for i, c in enumerate(calls)))
                 if got is not None:
                     calls, out = got
-                    if all(c["layer"] == len(self.calls) + i and self._exact_call(c) for i, c in enumerate(calls)):
-                        self.calls += [dict(c) for c in calls]
-                        return out
+                    self.calls += [dict(c) for c in calls]
+                    return out
             return forward(*a, **kw)
         return run
 

@@ -307,37 +307,48 @@ class Stacked(nn.Module):
         return self.out(x)
 
 
+def counted(monkeypatch, owner, name):
+    """A list that gains the first argument of every call of owner.name (a layer's forward), patched for the test."""
+    ran, real = [], getattr(owner, name)
+
+    def counting(first, *a, **kw):
+        ran.append(first)
+        return real(first, *a, **kw)
+
+    monkeypatch.setattr(owner, name, counting)
+    return ran
+
+
+def with_and_without_reuse(d, units, ran):
+    """The rows (without time_s) of the units and the layer forwards run ({True: with the recorded layers reused,
+    False: with none}); the record is left in place."""
+    kept, rows, counts = d._memo.blocks, {}, {}
+    for reuse in (True, False):
+        d._memo.blocks = kept if reuse else {}
+        ran.clear()
+        rows[reuse] = [{k: v for k, v in d.unit(*u).items() if k != "time_s"} for u in units]
+        counts[reuse] = len(ran)
+    d._memo.blocks = kept
+    return rows, counts
+
+
 def test_units_skip_the_layers_before_the_swapped_one(monkeypatch):
     """With reuse_layers, the layers (elements of the model's nn.ModuleList) before a unit's swapped one are not run
     again: their recorded outputs stand in, and the rows are those with every layer computed, bit for bit. A layer
-    whose weights changed since the baseline, a model in training mode, a layer with a forward hook, or a step in
-    grad mode is computed."""
+    whose weights changed since the baseline, a model in training mode or a layer with a forward hook is
+    computed."""
     m, bs = Stacked().double().eval(), batches()
-    ran = []
-    real = Layer.forward
-
-    def counting(self, *a, **kw):
-        ran.append(self)
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(Layer, "forward", counting)
+    ran = counted(monkeypatch, Layer, "forward")
     assert study.Dropin(m, bs, step, measures=False)._memo.blocks is None   # off unless asked for
     d = study.Dropin(m, bs, step, measures=False, reuse_layers=True)
     assert len(d._memo.blocks) == 3 * len(bs)   # every layer of every batch's forward kept
     units = [("local:window=4", "head", 1, 0), ("local:window=4", "layer", 2, ""), ("local:window=4", "head", 0, 1),
              ("local:window=4", "all", "", ""), ("exact", "layer", 1, "")]
-    rows, counts, kept = {}, {}, d._memo.blocks
-    for reuse in (True, False):
-        d._memo.blocks = kept if reuse else {}
-        ran.clear()
-        rows[reuse] = [d.unit(*u) for u in units]
-        counts[reuse] = len(ran)
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "time_s"} for r in rs]  # noqa: E731
-    assert strip(rows[True]) == strip(rows[False])
+    rows, counts = with_and_without_reuse(d, units, ran)
+    assert rows[True] == rows[False]
     # per batch: head (1, 0) runs layers 1, 2; layer 2 runs 2; head (0, 1) and all run 3; exact runs none
     assert counts[True] == len(bs) * (2 + 1 + 3 + 3 + 0) and counts[False] == len(bs) * 3 * len(units)
     assert rows[True][-1]["dloss"] == 0.0
-    d._memo.blocks = kept
     # a forward hook inside layer 0 (it may read what the layer computes): layer 0 is run
     h = m.layers[0].mlp.register_forward_hook(lambda mod, inp, out: None)
     ran.clear()
@@ -410,23 +421,11 @@ def test_units_skip_the_layers_of_a_transformer_encoder(monkeypatch):
     enc = nn.Sequential(nn.Embedding(30, 16), nn.TransformerEncoder(
         nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True), 3),
         nn.Linear(16, 30)).double().eval()
-    ran = []
-    real = at._encoder_layer_forward
-
-    def counting(m, *a, **kw):
-        ran.append(m)
-        return real(m, *a, **kw)
-
-    monkeypatch.setattr(at, "_encoder_layer_forward", counting)
+    ran = counted(monkeypatch, at, "_encoder_layer_forward")
     bs = batches()
     d = study.Dropin(enc, bs, step, measures=False, reuse_layers=True)
     assert len(d._memo.blocks) == 3 * 3
-    kept, rows, counts = d._memo.blocks, {}, {}
-    for reuse in (True, False):
-        d._memo.blocks = kept if reuse else {}
-        ran.clear()
-        rows[reuse] = [{k: v for k, v in d.unit(*u).items() if k != "time_s"}
-                       for u in [("performer:features=8", "head", 2, 1), ("local:window=4", "layer", 1, "")]]
-        counts[reuse] = len(ran)
+    rows, counts = with_and_without_reuse(
+        d, [("performer:features=8", "head", 2, 1), ("local:window=4", "layer", 1, "")], ran)
     assert rows[True] == rows[False]
     assert counts[True] == len(bs) * (1 + 2) and counts[False] == len(bs) * 3 * 2
